@@ -1,0 +1,67 @@
+// Allocator policies over a SegmentSource. A SegmentSource hands out whole segments of device memory
+// (virtual, host or cudaMalloc) up to a capacity; an Allocator serves tensor-sized requests from
+// segments with a policy: `direct` (a segment per request, like raw cudaMalloc/cudaFree) or
+// `caching` (PyTorch's CUDA caching allocator: rounding, pools, splitting, free-and-retry).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "core/config.h"
+#include "core/units.h"
+
+namespace vrambench {
+
+// Where memory comes from. Implementations: virtual (sim), host (cpu), cudaMalloc (cuda).
+class SegmentSource {
+ public:
+  virtual ~SegmentSource() = default;
+  // A segment of exactly `bytes` (the allocator has already rounded), or nullopt when it would
+  // exceed the capacity or the device refuses. The returned address is opaque to the allocator
+  // except for identity; for real devices it is the device pointer.
+  virtual std::optional<std::uintptr_t> allocate_segment(Bytes bytes) = 0;
+  virtual void free_segment(std::uintptr_t address, Bytes bytes) = 0;
+  virtual Bytes capacity() const = 0;  // what this source may hand out in total
+  virtual Bytes in_use() const = 0;    // bytes of segments currently handed out
+};
+
+// A SegmentSource of virtual addresses: hands out up to `capacity` bytes, no memory behind them.
+std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity);
+
+struct AllocStats {
+  Bytes allocated = 0;       // bytes of live blocks as requested (tensor bytes)
+  Bytes reserved = 0;        // bytes of segments held from the source
+  Bytes allocated_peak = 0;
+  Bytes reserved_peak = 0;
+  std::int64_t segment_allocs = 0;  // segments requested from the source
+  std::int64_t retries = 0;         // times the cache was emptied to retry an allocation
+};
+
+struct Block {
+  std::uintptr_t address = 0;  // start of the block (segment address + offset)
+  Bytes size = 0;              // bytes reserved for it (after rounding)
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // nullopt when the request cannot be served even after freeing cached segments (an OOM).
+  virtual std::optional<Block> allocate(Bytes bytes) = 0;
+  virtual void free(const Block& block) = 0;
+  // Returns every cached, unused segment to the source.
+  virtual void release_cached() = 0;
+  virtual const AllocStats& stats() const = 0;
+  virtual void reset_peaks() = 0;
+  // Bytes the source could still hand out (capacity - in_use): the "free" of an OOM message.
+  virtual Bytes free_bytes() const = 0;
+};
+
+// Raw cudaMalloc semantics: each request becomes one segment, rounded up to 2 MiB when it is
+// larger than 1 MiB (the driver's large-page granularity) and to 512 bytes otherwise.
+std::unique_ptr<Allocator> make_direct_allocator(SegmentSource& source);
+// PyTorch-like caching allocator (see caching.cpp for the rules and where they come from).
+std::unique_ptr<Allocator> make_caching_allocator(SegmentSource& source);
+std::unique_ptr<Allocator> make_allocator(AllocatorKind kind, SegmentSource& source);
+
+}  // namespace vrambench

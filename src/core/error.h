@@ -1,0 +1,22 @@
+// Error types shared by every layer: a user mistake (exit 2, one line) versus an internal failure.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace vrambench {
+
+// A mistake in what the user asked for. The CLI prints what() on one line and exits 2 before any
+// output file is opened.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A failure inside vrambench or a library it calls; carries where it happened.
+class InternalError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace vrambench

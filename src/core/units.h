@@ -1,0 +1,34 @@
+// Byte counts: parsing user sizes ("24GiB", "16GB", "20.5"), printing them for people, and checked
+// arithmetic so that sizes derived from user input never silently overflow.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace vrambench {
+
+// A count of bytes. Signed so that differences (capacity - fixed) can go negative safely.
+using Bytes = std::int64_t;
+
+inline constexpr Bytes KiB = 1024;
+inline constexpr Bytes MiB = 1024 * KiB;
+inline constexpr Bytes GiB = 1024 * MiB;
+
+// Parses a size: "24GiB", "24GB" (decimal, 24e9), "16384MiB", "512KiB", "1.5TiB", "100B", or a bare
+// number meaning GiB ("24", "20.5"). Case-insensitive units. Throws UsageError naming `what`.
+Bytes parse_bytes(std::string_view text, std::string_view what = "size");
+
+// "812.0 KiB", "1.50 MiB", "23.99 GiB": binary units with three significant-ish digits for people.
+std::string format_bytes(Bytes bytes);
+
+// a * b and a + b, throwing UsageError("<what> overflows 64 bits ...") instead of wrapping.
+Bytes checked_mul(Bytes a, Bytes b, std::string_view what);
+Bytes checked_add(Bytes a, Bytes b, std::string_view what);
+
+// Rounds `value` up to a multiple of `granule` (granule > 0).
+constexpr Bytes round_up(Bytes value, Bytes granule) {
+  return (value + granule - 1) / granule * granule;
+}
+
+}  // namespace vrambench

@@ -1,0 +1,40 @@
+// The closed-form memory model: peak(B) = fixed + B * per_sample, each a sum of named components.
+// It never reads a Program; docs/memory-model.md derives every term.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/units.h"
+
+namespace vrambench {
+
+// What the device adds beyond the program's own tensors.
+struct DeviceOverhead {
+  Bytes context = 0;         // CUDA context, module images, library handles
+  Bytes gemm_workspace = 0;  // cuBLASLt workspace (a tensor of the program)
+};
+
+struct Component {
+  std::string name;  // "weights", "master weights", "gradients", "optimizer state",
+                     // "saved activations", "logits and loss", "backward transient", ...
+  Bytes bytes = 0;   // for per-sample components: bytes for one sample (B = 1)
+};
+
+struct Breakdown {
+  std::vector<Component> fixed;       // independent of batch
+  std::vector<Component> per_sample;  // linear in batch
+  Bytes fixed_total() const;
+  Bytes per_sample_total() const;
+  Bytes peak(std::int64_t batch) const;  // fixed + batch * per_sample (checked)
+  // floor((capacity - fixed) / per_sample), 0 when the fixed part alone does not fit.
+  std::int64_t max_batch(Bytes capacity) const;
+  // A component's bytes by name (fixed or per-sample), 0 when absent.
+  Bytes component(const std::string& name) const;
+};
+
+Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead);
+
+}  // namespace vrambench

@@ -1,0 +1,156 @@
+// Program construction helpers, names, and liveness.
+#include "program/program.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace vrambench {
+
+std::string_view to_string(Role r) {
+  switch (r) {
+    case Role::weight: return "weight";
+    case Role::master_weight: return "master_weight";
+    case Role::grad: return "grad";
+    case Role::optimizer_state: return "optimizer_state";
+    case Role::activation: return "activation";
+    case Role::transient: return "transient";
+    case Role::workspace: return "workspace";
+    case Role::input: return "input";
+  }
+  return "?";
+}
+
+std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::embedding_fwd: return "embedding_fwd";
+    case OpKind::embedding_bwd: return "embedding_bwd";
+    case OpKind::layernorm_fwd: return "layernorm_fwd";
+    case OpKind::layernorm_bwd: return "layernorm_bwd";
+    case OpKind::rmsnorm_fwd: return "rmsnorm_fwd";
+    case OpKind::rmsnorm_bwd: return "rmsnorm_bwd";
+    case OpKind::linear_fwd: return "linear_fwd";
+    case OpKind::linear_bwd: return "linear_bwd";
+    case OpKind::gelu_fwd: return "gelu_fwd";
+    case OpKind::gelu_bwd: return "gelu_bwd";
+    case OpKind::swiglu_fwd: return "swiglu_fwd";
+    case OpKind::swiglu_bwd: return "swiglu_bwd";
+    case OpKind::rope_fwd: return "rope_fwd";
+    case OpKind::rope_bwd: return "rope_bwd";
+    case OpKind::attn_scores: return "attn_scores";
+    case OpKind::softmax_fwd: return "softmax_fwd";
+    case OpKind::softmax_bwd: return "softmax_bwd";
+    case OpKind::attn_values: return "attn_values";
+    case OpKind::attn_values_bwd: return "attn_values_bwd";
+    case OpKind::attn_scores_bwd: return "attn_scores_bwd";
+    case OpKind::flash_fwd: return "flash_fwd";
+    case OpKind::flash_bwd: return "flash_bwd";
+    case OpKind::dropout_fwd: return "dropout_fwd";
+    case OpKind::dropout_bwd: return "dropout_bwd";
+    case OpKind::add: return "add";
+    case OpKind::cross_entropy_fwd: return "cross_entropy_fwd";
+    case OpKind::cross_entropy_bwd: return "cross_entropy_bwd";
+    case OpKind::adamw_step: return "adamw_step";
+    case OpKind::sgd_step: return "sgd_step";
+  }
+  return "?";
+}
+
+std::int64_t Tensor::elements() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+int Program::add_tensor(std::string name, std::vector<std::int64_t> shape, DType dtype, Role role) {
+  Tensor t;
+  t.id = static_cast<int>(tensors.size());
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.dtype = dtype;
+  t.role = role;
+  Bytes bytes = dtype_size(dtype);
+  for (std::int64_t d : t.shape) bytes = checked_mul(bytes, d, "tensor '" + t.name + "' bytes");
+  t.bytes = bytes;
+  tensors.push_back(std::move(t));
+  return tensors.back().id;
+}
+
+Op& Program::add_op(OpKind kind, std::string name, std::vector<int> inputs,
+                    std::vector<int> outputs) {
+  for (int id : inputs)
+    if (id < 0 || id >= static_cast<int>(tensors.size()))
+      throw InternalError("op '" + name + "' reads an unknown tensor");
+  for (int id : outputs)
+    if (id < 0 || id >= static_cast<int>(tensors.size()))
+      throw InternalError("op '" + name + "' writes an unknown tensor");
+  Op op;
+  op.kind = kind;
+  op.name = std::move(name);
+  op.inputs = std::move(inputs);
+  op.outputs = std::move(outputs);
+  ops.push_back(std::move(op));
+  return ops.back();
+}
+
+namespace {
+bool whole_step(Role r) {
+  return r == Role::weight || r == Role::master_weight || r == Role::optimizer_state ||
+         r == Role::input;
+}
+}  // namespace
+
+Liveness compute_liveness(const Program& program) {
+  const int n_ops = static_cast<int>(program.ops.size());
+  const std::size_t n_tensors = program.tensors.size();
+  Liveness live;
+  live.alloc_at.assign(n_tensors, n_ops);  // n_ops: never used
+  live.free_after.assign(n_tensors, -1);
+  for (int i = 0; i < n_ops; ++i) {
+    const Op& op = program.ops[static_cast<std::size_t>(i)];
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (int id : *list) {
+        auto t = static_cast<std::size_t>(id);
+        live.alloc_at[t] = std::min(live.alloc_at[t], i);
+        live.free_after[t] = std::max(live.free_after[t], i);
+      }
+  }
+  live.allocs_before.assign(static_cast<std::size_t>(n_ops), {});
+  live.frees_after.assign(static_cast<std::size_t>(n_ops), {});
+  for (std::size_t t = 0; t < n_tensors; ++t) {
+    const Role role = program.tensors[t].role;
+    if (whole_step(role) || live.alloc_at[t] == n_ops) {
+      // Parameters, their state and the inputs exist before the step; an unused tensor of another
+      // role would be a builder bug, but keeping it whole-step makes it visible in the peaks.
+      live.alloc_at[t] = -1;
+      live.free_after[t] = n_ops;
+      live.persistent.push_back(static_cast<int>(t));
+      continue;
+    }
+    if (role == Role::grad) live.free_after[t] = n_ops;
+    live.allocs_before[static_cast<std::size_t>(live.alloc_at[t])].push_back(static_cast<int>(t));
+    if (live.free_after[t] < n_ops)
+      live.frees_after[static_cast<std::size_t>(live.free_after[t])].push_back(static_cast<int>(t));
+  }
+  return live;
+}
+
+LiveProfile live_profile(const Program& program, const Liveness& liveness) {
+  LiveProfile profile;
+  Bytes live = 0;
+  for (int id : liveness.persistent) live += program.tensor(id).bytes;
+  profile.peak = live;
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    for (int id : liveness.allocs_before[i]) live += program.tensor(id).bytes;
+    // The peak is reached while the op runs: its outputs and inputs are all live.
+    if (live > profile.peak) {
+      profile.peak = live;
+      profile.peak_op = static_cast<int>(i);
+    }
+    for (int id : liveness.frees_after[i]) live -= program.tensor(id).bytes;
+    profile.live_after.push_back(live);
+  }
+  return profile;
+}
+
+}  // namespace vrambench

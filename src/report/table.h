@@ -1,0 +1,91 @@
+// Result tables as typed cells, and the printers that turn them into Markdown (for people: aligned,
+// sizes in MiB/GiB), CSV and JSON (for programs: raw integers, units in the column names).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace vrambench {
+
+enum class CellKind {
+  text,     // printed as is
+  integer,  // raw integer everywhere
+  bytes,    // Markdown: "23.99 GiB"; CSV/JSON: raw integer bytes
+  percent,  // value is a fraction (0.031): Markdown "+3.1%"; CSV/JSON: the fraction as a number
+  flag,     // Markdown "yes"/""; CSV "1"/"0"; JSON true/false
+};
+
+struct Cell {
+  CellKind kind = CellKind::text;
+  std::string text;
+  std::int64_t integer = 0;
+  double real = 0.0;
+  bool empty = false;  // "no value" (printed as "-" in Markdown, empty in CSV, null in JSON)
+
+  static Cell of_text(std::string s);
+  static Cell of_int(std::int64_t v);
+  static Cell of_bytes(std::int64_t v);
+  static Cell of_percent(double fraction);
+  static Cell of_flag(bool v);
+  static Cell none(CellKind kind);
+};
+
+struct Column {
+  std::string key;    // CSV/JSON name with its unit: "est_peak_bytes", "max_batch", "seq"
+  std::string title;  // Markdown header: "est peak", "max batch", "seq"
+  CellKind kind = CellKind::text;
+};
+
+struct Table {
+  std::vector<Column> columns;
+  std::vector<std::vector<Cell>> rows;
+  void add_row(std::vector<Cell> row);  // throws InternalError when the width is wrong
+};
+
+// An aligned Markdown table: header, separator (numbers right-aligned), one line per row.
+std::string to_markdown(const Table& table);
+// CSV: header line of keys, then one line per row; text fields quoted when they need it.
+std::string csv_header(const Table& table);
+std::string csv_row(const Table& table, const std::vector<Cell>& row);
+// JSON value of one row: {key: value, ...}.
+nlohmann::json json_row(const Table& table, const std::vector<Cell>& row);
+
+// Where a result came from; written at the top of every output file.
+struct Provenance {
+  std::string tool_version;
+  std::string git_commit;
+  std::string device;        // "sim:h100-80gb (H100 SXM 80GB)", "cpu", "NVIDIA H100 80GB HBM3"
+  std::string utc_time;      // ISO 8601, "2026-11-22T10:00:00Z"
+  std::string command_line;  // the full argv, shell-quoted
+  std::vector<std::pair<std::string, std::string>> extra;  // driver, CUDA, cuDNN versions ...
+};
+Provenance make_provenance(int argc, const char* const* argv, std::string device);
+nlohmann::json to_json(const Provenance& p);
+
+// Writes a table's CSV and JSON under a folder as rows complete: each row is appended and flushed
+// to NAME.csv.partial and NAME.jsonl.partial, so a killed run keeps its finished rows; finish()
+// writes NAME.csv and NAME.json through a temporary file and rename, then removes the partials.
+// Only the formats asked for are written. Nothing is created until the first row or finish().
+class ResultWriter {
+ public:
+  ResultWriter(std::string folder, std::string name, Table header_only, Provenance provenance,
+               bool write_csv, bool write_json);
+  void append(const std::vector<Cell>& row);
+  // `summary` goes into the JSON document beside "provenance" and "rows" (capacity, medians ...).
+  void finish(const nlohmann::json& summary);
+  std::vector<std::string> written_files() const;  // paths of the final files
+
+ private:
+  std::string folder_, name_;
+  Table table_;
+  Provenance provenance_;
+  bool write_csv_, write_json_;
+  bool opened_ = false;
+  std::vector<std::string> written_;
+  void open_partials();
+};
+
+}  // namespace vrambench

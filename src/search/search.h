@@ -1,0 +1,36 @@
+// The OOM-bisection search for the largest batch that fits, over any predicate. Pure: the caller's
+// predicate runs the trial (sim, cpu or cuda) and says fit or not.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+namespace vrambench {
+
+struct Probe {
+  std::int64_t batch = 0;
+  bool fits = false;
+};
+
+struct SearchLimits {
+  std::int64_t max_batch = 65536;  // never probe above this
+};
+
+struct SearchResult {
+  std::int64_t max_batch = 0;  // largest batch that fit (0 when batch 1 does not)
+  bool hit_limit = false;      // max_batch == limits.max_batch and it fit: the true max may be larger
+  std::vector<Probe> trials;   // in the order they ran
+  // Set when the trials contradict monotonicity (a batch failed while a larger one fit).
+  std::optional<std::pair<std::int64_t, std::int64_t>> non_monotone;  // {failed batch, larger fit}
+};
+
+// Probes `hint` (clamped to [1, limits.max_batch]) first, then expands geometrically (doubling away
+// from the hint) until one fit and one failure bracket the answer, then bisects to adjacent batches.
+// Each batch is probed at most once. With a good hint the cost is about 2 + log2(|error of hint|)
+// trials; the bound is documented with the implementation.
+SearchResult find_max_batch(const std::function<bool(std::int64_t)>& fits, std::int64_t hint,
+                            const SearchLimits& limits = {});
+
+}  // namespace vrambench
