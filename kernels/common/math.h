@@ -176,16 +176,23 @@ VB_HD inline bool keep(std::uint64_t seed, std::uint64_t index, float p) {
 struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   int step = 1;  // 1-based step number for bias correction
+  VB_HD float bias_correction1() const { return 1.0f - powf(beta1, static_cast<float>(step)); }
+  VB_HD float bias_correction2() const { return 1.0f - powf(beta2, static_cast<float>(step)); }
 };
 // AdamW (Loshchilov & Hutter, as torch.optim.AdamW): decoupled decay w -= lr wd w, then the
-// bias-corrected Adam step.
-VB_HD inline void adamw_update(float* w, float g, float* m, float* v, const AdamParams& p) {
+// bias-corrected Adam step. The corrections are per step, not per element: loops over a tensor
+// pass them in precomputed (bc1 = 1 - beta1^step, bc2 = 1 - beta2^step).
+VB_HD inline void adamw_update(float* w, float g, float* m, float* v, const AdamParams& p,
+                               float bc1, float bc2) {
   *w -= p.lr * p.weight_decay * *w;
   *m = p.beta1 * *m + (1.0f - p.beta1) * g;
   *v = p.beta2 * *v + (1.0f - p.beta2) * g * g;
-  const float m_hat = *m / (1.0f - powf(p.beta1, static_cast<float>(p.step)));
-  const float v_hat = *v / (1.0f - powf(p.beta2, static_cast<float>(p.step)));
+  const float m_hat = *m / bc1;
+  const float v_hat = *v / bc2;
   *w -= p.lr * m_hat / (sqrtf(v_hat) + p.eps);
+}
+VB_HD inline void adamw_update(float* w, float g, float* m, float* v, const AdamParams& p) {
+  adamw_update(w, g, m, v, p, p.bias_correction1(), p.bias_correction2());
 }
 
 struct SgdParams {

@@ -68,6 +68,10 @@ void store(const Bound& b, const std::vector<float>& values, bool accumulate) {
   const std::int64_t n = b.tensor->elements();
   if (static_cast<std::int64_t>(values.size()) != n)
     throw InternalError("tensor '" + b.tensor->name + "': kernel produced the wrong size");
+  if (b.tensor->dtype == DType::f32 && !accumulate) {
+    std::memcpy(b.data, values.data(), values.size() * sizeof(float));
+    return;
+  }
   for (std::int64_t i = 0; i < n; ++i) {
     float v = values[static_cast<std::size_t>(i)];
     if (accumulate) v += kmath::load(b.data, b.tensor->dtype, i);
@@ -239,7 +243,10 @@ class CpuExecutor final : public Executor {
         cpu::embedding_bwd(g_wte.data(), g_wpe.empty() ? nullptr : g_wpe.data(), dx.data(),
                            ids.data(), B, S, V, P, H);
         a.store_out(0, g_wte);
-        if (a.out.size() == 2) a.store_out(1, g_wpe);
+        // Only the token table is ever tied (to the lm head, whose backward wrote its gradient
+        // first); the position table's gradient has no earlier writer, so `accumulate` never
+        // applies to it.
+        if (a.out.size() == 2) store(a.out[1], g_wpe, false);
         return;
       }
       case OpKind::layernorm_fwd: {

@@ -13,6 +13,9 @@
 // An InputFiller, when given, is asked first for every tensor of role input and may fill it
 // (returns true) — tests use it to give a task's tokens and targets.
 //
+// Op::accumulate adds into the op's `grad` outputs, except for embedding_bwd's dwpe: only the
+// token table is tied, so the position table's gradient (which no op wrote before) is overwritten.
+//
 // Optimizer steps count per weight name inside the executor: the n-th step of a weight uses bias
 // correction for step n (1 for a single measured step).
 #pragma once

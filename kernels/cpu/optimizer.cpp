@@ -5,7 +5,9 @@ namespace vrambench::cpu {
 
 void adamw_step(float* param, const float* grad, float* m, float* v, std::int64_t n,
                 const kmath::AdamParams& p) {
-  for (std::int64_t i = 0; i < n; ++i) kmath::adamw_update(&param[i], grad[i], &m[i], &v[i], p);
+  const float bc1 = p.bias_correction1(), bc2 = p.bias_correction2();
+  for (std::int64_t i = 0; i < n; ++i)
+    kmath::adamw_update(&param[i], grad[i], &m[i], &v[i], p, bc1, bc2);
 }
 
 void sgd_step(float* param, const float* grad, float* momentum, std::int64_t n,
