@@ -103,14 +103,14 @@ double exact_loss(const Program& program, const HostRunner& run) {
 }
 
 // Weights whose gradients come through every op kind of the architecture: tied and untied
-// embeddings, positions, norms and their biases, attention (q, k and v rows of qkv), the MLP.
+// embeddings, positions, norms, biases, attention (q, k and v rows of qkv), the MLP. The check
+// along a direction through all weights covers the others.
 std::vector<std::string> sampled_weights(Arch arch) {
   if (arch == Arch::gpt)
-    return {"wte", "wpe", "layer0.ln1.w", "layer0.ln1.b", "layer0.attn.qkv.w", "layer0.attn.qkv.b",
-            "layer1.attn.proj.w", "layer1.ln2.w", "layer1.mlp.fc.w", "layer1.mlp.proj.b", "ln_f.b"};
-  return {"wte", "lm_head.w", "layer0.attn_norm.w", "layer0.attn.qkv.w", "layer0.attn.o.w",
-          "layer1.mlp_norm.w", "layer1.mlp.gate.w", "layer1.mlp.up.w", "layer1.mlp.down.w",
-          "norm.w"};
+    return {"wte", "wpe", "layer0.ln1.b", "layer0.attn.qkv.w", "layer0.attn.qkv.b",
+            "layer1.mlp.fc.w", "ln_f.w"};
+  return {"wte", "lm_head.w", "layer0.attn_norm.w", "layer0.attn.qkv.w", "layer1.mlp.gate.w",
+          "layer1.mlp.up.w", "layer1.mlp.down.w"};
 }
 
 // For each sampled weight: the directional derivative of the loss along a random unit direction
@@ -277,8 +277,9 @@ void check_training(std::string_view preset, Attention attention) {
   EXPECT_LT(loss, 0.3f * initial) << preset << " from " << initial;
 }
 
+// One model is enough here: the gradient tests above cover the other block; this one is about the
+// optimizer, master-free fp32 state across steps, and the driver loop.
 TEST(CpuTrain, GptLearnsCopyTask) { check_training("tiny", Attention::flash); }
-TEST(CpuTrain, LlamaLearnsCopyTask) { check_training("tiny-llama", Attention::eager); }
 
 }  // namespace
 }  // namespace vrambench
