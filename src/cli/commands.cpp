@@ -18,6 +18,7 @@
 #include "program/program.h"
 #include "report/result_tables.h"
 #include "report/table.h"
+#include "search/isolate.h"
 #include "search/measure.h"
 
 namespace vrambench {
@@ -120,7 +121,12 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                    describe_point(cfg, grid.varying).c_str());
     Measurement m;
     try {
-      m = measure(cfg, device, sources_for(device), executors_for(device), limits);
+      // On CUDA a sticky error poisons the process: each configuration gets its own child.
+      if (options.isolate || device.kind == DeviceKind::cuda)
+        m = measure_isolated(cfg, device, sources_for(device), executors_for(device), limits,
+                             fault_from_environment());
+      else
+        m = measure(cfg, device, sources_for(device), executors_for(device), limits);
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {

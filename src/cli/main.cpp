@@ -95,6 +95,8 @@ int run(int argc, char** argv) {
   search->add_option("--max-batch", options.max_batch, "never try a batch above this")
       ->capture_default_str();
   search->add_flag("--quiet", options.quiet, "no progress line on stderr");
+  search->add_flag("--isolate", options.isolate,
+                   "measure each configuration in a child process (always on for cuda)");
   search->footer(kExamples);
 
   CLI::App* estimate =

@@ -21,6 +21,7 @@ struct CliOptions {
   std::string format = "md,csv,json";          // --format
   std::int64_t max_batch = 65536;              // --max-batch
   bool quiet = false;                          // --quiet: no progress line
+  bool isolate = false;                        // --isolate: a child process per configuration
 };
 
 struct Formats {

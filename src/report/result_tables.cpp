@@ -96,7 +96,7 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   t.columns.push_back({"compared_batch", "at batch", CellKind::integer});
   t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
   t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
-  t.columns.push_back({measured + "_next_peak_bytes", measured + " peak at max+1", CellKind::bytes});
+  t.columns.push_back({measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
   t.columns.push_back({"rel_error", "rel err", CellKind::percent});
   t.columns.push_back({"under_estimate", "under", CellKind::flag});
   t.columns.push_back({"trials", "trials", CellKind::integer});
@@ -113,9 +113,9 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
   row.push_back(Cell::of_bytes(m.estimated_peak()));
   const Bytes measured = m.measured_peak();
   row.push_back(measured > 0 ? Cell::of_bytes(measured) : Cell::none(CellKind::bytes));
-  const TrialResult* next = m.at_next();
-  // An OOM trial's peak is what it reached before the failing request, not what it would need.
-  row.push_back(next ? Cell::of_bytes(next->device_peak) : Cell::none(CellKind::bytes));
+  // An OOM trial stops at the failing request; what max + 1 would need comes from its replay.
+  row.push_back(m.next_needed ? Cell::of_bytes(m.next_needed->device_peak)
+                              : Cell::none(CellKind::bytes));
   if (measured > 0) {
     row.push_back(Cell::of_percent(m.relative_error()));
     row.push_back(Cell::of_flag(m.estimated_peak() < measured));
@@ -159,7 +159,7 @@ nlohmann::json search_details(const Measurement& m, const DeviceSpec& device) {
   j["tensor_capacity_bytes"] = device.tensor_capacity();
   if (const TrialResult* t = m.at_max()) j["at_max"] = trial_json(*t);
   if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = trial_json(*t);
-  if (m.unlimited_batch1) j["batch1_unlimited"] = trial_json(*m.unlimited_batch1);
+  if (m.next_needed) j["max_plus_1_needed"] = trial_json(*m.next_needed);
   nlohmann::json log = nlohmann::json::array();
   for (const Probe& p : m.search.trials) log.push_back({{"batch", p.batch}, {"fit", p.fits}});
   j["trials"] = log;

@@ -132,7 +132,7 @@ nlohmann::json to_json(const Measurement& m) {
   nlohmann::json trials = nlohmann::json::array();
   for (const auto& [batch, t] : m.trials) trials.push_back({batch, trial_to_json(t)});
   j["trials"] = trials;
-  if (m.unlimited_batch1) j["unlimited_batch1"] = trial_to_json(*m.unlimited_batch1);
+  if (m.next_needed) j["next_needed"] = trial_to_json(*m.next_needed);
   j["reason"] = m.reason;
   return j;
 }
@@ -152,7 +152,7 @@ Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg)
                                       j["non_monotone"].at(1).get<std::int64_t>()};
   for (const nlohmann::json& t : j.at("trials"))
     m.trials.emplace(t.at(0).get<std::int64_t>(), trial_from_json(t.at(1)));
-  if (j.contains("unlimited_batch1")) m.unlimited_batch1 = trial_from_json(j["unlimited_batch1"]);
+  if (j.contains("next_needed")) m.next_needed = trial_from_json(j["next_needed"]);
   m.reason = j.at("reason").get<std::string>();
   return m;
 }

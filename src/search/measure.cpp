@@ -25,7 +25,7 @@ std::int64_t Measurement::compared_batch() const {
 
 Bytes Measurement::measured_peak() const {
   if (const TrialResult* t = at_max()) return t->device_peak;
-  return unlimited_batch1 ? unlimited_batch1->device_peak : 0;
+  return next_needed && search.max_batch == 0 ? next_needed->device_peak : 0;
 }
 
 Bytes Measurement::estimated_peak() const { return estimate.peak(compared_batch()); }
@@ -66,31 +66,32 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
   const std::int64_t hint = m.est_max_batch > 0 ? m.est_max_batch : 1;
   m.search = find_max_batch(fits, hint, limits);
 
-  if (m.search.max_batch == 0) {
-    // What batch 1 would need, measured on a device without a limit (no execution: sizes only).
+  if (!m.search.hit_limit) {
+    // What the first failing batch would need, replayed without a limit (sizes only).
     RunConfig at = cfg;
-    at.batch = 1;
+    at.batch = m.search.max_batch + 1;
     const Program program = build_program(at, device.gemm_workspace);
     const Liveness liveness = compute_liveness(program);
     std::unique_ptr<SegmentSource> source =
         make_virtual_source(std::numeric_limits<Bytes>::max() / 4);
     std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
-    m.unlimited_batch1 =
-        run_step(program, liveness, *allocator, nullptr, device.fixed_overhead);
-    // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
-    Bytes state = 0;
-    for (const Tensor& t : program.tensors)
-      if (t.role == Role::weight || t.role == Role::master_weight || t.role == Role::grad ||
-          t.role == Role::optimizer_state)
-        state += t.bytes;
-    if (state + device.fixed_overhead > device.total)
-      m.reason = fmt::format("model state alone exceeds capacity ({} + {} context > {})",
-                             format_bytes(state), format_bytes(device.fixed_overhead),
-                             format_bytes(device.total));
-    else
-      m.reason = fmt::format("batch 1 needs {}, capacity {}",
-                             format_bytes(m.unlimited_batch1->device_peak),
-                             format_bytes(device.total));
+    m.next_needed = run_step(program, liveness, *allocator, nullptr, device.fixed_overhead);
+    if (m.search.max_batch == 0) {
+      // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
+      Bytes state = 0;
+      for (const Tensor& t : program.tensors)
+        if (t.role == Role::weight || t.role == Role::master_weight || t.role == Role::grad ||
+            t.role == Role::optimizer_state)
+          state += t.bytes;
+      if (state + device.fixed_overhead > device.total)
+        m.reason = fmt::format("model state alone exceeds capacity ({} + {} context > {})",
+                               format_bytes(state), format_bytes(device.fixed_overhead),
+                               format_bytes(device.total));
+      else
+        m.reason = fmt::format("batch 1 needs {}, capacity {}",
+                               format_bytes(m.next_needed->device_peak),
+                               format_bytes(device.total));
+    }
   }
   if (m.search.non_monotone)
     m.reason = fmt::format("non-monotone: batch {} failed but batch {} fit",

@@ -28,12 +28,12 @@ struct Measurement {
   std::int64_t est_max_batch = 0;
   SearchResult search;
   std::map<std::int64_t, TrialResult> trials;  // by batch
-  // The peak batch 1 needs on an unlimited device, when batch 1 does not fit (max batch 0).
-  std::optional<TrialResult> unlimited_batch1;
+  // The first failing batch (max + 1) replayed on an unlimited device: what it would need.
+  std::optional<TrialResult> next_needed;
   std::string reason;  // why the max batch is 0, or what went wrong
 
   const TrialResult* at_max() const;   // nullptr when max batch is 0
-  const TrialResult* at_next() const;  // the first failure (max + 1), nullptr when not probed
+  const TrialResult* at_next() const;  // the first failure (max + 1) as it ran, up to its OOM
   // The batch at which est and the device are compared, and both peaks there.
   std::int64_t compared_batch() const;
   Bytes measured_peak() const;  // device_peak at compared_batch
