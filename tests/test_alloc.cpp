@@ -179,6 +179,18 @@ TEST_F(AllocCaching, ThreeSmallAllocationsShareOne2MiBSegment) {
   EXPECT_EQ(stats().allocated, 512 + 1024 + 4096);
 }
 
+TEST_F(AllocCaching, SmallBlockIsSplitDownToA512ByteRest) {
+  // 1 MiB, then 1 MiB - 512 B from the same 2 MiB segment: the rest is exactly 512 B, which is
+  // >= kMinBlockSize, so it is split off and serves a 512 B request without a new segment.
+  const Block a = must_allocate(1 * MiB);
+  const Block b = must_allocate(1 * MiB - 512);
+  EXPECT_EQ(b.size, 1 * MiB - 512);
+  const Block c = must_allocate(512);
+  EXPECT_EQ(c.address, a.address + offset(2 * MiB - 512));
+  EXPECT_EQ(stats().segment_allocs, 1);
+  EXPECT_EQ(stats().allocated, 2 * MiB);
+}
+
 TEST_F(AllocCaching, ExactlyOneMiBIsSmallAndOneByteMoreIsLarge) {
   // 1 MiB (<= kSmallSize) -> a 2 MiB small segment; 1 MiB + 1 B -> 1 MiB + 512 B, large pool,
   // below 10 MiB -> a 20 MiB segment. Reserved 22 MiB.
@@ -201,6 +213,19 @@ TEST_F(AllocCaching, FiveMiBTakesA20MiBSegmentAndTheNextIsSplitFromIt) {
   EXPECT_EQ(stats().segment_allocs, 1);
   EXPECT_EQ(stats().reserved, 20 * MiB);
   EXPECT_EQ(stats().allocated, 10 * MiB);
+}
+
+TEST_F(AllocCaching, TenMiBStartsTheRoundedSegments) {
+  // 10 MiB - 512 B is below kMinLargeAlloc: a 20 MiB segment, the 10 MiB + 512 B rest split off.
+  must_allocate(10 * MiB - 512);
+  EXPECT_EQ(stats().reserved, 20 * MiB);
+  // 10 MiB exactly is not: its own segment, rounded up to 2 MiB, is 10 MiB. The cached 10 MiB +
+  // 512 B rest would fit it, so fill that first with a request of its exact size.
+  must_allocate(10 * MiB + 512);
+  EXPECT_EQ(stats().segment_allocs, 1);
+  must_allocate(10 * MiB);
+  EXPECT_EQ(stats().reserved, 30 * MiB);
+  EXPECT_EQ(stats().segment_allocs, 2);
 }
 
 TEST_F(AllocCaching, TwelvePointThreeMiBReserves14MiB) {
