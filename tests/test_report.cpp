@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -120,6 +121,15 @@ TEST(ReportCsv, QuotesTextThatNeedsIt) {
   EXPECT_EQ(csv_row(t, {Cell::of_text(""), Cell::none(CellKind::text)}), ",");
   t.columns[1].key = "b,c";
   EXPECT_EQ(csv_header(t), "a,\"b,c\"");
+}
+
+TEST(ReportTable, APercentWithoutAFiniteValuePrintsAsEmpty) {
+  Table t;
+  t.columns = {{"err", "err", CellKind::percent}};
+  t.add_row({Cell::of_percent(std::nan(""))});
+  EXPECT_EQ(to_markdown(t), "|  err |\n| ---: |\n|    - |\n");
+  EXPECT_EQ(csv_row(t, t.rows[0]), "");
+  EXPECT_TRUE(json_row(t, t.rows[0])["err"].is_null());
 }
 
 TEST(ReportJson, TypesPerKind) {
@@ -291,9 +301,10 @@ TEST_F(ReportWriter, OnlyTheFormatsAskedFor) {
 TEST_F(ReportWriter, FinishWithoutRowsWritesTheHeader) {
   const fs::path folder = root_ / "empty";
   ResultWriter writer(folder.string(), "sweep", header_only(), provenance(), true, true);
-  writer.finish(nlohmann::json::object());
+  writer.finish(nlohmann::json());
   EXPECT_EQ(read(folder / "sweep.csv"), std::string(kCsvPreamble));
   const nlohmann::json doc = nlohmann::json::parse(read(folder / "sweep.json"));
+  EXPECT_EQ(doc["summary"], nlohmann::json::object());
   EXPECT_TRUE(doc["rows"].is_array());
   EXPECT_TRUE(doc["rows"].empty());
   EXPECT_FALSE(fs::exists(folder / "sweep.csv.partial"));
