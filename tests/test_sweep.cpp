@@ -74,7 +74,7 @@ TEST(SweepParse, ListsOfChoicesPresetsAndSizesAreCanonical) {
   EXPECT_EQ(values_of("recompute=none,full"), (Values{"none", "full"}));
   EXPECT_EQ(values_of("preset=gpt2,llama2-7b"), (Values{"gpt2", "llama2-7b"}));
   // Sizes are stored as raw bytes: 24 * 2^30 and 80 * 2^30.
-  EXPECT_EQ(values_of("vram=24GiB,80GiB"), (Values{"25769803776", "85899345920"}));
+  EXPECT_EQ(values_of("vram=24GiB,80GiB"), (Values{"25769803776B", "85899345920B"}));
   EXPECT_EQ(values_of("dropout=0,0.1"), (Values{"0", "0.1"}));
   EXPECT_EQ(values_of("device=cpu,sim:h100-80gb"), (Values{"cpu", "sim:h100-80gb"}));
 }

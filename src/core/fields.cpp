@@ -135,7 +135,7 @@ std::string get_field(const RunConfig& cfg, std::string_view name) {
   if (n == "scope") return std::string(to_string(cfg.scope));
   if (n == "allocator") return std::string(to_string(cfg.allocator));
   if (n == "device") return cfg.device;
-  return std::to_string(cfg.vram);  // vram, raw bytes
+  return std::to_string(cfg.vram) + "B";  // vram: raw bytes, readable back by set_field
 }
 
 }  // namespace vrambench

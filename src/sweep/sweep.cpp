@@ -188,12 +188,6 @@ std::vector<std::int64_t> powers_of_two(std::string_view spec, const AxisError& 
   return values;
 }
 
-// Axis values are get_field's canonical text, but set_field reads a bare size as GiB while
-// get_field writes sizes as raw bytes: give size values their unit back before applying them.
-std::string settable(const FieldInfo& field, const std::string& value) {
-  const bool digits = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
-  return field.kind == FieldKind::size && digits ? value + "B" : value;
-}
 
 }  // namespace
 
@@ -305,7 +299,7 @@ std::vector<RunConfig> expand(const RunConfig& base, const std::vector<Axis>& ax
   for (std::int64_t point = 0; point < points; ++point) {
     RunConfig cfg = base;
     for (const std::size_t a : apply_order)
-      set_field(cfg, names[a], settable(*fields_of_axes[a], axes[a].values[index[a]]));
+      set_field(cfg, names[a], axes[a].values[index[a]]);
     configs.push_back(std::move(cfg));
     for (std::size_t a = axes.size(); a-- > 0;) {
       if (++index[a] < axes[a].values.size()) break;
