@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "search/search.h"
 #include "search/trial.h"
 
 namespace vrambench {
@@ -97,18 +98,20 @@ enum Id { tokens, w, w_master, w_m, ws, x, h, y, dy, w_grad };
 //   grad 100 (until the end of the step) op5 adamw   (w, w.grad, w.m, w.master)
 // Persistent: tokens 10 + w 100 + w.master 200 + w.m 200 = 510.
 // Live tensor bytes while each op runs: 540, 630, 690, 710, 750, 610. Peak 750 at op4.
-Program tiny_program() {
+// Every size is multiplied by `unit`; x, h, y and dy also by `batch`, as activations are.
+Program tiny_program(std::int64_t unit = 1, std::int64_t batch = 1) {
   Program p;
-  p.add_tensor("tokens", {10}, DType::u8, Role::input);
-  p.add_tensor("w", {100}, DType::u8, Role::weight);
-  p.add_tensor("w.master", {200}, DType::u8, Role::master_weight);
-  p.add_tensor("w.m", {200}, DType::u8, Role::optimizer_state);
-  p.add_tensor("ws", {50}, DType::u8, Role::workspace);
-  p.add_tensor("x", {30}, DType::u8, Role::activation);
-  p.add_tensor("h", {40}, DType::u8, Role::transient);
-  p.add_tensor("y", {60}, DType::u8, Role::transient);
-  p.add_tensor("dy", {60}, DType::u8, Role::transient);
-  p.add_tensor("w.grad", {100}, DType::u8, Role::grad);
+  const std::int64_t per_sample = unit * batch;
+  p.add_tensor("tokens", {10 * unit}, DType::u8, Role::input);
+  p.add_tensor("w", {100 * unit}, DType::u8, Role::weight);
+  p.add_tensor("w.master", {200 * unit}, DType::u8, Role::master_weight);
+  p.add_tensor("w.m", {200 * unit}, DType::u8, Role::optimizer_state);
+  p.add_tensor("ws", {50 * unit}, DType::u8, Role::workspace);
+  p.add_tensor("x", {30 * per_sample}, DType::u8, Role::activation);
+  p.add_tensor("h", {40 * per_sample}, DType::u8, Role::transient);
+  p.add_tensor("y", {60 * per_sample}, DType::u8, Role::transient);
+  p.add_tensor("dy", {60 * per_sample}, DType::u8, Role::transient);
+  p.add_tensor("w.grad", {100 * unit}, DType::u8, Role::grad);
   p.add_op(OpKind::embedding_fwd, "embed", {tokens, w}, {x});
   p.add_op(OpKind::linear_fwd, "fc", {x, w, ws}, {h});
   p.add_op(OpKind::gelu_fwd, "act", {h}, {y});
@@ -335,6 +338,92 @@ TEST(Trial, RejectsBadArguments) {
   Program other = tiny_program();
   other.add_tensor("extra", {1}, DType::u8, Role::transient);
   EXPECT_THROW(run_step(other, compute_liveness(program), allocator, nullptr, 0), InternalError);
+}
+
+// The same program in MiB through the real caching allocator on a virtual source. Every size is an
+// even number of MiB and at least 10 MiB, so each new segment is exactly its request, and a cached
+// block is handed out whole (a remainder of 1 MiB or less is not split; none here is larger).
+TEST(TrialCaching, CachedBlocksRaiseReservedAboveTensorBytes) {
+  // h (40) is cached when dy (60) needs a new segment, h and y (60) are cached when w.grad (100)
+  // does: reserved peaks at 510 + 30 + 50 + 40 + 60 + 60 + 100 = 850 MiB at op4.
+  const Program program = tiny_program(MiB);
+  const auto source = make_virtual_source(4 * GiB);
+  const auto allocator = make_caching_allocator(*source);
+  RecordingExecutor executor;
+  const TrialResult r =
+      run_step(program, compute_liveness(program), *allocator, &executor, 500 * MiB);
+  EXPECT_TRUE(r.fit);
+  EXPECT_EQ(r.tensor_peak, 750 * MiB);
+  EXPECT_EQ(r.peak_op, 4);
+  EXPECT_EQ(r.reserved_peak, 850 * MiB);
+  EXPECT_EQ(r.device_peak, 1350 * MiB);
+  EXPECT_EQ(source->in_use(), 0);
+  // Virtual addresses are never null, so the executor sees exactly the live tensors here too.
+  ASSERT_EQ(executor.bound_per_call.size(), 6u);
+  EXPECT_EQ(executor.bound_per_call[4],
+            (std::set<int>{tokens, w, w_master, w_m, ws, x, dy, w_grad}));
+}
+
+TEST(TrialCaching, SecondStepReusesTheCacheOfTheFirst) {
+  // Step two finds a cached block of every size it asks for: no new segment, same peaks.
+  const Program program = tiny_program(MiB);
+  const auto source = make_virtual_source(4 * GiB);
+  const auto allocator = make_caching_allocator(*source);
+  const TrialResult r = run_step(program, compute_liveness(program), *allocator, nullptr, 0, 2);
+  EXPECT_TRUE(r.fit);
+  EXPECT_EQ(r.reserved_peak, 850 * MiB);
+  EXPECT_EQ(allocator->stats().segment_allocs, 10);
+  EXPECT_EQ(source->in_use(), 0);
+}
+
+TEST(TrialCaching, FreeAndRetryFitsWhereTheCacheWouldNot) {
+  // 800 MiB: w.grad's segment would make 850, so the cache (h 40, y 60) is released first and
+  // the step fits with 750 reserved.
+  const Program program = tiny_program(MiB);
+  const auto source = make_virtual_source(800 * MiB);
+  const auto allocator = make_caching_allocator(*source);
+  const TrialResult r = run_step(program, compute_liveness(program), *allocator, nullptr, 0);
+  EXPECT_TRUE(r.fit);
+  EXPECT_EQ(r.reserved_peak, 750 * MiB);
+  EXPECT_EQ(allocator->stats().retries, 1);
+  EXPECT_EQ(source->in_use(), 0);
+}
+
+TEST(TrialCaching, OomAfterRetryReportsWhatTheSourceHadLeft) {
+  // 749 MiB: after the cache is released 650 MiB stay live, and w.grad needs 100 of the 99 left.
+  const Program program = tiny_program(MiB);
+  const auto source = make_virtual_source(749 * MiB);
+  const auto allocator = make_caching_allocator(*source);
+  const TrialResult r = run_step(program, compute_liveness(program), *allocator, nullptr, 0);
+  EXPECT_FALSE(r.fit);
+  ASSERT_TRUE(r.oom);
+  EXPECT_EQ(r.oom->op, "fc.bwd");
+  EXPECT_EQ(r.oom->tensor, "w.grad");
+  EXPECT_EQ(r.oom->requested, 100 * MiB);
+  EXPECT_EQ(r.oom->free, 99 * MiB);
+  EXPECT_EQ(source->in_use(), 0);
+}
+
+TEST(TrialCaching, SearchOverTrialsFindsTheHandComputedMaxBatch) {
+  // Direct allocator, 4 GiB: live MiB are 660 + 90B at op4 and 560 + 150B at op3, so the largest
+  // batch with 560 + 150B <= 4096 is 23 (4010 MiB); 24 needs 4160.
+  const auto source = make_virtual_source(4 * GiB);
+  const auto allocator = make_direct_allocator(*source);
+  std::map<std::int64_t, TrialResult> by_batch;
+  auto fits = [&](std::int64_t batch) {
+    const Program program = tiny_program(MiB, batch);
+    by_batch[batch] = run_step(program, compute_liveness(program), *allocator, nullptr, 0);
+    return by_batch[batch].fit;
+  };
+  const SearchResult s = find_max_batch(fits, 20);
+  EXPECT_EQ(s.max_batch, 23);
+  EXPECT_FALSE(s.non_monotone);
+  EXPECT_EQ(by_batch.at(23).tensor_peak, 4010 * MiB);
+  EXPECT_EQ(by_batch.at(23).peak_op, 3);
+  ASSERT_TRUE(by_batch.at(24).oom);
+  EXPECT_EQ(by_batch.at(24).oom->op, "act.bwd");
+  EXPECT_EQ(by_batch.at(24).oom->tensor, "dy");
+  EXPECT_EQ(source->in_use(), 0);
 }
 
 }  // namespace
