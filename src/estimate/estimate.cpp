@@ -503,6 +503,10 @@ FixedState fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, Byt
   return f;
 }
 
+std::string end_of_step(const RunConfig& cfg) {
+  return cfg.optimizer == Optimizer::none ? "end of step" : "optimizer step";
+}
+
 // The whole model: forward ends with every block's saved tensors, the final norm and the logits;
 // backward runs loss, lm head, final norm, blocks L-1 .. 0, embeddings; then the optimizer step.
 std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhead) {
@@ -580,7 +584,7 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
   walk.at("embedding backward", led);
   led.drop_if("dx0");
   led.drop_if("d.embed.out");
-  walk.at(cfg.optimizer == Optimizer::none ? "end of step" : "optimizer step", led);
+  walk.at(end_of_step(cfg), led);
   return walk.points();
 }
 
@@ -613,6 +617,7 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
     case Scope::model: break;
   }
   for (const Ledger::Entry& x : block.entries()) block.pin(x.name);
+  const Ledger inputs = block;
   add_part_start(block, d, part);
   // Only the flash attention core runs without a GEMM.
   const bool has_gemms = cfg.scope != Scope::attention || d.eager;
@@ -620,10 +625,10 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
   Ledger outside;
   record_block(walk, d, part, std::string(to_string(cfg.scope)) + " backward", outside, {},
                std::move(block));
-  // Parameter gradients stay to the end of the step.
+  // Parameter gradients stay to the end of the step; the workspace went with the last GEMM.
   walk.grad(params);
-  Ledger inputs;
-  walk.at("end of step", inputs);
+  walk.release_workspace();
+  walk.at(end_of_step(cfg), inputs);
   return walk.points();
 }
 
