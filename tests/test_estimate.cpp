@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/presets.h"
+#include "program/program.h"
 
 namespace vrambench {
 namespace {
@@ -353,6 +354,43 @@ TEST(EstimateScope, LayerHoldsOneBlocksState) {
   // By the optimizer step the workspace has gone with the last GEMM; the inputs remain.
   EXPECT_EQ(step->fixed, 16 * block + 512 * MiB);
   EXPECT_EQ(step->per_sample, 1024 * 2 * 2 * H);
+}
+
+// The model is the step program's live tensor bytes in closed form: for every architecture, scope,
+// precision, attention, recompute mode, optimizer and dropout, at several batches, the estimate
+// minus the device context equals the program's tensor peak to the byte.
+TEST(EstimateAgainstProgram, PeakEqualsTheProgramsLiveTensorPeak) {
+  const DeviceOverhead overhead{512 * MiB, 4 * MiB};
+  int compared = 0;
+  for (std::string_view preset : {"tiny", "tiny-llama", "gpt2"})
+    for (std::int64_t S : {32, 256})
+      for (Precision p : {Precision::bf16, Precision::fp32})
+        for (Attention att : {Attention::eager, Attention::flash})
+          for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+            for (Optimizer opt : {Optimizer::adamw, Optimizer::sgd, Optimizer::none})
+              for (double dropout : {0.0, 0.1})
+                for (Scope scope : {Scope::model, Scope::layer, Scope::attention, Scope::mlp}) {
+                  RunConfig cfg = config(preset, S);
+                  cfg.dtype = p;
+                  cfg.attention = att;
+                  cfg.recompute = rc;
+                  cfg.optimizer = opt;
+                  cfg.dropout = dropout;
+                  cfg.scope = scope;
+                  const Breakdown b = analyze(cfg, overhead);
+                  for (std::int64_t batch : {1, 5}) {
+                    cfg.batch = batch;
+                    const Program program = build_program(cfg, overhead.gemm_workspace);
+                    const LiveProfile live = live_profile(program, compute_liveness(program));
+                    ASSERT_EQ(b.peak(batch) - overhead.context, live.peak)
+                        << preset << " S=" << S << " " << to_string(p) << " " << to_string(att)
+                        << " " << to_string(rc) << " " << to_string(opt) << " dropout "
+                        << dropout << " " << to_string(scope) << " B=" << batch << ": estimate "
+                        << b.moment << ", program peak at op " << live.peak_op;
+                    ++compared;
+                  }
+                }
+  EXPECT_EQ(compared, 3 * 2 * 2 * 2 * 3 * 3 * 2 * 4 * 2);
 }
 
 }  // namespace
