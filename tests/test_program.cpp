@@ -247,7 +247,8 @@ struct SavedBytes {
 SavedBytes block_saved_bytes(const Program& p, int layer) {
   const Liveness live = compute_liveness(p);
   const int end = find_op(p, fmt::format("layer{}.mlp.residual", layer));
-  const int begin = find_op(p, layer == 0 ? "layer0.ln1" : fmt::format("layer{}.ln1", layer));
+  const char* norm = p.config.model.arch == Arch::gpt ? "ln1" : "attn_norm";
+  const int begin = find_op(p, fmt::format("layer{}.{}", layer, norm));
   const int x_in = p.ops[static_cast<std::size_t>(begin)].inputs.front();
   const std::string prefix = fmt::format("layer{}.", layer);
   const std::string x_out = prefix + "x_out";
@@ -294,6 +295,23 @@ TEST(ProgramActivations, FlashKeepsOutputAndLogSumExpOnly) {
   const SavedBytes saved = block_saved_bytes(build_program(cfg, 0), 1);
   EXPECT_EQ(saved.narrow, 34 * s * b * h);
   EXPECT_EQ(saved.f32, 2 * 2 * s * b * 4 + b * a * s * 4);
+}
+
+TEST(ProgramActivations, LlamaBlockSavesRotatedQkvAndThreeMlpTensors) {
+  RunConfig cfg = korthikanti_config();
+  cfg.model.arch = Arch::llama;
+  cfg.model.kv_heads = 2;
+  cfg.model.ffn = 176;
+  cfg.model.max_positions = 1;
+  cfg.model.tied_embeddings = false;
+  const std::int64_t s = cfg.seq, b = cfg.batch, h = cfg.model.hidden, a = cfg.model.heads;
+  const std::int64_t q = (4 + 2 * 2) * 16, f = cfg.model.ffn;
+  const SavedBytes saved = block_saved_bytes(build_program(cfg, 0), 1);
+  // 16-bit x_in, attn_norm.out, attn.y, x_mid, mlp_norm.out (2sbh each), qkv_rot (2sbQ),
+  // gate, up, swiglu outputs (2sbF each), two u8 masks (sbh each); probs, probs_drop and the
+  // probs mask (5as^2b); fp32 rstd of both norms.
+  EXPECT_EQ(saved.narrow, s * b * (12 * h + 2 * q + 6 * f) + 5 * a * s * s * b);
+  EXPECT_EQ(saved.f32, 2 * s * b * 4);
 }
 
 TEST(ProgramActivations, FlashHasNoSequenceSquaredTensor) {
