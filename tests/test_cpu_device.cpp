@@ -1,0 +1,95 @@
+// The cpu device end to end: the trial runner over capped host memory with the reference kernels
+// (fit, out of memory, memory returned), and 16-bit recipes (bf16, fp16 with fp32 master weights)
+// training through whole programs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "alloc/allocator.h"
+#include "common/math.h"
+#include "core/presets.h"
+#include "cpu/executor.h"
+#include "cpu/host_runner.h"
+#include "device/cpu_source.h"
+#include "program/program.h"
+#include "search/trial.h"
+
+namespace vrambench {
+namespace {
+
+RunConfig tiny_16bit(Precision dtype) {
+  RunConfig cfg;
+  cfg.model = find_preset("tiny").model;
+  cfg.model.vocab = 32;
+  cfg.model.max_positions = 16;
+  cfg.seq = 8;
+  cfg.batch = 2;
+  cfg.dtype = dtype;
+  cfg.attention = Attention::eager;
+  cfg.optimizer = Optimizer::adamw;
+  cfg.dropout = 0.1;
+  cfg.device = "cpu";
+  return cfg;
+}
+
+TEST(CpuDevice, TrialFitsThenRunsOutOfMemoryAndReturnsEverything) {
+  const Program program = build_program(tiny_16bit(Precision::bf16), 4096);
+  const Liveness liveness = compute_liveness(program);
+  const Bytes peak = live_profile(program, liveness).peak;
+  auto executor = make_cpu_executor(3);
+  {
+    auto source = make_host_source(64 * MiB);
+    auto allocator = make_allocator(AllocatorKind::caching, *source);
+    const TrialResult result = run_step(program, liveness, *allocator, executor.get(), 0, 2);
+    EXPECT_TRUE(result.fit);
+    EXPECT_EQ(result.tensor_peak, peak);
+    EXPECT_GE(result.reserved_peak, peak);
+    EXPECT_EQ(source->in_use(), 0);
+  }
+  {
+    // Half the program's own peak cannot fit, whatever the allocator does.
+    auto source = make_host_source(peak / 2);
+    auto allocator = make_allocator(AllocatorKind::direct, *source);
+    const TrialResult result = run_step(program, liveness, *allocator, executor.get(), 0);
+    EXPECT_FALSE(result.fit);
+    ASSERT_TRUE(result.oom.has_value());
+    EXPECT_GT(result.oom->requested, 0);
+    EXPECT_EQ(source->in_use(), 0);
+  }
+}
+
+// A few AdamW steps on one fixed batch: 16-bit weights and activations, fp32 master weights and
+// optimizer state. The loss must fall, and every weight must stay the rounding of its master.
+void check_16bit_training(Precision dtype) {
+  Program program = build_program(tiny_16bit(dtype), 0);
+  for (Op& op : program.ops)
+    if (op.kind == OpKind::adamw_step) op.lr = 1e-2f;
+  auto executor = make_cpu_executor(5);
+  HostRunner run(program, *executor);
+  run.step();
+  const float initial = run.loss();
+  float loss = initial;
+  for (int step = 1; step < 30; ++step) {
+    run.step();
+    loss = run.loss();
+    ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
+  }
+  EXPECT_LT(loss, 0.8f * initial) << to_string(dtype);
+  const DType storage = activation_dtype(dtype);
+  int masters = 0;
+  for (const Tensor& t : program.tensors) {
+    if (t.role != Role::master_weight) continue;
+    const auto master = run.values(t.id);
+    const auto weight = run.values(find_tensor(program, t.name.substr(0, t.name.size() - 7)));
+    for (std::size_t i = 0; i < master.size(); ++i)
+      ASSERT_EQ(weight[i], kmath::round_to(storage, master[i])) << t.name << "[" << i << "]";
+    ++masters;
+  }
+  EXPECT_GT(masters, 10);
+}
+
+TEST(CpuDevice, Bf16WithMasterWeightsTrains) { check_16bit_training(Precision::bf16); }
+TEST(CpuDevice, Fp16WithMasterWeightsTrains) { check_16bit_training(Precision::fp16); }
+
+}  // namespace
+}  // namespace vrambench
