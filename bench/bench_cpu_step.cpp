@@ -30,10 +30,10 @@ void BM_CpuStepTiny(benchmark::State& state) {
     benchmark::DoNotOptimize(run.loss());
   }
   const double tokens = static_cast<double>(cfg.batch * cfg.seq);
-  state.counters["tokens_per_second"] =
-      benchmark::Counter(tokens * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-  state.SetLabel(fmt::format("{} {} B={} S={}", cfg.model.name, to_string(cfg.attention),
-                             cfg.batch, cfg.seq));
+  state.counters["tokens_per_second"] = benchmark::Counter(
+      tokens * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(
+      fmt::format("{} {} B={} S={}", cfg.model.name, to_string(cfg.attention), cfg.batch, cfg.seq));
 }
 BENCHMARK(BM_CpuStepTiny)
     ->ArgsProduct({{0, 1}, {0, 1}})

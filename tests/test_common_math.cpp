@@ -1,11 +1,11 @@
 // The element-wise math shared by CPU and CUDA kernels: rounding bit patterns, activations, the
 // dropout RNG, optimizer updates and the RoPE rotation.
-#include "common/math.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+
+#include "common/math.h"
 
 namespace vrambench {
 namespace {
@@ -44,12 +44,12 @@ TEST(CpuCommonRounding, Fp16KnownPatterns) {
   EXPECT_EQ(float_to_fp16(65520.0f), 0x7C00);  // the tie rounds to even, which is Inf
   EXPECT_EQ(float_to_fp16(1e6f), 0x7C00);
   EXPECT_EQ(float_to_fp16(-std::numeric_limits<float>::infinity()), 0xFC00);
-  EXPECT_EQ(float_to_fp16(6.103515625e-05f), 0x0400);  // smallest normal 2^-14
-  EXPECT_EQ(float_to_fp16(5.9604644775390625e-08f), 0x0001);  // smallest subnormal 2^-24
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);    // half of it: tie to even (0)
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.5f, -25)), 0x0001);    // above the tie
-  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);    // 1.5 units: tie to even (2)
-  EXPECT_EQ(float_to_fp16(std::ldexp(1023.0f, -24)), 0x03FF); // largest subnormal
+  EXPECT_EQ(float_to_fp16(6.103515625e-05f), 0x0400);          // smallest normal 2^-14
+  EXPECT_EQ(float_to_fp16(5.9604644775390625e-08f), 0x0001);   // smallest subnormal 2^-24
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);     // half of it: tie to even (0)
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.5f, -25)), 0x0001);     // above the tie
+  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);     // 1.5 units: tie to even (2)
+  EXPECT_EQ(float_to_fp16(std::ldexp(1023.0f, -24)), 0x03FF);  // largest subnormal
   // 1 + 2^-11 is halfway between 1.0 (even) and 1 + 2^-10: ties to even.
   EXPECT_EQ(float_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
   EXPECT_EQ(float_to_fp16(1.0f + 3.0f * std::ldexp(1.0f, -11)), 0x3C02);
@@ -148,7 +148,8 @@ TEST(CpuCommonOptimizer, AdamwFirstStepByHand) {
   const float w_before = w;
   adamw_update(&w, 0.2f, &m, &v, p2);
   const double m2 = 0.9 * 0.02 + 0.1 * 0.2, v2 = 0.999 * 0.00004 + 0.001 * 0.04;
-  const double expected = w_before - 0.1 * (m2 / (1 - 0.81)) / (std::sqrt(v2 / (1 - 0.998001)) + 1e-8);
+  const double expected =
+      w_before - 0.1 * (m2 / (1 - 0.81)) / (std::sqrt(v2 / (1 - 0.998001)) + 1e-8);
   EXPECT_NEAR(w, expected, 1e-6);
 }
 

@@ -88,8 +88,12 @@ void check_16bit_training(Precision dtype) {
   EXPECT_GT(masters, 10);
 }
 
-TEST(CpuDevice, Bf16WithMasterWeightsTrains) { check_16bit_training(Precision::bf16); }
-TEST(CpuDevice, Fp16WithMasterWeightsTrains) { check_16bit_training(Precision::fp16); }
+TEST(CpuDevice, Bf16WithMasterWeightsTrains) {
+  check_16bit_training(Precision::bf16);
+}
+TEST(CpuDevice, Fp16WithMasterWeightsTrains) {
+  check_16bit_training(Precision::fp16);
+}
 
 }  // namespace
 }  // namespace vrambench

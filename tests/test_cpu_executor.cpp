@@ -1,8 +1,6 @@
 // The cpu device: the executor over small hand-built programs (storage rounding to bf16/fp16,
 // accumulation into gradients, workspace tensors ignored, optimizer steps with master weights,
 // initial contents), the host driver, and the capped host segment source.
-#include "cpu/executor.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +9,7 @@
 
 #include "common/math.h"
 #include "core/error.h"
+#include "cpu/executor.h"
 #include "cpu/host_runner.h"
 #include "device/cpu_source.h"
 
@@ -192,7 +191,8 @@ TEST(CpuExecutor, InitialContentsFollowTheNames) {
     return true;
   };
   auto exec = make_cpu_executor(6, fill_targets);
-  for (const Tensor& t : p.tensors) exec->initialize(p, t.id, mem.data[static_cast<std::size_t>(t.id)]);
+  for (const Tensor& t : p.tensors)
+    exec->initialize(p, t.id, mem.data[static_cast<std::size_t>(t.id)]);
   for (std::int64_t i = 0; i < 4; ++i) {
     EXPECT_EQ(mem.at(p, ln, i), 1.0f);
     EXPECT_EQ(mem.at(p, ln_b, i), 0.0f);

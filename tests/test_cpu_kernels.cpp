@@ -18,8 +18,7 @@ using Vec = std::vector<float>;
 
 Vec random_vec(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
   Vec v(n);
-  for (std::size_t i = 0; i < n; ++i)
-    v[i] = scale * (2.0f * kmath::uniform(seed, i) - 1.0f);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * (2.0f * kmath::uniform(seed, i) - 1.0f);
   return v;
 }
 
@@ -60,7 +59,8 @@ TEST(CpuKernelsNorm, LayernormGradientsMatchFiniteDifferences) {
   const Vec r = random_vec(M * H, 4);
   Vec y(M * H), mean(M), rstd(M);
   auto objective = [&] {
-    cpu::layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, H, 1e-5f);
+    cpu::layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, H,
+                       1e-5f);
     return weighted_sum(y, r);
   };
   objective();
@@ -117,8 +117,12 @@ void check_linear(bool with_bias) {
   if (with_bias) expect_gradient("db", b, db, objective);
 }
 
-TEST(CpuKernelsLinear, GradientsWithBias) { check_linear(true); }
-TEST(CpuKernelsLinear, GradientsWithoutBias) { check_linear(false); }
+TEST(CpuKernelsLinear, GradientsWithBias) {
+  check_linear(true);
+}
+TEST(CpuKernelsLinear, GradientsWithoutBias) {
+  check_linear(false);
+}
 
 TEST(CpuKernelsActivation, GeluGradient) {
   const std::int64_t n = 9;
@@ -204,8 +208,8 @@ Vec eager_backward(const Vec& qkv, const EagerOut& o, const Vec& dy, const cpu::
                    float p = 0.0f) {
   const std::int64_t n_probs = s.B * s.A * s.S * s.S;
   Vec dprobs(n_probs), dscores(n_probs), dqkv(qkv.size(), 12345.0f);  // garbage must be overwritten
-  cpu::attn_values_bwd(dprobs.data(), dqkv.data(), dy.data(), p > 0.0f ? o.dropped.data() : o.probs.data(),
-                       qkv.data(), s);
+  cpu::attn_values_bwd(dprobs.data(), dqkv.data(), dy.data(),
+                       p > 0.0f ? o.dropped.data() : o.probs.data(), qkv.data(), s);
   if (p > 0.0f) {
     Vec dundropped(n_probs);
     cpu::dropout_bwd(dundropped.data(), dprobs.data(), o.mask.data(), n_probs, p);
@@ -252,8 +256,12 @@ void check_eager_chain(const cpu::AttnShape& s) {
   expect_gradient("dqkv", qkv, dqkv, [&] { return weighted_sum(eager_forward(qkv, s).y, r); });
 }
 
-TEST(CpuKernelsAttention, EagerChainGradientMultiHead) { check_eager_chain(shape(2, 3, 2, 2, 4)); }
-TEST(CpuKernelsAttention, EagerChainGradientGroupedQuery) { check_eager_chain(shape(1, 4, 4, 2, 2)); }
+TEST(CpuKernelsAttention, EagerChainGradientMultiHead) {
+  check_eager_chain(shape(2, 3, 2, 2, 4));
+}
+TEST(CpuKernelsAttention, EagerChainGradientGroupedQuery) {
+  check_eager_chain(shape(1, 4, 4, 2, 2));
+}
 
 void check_flash_equals_eager(const cpu::AttnShape& s, float p) {
   const std::uint64_t seed = 99;
@@ -274,9 +282,15 @@ void check_flash_equals_eager(const cpu::AttnShape& s, float p) {
   expect_close("dqkv", flash_dqkv, eager_dqkv, 1e-4);
 }
 
-TEST(CpuKernelsAttention, FlashEqualsEagerMultiHead) { check_flash_equals_eager(shape(2, 5, 2, 2, 4), 0.0f); }
-TEST(CpuKernelsAttention, FlashEqualsEagerGroupedQuery) { check_flash_equals_eager(shape(1, 6, 4, 1, 4), 0.0f); }
-TEST(CpuKernelsAttention, FlashEqualsEagerWithDropout) { check_flash_equals_eager(shape(2, 6, 4, 2, 2), 0.3f); }
+TEST(CpuKernelsAttention, FlashEqualsEagerMultiHead) {
+  check_flash_equals_eager(shape(2, 5, 2, 2, 4), 0.0f);
+}
+TEST(CpuKernelsAttention, FlashEqualsEagerGroupedQuery) {
+  check_flash_equals_eager(shape(1, 6, 4, 1, 4), 0.0f);
+}
+TEST(CpuKernelsAttention, FlashEqualsEagerWithDropout) {
+  check_flash_equals_eager(shape(2, 6, 4, 2, 2), 0.3f);
+}
 
 TEST(CpuKernelsAttention, FlashGradientMatchesFiniteDifferences) {
   const cpu::AttnShape s = shape(1, 4, 2, 1, 2);
@@ -292,7 +306,8 @@ TEST(CpuKernelsAttention, FlashGradientMatchesFiniteDifferences) {
   expect_gradient("dqkv", qkv, dqkv, objective);
 }
 
-// ---- dropout, embedding, cross-entropy, add ------------------------------------------------------
+// ---- dropout, embedding, cross-entropy, add
+// ------------------------------------------------------
 
 TEST(CpuKernelsDropout, FixedMaskGradientAndScale) {
   const std::int64_t n = 64;
@@ -374,7 +389,8 @@ TEST(CpuKernelsAdd, SumsAndIsLinear) {
   expect_gradient("db", b, r, objective);
 }
 
-// ---- optimizers ------------------------------------------------------------------------------------
+// ---- optimizers
+// ------------------------------------------------------------------------------------
 
 TEST(CpuKernelsOptimizer, AdamwOneStepByHand) {
   Vec w = {1.0f, -0.5f}, g = {0.1f, -0.4f}, m = {0.0f, 0.0f}, v = {0.0f, 0.0f};

@@ -107,10 +107,16 @@ double exact_loss(const Program& program, const HostRunner& run) {
 // along a direction through all weights covers the others.
 std::vector<std::string> sampled_weights(Arch arch) {
   if (arch == Arch::gpt)
-    return {"wte", "wpe", "layer0.ln1.b", "layer0.attn.qkv.w", "layer0.attn.qkv.b",
-            "layer1.mlp.fc.w", "ln_f.w"};
-  return {"wte", "lm_head.w", "layer0.attn_norm.w", "layer0.attn.qkv.w", "layer1.mlp.gate.w",
-          "layer1.mlp.up.w", "layer1.mlp.down.w"};
+    return {
+        "wte",   "wpe", "layer0.ln1.b", "layer0.attn.qkv.w", "layer0.attn.qkv.b", "layer1.mlp.fc.w",
+        "ln_f.w"};
+  return {"wte",
+          "lm_head.w",
+          "layer0.attn_norm.w",
+          "layer0.attn.qkv.w",
+          "layer1.mlp.gate.w",
+          "layer1.mlp.up.w",
+          "layer1.mlp.down.w"};
 }
 
 // For each sampled weight: the directional derivative of the loss along a random unit direction
@@ -218,8 +224,8 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 std::map<std::string, std::vector<float>> one_step_gradients(std::string_view preset,
-                                                            Attention attention,
-                                                            Recompute recompute, float* loss) {
+                                                             Attention attention,
+                                                             Recompute recompute, float* loss) {
   const Program program = build_program(tiny(preset, attention, recompute), kWorkspaceBytes);
   auto exec = make_cpu_executor(12, copy_task(program.config.model.vocab));
   HostRunner run(program, *exec);
@@ -279,7 +285,9 @@ void check_training(std::string_view preset, Attention attention) {
 
 // One model is enough here: the gradient tests above cover the other block; this one is about the
 // optimizer, master-free fp32 state across steps, and the driver loop.
-TEST(CpuTrain, GptLearnsCopyTask) { check_training("tiny", Attention::flash); }
+TEST(CpuTrain, GptLearnsCopyTask) {
+  check_training("tiny", Attention::flash);
+}
 
 }  // namespace
 }  // namespace vrambench

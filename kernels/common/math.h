@@ -44,8 +44,9 @@ VB_HD inline float bf16_to_float(std::uint16_t h) {
   return bits_float(static_cast<std::uint32_t>(h) << 16);
 }
 
-// ---- fp16 (IEEE binary16) -------------------------------------------------------------------------
-// 1 sign, 5 exponent (bias 15), 10 mantissa bits; max 65504, smallest subnormal 2^-24.
+// ---- fp16 (IEEE binary16)
+// ------------------------------------------------------------------------- 1 sign, 5 exponent
+// (bias 15), 10 mantissa bits; max 65504, smallest subnormal 2^-24.
 VB_HD inline std::uint16_t float_to_fp16(float f) {
   const std::uint32_t u = float_bits(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
@@ -58,9 +59,9 @@ VB_HD inline std::uint16_t float_to_fp16(float f) {
     // Below 2^-14: subnormal. Scale the full significand so that the fp16 subnormal unit (2^-24)
     // is bit 0, rounding the dropped bits to nearest even. Values under 2^-25 round to zero.
     if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
-    const std::uint32_t exponent = abs >> 23;                    // 102..112
+    const std::uint32_t exponent = abs >> 23;  // 102..112
     const std::uint32_t mantissa = (abs & 0x007FFFFFu) | 0x00800000u;
-    const std::uint32_t shift = 126u - exponent;                 // 14..24
+    const std::uint32_t shift = 126u - exponent;  // 14..24
     std::uint32_t half = mantissa >> shift;
     const std::uint32_t rest = mantissa & ((1u << shift) - 1u);
     const std::uint32_t halfway = 1u << (shift - 1u);
@@ -86,25 +87,37 @@ VB_HD inline float fp16_to_float(std::uint16_t h) {
   return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-// ---- storage by dtype -----------------------------------------------------------------------------
-// Element i of a buffer of dtype t, as float. Integer dtypes convert numerically (u8 masks, i32
-// token ids), so every kernel can read any tensor through one path.
+// ---- storage by dtype
+// ----------------------------------------------------------------------------- Element i of a
+// buffer of dtype t, as float. Integer dtypes convert numerically (u8 masks, i32 token ids), so
+// every kernel can read any tensor through one path.
 VB_HD inline float load(const void* data, DType t, std::int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(data)[i];
-    case DType::f16: return fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::u8: return static_cast<float>(static_cast<const std::uint8_t*>(data)[i]);
-    case DType::i32: return static_cast<float>(static_cast<const std::int32_t*>(data)[i]);
+    case DType::f32:
+      return static_cast<const float*>(data)[i];
+    case DType::f16:
+      return fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::bf16:
+      return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::u8:
+      return static_cast<float>(static_cast<const std::uint8_t*>(data)[i]);
+    case DType::i32:
+      return static_cast<float>(static_cast<const std::int32_t*>(data)[i]);
   }
   return 0.0f;
 }
 // Stores v into element i, rounding to nearest even for 16-bit floats and to nearest for integers.
 VB_HD inline void store(void* data, DType t, std::int64_t i, float v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(data)[i] = v; return;
-    case DType::f16: static_cast<std::uint16_t*>(data)[i] = float_to_fp16(v); return;
-    case DType::bf16: static_cast<std::uint16_t*>(data)[i] = float_to_bf16(v); return;
+    case DType::f32:
+      static_cast<float*>(data)[i] = v;
+      return;
+    case DType::f16:
+      static_cast<std::uint16_t*>(data)[i] = float_to_fp16(v);
+      return;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(data)[i] = float_to_bf16(v);
+      return;
     case DType::u8:
       static_cast<std::uint8_t*>(data)[i] = static_cast<std::uint8_t>(lrintf(v));
       return;
@@ -116,13 +129,17 @@ VB_HD inline void store(void* data, DType t, std::int64_t i, float v) {
 // The value v becomes once stored as t and loaded back.
 VB_HD inline float round_to(DType t, float v) {
   switch (t) {
-    case DType::f16: return fp16_to_float(float_to_fp16(v));
-    case DType::bf16: return bf16_to_float(float_to_bf16(v));
-    default: return v;
+    case DType::f16:
+      return fp16_to_float(float_to_fp16(v));
+    case DType::bf16:
+      return bf16_to_float(float_to_bf16(v));
+    default:
+      return v;
   }
 }
 
-// ---- activations ----------------------------------------------------------------------------------
+// ---- activations
+// ----------------------------------------------------------------------------------
 inline constexpr float kSqrt2OverPi = 0.7978845608028654f;
 inline constexpr float kGeluCubic = 0.044715f;
 
@@ -139,24 +156,31 @@ VB_HD inline float gelu_grad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;
 }
 
-VB_HD inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-VB_HD inline float silu(float x) { return x * sigmoid(x); }
+VB_HD inline float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+VB_HD inline float silu(float x) {
+  return x * sigmoid(x);
+}
 // d silu / dx = s (1 + x (1 - s)) with s = sigmoid(x).
 VB_HD inline float silu_grad(float x) {
   const float s = sigmoid(x);
   return s * (1.0f + x * (1.0f - s));
 }
 // SwiGLU: y = silu(gate) * up.
-VB_HD inline float swiglu(float gate, float up) { return silu(gate) * up; }
+VB_HD inline float swiglu(float gate, float up) {
+  return silu(gate) * up;
+}
 VB_HD inline void swiglu_grad(float dy, float gate, float up, float* dgate, float* dup) {
   *dgate = dy * up * silu_grad(gate);
   *dup = dy * silu(gate);
 }
 
-// ---- dropout RNG ----------------------------------------------------------------------------------
-// Counter-based: the mask element at `index` depends only on (seed, index), so CPU and GPU, forward
-// and recompute, and eager and flash attention all draw the same mask without stored state.
-// splitmix64 finaliser over the seed-mixed counter.
+// ---- dropout RNG
+// ---------------------------------------------------------------------------------- Counter-based:
+// the mask element at `index` depends only on (seed, index), so CPU and GPU, forward and recompute,
+// and eager and flash attention all draw the same mask without stored state. splitmix64 finaliser
+// over the seed-mixed counter.
 VB_HD inline std::uint64_t hash64(std::uint64_t seed, std::uint64_t index) {
   std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -172,7 +196,8 @@ VB_HD inline bool keep(std::uint64_t seed, std::uint64_t index, float p) {
   return uniform(seed, index) >= p;
 }
 
-// ---- optimizers -----------------------------------------------------------------------------------
+// ---- optimizers
+// -----------------------------------------------------------------------------------
 struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   int step = 1;  // 1-based step number for bias correction
@@ -206,12 +231,12 @@ VB_HD inline void sgd_update(float* w, float g, float* momentum_buf, const SgdPa
   *w -= p.lr * *momentum_buf;
 }
 
-// ---- rotary position embedding ----------------------------------------------------------------------
+// ---- rotary position embedding
+// ----------------------------------------------------------------------
 inline constexpr float kRopeTheta = 10000.0f;
 // Angle of pair i (elements 2i, 2i+1 of a head of size D) at position pos: pos * theta^(-2i/D).
 VB_HD inline float rope_angle(std::int64_t pos, std::int64_t pair, std::int64_t D) {
-  const float inv_freq =
-      powf(kRopeTheta, -2.0f * static_cast<float>(pair) / static_cast<float>(D));
+  const float inv_freq = powf(kRopeTheta, -2.0f * static_cast<float>(pair) / static_cast<float>(D));
   return static_cast<float>(pos) * inv_freq;
 }
 // Rotates (x0, x1) by +angle (forward); the backward is the rotation by -angle (`inverse`).

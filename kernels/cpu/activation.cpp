@@ -20,7 +20,8 @@ void swiglu_fwd(float* y, const float* gate, const float* up, std::int64_t n) {
 
 void swiglu_bwd(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                 std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) kmath::swiglu_grad(dy[i], gate[i], up[i], &dgate[i], &dup[i]);
+  for (std::int64_t i = 0; i < n; ++i)
+    kmath::swiglu_grad(dy[i], gate[i], up[i], &dgate[i], &dup[i]);
 }
 
 }  // namespace vrambench::cpu

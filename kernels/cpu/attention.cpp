@@ -33,7 +33,9 @@ std::int64_t prob_index(const AttnShape& s, std::int64_t b, std::int64_t a, std:
   return ((b * s.A + a) * s.S + i) * s.S + j;
 }
 
-double inv_sqrt_d(const AttnShape& s) { return 1.0 / std::sqrt(static_cast<double>(s.D)); }
+double inv_sqrt_d(const AttnShape& s) {
+  return 1.0 / std::sqrt(static_cast<double>(s.D));
+}
 
 }  // namespace
 
@@ -92,7 +94,8 @@ void attn_values(float* y, const float* probs, const float* qkv, const AttnShape
           for (std::int64_t d = 0; d < s.D; ++d) acc[static_cast<std::size_t>(d)] += pij * v[d];
         }
         float* out = y + (b * s.S + i) * s.A * s.D + a * s.D;
-        for (std::int64_t d = 0; d < s.D; ++d) out[d] = static_cast<float>(acc[static_cast<std::size_t>(d)]);
+        for (std::int64_t d = 0; d < s.D; ++d)
+          out[d] = static_cast<float>(acc[static_cast<std::size_t>(d)]);
       }
 }
 
@@ -114,7 +117,8 @@ void attn_values_bwd(float* dprobs, float* dqkv, const float* dy, const float* p
           for (std::int64_t d = 0; d < s.D; ++d) dv[d] += pij * g[d];
         }
       }
-  for (std::int64_t e = 0; e < n; ++e) dqkv[e] = static_cast<float>(acc[static_cast<std::size_t>(e)]);
+  for (std::int64_t e = 0; e < n; ++e)
+    dqkv[e] = static_cast<float>(acc[static_cast<std::size_t>(e)]);
 }
 
 void attn_scores_bwd(float* dqkv, const float* dscores, const float* qkv, const AttnShape& s) {
@@ -206,9 +210,10 @@ void flash_bwd(float* dqkv, const float* dy, const float* qkv, const float* y, c
           const double prob = std::exp(scale * dot(q, k, s.D) - row_lse);
           double mask = 1.0;
           if (dropout_p > 0.0f)
-            mask = kmath::keep(seed, static_cast<std::uint64_t>(prob_index(s, b, a, i, j)), dropout_p)
-                       ? keep_scale
-                       : 0.0;
+            mask =
+                kmath::keep(seed, static_cast<std::uint64_t>(prob_index(s, b, a, i, j)), dropout_p)
+                    ? keep_scale
+                    : 0.0;
           const double dprob = mask * dot(g, v, s.D);  // through the dropout to the softmax output
           const double dscore = scale * prob * (dprob - delta);
           double* dk = acc.data() + p.row(b, j) + p.k(kv);

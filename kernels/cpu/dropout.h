@@ -14,6 +14,8 @@ void dropout_fwd(float* y, float* mask, const float* x, std::int64_t n, float p,
 void dropout_bwd(float* dx, const float* dy, const float* mask, std::int64_t n, float p);
 
 // The factor a kept element is multiplied by.
-inline float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+inline float dropout_scale(float p) {
+  return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
 
 }  // namespace vrambench::cpu

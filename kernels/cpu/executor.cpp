@@ -37,7 +37,8 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// ---- binding --------------------------------------------------------------------------------------
+// ---- binding
+// --------------------------------------------------------------------------------------
 
 struct Bound {
   const Tensor* tensor = nullptr;
@@ -93,8 +94,8 @@ struct Args {
     if (in.size() < n_in_min || in.size() > n_in_max || out.size() < n_out_min ||
         out.size() > n_out_max)
       throw InternalError("op '" + op.name + "' (" + std::string(to_string(op.kind)) + ") has " +
-                          std::to_string(in.size()) + " inputs and " +
-                          std::to_string(out.size()) + " outputs");
+                          std::to_string(in.size()) + " inputs and " + std::to_string(out.size()) +
+                          " outputs");
   }
 };
 
@@ -106,8 +107,12 @@ std::vector<float> zeros_like(const Bound& b) {
   return std::vector<float>(static_cast<std::size_t>(b.tensor->elements()), 0.0f);
 }
 
-std::int64_t last_dim(const Bound& b) { return b.tensor->shape.empty() ? 1 : b.tensor->shape.back(); }
-std::int64_t rows(const Bound& b) { return b.tensor->elements() / last_dim(b); }
+std::int64_t last_dim(const Bound& b) {
+  return b.tensor->shape.empty() ? 1 : b.tensor->shape.back();
+}
+std::int64_t rows(const Bound& b) {
+  return b.tensor->elements() / last_dim(b);
+}
 
 cpu::AttnShape attn_shape(const Op& op, const Tensor& qkv) {
   require(qkv.shape.size() == 3, op, "qkv must be [B,S,Q]");
@@ -122,7 +127,8 @@ cpu::AttnShape attn_shape(const Op& op, const Tensor& qkv) {
   return s;
 }
 
-// ---- the executor -----------------------------------------------------------------------------------
+// ---- the executor
+// -----------------------------------------------------------------------------------
 
 class CpuExecutor final : public Executor {
  public:
@@ -155,8 +161,8 @@ class CpuExecutor final : public Executor {
           const std::uint64_t stream = name_hash(t.name) ^ seed_;
           const auto vocab = static_cast<std::uint64_t>(program.config.model.vocab);
           for (std::int64_t i = 0; i < n; ++i)
-            values[static_cast<std::size_t>(i)] = static_cast<float>(
-                kmath::hash64(stream, static_cast<std::uint64_t>(i)) % vocab);
+            values[static_cast<std::size_t>(i)] =
+                static_cast<float>(kmath::hash64(stream, static_cast<std::uint64_t>(i)) % vocab);
         } else {
           for (std::int64_t i = 0; i < n; ++i)
             values[static_cast<std::size_t>(i)] = normal(name_hash(t.name) ^ seed_, i);
@@ -178,10 +184,12 @@ class CpuExecutor final : public Executor {
  private:
   void fill_weight(std::vector<float>& values, const std::string& name, DType dtype) const {
     const bool bias = ends_with(name, ".b") || ends_with(name, ".bias");
-    const bool norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
+    const bool norm =
+        name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
     for (std::size_t i = 0; i < values.size(); ++i) {
-      const float v = bias ? 0.0f : norm ? 1.0f
-                                           : initial_weight_value(seed_, name, static_cast<std::int64_t>(i));
+      const float v = bias   ? 0.0f
+                      : norm ? 1.0f
+                             : initial_weight_value(seed_, name, static_cast<std::int64_t>(i));
       values[i] = kmath::round_to(dtype, v);
     }
   }
@@ -218,8 +226,8 @@ class CpuExecutor final : public Executor {
         }
         auto x = zeros_like(a.out[0]);
         require(static_cast<std::int64_t>(x.size()) == B * S * H, op, "x must be [B,S,H]");
-        cpu::embedding_fwd(x.data(), ids.data(), w.data(), wpe.empty() ? nullptr : wpe.data(), B,
-                           S, V, H);
+        cpu::embedding_fwd(x.data(), ids.data(), w.data(), wpe.empty() ? nullptr : wpe.data(), B, S,
+                           V, H);
         a.store_out(0, x);
         return;
       }
@@ -377,7 +385,8 @@ class CpuExecutor final : public Executor {
       case OpKind::attn_scores: {
         a.expect(1, 1, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
-        require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, op, "scores must be [B,A,S,S]");
+        require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, op,
+                "scores must be [B,A,S,S]");
         const auto qkv = load(a.in[0]);
         auto scores = zeros_like(a.out[0]);
         cpu::attn_scores(scores.data(), qkv.data(), s);

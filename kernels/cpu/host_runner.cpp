@@ -23,7 +23,9 @@ HostRunner::HostRunner(const Program& program, Executor& executor)
   }
 }
 
-void HostRunner::keep_alive(int tensor_id) { kept_.at(static_cast<std::size_t>(tensor_id)) = true; }
+void HostRunner::keep_alive(int tensor_id) {
+  kept_.at(static_cast<std::size_t>(tensor_id)) = true;
+}
 
 void HostRunner::bind(int tensor_id, bool poison) {
   const Tensor& t = program_.tensor(tensor_id);

@@ -12,7 +12,8 @@ void linear_fwd(float* y, const float* x, const float* w, const float* b, std::i
   // vectorises (a dot-product reduction in double would not, without reassociation).
   std::vector<double> w_t(static_cast<std::size_t>(In * Out));
   for (std::int64_t o = 0; o < Out; ++o)
-    for (std::int64_t i = 0; i < In; ++i) w_t[static_cast<std::size_t>(i * Out + o)] = w[o * In + i];
+    for (std::int64_t i = 0; i < In; ++i)
+      w_t[static_cast<std::size_t>(i * Out + o)] = w[o * In + i];
   std::vector<double> acc(static_cast<std::size_t>(Out));
   for (std::int64_t m = 0; m < M; ++m) {
     for (std::int64_t o = 0; o < Out; ++o) acc[static_cast<std::size_t>(o)] = b ? b[o] : 0.0;
@@ -22,7 +23,8 @@ void linear_fwd(float* y, const float* x, const float* w, const float* b, std::i
       const double* wr = w_t.data() + i * Out;
       for (std::int64_t o = 0; o < Out; ++o) acc[static_cast<std::size_t>(o)] += xi * wr[o];
     }
-    for (std::int64_t o = 0; o < Out; ++o) y[m * Out + o] = static_cast<float>(acc[static_cast<std::size_t>(o)]);
+    for (std::int64_t o = 0; o < Out; ++o)
+      y[m * Out + o] = static_cast<float>(acc[static_cast<std::size_t>(o)]);
   }
 }
 
@@ -54,7 +56,8 @@ void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x
   }
   for (std::size_t i = 0; i < acc_w.size(); ++i) dw[i] = static_cast<float>(acc_w[i]);
   if (db)
-    for (std::int64_t o = 0; o < Out; ++o) db[o] = static_cast<float>(acc_b[static_cast<std::size_t>(o)]);
+    for (std::int64_t o = 0; o < Out; ++o)
+      db[o] = static_cast<float>(acc_b[static_cast<std::size_t>(o)]);
 }
 
 }  // namespace vrambench::cpu

@@ -24,10 +24,10 @@ void layernorm_fwd(float* y, float* mean, float* rstd, const float* x, const flo
   }
 }
 
-void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float* x,
-                   const float* w, const float* mean, const float* rstd, std::int64_t M,
-                   std::int64_t H) {
-  std::vector<double> acc_w(static_cast<std::size_t>(H), 0.0), acc_b(static_cast<std::size_t>(H), 0.0);
+void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                   const float* mean, const float* rstd, std::int64_t M, std::int64_t H) {
+  std::vector<double> acc_w(static_cast<std::size_t>(H), 0.0),
+      acc_b(static_cast<std::size_t>(H), 0.0);
   for (std::int64_t m = 0; m < M; ++m) {
     const float* g = dy + m * H;
     const float* row = x + m * H;
@@ -89,7 +89,8 @@ void rmsnorm_bwd(float* dx, float* dw, const float* dy, const float* x, const fl
           static_cast<float>(r * (static_cast<double>(g[h]) * w[h] - xhat * mean_dxhat_xhat));
     }
   }
-  for (std::int64_t h = 0; h < H; ++h) dw[h] = static_cast<float>(acc_w[static_cast<std::size_t>(h)]);
+  for (std::int64_t h = 0; h < H; ++h)
+    dw[h] = static_cast<float>(acc_w[static_cast<std::size_t>(h)]);
 }
 
 }  // namespace vrambench::cpu

@@ -26,8 +26,8 @@ class HostSource final : public SegmentSource {
   std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
     if (bytes < 0 || bytes > capacity_ - in_use_) return std::nullopt;
     // A zero-byte segment still needs a distinct address.
-    void* p = ::operator new(static_cast<std::size_t>(bytes > 0 ? bytes : 1), kAlignment,
-                             std::nothrow);
+    void* p =
+        ::operator new(static_cast<std::size_t>(bytes > 0 ? bytes : 1), kAlignment, std::nothrow);
     if (p == nullptr) return std::nullopt;
     const auto address = reinterpret_cast<std::uintptr_t>(p);
     segments_.emplace(address, bytes);
