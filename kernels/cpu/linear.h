@@ -1,4 +1,5 @@
-// Dense layer y = x w^T + b and its backward, CPU reference (w is [Out, In] as in nn.Linear).
+// Dense layer y = x w^T + b and its backward, CPU reference (w is [Out, In] as in nn.Linear);
+// fp32 accumulation in a fixed order.
 #pragma once
 
 #include <cstdint>
