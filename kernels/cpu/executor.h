@@ -16,6 +16,10 @@
 // Op::accumulate adds into the op's `grad` outputs, except for embedding_bwd's dwpe: only the
 // token table is tied, so the position table's gradient (which no op wrote before) is overwritten.
 //
+// Host memory: each op works on fp32 copies of its operands (and some kernels on fp64
+// accumulators), outside the capped segment source. The process therefore holds more than the
+// source hands out; what a cpu trial measures is the source's (and allocator's) accounting.
+//
 // Optimizer steps count per weight name inside the executor: the n-th step of a weight uses bias
 // correction for step n (1 for a single measured step).
 #pragma once
