@@ -431,8 +431,10 @@ std::pair<Bytes, Bytes> block_saved_bytes(const Dims& d) {
   Ledger led;
   add_part_start(led, d, Part{});
   Bytes saved = 0, stats = 0;
-  for (const Ledger::Entry& x : led.entries())
-    (x.component == kStats ? stats : saved) += x.bytes;
+  for (const Ledger::Entry& x : led.entries()) {
+    Bytes& total = x.component == kStats ? stats : saved;
+    total = checked_add(total, x.bytes, "saved bytes of a block");
+  }
   return {saved, stats};
 }
 
@@ -708,6 +710,8 @@ Bytes Breakdown::component(const std::string& name) const {
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
+  // Rejects shapes the formulas cannot take (heads not dividing hidden, sizes past 64 bits).
+  validate(cfg);
   std::vector<Point> points =
       cfg.scope == Scope::model ? walk_model(cfg, overhead) : walk_scope(cfg, overhead);
   const std::vector<std::size_t> order = envelope(points);
