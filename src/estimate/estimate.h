@@ -38,7 +38,7 @@ struct Breakdown {
   std::vector<Component> fixed;       // independent of batch
   std::vector<Component> per_sample;  // linear in batch
   // Points that hold more fixed bytes (gradients accumulate in backward while saved activations
-  // are freed), so they can be the peak at small batches; and, last, the end of the step ("optimizer
+  // are freed), so they can be the peak at small batches; and the end of the step ("optimizer
   // step" or "end of step": the whole model state), listed even when it is never the peak.
   std::vector<Moment> other_moments;
   Bytes fixed_total() const;
