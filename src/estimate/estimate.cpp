@@ -476,7 +476,6 @@ class Walk {
   void grad(Bytes params) { grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads"); }
   void add_grad_bytes(Bytes bytes) { grads_ = checked_add(grads_, bytes, "grads"); }
   void release_workspace() { fixed_.workspace = 0; }
-  Bytes grads() const { return grads_; }
 
   // Records a point: the model-level ledger, plus `extra` per-sample components and gradient bytes
   // that only this point holds (the block in backward).
