@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct CommandResult {
   int exit_code = -1;
   std::string out, err;
 };
@@ -36,11 +36,11 @@ fs::path scratch(const std::string& name) {
 }
 
 // Runs the built binary with `args` (shell words), capturing stdout and stderr.
-Run vrambench(const std::string& args, const std::string& env = "") {
+CommandResult vrambench(const std::string& args, const std::string& env = "") {
   const fs::path err_file = scratch("stderr");
   const std::string cmd =
       env + " " + VRAMBENCH_BINARY + " " + args + " 2>" + err_file.string() + " </dev/null";
-  Run run;
+  CommandResult run;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return run;
   char buffer[4096];
@@ -89,7 +89,7 @@ std::size_t column(const std::vector<std::string>& header, const std::string& ke
 
 TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
   const fs::path dir = scratch("estimate");
-  const Run run = vrambench("estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 "
+  const CommandResult run = vrambench("estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 "
                             "--vram 80GiB --out " + dir.string() + " --name est");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(table_rows(run.out).size(), 5u) << run.out;
@@ -113,7 +113,7 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
                                  "--sweep seq=512..100", "--vram 12XB", "--preset nope",
                                  "--dtype fp8", "--sweep dtype=fp16..bf16"}) {
     const fs::path dir = scratch("mistake");
-    const Run run = vrambench(args + " --out " + dir.string());
+    const CommandResult run = vrambench(args + " --out " + dir.string());
     EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;
     EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
     EXPECT_NE(run.err.find("error"), std::string::npos) << run.err;
@@ -124,7 +124,7 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
 
 TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
   const fs::path dir = scratch("search");
-  const Run run = vrambench("--device sim:rtx4090 --preset gpt2 --dtype bf16 --sweep seq=512..8192 "
+  const CommandResult run = vrambench("--device sim:rtx4090 --preset gpt2 --dtype bf16 --sweep seq=512..8192 "
                             "--out " + dir.string() + " --name s");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(table_rows(run.out).size(), 5u) << run.out;
@@ -149,7 +149,7 @@ TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
 
 TEST(Cli, ModelStateLargerThanTheCardIsMaxBatchZeroWithTheReason) {
   const fs::path dir = scratch("zero");
-  const Run run = vrambench("--device sim:h100-80gb --preset llama2-7b --optimizer adamw "
+  const CommandResult run = vrambench("--device sim:h100-80gb --preset llama2-7b --optimizer adamw "
                             "--dtype bf16 --seq 2048 --out " + dir.string() + " --name z");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("model state alone exceeds capacity"), std::string::npos) << run.out;
@@ -161,7 +161,7 @@ TEST(Cli, ModelStateLargerThanTheCardIsMaxBatchZeroWithTheReason) {
 
 TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
   const fs::path dir = scratch("crash");
-  const Run run = vrambench("--isolate --device sim:rtx4090 --preset tiny --sweep seq=64,128 "
+  const CommandResult run = vrambench("--isolate --device sim:rtx4090 --preset tiny --sweep seq=64,128 "
                             "--out " + dir.string() + " --name c",
                             "VRAMBENCH_FAULT=abort");
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -172,22 +172,22 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
 }
 
 TEST(Cli, InformationalCommands) {
-  const Run presets = vrambench("presets");
+  const CommandResult presets = vrambench("presets");
   EXPECT_EQ(presets.exit_code, 0);
   for (const char* name : {"gpt2", "gpt2-xl", "llama2-7b", "llama2-13b", "llama3-8b", "tiny"})
     EXPECT_NE(presets.out.find(name), std::string::npos) << name;
   EXPECT_NE(presets.out.find("124439808"), std::string::npos);  // gpt2's parameter count
 
-  const Run devices = vrambench("devices");
+  const CommandResult devices = vrambench("devices");
   EXPECT_EQ(devices.exit_code, 0);
   EXPECT_NE(devices.out.find("sim:h100-80gb"), std::string::npos);
   EXPECT_NE(devices.out.find("sim:rtx4050-laptop"), std::string::npos);
 
-  const Run help = vrambench("--help");
+  const CommandResult help = vrambench("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--sweep seq=512..8192"), std::string::npos);
 
-  const Run program = vrambench("program --preset tiny --batch 2 --seq 16");
+  const CommandResult program = vrambench("program --preset tiny --batch 2 --seq 16");
   EXPECT_EQ(program.exit_code, 0) << program.err;
   EXPECT_NE(program.out.find("peak"), std::string::npos);
 }
@@ -195,7 +195,7 @@ TEST(Cli, InformationalCommands) {
 TEST(Cli, SelftestWithoutAGpuSaysSoAndFails) {
   if (vrambench("devices").out.find("No GPU") == std::string::npos)
     GTEST_SKIP() << "a GPU is present: selftest runs for real (label gpu)";
-  const Run run = vrambench("selftest");
+  const CommandResult run = vrambench("selftest");
   EXPECT_EQ(lines_of(run.err).size(), 1u) << run.err;
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.err.find("GPU"), std::string::npos) << run.err;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "core/error.h"
 #include "core/presets.h"
 #include "program/program.h"
 
@@ -96,8 +97,8 @@ TEST(EstimateGpt2, Seq1024) {
 }
 
 TEST(EstimateGpt2, Seq4096) {
-  // P = 126799104: fixed 2345613312; per sample 2046861312 (1.91 GiB);
-  // (85520809984 - 2345613312) / 2046861312 = 40.6.
+  // P = 126799104: fixed 14 * P + 544 MiB = 2345612800; per sample 2047180800 (1.91 GiB);
+  // (85520809984 - 2345612800) / 2047180800 = 40.6.
   expect_gpt2(4096, 40);
 }
 
@@ -288,6 +289,14 @@ TEST(EstimateBreakdown, MaxBatchIsTheFloorAndZeroWhenFixedDoesNotFit) {
   EXPECT_EQ(b.max_batch(22), 2);   // min(4, 2)
   EXPECT_EQ(b.max_batch(40), 10);  // min(10, 20)
   EXPECT_EQ(b.max_batch(19), 0);   // the later moment's fixed part does not fit
+}
+
+TEST(EstimateBreakdown, RejectsInvalidShapes) {
+  RunConfig cfg = config("gpt2", 1024);
+  cfg.model.heads = 5;  // does not divide 768
+  EXPECT_THROW(analyze(cfg, kOverhead), UsageError);
+  cfg = config("gpt2", std::int64_t{1} << 40);  // S x S attention bytes overflow 64 bits
+  EXPECT_THROW(analyze(cfg, kOverhead), UsageError);
 }
 
 TEST(EstimateBreakdown, IndependentOfTheConfiguredBatch) {

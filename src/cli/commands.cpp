@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli/gpu.h"
 #include "core/error.h"
@@ -119,24 +120,21 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     if (progress)
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(),
                    describe_point(cfg, grid.varying).c_str());
-    Measurement m;
+    std::optional<Measurement> measured_row;
     try {
       // On CUDA a sticky error poisons the process: each configuration gets its own child.
       if (options.isolate || device.kind == DeviceKind::cuda)
-        m = measure_isolated(cfg, device, sources_for(device), executors_for(device), limits,
-                             fault_from_environment());
+        measured_row = measure_isolated(cfg, device, sources_for(device), executors_for(device),
+                                        limits, fault_from_environment());
       else
-        m = measure(cfg, device, sources_for(device), executors_for(device), limits);
+        measured_row = measure(cfg, device, sources_for(device), executors_for(device), limits);
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
       // A broken configuration becomes a failed row; the sweep goes on.
-      m = Measurement{};
-      m.config = cfg;
-      m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
-      m.est_max_batch = m.estimate.max_batch(device.total);
-      m.reason = fmt::format("failed: {}", e.what());
+      measured_row = failed_measurement(cfg, device, fmt::format("failed: {}", e.what()));
     }
+    Measurement& m = *measured_row;
     total_trials += static_cast<std::int64_t>(m.search.trials.size());
     std::vector<Cell> row = search_row(m, grid.varying);
     writer.append(row);

@@ -140,23 +140,28 @@ class Ledger {
   std::vector<std::string_view> pinned_;
 };
 
-// One point of the walk, with its components.
-struct Point {
-  std::string name;
-  std::vector<Component> fixed;
-  std::vector<Component> per_sample;
-  Bytes fixed_total = 0;
-  Bytes per_sample_total = 0;
+// A component while the walk runs. Names are the constants above (or literals), so the walk
+// allocates no strings; only the moment that becomes the breakdown is turned into Components.
+struct Share {
+  std::string_view name;
+  Bytes bytes = 0;
 };
+using Shares = std::vector<Share>;
 
-void add_to(std::vector<Component>& list, std::string_view name, Bytes bytes) {
+void add_to(Shares& list, std::string_view name, Bytes bytes) {
   if (bytes == 0) return;
-  for (Component& c : list)
+  for (Share& c : list)
     if (c.name == name) {
       c.bytes = checked_add(c.bytes, bytes, "component bytes");
       return;
     }
-  list.push_back({std::string(name), bytes});
+  list.push_back({name, bytes});
+}
+
+Bytes sum(const Shares& list) {
+  Bytes total = 0;
+  for (const Share& c : list) total = checked_add(total, c.bytes, "breakdown total");
+  return total;
 }
 
 Bytes sum(const std::vector<Component>& list) {
@@ -164,6 +169,31 @@ Bytes sum(const std::vector<Component>& list) {
   for (const Component& c : list) total = checked_add(total, c.bytes, "breakdown total");
   return total;
 }
+
+std::vector<Component> components(const Shares& list) {
+  std::vector<Component> out;
+  out.reserve(list.size());
+  for (const Share& c : list) out.push_back({std::string(c.name), c.bytes});
+  return out;
+}
+
+// One point of the walk: an op ("block 31 backward: softmax backward") and what is live there.
+struct Point {
+  std::string_view where;  // "block", a scope's "layer backward", or empty for model-level ops
+  std::int64_t block = -1;
+  std::string_view op;
+  Shares fixed;
+  Shares per_sample;
+  Bytes fixed_total = 0;
+  Bytes per_sample_total = 0;
+
+  std::string name() const {
+    std::string out;
+    if (block >= 0) out = "block " + std::to_string(block) + " backward: ";
+    else if (!where.empty()) out = std::string(where) + ": ";
+    return out + std::string(op);
+  }
+};
 
 // Batch-independent bytes: parameters and their state, device overhead, gradients written so far.
 struct FixedState {
@@ -246,8 +276,8 @@ void add_part_start(Ledger& led, const Dims& d, const Part& part) {
 // A point inside a block's backward: what is live of that block (per sample, by component) and the
 // gradient bytes of the block written so far.
 struct BlockPoint {
-  std::string op;
-  std::vector<Component> live;
+  std::string_view op;
+  Shares live;
   Bytes grads = 0;
 };
 
@@ -257,8 +287,8 @@ struct BlockPoint {
 std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Part& part) {
   std::vector<BlockPoint> points;
   Bytes grads = 0;
-  auto at = [&](std::string op) {
-    BlockPoint p{std::move(op), {}, grads};
+  auto at = [&](std::string_view op) {
+    BlockPoint p{op, {}, grads};
     for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
     points.push_back(std::move(p));
   };
@@ -431,8 +461,10 @@ std::pair<Bytes, Bytes> block_saved_bytes(const Dims& d) {
   Ledger led;
   add_part_start(led, d, Part{});
   Bytes saved = 0, stats = 0;
-  for (const Ledger::Entry& x : led.entries())
-    (x.component == kStats ? stats : saved) += x.bytes;
+  for (const Ledger::Entry& x : led.entries()) {
+    Bytes& total = x.component == kStats ? stats : saved;
+    total = checked_add(total, x.bytes, "saved bytes of a block");
+  }
   return {saved, stats};
 }
 
@@ -444,14 +476,15 @@ class Walk {
   void grad(Bytes params) { grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads"); }
   void add_grad_bytes(Bytes bytes) { grads_ = checked_add(grads_, bytes, "grads"); }
   void release_workspace() { fixed_.workspace = 0; }
-  Bytes grads() const { return grads_; }
 
   // Records a point: the model-level ledger, plus `extra` per-sample components and gradient bytes
   // that only this point holds (the block in backward).
-  void at(std::string name, const Ledger& led, const std::vector<Component>& extra = {},
-          Bytes extra_grads = 0) {
+  void at(std::string_view op, const Ledger& led, const Shares& extra = {}, Bytes extra_grads = 0,
+          std::string_view where = {}, std::int64_t block = -1) {
     Point p;
-    p.name = std::move(name);
+    p.where = where;
+    p.block = block;
+    p.op = op;
     add_to(p.fixed, kWeights, fixed_.weights);
     add_to(p.fixed, kMasterWeights, fixed_.master);
     add_to(p.fixed, kOptimizerState, fixed_.optimizer);
@@ -459,7 +492,7 @@ class Walk {
     add_to(p.fixed, kContext, fixed_.context);
     add_to(p.fixed, kWorkspace, fixed_.workspace);
     for (const Ledger::Entry& x : led.entries()) add_to(p.per_sample, x.component, x.bytes);
-    for (const Component& c : extra) add_to(p.per_sample, c.name, c.bytes);
+    for (const Share& c : extra) add_to(p.per_sample, c.name, c.bytes);
     p.fixed_total = sum(p.fixed);
     p.per_sample_total = sum(p.per_sample);
     points_.push_back(std::move(p));
@@ -475,12 +508,12 @@ class Walk {
 
 // Points of one block's backward, with `others` (per-sample components of everything outside the
 // block: the other blocks' saved tensors, the step's inputs) added to each.
-void record_block(Walk& walk, const Dims& d, const Part& part, const std::string& label,
-                  const Ledger& outside, const std::vector<Component>& others, Ledger block) {
+void record_block(Walk& walk, const Dims& d, const Part& part, std::string_view where,
+                  std::int64_t index, const Ledger& outside, const Shares& others, Ledger block) {
   for (const BlockPoint& p : walk_block_backward(block, d, part)) {
-    std::vector<Component> live = others;
-    for (const Component& c : p.live) add_to(live, c.name, c.bytes);
-    walk.at(label + ": " + p.op, outside, live, p.grads);
+    Shares live = others;
+    for (const Share& c : p.live) add_to(live, c.name, c.bytes);
+    walk.at(p.op, outside, live, p.grads, where, index);
   }
 }
 
@@ -503,7 +536,7 @@ FixedState fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, Byt
   return f;
 }
 
-std::string end_of_step(const RunConfig& cfg) {
+std::string_view end_of_step(const RunConfig& cfg) {
   return cfg.optimizer == Optimizer::none ? "end of step" : "optimizer step";
 }
 
@@ -528,12 +561,12 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
   // Every block's saved tensors, apart from the block whose backward is being followed.
   const auto [block_saved, block_stats] = block_saved_bytes(d);
   auto other_blocks = [&](Bytes count) {
-    std::vector<Component> list;
+    Shares list;
     add_to(list, kSaved, checked_mul(count, block_saved, "saved activations"));
     add_to(list, kStats, checked_mul(count, block_stats, "norm statistics"));
     return list;
   };
-  const std::vector<Component> all_blocks = other_blocks(d.L);
+  const Shares all_blocks = other_blocks(d.L);
 
   // The loss backward: dlogits [B*S, V] next to the logits it is computed from.
   led.add("dlogits", kTransient, rows(d, d.V, d.e));
@@ -563,11 +596,10 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
     return block;
   };
   const Part whole{};
-  record_block(walk, d, whole, "block " + std::to_string(d.L - 1) + " backward", led,
-               other_blocks(d.L - 1), block_ledger());
+  record_block(walk, d, whole, "block", d.L - 1, led, other_blocks(d.L - 1), block_ledger());
   if (d.L > 1) {
     walk.add_grad_bytes(checked_mul(d.L - 1, block_grads, "block grads"));
-    record_block(walk, d, whole, "block 0 backward", led, {}, block_ledger());
+    record_block(walk, d, whole, "block", 0, led, {}, block_ledger());
   }
 
   // The last GEMM has run; the embedding backward writes the untied table and the positions.
@@ -623,8 +655,10 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
   const bool has_gemms = cfg.scope != Scope::attention || d.eager;
   Walk walk(fixed_state(cfg, overhead, params, has_gemms), d.e);
   Ledger outside;
-  record_block(walk, d, part, std::string(to_string(cfg.scope)) + " backward", outside, {},
-               std::move(block));
+  const std::string_view where = cfg.scope == Scope::layer ? "layer backward"
+                                 : cfg.scope == Scope::mlp ? "mlp backward"
+                                                           : "attention backward";
+  record_block(walk, d, part, where, -1, outside, {}, std::move(block));
   // Parameter gradients stay to the end of the step; the workspace went with the last GEMM.
   walk.grad(params);
   walk.release_workspace();
@@ -708,24 +742,26 @@ Bytes Breakdown::component(const std::string& name) const {
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
+  // Rejects shapes the formulas cannot take (heads not dividing hidden, sizes past 64 bits).
+  validate(cfg);
   std::vector<Point> points =
       cfg.scope == Scope::model ? walk_model(cfg, overhead) : walk_scope(cfg, overhead);
   const std::vector<std::size_t> order = envelope(points);
   Breakdown out;
-  Point& main = points[order.back()];
-  out.moment = main.name;
-  out.fixed = main.fixed;
-  out.per_sample = main.per_sample;
+  const Point& main = points[order.back()];
+  out.moment = main.name();
+  out.fixed = components(main.fixed);
+  out.per_sample = components(main.per_sample);
   for (std::size_t k = 0; k + 1 < order.size(); ++k) {
     const Point& p = points[order[k]];
-    out.other_moments.push_back({p.name, p.fixed_total, p.per_sample_total});
+    out.other_moments.push_back({p.name(), p.fixed_total, p.per_sample_total});
   }
   // The end of the step holds the whole model state; listed so that it can be read off even when
   // it is never the peak (it cannot raise the peak above the envelope).
   const Point& last = points.back();
   const bool listed = std::any_of(order.begin(), order.end(),
                                   [&](std::size_t i) { return i == points.size() - 1; });
-  if (!listed) out.other_moments.push_back({last.name, last.fixed_total, last.per_sample_total});
+  if (!listed) out.other_moments.push_back({last.name(), last.fixed_total, last.per_sample_total});
   return out;
 }
 

@@ -1,4 +1,5 @@
-// The closed-form memory model: peak(B) = fixed + B * per_sample, each a sum of named components.
+// The closed-form memory model: at each moment of the step the live bytes are fixed + B * per_sample,
+// each a sum of named components; the peak is the largest over the moments that can be the peak.
 // It never reads a Program; docs/memory-model.md derives every term.
 #pragma once
 
@@ -25,7 +26,7 @@ struct Component {
 
 // One point of the step, by its totals: the bytes live there are fixed + batch * per_sample.
 struct Moment {
-  std::string name;  // "cross-entropy backward", "block 0 backward: mlp.fc linear"
+  std::string name;  // "cross-entropy backward", "block 0 backward: mlp.fc linear backward"
   Bytes fixed = 0;
   Bytes per_sample = 0;
   Bytes peak(std::int64_t batch) const;  // fixed + batch * per_sample (checked)
@@ -37,7 +38,8 @@ struct Breakdown {
   std::vector<Component> fixed;       // independent of batch
   std::vector<Component> per_sample;  // linear in batch
   // Points that hold more fixed bytes (gradients accumulate in backward while saved activations
-  // are freed), so they can be the peak at small batches. Empty when none can.
+  // are freed), so they can be the peak at small batches; and the end of the step ("optimizer
+  // step" or "end of step": the whole model state), listed even when it is never the peak.
   std::vector<Moment> other_moments;
   Bytes fixed_total() const;
   Bytes per_sample_total() const;

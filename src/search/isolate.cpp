@@ -192,12 +192,7 @@ Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
   }
 
   auto failed = [&](std::string reason) {
-    Measurement m;
-    m.config = cfg;
-    m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
-    m.est_max_batch = m.estimate.max_batch(device.total);
-    m.reason = std::move(reason);
-    return m;
+    return failed_measurement(cfg, device, std::move(reason));
   };
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return failed(describe_status(status));

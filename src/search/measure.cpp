@@ -40,6 +40,15 @@ SourceFactory virtual_sources() {
   return [](Bytes capacity) { return make_virtual_source(capacity); };
 }
 
+Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {
+  Measurement m;
+  m.config = cfg;
+  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
+  m.est_max_batch = m.estimate.max_batch(device.total);
+  m.reason = std::move(reason);
+  return m;
+}
+
 Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
                     const ExecutorFactory& executors, const SearchLimits& limits) {
   Measurement m;

@@ -41,6 +41,9 @@ struct Measurement {
   double relative_error() const;  // (est - measured) / measured
 };
 
+// A configuration that could not be measured: the estimate and the reason, no trials.
+Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason);
+
 Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
                     const ExecutorFactory& executors, const SearchLimits& limits);
 
