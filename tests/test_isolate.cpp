@@ -37,6 +37,8 @@ TEST(Isolate, ChildResultEqualsInProcessResult) {
   EXPECT_EQ(child.est_max_batch, direct.est_max_batch);
   EXPECT_EQ(child.measured_peak(), direct.measured_peak());
   EXPECT_EQ(child.estimated_peak(), direct.estimated_peak());
+  EXPECT_EQ(child.estimate.other_moments.size(), direct.estimate.other_moments.size());
+  EXPECT_EQ(child.estimate.max_batch(64 * MiB), direct.estimate.max_batch(64 * MiB));
   ASSERT_NE(child.at_next(), nullptr);
   ASSERT_TRUE(child.at_next()->oom.has_value());
   EXPECT_EQ(child.at_next()->oom->tensor, direct.at_next()->oom->tensor);

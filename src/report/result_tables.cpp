@@ -28,16 +28,13 @@ Cell key_cell(const RunConfig& cfg, const std::string& field) {
   return Cell::of_text(value);
 }
 
-// Fixed components that are the model's own state, not the device's.
-bool is_device_overhead(const std::string& name) {
-  return name.find("context") != std::string::npos || name.find("workspace") != std::string::npos;
-}
-
+// Weights, master weights, gradients and optimizer state: the fixed bytes at the end of the step
+// (where the whole model state is live, and the GEMM workspace no longer is) less the context.
 Bytes model_state(const Breakdown& b) {
-  Bytes sum = 0;
-  for (const Component& c : b.fixed)
-    if (!is_device_overhead(c.name)) sum += c.bytes;
-  return sum;
+  Bytes end_of_step = b.fixed_total();
+  for (const Moment& m : b.other_moments)
+    if (m.name == "optimizer step" || m.name == "end of step") end_of_step = m.fixed;
+  return end_of_step - b.component("CUDA context");
 }
 
 }  // namespace

@@ -121,6 +121,11 @@ nlohmann::json to_json(const Measurement& m) {
   nlohmann::json j;
   j["estimate_fixed"] = components_to_json(m.estimate.fixed);
   j["estimate_per_sample"] = components_to_json(m.estimate.per_sample);
+  j["estimate_moment"] = m.estimate.moment;
+  nlohmann::json moments = nlohmann::json::array();
+  for (const Moment& mo : m.estimate.other_moments)
+    moments.push_back({mo.name, mo.fixed, mo.per_sample});
+  j["estimate_other_moments"] = moments;
   j["est_max_batch"] = m.est_max_batch;
   j["max_batch"] = m.search.max_batch;
   j["hit_limit"] = m.search.hit_limit;
@@ -142,6 +147,10 @@ Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg)
   m.config = cfg;
   m.estimate.fixed = components_from_json(j.at("estimate_fixed"));
   m.estimate.per_sample = components_from_json(j.at("estimate_per_sample"));
+  m.estimate.moment = j.at("estimate_moment").get<std::string>();
+  for (const nlohmann::json& mo : j.at("estimate_other_moments"))
+    m.estimate.other_moments.push_back(
+        {mo.at(0).get<std::string>(), mo.at(1).get<Bytes>(), mo.at(2).get<Bytes>()});
   m.est_max_batch = j.at("est_max_batch").get<std::int64_t>();
   m.search.max_batch = j.at("max_batch").get<std::int64_t>();
   m.search.hit_limit = j.at("hit_limit").get<bool>();
