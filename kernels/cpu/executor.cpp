@@ -1,0 +1,567 @@
+// CpuExecutor: binds an op's tensors to fp32 copies, runs the reference kernel, stores the outputs
+// rounded to their dtypes (adding into `grad` outputs when the op accumulates).
+#include "cpu/executor.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/math.h"
+#include "core/error.h"
+#include "cpu/ops.h"
+
+namespace vrambench {
+namespace {
+
+std::uint64_t name_hash(std::string_view name) {  // FNV-1a
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Standard normal from two counter-based uniforms (Box-Muller), deterministic per (stream, i).
+float normal(std::uint64_t stream, std::int64_t i) {
+  const auto idx = static_cast<std::uint64_t>(i);
+  const double u1 = (static_cast<double>(kmath::hash64(stream, 2 * idx) >> 11) + 1.0) * 0x1p-53;
+  const double u2 = static_cast<double>(kmath::hash64(stream, 2 * idx + 1) >> 11) * 0x1p-53;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// ---- binding --------------------------------------------------------------------------------------
+
+struct Bound {
+  const Tensor* tensor = nullptr;
+  void* data = nullptr;
+};
+
+std::vector<float> load(const Bound& b) {
+  const std::int64_t n = b.tensor->elements();
+  std::vector<float> values(static_cast<std::size_t>(n));
+  if (b.tensor->dtype == DType::f32) {
+    std::memcpy(values.data(), b.data, static_cast<std::size_t>(n) * sizeof(float));
+    return values;
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+    values[static_cast<std::size_t>(i)] = kmath::load(b.data, b.tensor->dtype, i);
+  return values;
+}
+
+std::vector<std::int32_t> load_ids(const Bound& b) {
+  if (b.tensor->dtype != DType::i32)
+    throw InternalError("tensor '" + b.tensor->name + "' should hold i32 ids");
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(b.tensor->elements()));
+  std::memcpy(ids.data(), b.data, ids.size() * sizeof(std::int32_t));
+  return ids;
+}
+
+void store(const Bound& b, const std::vector<float>& values, bool accumulate) {
+  const std::int64_t n = b.tensor->elements();
+  if (static_cast<std::int64_t>(values.size()) != n)
+    throw InternalError("tensor '" + b.tensor->name + "': kernel produced the wrong size");
+  for (std::int64_t i = 0; i < n; ++i) {
+    float v = values[static_cast<std::size_t>(i)];
+    if (accumulate) v += kmath::load(b.data, b.tensor->dtype, i);
+    kmath::store(b.data, b.tensor->dtype, i, v);
+  }
+}
+
+// The op's tensors without its workspace, in catalogue order.
+struct Args {
+  const Op& op;
+  std::vector<Bound> in, out;
+
+  void store_out(std::size_t k, const std::vector<float>& values) const {
+    const Bound& b = out.at(k);
+    store(b, values, op.accumulate && b.tensor->role == Role::grad);
+  }
+  void expect(std::size_t n_in_min, std::size_t n_in_max, std::size_t n_out_min,
+              std::size_t n_out_max) const {
+    if (in.size() < n_in_min || in.size() > n_in_max || out.size() < n_out_min ||
+        out.size() > n_out_max)
+      throw InternalError("op '" + op.name + "' (" + std::string(to_string(op.kind)) + ") has " +
+                          std::to_string(in.size()) + " inputs and " +
+                          std::to_string(out.size()) + " outputs");
+  }
+};
+
+void require(bool ok, const Op& op, std::string_view what) {
+  if (!ok) throw InternalError("op '" + op.name + "': " + std::string(what));
+}
+
+std::vector<float> zeros_like(const Bound& b) {
+  return std::vector<float>(static_cast<std::size_t>(b.tensor->elements()), 0.0f);
+}
+
+std::int64_t last_dim(const Bound& b) { return b.tensor->shape.empty() ? 1 : b.tensor->shape.back(); }
+std::int64_t rows(const Bound& b) { return b.tensor->elements() / last_dim(b); }
+
+cpu::AttnShape attn_shape(const Op& op, const Tensor& qkv) {
+  require(qkv.shape.size() == 3, op, "qkv must be [B,S,Q]");
+  cpu::AttnShape s;
+  s.B = qkv.shape[0];
+  s.S = qkv.shape[1];
+  s.A = op.heads;
+  s.K = op.kv_heads > 0 ? op.kv_heads : op.heads;
+  require(s.A > 0 && s.K > 0 && s.A % s.K == 0, op, "heads must be a multiple of kv_heads");
+  require(qkv.shape[2] % (s.A + 2 * s.K) == 0, op, "qkv columns must be (A + 2K) * D");
+  s.D = qkv.shape[2] / (s.A + 2 * s.K);
+  return s;
+}
+
+// ---- the executor -----------------------------------------------------------------------------------
+
+class CpuExecutor final : public Executor {
+ public:
+  CpuExecutor(std::uint64_t seed, InputFiller fill) : seed_(seed), fill_(std::move(fill)) {}
+
+  std::string_view name() const override { return "cpu"; }
+
+  void initialize(const Program& program, int tensor_id, void* data) override {
+    const Tensor& t = program.tensor(tensor_id);
+    const Bound b{&t, data};
+    const std::int64_t n = t.elements();
+    std::vector<float> values(static_cast<std::size_t>(n), 0.0f);
+    switch (t.role) {
+      case Role::weight:
+        fill_weight(values, t.name, t.dtype);
+        break;
+      case Role::master_weight: {
+        std::string weight_name = t.name;
+        if (const auto at = weight_name.rfind(".master"); at != std::string::npos)
+          weight_name.erase(at, 7);
+        DType weight_dtype = DType::f32;
+        for (const Tensor& other : program.tensors)
+          if (other.name == weight_name && other.role == Role::weight) weight_dtype = other.dtype;
+        fill_weight(values, weight_name, weight_dtype);
+        break;
+      }
+      case Role::input:
+        if (fill_ && fill_(program, t, data)) return;
+        if (t.dtype == DType::i32) {
+          const std::uint64_t stream = name_hash(t.name) ^ seed_;
+          const auto vocab = static_cast<std::uint64_t>(program.config.model.vocab);
+          for (std::int64_t i = 0; i < n; ++i)
+            values[static_cast<std::size_t>(i)] = static_cast<float>(
+                kmath::hash64(stream, static_cast<std::uint64_t>(i)) % vocab);
+        } else {
+          for (std::int64_t i = 0; i < n; ++i)
+            values[static_cast<std::size_t>(i)] = normal(name_hash(t.name) ^ seed_, i);
+        }
+        break;
+      default:
+        break;  // optimizer state and anything else starts at zero
+    }
+    store(b, values, false);
+  }
+
+  void execute(const Program& program, std::size_t op_index,
+               const std::vector<void*>& data) override {
+    const Op& op = program.ops.at(op_index);
+    Args args{op, bind(program, op.inputs, data, op), bind(program, op.outputs, data, op)};
+    run(args);
+  }
+
+ private:
+  void fill_weight(std::vector<float>& values, const std::string& name, DType dtype) const {
+    const bool bias = ends_with(name, ".b") || ends_with(name, ".bias");
+    const bool norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const float v = bias ? 0.0f : norm ? 1.0f
+                                           : initial_weight_value(seed_, name, static_cast<std::int64_t>(i));
+      values[i] = kmath::round_to(dtype, v);
+    }
+  }
+
+  static std::vector<Bound> bind(const Program& program, const std::vector<int>& ids,
+                                 const std::vector<void*>& data, const Op& op) {
+    std::vector<Bound> bound;
+    for (int id : ids) {
+      const Tensor& t = program.tensor(id);
+      if (t.role == Role::workspace) continue;
+      void* p = data.at(static_cast<std::size_t>(id));
+      require(p != nullptr || t.elements() == 0, op, "tensor '" + t.name + "' is not bound");
+      bound.push_back({&t, p});
+    }
+    return bound;
+  }
+
+  void run(const Args& a) {
+    const Op& op = a.op;
+    switch (op.kind) {
+      case OpKind::embedding_fwd: {
+        a.expect(2, 3, 1, 1);
+        const Tensor& tokens = *a.in[0].tensor;
+        const Tensor& wte = *a.in[1].tensor;
+        require(tokens.shape.size() == 2 && wte.shape.size() == 2, op, "tokens [B,S], wte [V,H]");
+        const std::int64_t B = tokens.shape[0], S = tokens.shape[1];
+        const std::int64_t V = wte.shape[0], H = wte.shape[1];
+        const auto ids = load_ids(a.in[0]);
+        const auto w = load(a.in[1]);
+        std::vector<float> wpe;
+        if (a.in.size() == 3) {
+          require(a.in[2].tensor->shape.at(0) >= S, op, "wpe has fewer rows than positions");
+          wpe = load(a.in[2]);
+        }
+        auto x = zeros_like(a.out[0]);
+        require(static_cast<std::int64_t>(x.size()) == B * S * H, op, "x must be [B,S,H]");
+        cpu::embedding_fwd(x.data(), ids.data(), w.data(), wpe.empty() ? nullptr : wpe.data(), B,
+                           S, V, H);
+        a.store_out(0, x);
+        return;
+      }
+      case OpKind::embedding_bwd: {
+        a.expect(2, 2, 1, 2);
+        const Tensor& tokens = *a.in[1].tensor;
+        const Tensor& dwte = *a.out[0].tensor;
+        require(tokens.shape.size() == 2 && dwte.shape.size() == 2, op, "tokens [B,S], dwte [V,H]");
+        const std::int64_t B = tokens.shape[0], S = tokens.shape[1];
+        const std::int64_t V = dwte.shape[0], H = dwte.shape[1];
+        const auto dx = load(a.in[0]);
+        const auto ids = load_ids(a.in[1]);
+        auto g_wte = zeros_like(a.out[0]);
+        std::vector<float> g_wpe;
+        std::int64_t P = 0;
+        if (a.out.size() == 2) {
+          g_wpe = zeros_like(a.out[1]);
+          P = a.out[1].tensor->shape.at(0);
+          require(P >= S, op, "dwpe has fewer rows than positions");
+        }
+        cpu::embedding_bwd(g_wte.data(), g_wpe.empty() ? nullptr : g_wpe.data(), dx.data(),
+                           ids.data(), B, S, V, P, H);
+        a.store_out(0, g_wte);
+        if (a.out.size() == 2) a.store_out(1, g_wpe);
+        return;
+      }
+      case OpKind::layernorm_fwd: {
+        a.expect(2, 3, 3, 3);
+        const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
+        const auto x = load(a.in[0]), w = load(a.in[1]);
+        const auto b = a.in.size() == 3 ? load(a.in[2]) : std::vector<float>{};
+        auto y = zeros_like(a.out[0]), mean = zeros_like(a.out[1]), rstd = zeros_like(a.out[2]);
+        cpu::layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                           b.empty() ? nullptr : b.data(), M, H, op.eps);
+        a.store_out(0, y);
+        a.store_out(1, mean);
+        a.store_out(2, rstd);
+        return;
+      }
+      case OpKind::layernorm_bwd: {
+        a.expect(5, 5, 2, 3);
+        const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
+        const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]);
+        const auto mean = load(a.in[3]), rstd = load(a.in[4]);
+        auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
+        std::vector<float> db(static_cast<std::size_t>(H));
+        cpu::layernorm_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), M, H);
+        a.store_out(0, dx);
+        a.store_out(1, dw);
+        if (a.out.size() == 3) a.store_out(2, db);
+        return;
+      }
+      case OpKind::rmsnorm_fwd: {
+        a.expect(2, 2, 2, 2);
+        const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
+        const auto x = load(a.in[0]), w = load(a.in[1]);
+        auto y = zeros_like(a.out[0]), rstd = zeros_like(a.out[1]);
+        cpu::rmsnorm_fwd(y.data(), rstd.data(), x.data(), w.data(), M, H, op.eps);
+        a.store_out(0, y);
+        a.store_out(1, rstd);
+        return;
+      }
+      case OpKind::rmsnorm_bwd: {
+        a.expect(4, 4, 2, 2);
+        const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
+        const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]), rstd = load(a.in[3]);
+        auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
+        cpu::rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), M, H);
+        a.store_out(0, dx);
+        a.store_out(1, dw);
+        return;
+      }
+      case OpKind::linear_fwd: {
+        a.expect(2, 3, 1, 1);
+        const Tensor& w_t = *a.in[1].tensor;
+        require(w_t.shape.size() == 2, op, "w must be [Out,In]");
+        const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
+        const std::int64_t M = a.in[0].tensor->elements() / In;
+        require(M * In == a.in[0].tensor->elements() && a.out[0].tensor->elements() == M * Out, op,
+                "x [M,In] and y [M,Out] disagree with w");
+        const auto x = load(a.in[0]), w = load(a.in[1]);
+        const auto b = a.in.size() == 3 ? load(a.in[2]) : std::vector<float>{};
+        auto y = zeros_like(a.out[0]);
+        cpu::linear_fwd(y.data(), x.data(), w.data(), b.empty() ? nullptr : b.data(), M, In, Out);
+        a.store_out(0, y);
+        return;
+      }
+      case OpKind::linear_bwd: {
+        a.expect(3, 3, 2, 3);
+        const Tensor& w_t = *a.in[2].tensor;
+        require(w_t.shape.size() == 2, op, "w must be [Out,In]");
+        const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
+        const std::int64_t M = a.in[1].tensor->elements() / In;
+        require(a.in[0].tensor->elements() == M * Out, op, "dy must be [M,Out]");
+        const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]);
+        auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
+        std::vector<float> db(static_cast<std::size_t>(Out));
+        cpu::linear_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), M, In, Out);
+        a.store_out(0, dx);
+        a.store_out(1, dw);
+        if (a.out.size() == 3) a.store_out(2, db);
+        return;
+      }
+      case OpKind::gelu_fwd: {
+        a.expect(1, 1, 1, 1);
+        const auto x = load(a.in[0]);
+        auto y = zeros_like(a.out[0]);
+        cpu::gelu_fwd(y.data(), x.data(), static_cast<std::int64_t>(x.size()));
+        a.store_out(0, y);
+        return;
+      }
+      case OpKind::gelu_bwd: {
+        a.expect(2, 2, 1, 1);
+        const auto dy = load(a.in[0]), x = load(a.in[1]);
+        auto dx = zeros_like(a.out[0]);
+        cpu::gelu_bwd(dx.data(), dy.data(), x.data(), static_cast<std::int64_t>(x.size()));
+        a.store_out(0, dx);
+        return;
+      }
+      case OpKind::swiglu_fwd: {
+        a.expect(2, 2, 1, 1);
+        const auto gate = load(a.in[0]), up = load(a.in[1]);
+        auto y = zeros_like(a.out[0]);
+        cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()));
+        a.store_out(0, y);
+        return;
+      }
+      case OpKind::swiglu_bwd: {
+        a.expect(3, 3, 2, 2);
+        const auto dy = load(a.in[0]), gate = load(a.in[1]), up = load(a.in[2]);
+        auto dgate = zeros_like(a.out[0]), dup = zeros_like(a.out[1]);
+        cpu::swiglu_bwd(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(),
+                        static_cast<std::int64_t>(dy.size()));
+        a.store_out(0, dgate);
+        a.store_out(1, dup);
+        return;
+      }
+      case OpKind::rope_fwd:
+      case OpKind::rope_bwd: {
+        a.expect(1, 1, 1, 1);
+        const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
+        const auto in = load(a.in[0]);
+        auto out = zeros_like(a.out[0]);
+        if (op.kind == OpKind::rope_fwd)
+          cpu::rope_fwd(out.data(), in.data(), s.B, s.S, s.A, s.K, s.D);
+        else
+          cpu::rope_bwd(out.data(), in.data(), s.B, s.S, s.A, s.K, s.D);
+        a.store_out(0, out);
+        return;
+      }
+      case OpKind::attn_scores: {
+        a.expect(1, 1, 1, 1);
+        const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
+        require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, op, "scores must be [B,A,S,S]");
+        const auto qkv = load(a.in[0]);
+        auto scores = zeros_like(a.out[0]);
+        cpu::attn_scores(scores.data(), qkv.data(), s);
+        a.store_out(0, scores);
+        return;
+      }
+      case OpKind::softmax_fwd: {
+        a.expect(1, 1, 1, 1);
+        const auto scores = load(a.in[0]);
+        auto probs = zeros_like(a.out[0]);
+        cpu::softmax_fwd(probs.data(), scores.data(), rows(a.in[0]), last_dim(a.in[0]));
+        a.store_out(0, probs);
+        return;
+      }
+      case OpKind::softmax_bwd: {
+        a.expect(2, 2, 1, 1);
+        const auto dprobs = load(a.in[0]), probs = load(a.in[1]);
+        auto dscores = zeros_like(a.out[0]);
+        cpu::softmax_bwd(dscores.data(), dprobs.data(), probs.data(), rows(a.in[1]),
+                         last_dim(a.in[1]));
+        a.store_out(0, dscores);
+        return;
+      }
+      case OpKind::attn_values: {
+        a.expect(2, 2, 1, 1);
+        const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
+        require(a.in[0].tensor->elements() == s.B * s.A * s.S * s.S, op, "probs must be [B,A,S,S]");
+        require(a.out[0].tensor->elements() == s.B * s.S * s.A * s.D, op, "y must be [B,S,A*D]");
+        const auto probs = load(a.in[0]), qkv = load(a.in[1]);
+        auto y = zeros_like(a.out[0]);
+        cpu::attn_values(y.data(), probs.data(), qkv.data(), s);
+        a.store_out(0, y);
+        return;
+      }
+      case OpKind::attn_values_bwd: {
+        a.expect(3, 3, 2, 2);
+        const cpu::AttnShape s = attn_shape(op, *a.in[2].tensor);
+        const auto dy = load(a.in[0]), probs = load(a.in[1]), qkv = load(a.in[2]);
+        auto dprobs = zeros_like(a.out[0]), dqkv = zeros_like(a.out[1]);
+        cpu::attn_values_bwd(dprobs.data(), dqkv.data(), dy.data(), probs.data(), qkv.data(), s);
+        a.store_out(0, dprobs);
+        a.store_out(1, dqkv);
+        return;
+      }
+      case OpKind::attn_scores_bwd: {
+        a.expect(3, 3, 1, 1);
+        const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
+        const auto dscores = load(a.in[0]), qkv = load(a.in[1]);
+        auto dqkv = load(a.in[2]);  // its v part, written by attn_values_bwd, is kept
+        cpu::attn_scores_bwd(dqkv.data(), dscores.data(), qkv.data(), s);
+        a.store_out(0, dqkv);
+        return;
+      }
+      case OpKind::flash_fwd: {
+        a.expect(1, 1, 2, 2);
+        const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
+        require(a.out[1].tensor->elements() == s.B * s.A * s.S, op, "lse must be [B,A,S]");
+        const auto qkv = load(a.in[0]);
+        auto y = zeros_like(a.out[0]), lse = zeros_like(a.out[1]);
+        cpu::flash_fwd(y.data(), lse.data(), qkv.data(), s, static_cast<float>(op.dropout_p),
+                       op.seed);
+        a.store_out(0, y);
+        a.store_out(1, lse);
+        return;
+      }
+      case OpKind::flash_bwd: {
+        a.expect(4, 4, 1, 1);
+        const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
+        const auto dy = load(a.in[0]), qkv = load(a.in[1]), y = load(a.in[2]), lse = load(a.in[3]);
+        auto dqkv = zeros_like(a.out[0]);
+        cpu::flash_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s,
+                       static_cast<float>(op.dropout_p), op.seed);
+        a.store_out(0, dqkv);
+        return;
+      }
+      case OpKind::dropout_fwd: {
+        a.expect(1, 1, 2, 2);
+        const auto x = load(a.in[0]);
+        auto y = zeros_like(a.out[0]), mask = zeros_like(a.out[1]);
+        cpu::dropout_fwd(y.data(), mask.data(), x.data(), static_cast<std::int64_t>(x.size()),
+                         static_cast<float>(op.dropout_p), op.seed);
+        a.store_out(0, y);
+        a.store_out(1, mask);
+        return;
+      }
+      case OpKind::dropout_bwd: {
+        a.expect(2, 2, 1, 1);
+        const auto dy = load(a.in[0]), mask = load(a.in[1]);
+        auto dx = zeros_like(a.out[0]);
+        cpu::dropout_bwd(dx.data(), dy.data(), mask.data(), static_cast<std::int64_t>(dy.size()),
+                         static_cast<float>(op.dropout_p));
+        a.store_out(0, dx);
+        return;
+      }
+      case OpKind::add: {
+        a.expect(2, 2, 1, 1);
+        const auto x = load(a.in[0]), y = load(a.in[1]);
+        require(x.size() == y.size(), op, "add operands differ in size");
+        auto c = zeros_like(a.out[0]);
+        cpu::add(c.data(), x.data(), y.data(), static_cast<std::int64_t>(c.size()));
+        a.store_out(0, c);
+        return;
+      }
+      case OpKind::cross_entropy_fwd: {
+        a.expect(2, 2, 2, 2);
+        const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
+        require(a.in[1].tensor->elements() == M, op, "targets must have one id per logits row");
+        const auto logits = load(a.in[0]);
+        const auto targets = load_ids(a.in[1]);
+        auto loss = zeros_like(a.out[0]), lse = zeros_like(a.out[1]);
+        cpu::cross_entropy_fwd(loss.data(), lse.data(), logits.data(), targets.data(), M, V);
+        a.store_out(0, loss);
+        a.store_out(1, lse);
+        return;
+      }
+      case OpKind::cross_entropy_bwd: {
+        a.expect(3, 3, 1, 1);
+        const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
+        const auto logits = load(a.in[0]);
+        const auto targets = load_ids(a.in[1]);
+        const auto lse = load(a.in[2]);
+        auto dlogits = zeros_like(a.out[0]);
+        cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V);
+        a.store_out(0, dlogits);
+        return;
+      }
+      case OpKind::adamw_step:
+      case OpKind::sgd_step:
+        optimizer_step(a);
+        return;
+    }
+    throw InternalError("op '" + op.name + "': unknown kind");
+  }
+
+  // In place on the weight, its state and its master copy: the update runs in fp32 on the master
+  // when there is one (then weight = round(master)), else on the weight's own values.
+  void optimizer_step(const Args& a) {
+    const Op& op = a.op;
+    const bool adam = op.kind == OpKind::adamw_step;
+    const std::size_t n_state = adam ? 2 : 1;
+    a.expect(2 + n_state, 3 + n_state, 0, 0);
+    const Bound& weight = a.in[0];
+    const bool has_master = a.in.size() == 3 + n_state;
+    const Bound& param_src = has_master ? a.in.back() : weight;
+    auto param = load(param_src);
+    const auto grad = load(a.in[1]);
+    require(grad.size() == param.size(), op, "grad and weight differ in size");
+    const int step = ++steps_[weight.tensor->name];
+    const auto n = static_cast<std::int64_t>(param.size());
+    if (adam) {
+      auto m = load(a.in[2]), v = load(a.in[3]);
+      kmath::AdamParams p;
+      p.lr = op.lr;
+      p.beta1 = op.beta1;
+      p.beta2 = op.beta2;
+      p.eps = op.adam_eps;
+      p.weight_decay = op.weight_decay;
+      p.step = step;
+      cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, p);
+      store(a.in[2], m, false);
+      store(a.in[3], v, false);
+    } else {
+      auto momentum = load(a.in[2]);
+      kmath::SgdParams p;
+      p.lr = op.lr;
+      p.momentum = op.momentum;
+      p.weight_decay = op.weight_decay;
+      cpu::sgd_step(param.data(), grad.data(), momentum.data(), n, p);
+      store(a.in[2], momentum, false);
+    }
+    if (has_master) store(param_src, param, false);
+    store(weight, param, false);  // rounds to the weight's dtype
+  }
+
+  std::uint64_t seed_;
+  InputFiller fill_;
+  std::unordered_map<std::string, int> steps_;
+};
+
+}  // namespace
+
+float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i) {
+  return 0.02f * normal(name_hash(name) ^ (seed * 0x9E3779B97F4A7C15ull), i);
+}
+
+std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed) {
+  return make_cpu_executor(seed, {});
+}
+
+std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed, InputFiller fill_inputs) {
+  return std::make_unique<CpuExecutor>(seed, std::move(fill_inputs));
+}
+
+}  // namespace vrambench

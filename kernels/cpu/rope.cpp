@@ -1,0 +1,36 @@
+// RoPE forward and backward share one loop: the backward is the inverse rotation.
+#include "cpu/rope.h"
+
+#include "common/math.h"
+
+namespace vrambench::cpu {
+namespace {
+void rotate_all(float* out, const float* in, std::int64_t B, std::int64_t S, std::int64_t A,
+                std::int64_t K, std::int64_t D, bool inverse) {
+  const std::int64_t Q = (A + 2 * K) * D;
+  const std::int64_t rotated_columns = (A + K) * D;  // q and k heads; v follows untouched
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t s = 0; s < S; ++s) {
+      const float* src = in + (b * S + s) * Q;
+      float* dst = out + (b * S + s) * Q;
+      for (std::int64_t c = 0; c < Q; ++c) dst[c] = src[c];
+      for (std::int64_t head_start = 0; head_start < rotated_columns; head_start += D)
+        for (std::int64_t pair = 0; pair < D / 2; ++pair) {
+          float* x0 = dst + head_start + 2 * pair;
+          kmath::rope_rotate(x0, x0 + 1, kmath::rope_angle(s, pair, D), inverse);
+        }
+    }
+}
+}  // namespace
+
+void rope_fwd(float* qkv_rot, const float* qkv, std::int64_t B, std::int64_t S, std::int64_t A,
+              std::int64_t K, std::int64_t D) {
+  rotate_all(qkv_rot, qkv, B, S, A, K, D, false);
+}
+
+void rope_bwd(float* dqkv, const float* dqkv_rot, std::int64_t B, std::int64_t S, std::int64_t A,
+              std::int64_t K, std::int64_t D) {
+  rotate_all(dqkv, dqkv_rot, B, S, A, K, D, true);
+}
+
+}  // namespace vrambench::cpu

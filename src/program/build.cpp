@@ -1,0 +1,714 @@
+// Builds the program of one training step: forward, loss, backward (recompute replays inserted where
+// the recompute mode asks) and the optimizer, for the gpt and llama blocks and the four scopes.
+//
+// Layout (the estimate and the kernels are written against it):
+//   model:  embedding [+ dropout] -> L blocks -> final norm -> lm head -> cross entropy,
+//           then backward in reverse, then one optimizer op per weight.
+//   gpt block:   ln1 -> qkv -> attention -> proj [-> dropout] -> +x_in = x_mid
+//                ln2 -> fc -> gelu -> proj [-> dropout] -> +x_mid = x_out
+//   llama block: attn_norm -> qkv -> rope -> attention -> o [-> dropout] -> +x_in = x_mid
+//                mlp_norm -> gate, up -> swiglu -> down [-> dropout] -> +x_mid = x_out
+// In 16-bit with dropout and eager attention a gpt block saves Korthikanti's 34sbh + 5as^2b bytes
+// (plus the fp32 norm statistics). Tensors are named "layer3.attn.probs", "layer3.mlp.fc.w",
+// "layer3.mlp.fc.w.grad", "wte.m"; a replayed tensor adds ".recompute"; a gradient adds ".grad".
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "program/program.h"
+
+namespace vrambench {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+constexpr std::string_view kRecomputeSuffix = ".recompute";
+
+// Where a dropout sits; with the layer it gives the seed, so a replay regenerates the same mask.
+enum class DropoutSite : std::uint64_t { embedding = 1, attn_probs = 2, attn_proj = 3, mlp_proj = 4 };
+
+std::uint64_t dropout_seed(int layer, DropoutSite site) {
+  // splitmix64 of (layer, site): distinct, well-spread seeds for counter-based generators.
+  std::uint64_t z = (static_cast<std::uint64_t>(layer + 1) << 8) + static_cast<std::uint64_t>(site);
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
+struct Param {
+  int w = -1;
+  int grad = -1;
+  int master = -1;    // fp32 master copy (16-bit recipes with an optimizer)
+  int m = -1, v = -1; // adamw
+  int momentum = -1;  // sgd
+  int layer = -1;
+  bool present() const { return w >= 0; }
+};
+
+struct BlockWeights {
+  Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
+  Param qkv_w, qkv_b;      // [Q,H], [Q]
+  Param proj_w, proj_b;    // attention output projection [H,H], [H]
+  Param norm2_w, norm2_b;  // gpt: ln2; llama: mlp_norm
+  Param fc_w, fc_b;        // gpt: fc [F,H], [F]; llama: gate [F,H]
+  Param up_w;              // llama: up [F,H]
+  Param out_w, out_b;      // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+};
+
+// How a forward pass treats what it produces.
+struct Pass {
+  bool replay = false;      // a recompute in backward: names get ".recompute", everything transient
+  bool keep_block = true;   // false under full recompute: only block inputs survive the forward
+  bool keep_probs = true;   // false under selective recompute: softmax outputs and mask are replayed
+};
+
+// The attention core's tensors; -1 where the attention kind has none.
+struct Core {
+  int scores = -1, probs = -1, probs_drop = -1, probs_mask = -1;  // eager
+  int y = -1;
+  int lse = -1;  // flash
+  int values_input() const { return probs_drop >= 0 ? probs_drop : probs; }
+};
+
+struct Mlp {
+  int fc_out = -1, gelu_out = -1;                  // gpt
+  int gate_out = -1, up_out = -1, swiglu_out = -1; // llama
+  int out = -1;                                    // mlp.proj.out / mlp.down.out
+  int drop = -1, mask = -1;                        // dropout after the output projection
+  int y() const { return drop >= 0 ? drop : out; }
+};
+
+struct Block {
+  int layer = 0;
+  int x_in = -1;
+  int norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
+  int qkv_linear = -1;  // the qkv projection's output (llama: before rope)
+  int qkv = -1;         // what attention reads (gpt: qkv_linear; llama: attn.qkv_rot)
+  Core core;
+  int proj_out = -1, proj_drop = -1, proj_mask = -1;
+  int x_mid = -1;
+  int norm2_out = -1, norm2_mean = -1, norm2_rstd = -1;
+  Mlp mlp;
+  int x_out = -1;
+};
+
+class Builder {
+ public:
+  Builder(const RunConfig& cfg, Bytes gemm_workspace)
+      : cfg_(cfg), gemm_workspace_(gemm_workspace) {
+    const ModelConfig& m = cfg.model;
+    B_ = cfg.batch;
+    S_ = cfg.seq;
+    H_ = m.hidden;
+    A_ = m.heads;
+    K_ = m.kv_heads;
+    D_ = m.head_dim();
+    Q_ = (A_ + 2 * K_) * D_;
+    F_ = m.ffn;
+    V_ = m.vocab;
+    M_ = checked_mul(B_, S_, "batch x seq");
+    act_ = activation_dtype(cfg.dtype);
+    gpt_ = m.arch == Arch::gpt;
+    eager_ = cfg.attention == Attention::eager;
+    dropout_ = cfg.dropout > 0.0;
+    p_.config = cfg;
+  }
+
+  Program build() {
+    switch (cfg_.scope) {
+      case Scope::model: build_model(); break;
+      case Scope::layer: build_layer(); break;
+      case Scope::attention: build_attention(); break;
+      case Scope::mlp: build_mlp(); break;
+    }
+    add_optimizer();
+    return std::move(p_);
+  }
+
+ private:
+  // ---- tensors ------------------------------------------------------------------------------
+
+  int tensor(std::string name, Shape shape, DType dtype, Role role) {
+    return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
+  }
+
+  // The gradient of `id`: same shape and dtype, transient, named after the forward tensor (a
+  // replayed tensor's gradient is the gradient of the original).
+  int grad_of(int id) {
+    const Tensor& t = p_.tensor(id);
+    std::string name = t.name;
+    if (name.ends_with(kRecomputeSuffix)) name.resize(name.size() - kRecomputeSuffix.size());
+    return grad_named(name + ".grad", id);
+  }
+  int grad_named(std::string name, int like) {
+    const Tensor& t = p_.tensor(like);
+    Shape shape = t.shape;
+    const DType dtype = t.dtype;
+    return tensor(std::move(name), std::move(shape), dtype, Role::transient);
+  }
+
+  // One cuBLASLt workspace for the whole step, created by the first GEMM so that a program without
+  // GEMMs (flash attention scope) lists no unused tensor.
+  int workspace() {
+    if (workspace_ < 0) workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
+    return workspace_;
+  }
+
+  Param weight(std::string name, Shape shape, int layer) {
+    Param param;
+    param.layer = layer;
+    param.w = tensor(name, shape, act_, Role::weight);
+    // The master copy follows its weight: executors initialise persistent tensors in id order and
+    // the master starts as the fp32 copy of the weight.
+    const bool step = cfg_.optimizer != Optimizer::none;
+    if (step && has_master_weights(cfg_.dtype))
+      param.master = tensor(name + ".master", shape, DType::f32, Role::master_weight);
+    if (cfg_.optimizer == Optimizer::adamw) {
+      param.m = tensor(name + ".m", shape, DType::f32, Role::optimizer_state);
+      param.v = tensor(name + ".v", shape, DType::f32, Role::optimizer_state);
+    } else if (cfg_.optimizer == Optimizer::sgd) {
+      param.momentum = tensor(name + ".momentum", shape, DType::f32, Role::optimizer_state);
+    }
+    param.grad = tensor(name + ".grad", std::move(shape), act_, Role::grad);
+    params_.push_back(param);
+    return param;
+  }
+
+  BlockWeights block_weights(int l) {
+    const std::string pre = fmt::format("layer{}.", l);
+    BlockWeights w;
+    if (gpt_) {
+      w.norm1_w = weight(pre + "ln1.w", {H_}, l);
+      w.norm1_b = weight(pre + "ln1.b", {H_}, l);
+      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
+      w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
+      w.proj_w = weight(pre + "attn.proj.w", {H_, H_}, l);
+      w.proj_b = weight(pre + "attn.proj.b", {H_}, l);
+      w.norm2_w = weight(pre + "ln2.w", {H_}, l);
+      w.norm2_b = weight(pre + "ln2.b", {H_}, l);
+    } else {
+      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l);
+      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
+      w.proj_w = weight(pre + "attn.o.w", {H_, H_}, l);
+      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l);
+    }
+    mlp_weights(l, w);
+    return w;
+  }
+
+  void mlp_weights(int l, BlockWeights& w) {
+    const std::string pre = fmt::format("layer{}.", l);
+    if (gpt_) {
+      w.fc_w = weight(pre + "mlp.fc.w", {F_, H_}, l);
+      w.fc_b = weight(pre + "mlp.fc.b", {F_}, l);
+      w.out_w = weight(pre + "mlp.proj.w", {H_, F_}, l);
+      w.out_b = weight(pre + "mlp.proj.b", {H_}, l);
+    } else {
+      w.fc_w = weight(pre + "mlp.gate.w", {F_, H_}, l);
+      w.up_w = weight(pre + "mlp.up.w", {F_, H_}, l);
+      w.out_w = weight(pre + "mlp.down.w", {H_, F_}, l);
+    }
+  }
+
+  // ---- ops ----------------------------------------------------------------------------------
+
+  Op& op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+         int layer, bool recompute = false) {
+    if (recompute) name += kRecomputeSuffix;
+    Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
+    o.layer = layer;
+    o.recompute = recompute;
+    return o;
+  }
+
+  // linear and eager attention GEMMs: the cuBLASLt workspace is their last input.
+  Op& gemm(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+           int layer, bool recompute = false) {
+    if (gemm_workspace_ > 0) inputs.push_back(workspace());
+    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
+  }
+
+  static void push_if(std::vector<int>& list, const Param& p) {
+    if (p.present()) list.push_back(p.w);
+  }
+  static void push_grad_if(std::vector<int>& list, const Param& p) {
+    if (p.present()) list.push_back(p.grad);
+  }
+
+  std::vector<int> with_bias(int x, const Param& w, const Param& b) {
+    std::vector<int> in{x, w.w};
+    push_if(in, b);
+    return in;
+  }
+
+  // ---- naming and roles of a pass -----------------------------------------------------------
+
+  static std::string suffixed(const Pass& pass, std::string name) {
+    if (pass.replay) name += kRecomputeSuffix;
+    return name;
+  }
+  // Role of a tensor the backward reads.
+  static Role saved(const Pass& pass) {
+    return pass.replay || !pass.keep_block ? Role::transient : Role::activation;
+  }
+  static Role saved_probs(const Pass& pass) {
+    return pass.keep_probs ? saved(pass) : Role::transient;
+  }
+
+  Shape bsh() const { return {B_, S_, H_}; }
+  Shape bass() const { return {B_, A_, S_, S_}; }
+
+  Pass forward_pass() const {
+    Pass pass;
+    pass.keep_block = cfg_.recompute != Recompute::full;
+    pass.keep_probs = cfg_.recompute == Recompute::none;
+    return pass;
+  }
+  static Pass replay_pass() {
+    Pass pass;
+    pass.replay = true;
+    return pass;
+  }
+
+  // ---- forward ------------------------------------------------------------------------------
+
+  // Norm of x into `out` (and stats); gpt: layernorm with bias, llama: rmsnorm.
+  void norm_fwd(const std::string& name, int x, const Param& w, const Param& b, const Pass& pass,
+                int layer, Role role, int& out, int& mean, int& rstd) {
+    out = tensor(suffixed(pass, name + ".out"), bsh(), act_, role);
+    if (gpt_) {
+      mean = tensor(suffixed(pass, name + ".mean"), {M_}, DType::f32, role);
+      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role);
+      op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
+    } else {
+      mean = -1;
+      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role);
+      op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.replay);
+    }
+  }
+
+  // scores -> softmax -> [dropout]: the part selective recompute replays.
+  void probs_fwd(const std::string& pre, int layer, int qkv, const Pass& pass, Core& core) {
+    const Role role = saved_probs(pass);
+    core.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), act_, Role::transient);
+    attention_attrs(gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {core.scores}, layer,
+                         pass.replay));
+    core.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), act_, role);
+    op(OpKind::softmax_fwd, pre + "attn.softmax", {core.scores}, {core.probs}, layer, pass.replay);
+    if (dropout_) {
+      core.probs_drop = tensor(suffixed(pass, pre + "attn.probs_drop"), bass(), act_, role);
+      core.probs_mask = tensor(suffixed(pass, pre + "attn.probs_mask"), bass(), DType::u8, role);
+      dropout_attrs(op(OpKind::dropout_fwd, pre + "attn.probs_dropout", {core.probs},
+                       {core.probs_drop, core.probs_mask}, layer, pass.replay),
+                    layer, DropoutSite::attn_probs);
+    }
+  }
+
+  Core attention_fwd(const std::string& pre, int layer, int qkv, const Pass& pass) {
+    Core core;
+    core.y = tensor(suffixed(pass, pre + "attn.y"), bsh(), act_, saved(pass));
+    if (eager_) {
+      probs_fwd(pre, layer, qkv, pass, core);
+      attention_attrs(gemm(OpKind::attn_values, pre + "attn.values", {core.values_input(), qkv},
+                           {core.y}, layer, pass.replay));
+    } else {
+      core.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, saved(pass));
+      Op& o = op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse}, layer,
+                 pass.replay);
+      attention_attrs(o);
+      dropout_attrs(o, layer, DropoutSite::attn_probs);
+    }
+    return core;
+  }
+
+  // The MLP from its input x (ln2.out / mlp_norm.out) to its output before the residual add.
+  Mlp mlp_fwd(const std::string& pre, int layer, int x, const BlockWeights& w, const Pass& pass) {
+    Mlp mlp;
+    const Role role = saved(pass);
+    if (gpt_) {
+      mlp.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), {B_, S_, F_}, act_, role);
+      gemm(OpKind::linear_fwd, pre + "mlp.fc", with_bias(x, w.fc_w, w.fc_b), {mlp.fc_out}, layer,
+           pass.replay);
+      mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), {B_, S_, F_}, act_, role);
+      op(OpKind::gelu_fwd, pre + "mlp.gelu", {mlp.fc_out}, {mlp.gelu_out}, layer, pass.replay);
+      mlp.out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), act_, Role::transient);
+      gemm(OpKind::linear_fwd, pre + "mlp.proj", with_bias(mlp.gelu_out, w.out_w, w.out_b),
+           {mlp.out}, layer, pass.replay);
+    } else {
+      mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), {B_, S_, F_}, act_, role);
+      gemm(OpKind::linear_fwd, pre + "mlp.gate", {x, w.fc_w.w}, {mlp.gate_out}, layer,
+           pass.replay);
+      mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), {B_, S_, F_}, act_, role);
+      gemm(OpKind::linear_fwd, pre + "mlp.up", {x, w.up_w.w}, {mlp.up_out}, layer, pass.replay);
+      mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), {B_, S_, F_}, act_, role);
+      op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {mlp.gate_out, mlp.up_out}, {mlp.swiglu_out},
+         layer, pass.replay);
+      mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);
+      gemm(OpKind::linear_fwd, pre + "mlp.down", {mlp.swiglu_out, w.out_w.w}, {mlp.out}, layer,
+           pass.replay);
+    }
+    if (dropout_) {
+      const std::string site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
+      mlp.drop = tensor(suffixed(pass, site + ".drop"), bsh(), act_, Role::transient);
+      mlp.mask = tensor(suffixed(pass, site + ".mask"), bsh(), DType::u8, role);
+      dropout_attrs(op(OpKind::dropout_fwd, site + "_dropout", {mlp.out}, {mlp.drop, mlp.mask},
+                       layer, pass.replay),
+                    layer, DropoutSite::mlp_proj);
+    }
+    return mlp;
+  }
+
+  Block block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
+    const std::string pre = fmt::format("layer{}.", l);
+    const Role role = saved(pass);
+    Block b;
+    b.layer = l;
+    b.x_in = x_in;
+    norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, role,
+             b.norm1_out, b.norm1_mean, b.norm1_rstd);
+    if (gpt_) {
+      b.qkv_linear = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, act_, role);
+      gemm(OpKind::linear_fwd, pre + "attn.qkv", with_bias(b.norm1_out, w.qkv_w, w.qkv_b),
+           {b.qkv_linear}, l, pass.replay);
+      b.qkv = b.qkv_linear;
+    } else {
+      // Rope reads the projection once; only the rotated copy is kept for backward.
+      b.qkv_linear = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, act_, Role::transient);
+      gemm(OpKind::linear_fwd, pre + "attn.qkv", {b.norm1_out, w.qkv_w.w}, {b.qkv_linear}, l,
+           pass.replay);
+      b.qkv = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, act_, role);
+      attention_attrs(op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv_linear}, {b.qkv}, l,
+                         pass.replay));
+    }
+    b.core = attention_fwd(pre, l, b.qkv, pass);
+
+    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), act_, Role::transient);
+    gemm(OpKind::linear_fwd, proj, with_bias(b.core.y, w.proj_w, w.proj_b), {b.proj_out}, l,
+         pass.replay);
+    int residual = b.proj_out;
+    if (dropout_) {
+      b.proj_drop = tensor(suffixed(pass, proj + ".drop"), bsh(), act_, Role::transient);
+      b.proj_mask = tensor(suffixed(pass, proj + ".mask"), bsh(), DType::u8, role);
+      dropout_attrs(op(OpKind::dropout_fwd, proj + "_dropout", {b.proj_out},
+                       {b.proj_drop, b.proj_mask}, l, pass.replay),
+                    l, DropoutSite::attn_proj);
+      residual = b.proj_drop;
+    }
+    b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), act_, role);
+    op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
+
+    norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l, role,
+             b.norm2_out, b.norm2_mean, b.norm2_rstd);
+    b.mlp = mlp_fwd(pre, l, b.norm2_out, w, pass);
+    // The block output is the next block's input: saved even under full recompute.
+    b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), act_,
+                     pass.replay ? Role::transient : Role::activation);
+    op(OpKind::add, pre + "mlp.residual", {b.x_mid, b.mlp.y()}, {b.x_out}, l, pass.replay);
+    return b;
+  }
+
+  void attention_attrs(Op& o) const {
+    o.heads = A_;
+    o.kv_heads = K_;
+  }
+  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
+    if (!dropout_) return;
+    o.dropout_p = cfg_.dropout;
+    o.seed = dropout_seed(layer, site);
+  }
+
+  // ---- backward -----------------------------------------------------------------------------
+
+  // Gradient of the attention input (qkv, or llama's qkv_rot) from the gradient of attn.y.
+  int attention_bwd(const std::string& pre, int layer, int qkv, Core core, int dy) {
+    const int dqkv = grad_of(qkv);
+    if (!eager_) {
+      const int dq_accum =
+          tensor(pre + "attn.flash_bwd.dq_accum", {B_, S_, A_, D_}, DType::f32, Role::workspace);
+      Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
+                 {dqkv, dq_accum}, layer);
+      attention_attrs(o);
+      dropout_attrs(o, layer, DropoutSite::attn_probs);
+      return dqkv;
+    }
+    // Selective recompute: the S x S tensors were dropped in the forward; regenerate them right
+    // before they are needed (under full recompute they already come from the block replay).
+    if (cfg_.recompute == Recompute::selective) probs_fwd(pre, layer, qkv, replay_pass(), core);
+
+    const int values_in = core.values_input();
+    const int dvalues_in = grad_of(values_in);
+    attention_attrs(gemm(OpKind::attn_values_bwd, pre + "attn.values.bwd",
+                         {dy, values_in, qkv}, {dvalues_in, dqkv}, layer));
+    int dprobs = dvalues_in;
+    if (dropout_) {
+      dprobs = grad_of(core.probs);
+      dropout_attrs(op(OpKind::dropout_bwd, pre + "attn.probs_dropout.bwd",
+                       {dvalues_in, core.probs_mask}, {dprobs}, layer),
+                    layer, DropoutSite::attn_probs);
+    }
+    const int dscores = grad_of(core.scores);
+    op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dscores}, layer);
+    // The q and k parts of dqkv are written in place, next to the v part attn_values_bwd wrote.
+    attention_attrs(gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv},
+                         {dqkv}, layer));
+    return dqkv;
+  }
+
+  // Gradient of the MLP input x from the gradient of the MLP output.
+  int mlp_bwd(const std::string& pre, int layer, int x, const Mlp& mlp, const BlockWeights& w,
+              int dy) {
+    int dout = dy;
+    if (dropout_) {
+      dout = grad_of(mlp.out);
+      const std::string site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
+      dropout_attrs(op(OpKind::dropout_bwd, site + "_dropout.bwd", {dy, mlp.mask}, {dout}, layer),
+                    layer, DropoutSite::mlp_proj);
+    }
+    if (gpt_) {
+      const int dgelu = grad_of(mlp.gelu_out);
+      std::vector<int> grads{dgelu, w.out_w.grad};
+      push_grad_if(grads, w.out_b);
+      gemm(OpKind::linear_bwd, pre + "mlp.proj.bwd", {dout, mlp.gelu_out, w.out_w.w},
+           std::move(grads), layer);
+      const int dfc = grad_of(mlp.fc_out);
+      op(OpKind::gelu_bwd, pre + "mlp.gelu.bwd", {dgelu, mlp.fc_out}, {dfc}, layer);
+      const int dx = grad_of(x);
+      grads = {dx, w.fc_w.grad};
+      push_grad_if(grads, w.fc_b);
+      gemm(OpKind::linear_bwd, pre + "mlp.fc.bwd", {dfc, x, w.fc_w.w}, std::move(grads), layer);
+      return dx;
+    }
+    const int dswiglu = grad_of(mlp.swiglu_out);
+    gemm(OpKind::linear_bwd, pre + "mlp.down.bwd", {dout, mlp.swiglu_out, w.out_w.w},
+         {dswiglu, w.out_w.grad}, layer);
+    const int dgate = grad_of(mlp.gate_out);
+    const int dup = grad_of(mlp.up_out);
+    op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, mlp.gate_out, mlp.up_out},
+       {dgate, dup}, layer);
+    // x feeds two projections: autograd sums their input gradients.
+    const int dx_up = grad_named(pre + "mlp.up.in.grad", x);
+    gemm(OpKind::linear_bwd, pre + "mlp.up.bwd", {dup, x, w.up_w.w}, {dx_up, w.up_w.grad}, layer);
+    const int dx_gate = grad_named(pre + "mlp.gate.in.grad", x);
+    gemm(OpKind::linear_bwd, pre + "mlp.gate.bwd", {dgate, x, w.fc_w.w}, {dx_gate, w.fc_w.grad},
+         layer);
+    const int dx = grad_of(x);
+    op(OpKind::add, pre + "mlp.grad_sum.bwd", {dx_gate, dx_up}, {dx}, layer);
+    return dx;
+  }
+
+  // Norm backward into `dx` (the norm's share of its input's gradient).
+  void norm_bwd(const std::string& name, int dy, int x, const Param& w, const Param& b, int mean,
+                int rstd, int dx, int layer) {
+    if (gpt_)
+      op(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
+         layer);
+    else
+      op(OpKind::rmsnorm_bwd, name + ".bwd", {dy, x, w.w, rstd}, {dx, w.grad}, layer);
+  }
+
+  // Gradient of the block input from the gradient of its output.
+  int block_bwd(const Block& b, const BlockWeights& w, int dx_out) {
+    const int l = b.layer;
+    const std::string pre = fmt::format("layer{}.", l);
+    const std::string norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
+    const std::string norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
+
+    const int dnorm2_out = mlp_bwd(pre, l, b.norm2_out, b.mlp, w, dx_out);
+    const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
+    norm_bwd(norm2, dnorm2_out, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean, b.norm2_rstd,
+             dnorm2_in, l);
+    const int dx_mid = grad_of(b.x_mid);
+    op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
+
+    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    int dproj = dx_mid;
+    if (dropout_) {
+      dproj = grad_of(b.proj_out);
+      dropout_attrs(op(OpKind::dropout_bwd, proj + "_dropout.bwd", {dx_mid, b.proj_mask}, {dproj},
+                       l),
+                    l, DropoutSite::attn_proj);
+    }
+    const int dy = grad_of(b.core.y);
+    std::vector<int> grads{dy, w.proj_w.grad};
+    push_grad_if(grads, w.proj_b);
+    gemm(OpKind::linear_bwd, proj + ".bwd", {dproj, b.core.y, w.proj_w.w}, std::move(grads), l);
+
+    int dqkv = attention_bwd(pre, l, b.qkv, b.core, dy);
+    if (!gpt_) {
+      const int dqkv_linear = grad_of(b.qkv_linear);
+      attention_attrs(op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {dqkv_linear}, l));
+      dqkv = dqkv_linear;
+    }
+    const int dnorm1_out = grad_of(b.norm1_out);
+    grads = {dnorm1_out, w.qkv_w.grad};
+    push_grad_if(grads, w.qkv_b);
+    gemm(OpKind::linear_bwd, pre + "attn.qkv.bwd", {dqkv, b.norm1_out, w.qkv_w.w},
+         std::move(grads), l);
+    const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
+    norm_bwd(norm1, dnorm1_out, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean, b.norm1_rstd,
+             dnorm1_in, l);
+    const int dx_in = grad_of(b.x_in);
+    op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
+    return dx_in;
+  }
+
+  // ---- scopes -------------------------------------------------------------------------------
+
+  void build_model() {
+    const ModelConfig& m = cfg_.model;
+    const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
+    const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
+
+    const Param wte = weight("wte", {V_, H_}, -1);
+    Param wpe;
+    // Positions past the model's table get their own rows, so long sequences stay buildable.
+    if (gpt_) wpe = weight("wpe", {std::max(m.max_positions, S_), H_}, -1);
+    std::vector<BlockWeights> weights;
+    for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
+    Param final_w, final_b;
+    if (gpt_) {
+      final_w = weight("ln_f.w", {H_}, -1);
+      final_b = weight("ln_f.b", {H_}, -1);
+    } else {
+      final_w = weight("norm.w", {H_}, -1);
+    }
+    const Param lm = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1);
+
+    // Forward.
+    const int x0 = tensor("x0", bsh(), act_, Role::activation);
+    int embed_out = x0, embed_mask = -1;
+    if (dropout_) {
+      embed_out = tensor("embed.out", bsh(), act_, Role::transient);
+      embed_mask = tensor("embed.mask", bsh(), DType::u8, Role::activation);
+    }
+    std::vector<int> embed_in{tokens, wte.w};
+    push_if(embed_in, wpe);
+    op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1);
+    if (dropout_)
+      dropout_attrs(op(OpKind::dropout_fwd, "embed.dropout", {embed_out}, {x0, embed_mask}, -1),
+                    -1, DropoutSite::embedding);
+
+    const Pass pass = forward_pass();
+    std::vector<Block> blocks;
+    int x = x0;
+    for (int l = 0; l < static_cast<int>(m.layers); ++l) {
+      blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass));
+      x = blocks.back().x_out;
+    }
+
+    const std::string final_name = gpt_ ? "ln_f" : "norm";
+    int final_out = -1, final_mean = -1, final_rstd = -1;
+    norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, Role::activation, final_out, final_mean,
+             final_rstd);
+    const int logits = tensor("logits", {M_, V_}, act_, Role::activation);
+    gemm(OpKind::linear_fwd, "lm_head", {final_out, lm.w}, {logits}, -1);
+    const int loss = tensor("loss", {1}, DType::f32, Role::transient);
+    const int lse = tensor("ce.lse", {M_}, DType::f32, Role::activation);
+    op(OpKind::cross_entropy_fwd, "ce", {logits, targets}, {loss, lse}, -1);
+    p_.loss_tensor = loss;
+
+    // Backward.
+    const int dlogits = grad_of(logits);
+    op(OpKind::cross_entropy_bwd, "ce.bwd", {logits, targets, lse}, {dlogits}, -1);
+    const int dfinal_out = grad_of(final_out);
+    // Tied: the lm head is the first writer of wte.grad; embedding_bwd accumulates into it.
+    gemm(OpKind::linear_bwd, "lm_head.bwd", {dlogits, final_out, lm.w}, {dfinal_out, lm.grad}, -1);
+    int dx = grad_of(x);
+    norm_bwd(final_name, dfinal_out, x, final_w, final_b, final_mean, final_rstd, dx, -1);
+
+    for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
+      const BlockWeights& w = weights[static_cast<std::size_t>(l)];
+      Block b = blocks[static_cast<std::size_t>(l)];
+      if (cfg_.recompute == Recompute::full) b = block_fwd(l, b.x_in, w, replay_pass());
+      dx = block_bwd(b, w, dx);
+    }
+
+    int dembed = dx;
+    if (dropout_) {
+      dembed = grad_of(embed_out);
+      dropout_attrs(op(OpKind::dropout_bwd, "embed.dropout.bwd", {dx, embed_mask}, {dembed}, -1),
+                    -1, DropoutSite::embedding);
+    }
+    std::vector<int> embed_grads{wte.grad};
+    push_grad_if(embed_grads, wpe);
+    Op& embed_bwd = op(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
+    embed_bwd.accumulate = m.tied_embeddings;
+  }
+
+  void build_layer() {
+    const int x_in = tensor("layer0.x_in", bsh(), act_, Role::input);
+    const BlockWeights w = block_weights(0);
+    Block b = block_fwd(0, x_in, w, forward_pass());
+    const int dout = tensor("dout", bsh(), act_, Role::input);
+    p_.output_grad_tensor = dout;
+    if (cfg_.recompute == Recompute::full) b = block_fwd(0, x_in, w, replay_pass());
+    block_bwd(b, w, dout);
+  }
+
+  void build_attention() {
+    const int qkv = tensor("layer0.attn.qkv", {B_, S_, Q_}, act_, Role::input);
+    Core core = attention_fwd("layer0.", 0, qkv, forward_pass());
+    const int dout = tensor("dout", bsh(), act_, Role::input);
+    p_.output_grad_tensor = dout;
+    if (cfg_.recompute == Recompute::full) core = attention_fwd("layer0.", 0, qkv, replay_pass());
+    attention_bwd("layer0.", 0, qkv, core, dout);
+  }
+
+  void build_mlp() {
+    const int x = tensor("layer0.mlp.x", bsh(), act_, Role::input);
+    BlockWeights w;
+    mlp_weights(0, w);
+    Mlp mlp = mlp_fwd("layer0.", 0, x, w, forward_pass());
+    const int dout = tensor("dout", bsh(), act_, Role::input);
+    p_.output_grad_tensor = dout;
+    if (cfg_.recompute == Recompute::full) mlp = mlp_fwd("layer0.", 0, x, w, replay_pass());
+    mlp_bwd("layer0.", 0, x, mlp, w, dout);
+  }
+
+  // ---- optimizer ----------------------------------------------------------------------------
+
+  void add_optimizer() {
+    if (cfg_.optimizer == Optimizer::none) return;
+    for (const Param& param : params_) {
+      std::vector<int> in{param.w, param.grad};
+      OpKind kind = OpKind::adamw_step;
+      if (cfg_.optimizer == Optimizer::adamw) {
+        in.push_back(param.m);
+        in.push_back(param.v);
+      } else {
+        kind = OpKind::sgd_step;
+        in.push_back(param.momentum);
+      }
+      if (param.master >= 0) in.push_back(param.master);
+      op(kind, p_.tensor(param.w).name + ".step", std::move(in), {}, param.layer);
+    }
+  }
+
+  const RunConfig& cfg_;
+  Bytes gemm_workspace_;
+  std::int64_t B_ = 0, S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, M_ = 0;
+  DType act_ = DType::f32;
+  bool gpt_ = true, eager_ = false, dropout_ = false;
+  Program p_;
+  int workspace_ = -1;
+  std::vector<Param> params_;
+};
+
+}  // namespace
+
+Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
+  validate(cfg);
+  if (gemm_workspace < 0)
+    throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
+  return Builder(cfg, gemm_workspace).build();
+}
+
+}  // namespace vrambench
