@@ -1,5 +1,5 @@
 // Rotary position embedding over packed qkv[B,S,(A+2K)*D]: rotates each q and k head by the angle of
-// its position (half-split pairs (d, d + D/2), base 10000), copies v. Backward rotates back.
+// its position (pairs (2i, 2i+1), kmath::rope_angle), copies v. Backward rotates back.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/math.h"
 #include "core/dtype.h"
 #include "cuda/types.h"
 
@@ -14,15 +15,14 @@ namespace vrambench::cuda {
 
 struct RopeShape {
   std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  float base = 10000.0f;
   __host__ __device__ std::int64_t row_width() const { return (heads + 2 * kv_heads) * head_dim; }
   __host__ __device__ std::int64_t elements() const { return batch * seq * row_width(); }
 };
 
-// direction +1 forward, -1 backward (the transpose of a rotation is the inverse rotation).
+// Element i of the output; reads its pair partner.
 template <typename T>
 __host__ __device__ inline void rope_body(std::int64_t i, T* out, const T* in, RopeShape s,
-                                          float direction) {
+                                          bool inverse) {
   const std::int64_t width = s.row_width();
   const std::int64_t col = i % width;
   const std::int64_t pos = (i / width) % s.seq;
@@ -30,21 +30,11 @@ __host__ __device__ inline void rope_body(std::int64_t i, T* out, const T* in, R
     out[i] = in[i];
     return;
   }
-  const std::int64_t half = s.head_dim / 2;
   const std::int64_t d = col % s.head_dim;
-  const std::int64_t j = d < half ? d : d - half;
-  const float inv_freq =
-      powf(s.base, -2.0f * static_cast<float>(j) / static_cast<float>(s.head_dim));
-  const float angle = static_cast<float>(pos) * inv_freq;
-  const float c = cosf(angle), sn = direction * sinf(angle);
-  const float self = to_f32(in[i]);
-  if (d < half) {
-    const float partner = to_f32(in[i + half]);
-    out[i] = from_f32<T>(self * c - partner * sn);
-  } else {
-    const float partner = to_f32(in[i - half]);
-    out[i] = from_f32<T>(self * c + partner * sn);
-  }
+  const std::int64_t first = i - (d & 1);  // element 2*pair of the pair
+  float x0 = to_f32(in[first]), x1 = to_f32(in[first + 1]);
+  kmath::rope_rotate(&x0, &x1, kmath::rope_angle(pos, d / 2, s.head_dim), inverse);
+  out[i] = from_f32<T>((d & 1) != 0 ? x1 : x0);
 }
 
 void launch_rope_fwd(DType dtype, void* qkv_rot, const void* qkv, RopeShape shape,
