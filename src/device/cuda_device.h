@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "alloc/allocator.h"
+#include "core/config.h"
 #include "core/dtype.h"
 #include "core/units.h"
 #include "device/executor.h"
@@ -72,6 +73,13 @@ struct SelftestRow {
   bool passed = false;
   std::string note;           // e.g. why an op was not compared
 };
+// The small programs the selftest runs: together they use every op kind at every storage type.
+struct SelftestConfig {
+  std::string label;
+  RunConfig cfg;
+};
+std::vector<SelftestConfig> selftest_configs();
+
 // Runs small gpt and llama programs (eager and flash, fp32/tf32/fp16/bf16) op by op on the GPU and
 // the CPU, feeding both the same inputs before each op. Throws NeedsGpu without a device.
 std::vector<SelftestRow> run_selftest();
