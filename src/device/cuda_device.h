@@ -57,10 +57,16 @@ CudaDeviceInfo query_cuda_device(int ordinal = 0);
 // Throws NeedsGpu without a device.
 std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity);
 
+// How flash_fwd runs: the plain fused kernels of kernels/cuda/flash.cu (every dtype, dropout
+// masks identical to the CPU reference), or cuDNN's fused attention graph where an engine takes the
+// shape (16-bit, no dropout, no workspace beyond what the program lists), else the kernels.
+enum class FlashImpl { kernels, cudnn };
+
 // Runs every OpKind on the GPU. Initial contents are those of the cpu executor with the same seed
 // (computed on the host, then copied), so cpu and cuda start a step from the same values.
 // Throws NeedsGpu without a device.
-std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed);
+std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed,
+                                             FlashImpl flash = FlashImpl::kernels);
 
 // One op kind at one storage type, run on the GPU and on the CPU reference with the same inputs.
 struct SelftestRow {
@@ -77,6 +83,7 @@ struct SelftestRow {
 struct SelftestConfig {
   std::string label;
   RunConfig cfg;
+  FlashImpl flash = FlashImpl::kernels;
 };
 std::vector<SelftestConfig> selftest_configs();
 

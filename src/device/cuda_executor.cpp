@@ -17,6 +17,7 @@
 #include "cuda/dropout.h"
 #include "cuda/embedding.h"
 #include "cuda/flash.h"
+#include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/layernorm.h"
 #include "cuda/optimizer.h"
@@ -83,8 +84,8 @@ AttentionShape attention_shape(const Args& a, const Tensor& qkv) {
 
 class CudaExecutor final : public Executor {
  public:
-  explicit CudaExecutor(std::uint64_t seed)
-      : stream_(make_stream()), cpu_init_(make_cpu_executor(seed)) {}
+  CudaExecutor(std::uint64_t seed, FlashImpl flash)
+      : stream_(make_stream()), cpu_init_(make_cpu_executor(seed)), flash_impl_(flash) {}
 
   std::string_view name() const override { return "cuda"; }
 
@@ -146,6 +147,8 @@ class CudaExecutor final : public Executor {
   std::unique_ptr<Executor> cpu_init_;
   std::vector<std::uint8_t> host_;
   std::unique_ptr<GemmRunner> gemm_;
+  FlashImpl flash_impl_;
+  std::unique_ptr<CudnnFlashForward> cudnn_flash_;
   std::unordered_map<std::string, int> steps_;  // optimizer steps per weight, as the cpu executor
 };
 
@@ -279,6 +282,15 @@ void CudaExecutor::run(const Args& a) {
       const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
       FlashShape f{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
                    static_cast<float>(op.dropout_p), op.seed};
+      if (fwd && flash_impl_ == FlashImpl::cudnn) {
+        if (!cudnn_flash_) cudnn_flash_ = std::make_unique<CudnnFlashForward>();
+        if (cudnn_flash_->supports(f, dt) &&
+            cudnn_flash_->workspace_bytes(f, dt) <= a.workspace_bytes) {
+          cudnn_flash_->run(f, dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), a.workspace,
+                            a.workspace_bytes, st);
+          return;
+        }
+      }
       if (fwd)
         launch_flash_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), f, st);
       else
@@ -431,10 +443,10 @@ void CudaExecutor::optimizer(const Args& a) {
 
 }  // namespace
 
-std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed) {
+std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed, FlashImpl flash) {
   std::string why;
   if (!cuda_available(&why)) throw NeedsGpu(why);
-  return std::make_unique<CudaExecutor>(seed);
+  return std::make_unique<CudaExecutor>(seed, flash);
 }
 
 }  // namespace vrambench

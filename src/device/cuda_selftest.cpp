@@ -56,6 +56,10 @@ std::vector<SelftestConfig> selftest_configs() {
       {"gpt bf16 flash dropout", small(Arch::gpt, Precision::bf16, Attention::flash, Optimizer::adamw, 0.1)},
       {"llama bf16 eager", small(Arch::llama, Precision::bf16, Attention::eager, Optimizer::sgd, 0.0)},
       {"llama fp16 flash", small(Arch::llama, Precision::fp16, Attention::flash, Optimizer::adamw, 0.0)},
+      {"llama bf16 flash cudnn", small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
+       FlashImpl::cudnn},
+      {"gpt fp16 flash cudnn", small(Arch::gpt, Precision::fp16, Attention::flash, Optimizer::sgd, 0.0),
+       FlashImpl::cudnn},
   };
 }
 
@@ -119,7 +123,7 @@ std::vector<SelftestRow> run_selftest() {
     const Program program = build_program(sc.cfg, workspace);
     const std::uint64_t seed = 7;
     auto cpu = make_cpu_executor(seed);
-    auto gpu = make_cuda_executor(seed);
+    auto gpu = make_cuda_executor(seed, sc.flash);
 
     const std::size_t n = program.tensors.size();
     std::vector<std::vector<std::uint8_t>> host(n);
