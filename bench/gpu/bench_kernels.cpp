@@ -1,7 +1,6 @@
-// Speed of the main CUDA kernels (GEMM, layernorm, softmax, fused attention, AdamW), timed with CUDA
-// events as manual time. Without a GPU every benchmark reports why and skips.
+// Speed of the main CUDA kernels (GEMM, layernorm, softmax, fused attention, AdamW), timed with
+// CUDA events as manual time. Without a GPU every benchmark reports why and skips.
 #include <benchmark/benchmark.h>
-
 #include <cuda_runtime.h>
 
 #include <string>
@@ -42,7 +41,9 @@ void time_with_events(benchmark::State& state, cudaStream_t stream, F&& launch) 
   }
 }
 
-DType dtype_arg(std::int64_t v) { return v == 0 ? DType::f32 : (v == 1 ? DType::f16 : DType::bf16); }
+DType dtype_arg(std::int64_t v) {
+  return v == 0 ? DType::f32 : (v == 1 ? DType::f16 : DType::bf16);
+}
 GemmMath math_arg(std::int64_t v) {
   return v == 0 ? GemmMath::fp32 : (v == 1 ? GemmMath::fp16 : GemmMath::bf16);
 }
@@ -87,12 +88,16 @@ void BM_LayerNormForward(benchmark::State& state) {
       mean(4 * static_cast<std::size_t>(M)), rstd(4 * static_cast<std::size_t>(M));
   VB_CUDA_CHECK(cudaMemset(x.get(), 0, x.bytes()));
   time_with_events(state, stream.get(), [&] {
-    launch_layernorm_fwd(dt, y.get(), mean.as<float>(), rstd.as<float>(), x.get(), w.get(),
-                         b.get(), M, H, 1e-5f, stream.get());
+    launch_layernorm_fwd(dt, y.get(), mean.as<float>(), rstd.as<float>(), x.get(), w.get(), b.get(),
+                         M, H, 1e-5f, stream.get());
   });
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * es) * M * H);
 }
-BENCHMARK(BM_LayerNormForward)->Args({8192, 768, 2})->Args({8192, 4096, 2})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerNormForward)
+    ->Args({8192, 768, 2})
+    ->Args({8192, 4096, 2})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // softmax_fwd over attention scores [B*A*S, S]. Args: rows, S, dtype.
 void BM_SoftmaxForward(benchmark::State& state) {
@@ -101,18 +106,23 @@ void BM_SoftmaxForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   const auto es = static_cast<std::size_t>(dtype_size(dt));
   Stream stream = make_stream();
-  DeviceBuffer s(es * static_cast<std::size_t>(rows * S)), p(es * static_cast<std::size_t>(rows * S));
+  DeviceBuffer s(es * static_cast<std::size_t>(rows * S)),
+      p(es * static_cast<std::size_t>(rows * S));
   VB_CUDA_CHECK(cudaMemset(s.get(), 0, s.bytes()));
   time_with_events(state, stream.get(),
                    [&] { launch_softmax_fwd(dt, p.get(), s.get(), rows, S, stream.get()); });
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * es) * rows * S);
 }
-BENCHMARK(BM_SoftmaxForward)->Args({4 * 12 * 1024, 1024, 2})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SoftmaxForward)
+    ->Args({4 * 12 * 1024, 1024, 2})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // flash_fwd over qkv[B, S, (A + 2K) D]. Args: B, S, A, K, D.
 void BM_FlashForward(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
-  FlashShape f{state.range(0), state.range(1), state.range(2), state.range(3), state.range(4), 0.0f, 1};
+  FlashShape f{
+      state.range(0), state.range(1), state.range(2), state.range(3), state.range(4), 0.0f, 1};
   const DType dt = DType::bf16;
   const auto es = static_cast<std::size_t>(dtype_size(dt));
   Stream stream = make_stream();
@@ -120,10 +130,15 @@ void BM_FlashForward(benchmark::State& state) {
       y(es * static_cast<std::size_t>(f.batch * f.seq * f.heads * f.head_dim)),
       lse(4 * static_cast<std::size_t>(f.batch * f.heads * f.seq));
   VB_CUDA_CHECK(cudaMemset(qkv.get(), 0, qkv.bytes()));
-  time_with_events(state, stream.get(),
-                   [&] { launch_flash_fwd(dt, y.get(), lse.as<float>(), qkv.get(), f, stream.get()); });
+  time_with_events(state, stream.get(), [&] {
+    launch_flash_fwd(dt, y.get(), lse.as<float>(), qkv.get(), f, stream.get());
+  });
 }
-BENCHMARK(BM_FlashForward)->Args({1, 1024, 12, 12, 64})->Args({1, 2048, 32, 8, 128})->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FlashForward)
+    ->Args({1, 1024, 12, 12, 64})
+    ->Args({1, 2048, 32, 8, 128})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // adamw over n bf16 weights with fp32 master weights and state.
 void BM_AdamW(benchmark::State& state) {

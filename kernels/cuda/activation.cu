@@ -1,6 +1,5 @@
 // GELU and SwiGLU kernels: grid-stride wrappers over the bodies in activation.h.
 #include "cuda/activation.h"
-
 #include "cuda/check.h"
 
 namespace vrambench::cuda {

@@ -1,6 +1,5 @@
 // Element-wise add kernel.
 #include "cuda/add.h"
-
 #include "cuda/check.h"
 
 namespace vrambench::cuda {

@@ -1,16 +1,19 @@
 // Typed errors for CUDA, cuBLASLt and cuDNN failures (see check.h).
-#include "cuda/check.h"
-
 #include <utility>
+
+#include "cuda/check.h"
 
 namespace vrambench::cuda {
 namespace {
 
 const char* library_name(Library l) {
   switch (l) {
-    case Library::cuda: return "CUDA";
-    case Library::cublas: return "cuBLASLt";
-    case Library::cudnn: return "cuDNN";
+    case Library::cuda:
+      return "CUDA";
+    case Library::cublas:
+      return "cuBLASLt";
+    case Library::cudnn:
+      return "cuDNN";
   }
   return "?";
 }
@@ -34,8 +37,12 @@ CudaError::CudaError(Library library, int code, std::string call, std::string fi
       error_name_(std::move(error_name)),
       error_string_(std::move(error_string)) {}
 
-bool is_out_of_memory(cudaError_t e) { return e == cudaErrorMemoryAllocation; }
-bool is_out_of_memory(cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }
+bool is_out_of_memory(cudaError_t e) {
+  return e == cudaErrorMemoryAllocation;
+}
+bool is_out_of_memory(cublasStatus_t s) {
+  return s == CUBLAS_STATUS_ALLOC_FAILED;
+}
 bool is_out_of_memory(cudnnStatus_t s) {
   return s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
          s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;

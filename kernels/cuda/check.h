@@ -1,6 +1,6 @@
-// Error checks for the CUDA runtime, cuBLASLt and cuDNN: each failing call throws a typed error that
-// names the call, file:line, the library's error name and string. Out-of-memory is its own type,
-// because a trial that runs out of memory is a result, not a crash.
+// Error checks for the CUDA runtime, cuBLASLt and cuDNN: each failing call throws a typed error
+// that names the call, file:line, the library's error name and string. Out-of-memory is its own
+// type, because a trial that runs out of memory is a result, not a crash.
 #pragma once
 
 #include <cublasLt.h>
@@ -55,25 +55,25 @@ void check_launch(const char* kernel, const char* file, int line);
 
 }  // namespace vrambench::cuda
 
-#define VB_CUDA_CHECK(call)                                                            \
-  do {                                                                                 \
-    const cudaError_t vb_status_ = (call);                                             \
-    if (vb_status_ != cudaSuccess)                                                     \
-      ::vrambench::cuda::throw_cuda(vb_status_, #call, __FILE__, __LINE__);            \
+#define VB_CUDA_CHECK(call)                                                 \
+  do {                                                                      \
+    const cudaError_t vb_status_ = (call);                                  \
+    if (vb_status_ != cudaSuccess)                                          \
+      ::vrambench::cuda::throw_cuda(vb_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define VB_CUBLAS_CHECK(call)                                                          \
-  do {                                                                                 \
-    const cublasStatus_t vb_status_ = (call);                                          \
-    if (vb_status_ != CUBLAS_STATUS_SUCCESS)                                           \
-      ::vrambench::cuda::throw_cublas(vb_status_, #call, __FILE__, __LINE__);          \
+#define VB_CUBLAS_CHECK(call)                                                 \
+  do {                                                                        \
+    const cublasStatus_t vb_status_ = (call);                                 \
+    if (vb_status_ != CUBLAS_STATUS_SUCCESS)                                  \
+      ::vrambench::cuda::throw_cublas(vb_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define VB_CUDNN_CHECK(call)                                                           \
-  do {                                                                                 \
-    const cudnnStatus_t vb_status_ = (call);                                           \
-    if (vb_status_ != CUDNN_STATUS_SUCCESS)                                            \
-      ::vrambench::cuda::throw_cudnn(vb_status_, #call, __FILE__, __LINE__);           \
+#define VB_CUDNN_CHECK(call)                                                 \
+  do {                                                                       \
+    const cudnnStatus_t vb_status_ = (call);                                 \
+    if (vb_status_ != CUDNN_STATUS_SUCCESS)                                  \
+      ::vrambench::cuda::throw_cudnn(vb_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After every kernel launch: `kernel<<<grid, block, 0, stream>>>(...); VB_CHECK_LAUNCH("kernel");`

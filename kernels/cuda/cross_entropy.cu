@@ -1,7 +1,6 @@
 // Cross-entropy kernels.
-#include "cuda/cross_entropy.h"
-
 #include "cuda/check.h"
+#include "cuda/cross_entropy.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -29,11 +28,11 @@ void launch_cross_entropy_fwd(DType dtype, float* loss, float* lse, const void* 
                               cudaStream_t stream) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_lse_kernel<T><<<grid_for(M, 128), 128, 0, stream>>>(
-        lse, static_cast<const T*>(logits), M, V);
+    cross_entropy_lse_kernel<T>
+        <<<grid_for(M, 128), 128, 0, stream>>>(lse, static_cast<const T*>(logits), M, V);
     VB_CHECK_LAUNCH("cross_entropy_lse_kernel");
-    cross_entropy_loss_kernel<T><<<1, 1, 0, stream>>>(loss, lse, static_cast<const T*>(logits),
-                                                       targets, M, V);
+    cross_entropy_loss_kernel<T>
+        <<<1, 1, 0, stream>>>(loss, lse, static_cast<const T*>(logits), targets, M, V);
     VB_CHECK_LAUNCH("cross_entropy_loss_kernel");
   });
 }

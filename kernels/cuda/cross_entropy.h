@@ -27,8 +27,8 @@ __host__ __device__ inline void cross_entropy_lse_body(std::int64_t row, float* 
 template <typename T>
 __host__ __device__ inline void cross_entropy_loss_body(float* loss, const float* lse,
                                                         const T* logits,
-                                                        const std::int32_t* targets,
-                                                        std::int64_t M, std::int64_t V) {
+                                                        const std::int32_t* targets, std::int64_t M,
+                                                        std::int64_t V) {
   float sum = 0.0f;
   for (std::int64_t m = 0; m < M; ++m)
     sum += lse[m] - to_f32(logits[m * V + static_cast<std::int64_t>(targets[m])]);

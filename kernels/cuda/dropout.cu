@@ -1,7 +1,6 @@
 // Dropout kernels.
-#include "cuda/dropout.h"
-
 #include "cuda/check.h"
+#include "cuda/dropout.h"
 
 namespace vrambench::cuda {
 namespace {

@@ -1,6 +1,6 @@
-// Dropout with the shared counter-based hash RNG (kmath::keep): element i of a mask seeded by `seed`
-// is the same on every run and every device, so a recomputed forward reproduces its mask. mask is
-// u8, 1 = kept.
+// Dropout with the shared counter-based hash RNG (kmath::keep): element i of a mask seeded by
+// `seed` is the same on every run and every device, so a recomputed forward reproduces its mask.
+// mask is u8, 1 = kept.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,7 +14,9 @@
 namespace vrambench::cuda {
 
 // 1 / (1 - p), and 0 when everything is dropped (as the CPU reference).
-__host__ __device__ inline float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+__host__ __device__ inline float dropout_scale(float p) {
+  return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
 
 template <typename T>
 __host__ __device__ inline void dropout_fwd_body(std::int64_t i, T* y, std::uint8_t* mask,

@@ -1,7 +1,6 @@
 // Embedding kernels.
-#include "cuda/embedding.h"
-
 #include "cuda/check.h"
+#include "cuda/embedding.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -18,8 +17,8 @@ __global__ void embedding_bwd_kernel(T* dwte, T* dwpe, const T* dx, const std::i
 }  // namespace
 
 void launch_embedding_fwd(DType dtype, void* x, const std::int32_t* tokens, const void* wte,
-                          const void* wpe, std::int64_t rows, std::int64_t seq,
-                          std::int64_t hidden, cudaStream_t stream) {
+                          const void* wpe, std::int64_t rows, std::int64_t seq, std::int64_t hidden,
+                          cudaStream_t stream) {
   const std::int64_t n = rows * hidden;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);

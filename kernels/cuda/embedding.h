@@ -42,8 +42,8 @@ __host__ __device__ inline void embedding_bwd_body(std::int64_t h, T* dwte, T* d
 
 // rows = B*S. vocab and positions size the gradients (zeroed first unless accumulate).
 void launch_embedding_fwd(DType dtype, void* x, const std::int32_t* tokens, const void* wte,
-                          const void* wpe, std::int64_t rows, std::int64_t seq,
-                          std::int64_t hidden, cudaStream_t stream);
+                          const void* wpe, std::int64_t rows, std::int64_t seq, std::int64_t hidden,
+                          cudaStream_t stream);
 void launch_embedding_bwd(DType dtype, void* dwte, void* dwpe, const void* dx,
                           const std::int32_t* tokens, std::int64_t rows, std::int64_t seq,
                           std::int64_t hidden, std::int64_t vocab, std::int64_t positions,

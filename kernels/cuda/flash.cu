@@ -1,10 +1,9 @@
 // Fused attention kernels: thin wrappers over the bodies in flash.h.
-#include "cuda/flash.h"
-
 #include <stdexcept>
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/flash.h"
 
 namespace vrambench::cuda {
 namespace {

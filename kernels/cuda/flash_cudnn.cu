@@ -1,11 +1,10 @@
 // cuDNN backend graph of causal scaled-dot-product attention, forward (see flash_cudnn.h).
-#include "cuda/flash_cudnn.h"
-
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/flash_cudnn.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -24,10 +23,14 @@ void set_type(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudn
 
 cudnnDataType_t cudnn_type(DType t) {
   switch (t) {
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    default: break;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    default:
+      break;
   }
   throw std::invalid_argument("cuDNN attention: dtype " + std::string(dtype_name(t)) +
                               " is not a floating storage type");
@@ -199,7 +202,8 @@ BackendDescriptor make_sdpa_operation_graph(const SdpaForwardNodes& nodes, cudnn
   for (const BackendDescriptor& op : nodes.ops) ops.push_back(op.get());
   set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
       static_cast<std::int64_t>(ops.size()), ops.data());
-  if (handle != nullptr) set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  if (handle != nullptr)
+    set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   VB_CUDNN_CHECK(cudnnBackendFinalize(graph.get()));
   return graph;
 }
@@ -218,7 +222,8 @@ CudnnFlashForward::Plan& CudnnFlashForward::plan_for(const FlashShape& s, DType 
     BackendDescriptor heur = make_backend_descriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     cudnnBackendDescriptor_t graph = p.graph.get();
-    set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+    set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &graph);
     set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
     VB_CUDNN_CHECK(cudnnBackendFinalize(heur.get()));
     // Try the heuristics' engine configurations in order until one finalises into a plan.
@@ -257,7 +262,9 @@ CudnnFlashForward::Plan& CudnnFlashForward::plan_for(const FlashShape& s, DType 
   return p;
 }
 
-bool CudnnFlashForward::supports(const FlashShape& s, DType dtype) { return plan_for(s, dtype).ok; }
+bool CudnnFlashForward::supports(const FlashShape& s, DType dtype) {
+  return plan_for(s, dtype).ok;
+}
 
 Bytes CudnnFlashForward::workspace_bytes(const FlashShape& s, DType dtype) {
   return plan_for(s, dtype).workspace;

@@ -1,20 +1,23 @@
 // cuBLASLt plans, descriptors and execution; the bias-gradient column reduction.
-#include "cuda/gemm.h"
-
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/gemm.h"
 
 namespace vrambench::cuda {
 
 GemmMath gemm_math(Precision p) {
   switch (p) {
-    case Precision::fp32: return GemmMath::fp32;
-    case Precision::tf32: return GemmMath::tf32;
-    case Precision::fp16: return GemmMath::fp16;
-    case Precision::bf16: return GemmMath::bf16;
+    case Precision::fp32:
+      return GemmMath::fp32;
+    case Precision::tf32:
+      return GemmMath::tf32;
+    case Precision::fp16:
+      return GemmMath::fp16;
+    case Precision::bf16:
+      return GemmMath::bf16;
   }
   return GemmMath::fp32;
 }
@@ -22,9 +25,12 @@ GemmMath gemm_math(Precision p) {
 DType gemm_storage(GemmMath math) {
   switch (math) {
     case GemmMath::fp32:
-    case GemmMath::tf32: return DType::f32;
-    case GemmMath::fp16: return DType::f16;
-    case GemmMath::bf16: return DType::bf16;
+    case GemmMath::tf32:
+      return DType::f32;
+    case GemmMath::fp16:
+      return DType::f16;
+    case GemmMath::bf16:
+      return DType::bf16;
   }
   return DType::f32;
 }
@@ -36,11 +42,16 @@ cublasComputeType_t compute_type(GemmMath math) {
 
 cudaDataType_t cuda_data_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::u8: return CUDA_R_8U;
-    case DType::i32: return CUDA_R_32I;
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::u8:
+      return CUDA_R_8U;
+    case DType::i32:
+      return CUDA_R_32I;
   }
   return CUDA_R_32F;
 }
@@ -72,10 +83,13 @@ GemmPlan plan_linear_bwd_dw(std::int64_t M, std::int64_t in, std::int64_t out, b
   return p;
 }
 
-float AttentionShape::scale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+float AttentionShape::scale() const {
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
 
 namespace {
-// Batched over B: qkv rows of one sample are S * Q apart, scores blocks A * S * S, y rows S * A * D.
+// Batched over B: qkv rows of one sample are S * Q apart, scores blocks A * S * S, y rows S * A *
+// D.
 GemmPlan batched(const AttentionShape& s, std::int64_t stride_a, std::int64_t stride_b,
                  std::int64_t stride_c) {
   GemmPlan p;
@@ -150,8 +164,8 @@ GemmPlan plan_attn_scores_bwd_dk(const AttentionShape& s, bool first) {
 
 namespace {
 
-MatrixLayout make_layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols,
-                         std::int64_t ld, std::int64_t batch, std::int64_t stride) {
+MatrixLayout make_layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                         std::int64_t batch, std::int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
   VB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<std::uint64_t>(rows),
                                              static_cast<std::uint64_t>(cols), ld));
@@ -208,10 +222,9 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
         pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    VB_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_.get(), entry.desc.op.get(),
-                                                   entry.desc.a.get(), entry.desc.b.get(),
-                                                   entry.desc.c.get(), entry.desc.c.get(),
-                                                   pref_raw, 1, &result, &found));
+    VB_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+        handle_.get(), entry.desc.op.get(), entry.desc.a.get(), entry.desc.b.get(),
+        entry.desc.c.get(), entry.desc.c.get(), pref_raw, 1, &result, &found));
     if (found == 0)
       throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(plan.m) + "x" +
                                std::to_string(plan.n) + "x" + std::to_string(plan.k) +
@@ -222,8 +235,8 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
   }
   Entry& e = it->second;
   if (bias != nullptr)
-    VB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.desc.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                   &bias, sizeof(bias)));
+    VB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        e.desc.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   VB_CUBLAS_CHECK(cublasLtMatmul(handle_.get(), e.desc.op.get(), &plan.alpha, a, e.desc.a.get(), b,
                                  e.desc.b.get(), &plan.beta, c, e.desc.c.get(), c, e.desc.c.get(),
                                  &e.algo, workspace, static_cast<std::size_t>(workspace_bytes),

@@ -50,10 +50,10 @@ struct GemmPlan {
 };
 
 // Linear layer, x[M, In], w[Out, In], y[M, Out] (all row-major).
-GemmPlan plan_linear_fwd(std::int64_t M, std::int64_t in, std::int64_t out);   // A=w, B=x, C=y
+GemmPlan plan_linear_fwd(std::int64_t M, std::int64_t in, std::int64_t out);     // A=w, B=x, C=y
 GemmPlan plan_linear_bwd_dx(std::int64_t M, std::int64_t in, std::int64_t out);  // A=w, B=dy, C=dx
 GemmPlan plan_linear_bwd_dw(std::int64_t M, std::int64_t in, std::int64_t out,
-                            bool accumulate);                                  // A=x, B=dy, C=dw
+                            bool accumulate);  // A=x, B=dy, C=dw
 
 // Eager attention over packed qkv[B, S, (A + 2K) * D]. One GEMM per query head a, batched over B;
 // head a reads kv head a / (A / K). Offsets are in elements from each tensor's start.
@@ -71,11 +71,11 @@ struct AttentionShape {
   // The first head of each kv group overwrites dk/dv, the others add into them.
   bool first_of_group(std::int64_t a) const { return a % group() == 0; }
 };
-GemmPlan plan_attn_scores(const AttentionShape& s);           // A=k, B=q, C=scores
-GemmPlan plan_attn_values(const AttentionShape& s);           // A=v, B=probs, C=y
-GemmPlan plan_attn_values_bwd_dprobs(const AttentionShape& s);  // A=v, B=dy, C=dprobs
+GemmPlan plan_attn_scores(const AttentionShape& s);                     // A=k, B=q, C=scores
+GemmPlan plan_attn_values(const AttentionShape& s);                     // A=v, B=probs, C=y
+GemmPlan plan_attn_values_bwd_dprobs(const AttentionShape& s);          // A=v, B=dy, C=dprobs
 GemmPlan plan_attn_values_bwd_dv(const AttentionShape& s, bool first);  // A=dy, B=probs, C=dv
-GemmPlan plan_attn_scores_bwd_dq(const AttentionShape& s);    // A=k, B=dscores, C=dq
+GemmPlan plan_attn_scores_bwd_dq(const AttentionShape& s);              // A=k, B=dscores, C=dq
 GemmPlan plan_attn_scores_bwd_dk(const AttentionShape& s, bool first);  // A=q, B=dscores, C=dk
 
 // Descriptors for a plan; created without a device.

@@ -1,7 +1,6 @@
 // LayerNorm kernels: one thread per row (forward, dx) or per column (dw, db).
-#include "cuda/layernorm.h"
-
 #include "cuda/check.h"
+#include "cuda/layernorm.h"
 
 namespace vrambench::cuda {
 namespace {

@@ -1,13 +1,12 @@
 // Optimizer kernels.
-#include "cuda/optimizer.h"
-
 #include "cuda/check.h"
+#include "cuda/optimizer.h"
 
 namespace vrambench::cuda {
 namespace {
 template <typename T>
-__global__ void adamw_kernel(T* w, const T* grad, float* m, float* v, float* master,
-                             AdamWParams p, std::int64_t n) {
+__global__ void adamw_kernel(T* w, const T* grad, float* m, float* v, float* master, AdamWParams p,
+                             std::int64_t n) {
   VB_GRID_STRIDE(i, n) adamw_body(i, w, grad, m, v, master, p);
 }
 template <typename T>

@@ -57,9 +57,7 @@ struct DestroyMatmulDesc {
   void operator()(cublasLtMatmulDesc_t d) const noexcept { (void)cublasLtMatmulDescDestroy(d); }
 };
 struct DestroyMatrixLayout {
-  void operator()(cublasLtMatrixLayout_t l) const noexcept {
-    (void)cublasLtMatrixLayoutDestroy(l);
-  }
+  void operator()(cublasLtMatrixLayout_t l) const noexcept { (void)cublasLtMatrixLayoutDestroy(l); }
 };
 struct DestroyMatmulPreference {
   void operator()(cublasLtMatmulPreference_t p) const noexcept {
@@ -133,7 +131,9 @@ class DeviceBuffer {
 
   void* get() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   std::size_t bytes() const { return bytes_; }
   void reset() {
     if (data_ != nullptr) (void)cudaFree(data_);

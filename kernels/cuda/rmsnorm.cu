@@ -1,7 +1,6 @@
 // RMSNorm kernels: one thread per row (forward, dx) or per column (dw).
-#include "cuda/rmsnorm.h"
-
 #include "cuda/check.h"
+#include "cuda/rmsnorm.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -11,8 +10,8 @@ __global__ void rmsnorm_fwd_kernel(T* y, float* rstd, const T* x, const T* w, st
   VB_GRID_STRIDE(row, M) rmsnorm_fwd_body(row, y, rstd, x, w, H, eps);
 }
 template <typename T>
-__global__ void rmsnorm_bwd_dx_kernel(T* dx, const T* dy, const T* x, const T* w,
-                                      const float* rstd, std::int64_t M, std::int64_t H) {
+__global__ void rmsnorm_bwd_dx_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
+                                      std::int64_t M, std::int64_t H) {
   VB_GRID_STRIDE(row, M) rmsnorm_bwd_dx_body(row, dx, dy, x, w, rstd, H);
 }
 template <typename T>
@@ -41,9 +40,9 @@ void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const v
         static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
         static_cast<const T*>(w), rstd, M, H);
     VB_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
-    rmsnorm_bwd_dw_kernel<T><<<grid_for(H, 128), 128, 0, stream>>>(
-        static_cast<T*>(dw), static_cast<const T*>(dy), static_cast<const T*>(x), rstd, M, H,
-        accumulate);
+    rmsnorm_bwd_dw_kernel<T>
+        <<<grid_for(H, 128), 128, 0, stream>>>(static_cast<T*>(dw), static_cast<const T*>(dy),
+                                               static_cast<const T*>(x), rstd, M, H, accumulate);
     VB_CHECK_LAUNCH("rmsnorm_bwd_dw_kernel");
   });
 }

@@ -1,5 +1,5 @@
-// RMSNorm over the last dimension: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) saved (fp32)
-// per row; backward gives dx per row and dw per column.
+// RMSNorm over the last dimension: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) saved
+// (fp32) per row; backward gives dx per row and dw per column.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,7 +1,6 @@
 // Rotary embedding kernels.
-#include "cuda/rope.h"
-
 #include "cuda/check.h"
+#include "cuda/rope.h"
 
 namespace vrambench::cuda {
 namespace {

@@ -1,5 +1,5 @@
-// Rotary position embedding over packed qkv[B,S,(A+2K)*D]: rotates each q and k head by the angle of
-// its position (pairs (2i, 2i+1), kmath::rope_angle), copies v. Backward rotates back.
+// Rotary position embedding over packed qkv[B,S,(A+2K)*D]: rotates each q and k head by the angle
+// of its position (pairs (2i, 2i+1), kmath::rope_angle), copies v. Backward rotates back.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,7 +1,6 @@
 // Softmax and causal-mask kernels.
-#include "cuda/softmax.h"
-
 #include "cuda/check.h"
+#include "cuda/softmax.h"
 
 namespace vrambench::cuda {
 namespace {

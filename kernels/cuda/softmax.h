@@ -37,8 +37,7 @@ __host__ __device__ inline void softmax_bwd_body(std::int64_t row, T* dscores, c
   float dot = 0.0f;
   for (std::int64_t c = 0; c < cols; ++c) dot += to_f32(dp[c]) * to_f32(p[c]);
   T* ds = dscores + row * cols;
-  for (std::int64_t c = 0; c < cols; ++c)
-    ds[c] = from_f32<T>(to_f32(p[c]) * (to_f32(dp[c]) - dot));
+  for (std::int64_t c = 0; c < cols; ++c) ds[c] = from_f32<T>(to_f32(p[c]) * (to_f32(dp[c]) - dot));
 }
 
 // i over blocks*S*S: sets element (r, c) of each S x S block to -inf when c > r.

@@ -18,9 +18,13 @@ namespace vrambench::cuda {
 template <typename T>
 __host__ __device__ inline float to_f32(T v);
 template <>
-__host__ __device__ inline float to_f32<float>(float v) { return v; }
+__host__ __device__ inline float to_f32<float>(float v) {
+  return v;
+}
 template <>
-__host__ __device__ inline float to_f32<__half>(__half v) { return __half2float(v); }
+__host__ __device__ inline float to_f32<__half>(__half v) {
+  return __half2float(v);
+}
 template <>
 __host__ __device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
@@ -29,9 +33,13 @@ __host__ __device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
 template <typename T>
 __host__ __device__ inline T from_f32(float v);
 template <>
-__host__ __device__ inline float from_f32<float>(float v) { return v; }
+__host__ __device__ inline float from_f32<float>(float v) {
+  return v;
+}
 template <>
-__host__ __device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
+__host__ __device__ inline __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __host__ __device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -41,10 +49,17 @@ __host__ __device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
 template <typename F>
 void dispatch_float(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: f(float{}); return;
-    case DType::f16: f(__half{}); return;
-    case DType::bf16: f(__nv_bfloat16{}); return;
-    default: break;
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::f16:
+      f(__half{});
+      return;
+    case DType::bf16:
+      f(__nv_bfloat16{});
+      return;
+    default:
+      break;
   }
   throw std::invalid_argument("CUDA kernels: dtype " + std::string(dtype_name(dtype)) +
                               " is not a floating storage type");
@@ -61,7 +76,7 @@ inline unsigned grid_for(std::int64_t n, unsigned block) {
 
 #if defined(__CUDACC__)
 // Grid-stride loop index over [0, n).
-#define VB_GRID_STRIDE(i, n)                                                               \
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
-       i < (n); i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+#define VB_GRID_STRIDE(i, n)                                                                       \
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 #endif

@@ -18,6 +18,14 @@
 
 namespace vrambench {
 
+// The GPU (or cuBLASLt/cuDNN on it) could not allocate memory while an op ran: a trial result like
+// a refused segment, not a failure. The executor turns the CUDA-typed out-of-memory into this type
+// so that code without CUDA headers can catch it.
+class DeviceOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A GPU is required for what was asked and there is none; what() starts with "needs a GPU: ".
 class NeedsGpu : public std::runtime_error {
  public:
@@ -30,9 +38,9 @@ bool cuda_available(std::string* why = nullptr);
 
 // Versions that are known without a GPU: the CUDA runtime linked, cuBLASLt and cuDNN.
 struct CudaLibraryVersions {
-  int runtime = 0;              // CUDART_VERSION style: 13000 = 13.0
-  std::size_t cublaslt = 0;     // cublasLtGetVersion(): 130000 style
-  std::size_t cudnn = 0;        // cudnnGetVersion(): 91900 = 9.19.0
+  int runtime = 0;                   // CUDART_VERSION style: 13000 = 13.0
+  std::size_t cublaslt = 0;          // cublasLtGetVersion(): 130000 style
+  std::size_t cudnn = 0;             // cudnnGetVersion(): 91900 = 9.19.0
   std::string runtime_text() const;  // "13.0"
   std::string cublaslt_text() const;
   std::string cudnn_text() const;
@@ -62,9 +70,10 @@ std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity);
 // shape (16-bit, no dropout, no workspace beyond what the program lists), else the kernels.
 enum class FlashImpl { kernels, cudnn };
 
-// Runs every OpKind on the GPU. Initial contents are those of the cpu executor with the same seed
-// (computed on the host, then copied), so cpu and cuda start a step from the same values.
-// Throws NeedsGpu without a device.
+// Runs every OpKind on the GPU; an allocation failure inside a library throws DeviceOutOfMemory,
+// any other CUDA failure cuda::CudaError (a std::runtime_error). Initial contents are those of the
+// cpu executor with the same seed (computed on the host, then copied), so cpu and cuda start a step
+// from the same values. Throws NeedsGpu without a device.
 std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed,
                                              FlashImpl flash = FlashImpl::kernels);
 
@@ -73,11 +82,11 @@ struct SelftestRow {
   std::string config;  // which small program it ran in ("gpt fp32 eager", ...)
   std::string op;      // op kind
   DType dtype = DType::f32;
-  std::int64_t ops = 0;       // how many ops of this kind ran
-  double max_abs_error = 0;   // largest |gpu - cpu| over every output element
-  double worst_ratio = 0;     // largest |gpu - cpu| / (atol + rtol |cpu|); <= 1 passes
+  std::int64_t ops = 0;      // how many ops of this kind ran
+  double max_abs_error = 0;  // largest |gpu - cpu| over every output element
+  double worst_ratio = 0;    // largest |gpu - cpu| / (atol + rtol |cpu|); <= 1 passes
   bool passed = false;
-  std::string note;           // e.g. why an op was not compared
+  std::string note;  // e.g. why an op was not compared
 };
 // The small programs the selftest runs: together they use every op kind at every storage type.
 struct SelftestConfig {

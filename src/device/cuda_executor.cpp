@@ -59,10 +59,18 @@ struct Args {
 std::int64_t last_dim(const Bound& b) {
   return b.tensor->shape.empty() ? 1 : b.tensor->shape.back();
 }
-std::int64_t rows(const Bound& b) { return b.tensor->elements() / last_dim(b); }
-const void* cptr(const Bound& b) { return b.data; }
-const std::int32_t* ids(const Bound& b) { return static_cast<const std::int32_t*>(b.data); }
-float* f32(const Bound& b) { return static_cast<float*>(b.data); }
+std::int64_t rows(const Bound& b) {
+  return b.tensor->elements() / last_dim(b);
+}
+const void* cptr(const Bound& b) {
+  return b.data;
+}
+const std::int32_t* ids(const Bound& b) {
+  return static_cast<const std::int32_t*>(b.data);
+}
+float* f32(const Bound& b) {
+  return static_cast<float*>(b.data);
+}
 template <typename P>
 P* offset(P* base, std::int64_t elements, DType dtype) {
   using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
@@ -93,8 +101,8 @@ class CudaExecutor final : public Executor {
     const Tensor& t = program.tensor(tensor_id);
     host_.assign(static_cast<std::size_t>(t.bytes), 0);
     cpu_init_->initialize(program, tensor_id, host_.data());
-    VB_CUDA_CHECK(cudaMemcpyAsync(data, host_.data(), host_.size(), cudaMemcpyHostToDevice,
-                                  stream_.get()));
+    VB_CUDA_CHECK(
+        cudaMemcpyAsync(data, host_.data(), host_.size(), cudaMemcpyHostToDevice, stream_.get()));
     VB_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // host_ is reused
   }
 
@@ -117,7 +125,11 @@ class CudaExecutor final : public Executor {
     };
     bind(op.inputs, a.in);
     bind(op.outputs, a.out);
-    run(a);
+    try {
+      run(a);
+    } catch (const CudaOutOfMemory& e) {
+      throw DeviceOutOfMemory(fmt::format("op '{}': {}", op.name, e.what()));
+    }
   }
 
   void synchronize() override { VB_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
@@ -280,8 +292,9 @@ void CudaExecutor::run(const Args& a) {
       else
         a.expect(4, 4, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
-      FlashShape f{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
-                   static_cast<float>(op.dropout_p), op.seed};
+      FlashShape f{s.batch,    s.seq,      s.heads,
+                   s.kv_heads, s.head_dim, static_cast<float>(op.dropout_p),
+                   op.seed};
       if (fwd && flash_impl_ == FlashImpl::cudnn) {
         if (!cudnn_flash_) cudnn_flash_ = std::make_unique<CudnnFlashForward>();
         if (cudnn_flash_->supports(f, dt) &&
@@ -319,8 +332,8 @@ void CudaExecutor::run(const Args& a) {
     case OpKind::cross_entropy_fwd: {
       a.expect(2, 2, 2, 2);
       const DType logits_dt = a.in[0].tensor->dtype;
-      launch_cross_entropy_fwd(logits_dt, f32(a.out[0]), f32(a.out[1]), cptr(a.in[0]),
-                               ids(a.in[1]), rows(a.in[0]), last_dim(a.in[0]), st);
+      launch_cross_entropy_fwd(logits_dt, f32(a.out[0]), f32(a.out[1]), cptr(a.in[0]), ids(a.in[1]),
+                               rows(a.in[0]), last_dim(a.in[0]), st);
       return;
     }
     case OpKind::cross_entropy_bwd:
@@ -368,10 +381,10 @@ void CudaExecutor::attention(const Args& a) {
       const auto es = static_cast<std::size_t>(dtype_size(dt));
       // The q and k columns of dqkv are written by attn_scores_bwd; zero them here as the contract
       // says, so that dqkv holds no stale values in between.
-      VB_CUDA_CHECK(cudaMemset2DAsync(
-          a.out[1].data, static_cast<std::size_t>(s.qkv_width()) * es, 0,
-          static_cast<std::size_t>((s.heads + s.kv_heads) * s.head_dim) * es,
-          static_cast<std::size_t>(s.batch * s.seq), st));
+      VB_CUDA_CHECK(
+          cudaMemset2DAsync(a.out[1].data, static_cast<std::size_t>(s.qkv_width()) * es, 0,
+                            static_cast<std::size_t>((s.heads + s.kv_heads) * s.head_dim) * es,
+                            static_cast<std::size_t>(s.batch * s.seq), st));
       const GemmPlan dprobs = plan_attn_values_bwd_dprobs(s);
       for (std::int64_t h = 0; h < s.heads; ++h) {
         run_gemm(a, dprobs, offset(cptr(a.in[2]), s.v_offset(h), dt),
@@ -403,7 +416,8 @@ void CudaExecutor::attention(const Args& a) {
       }
       return;
     }
-    default: a.fail("not an attention GEMM op");
+    default:
+      a.fail("not an attention GEMM op");
   }
 }
 

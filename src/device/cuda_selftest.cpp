@@ -50,16 +50,22 @@ RunConfig small(Arch arch, Precision precision, Attention attention, Optimizer o
 
 std::vector<SelftestConfig> selftest_configs() {
   return {
-      {"gpt fp32 eager dropout", small(Arch::gpt, Precision::fp32, Attention::eager, Optimizer::adamw, 0.1)},
+      {"gpt fp32 eager dropout",
+       small(Arch::gpt, Precision::fp32, Attention::eager, Optimizer::adamw, 0.1)},
       {"gpt tf32 flash", small(Arch::gpt, Precision::tf32, Attention::flash, Optimizer::sgd, 0.0)},
-      {"gpt fp16 eager", small(Arch::gpt, Precision::fp16, Attention::eager, Optimizer::adamw, 0.0)},
-      {"gpt bf16 flash dropout", small(Arch::gpt, Precision::bf16, Attention::flash, Optimizer::adamw, 0.1)},
-      {"llama bf16 eager", small(Arch::llama, Precision::bf16, Attention::eager, Optimizer::sgd, 0.0)},
-      {"llama fp16 flash", small(Arch::llama, Precision::fp16, Attention::flash, Optimizer::adamw, 0.0)},
-      {"llama bf16 flash cudnn", small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
+      {"gpt fp16 eager",
+       small(Arch::gpt, Precision::fp16, Attention::eager, Optimizer::adamw, 0.0)},
+      {"gpt bf16 flash dropout",
+       small(Arch::gpt, Precision::bf16, Attention::flash, Optimizer::adamw, 0.1)},
+      {"llama bf16 eager",
+       small(Arch::llama, Precision::bf16, Attention::eager, Optimizer::sgd, 0.0)},
+      {"llama fp16 flash",
+       small(Arch::llama, Precision::fp16, Attention::flash, Optimizer::adamw, 0.0)},
+      {"llama bf16 flash cudnn",
+       small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
        FlashImpl::cudnn},
-      {"gpt fp16 flash cudnn", small(Arch::gpt, Precision::fp16, Attention::flash, Optimizer::sgd, 0.0),
-       FlashImpl::cudnn},
+      {"gpt fp16 flash cudnn",
+       small(Arch::gpt, Precision::fp16, Attention::flash, Optimizer::sgd, 0.0), FlashImpl::cudnn},
   };
 }
 
@@ -77,9 +83,14 @@ struct Tolerance {
 Tolerance tolerance_for(const RunConfig& cfg, OpKind kind) {
   Tolerance t{1e-4, 1e-5};
   switch (activation_dtype(cfg.dtype)) {
-    case DType::f16: t = {1e-2, 2e-3}; break;
-    case DType::bf16: t = {5e-2, 1e-2}; break;
-    default: break;
+    case DType::f16:
+      t = {1e-2, 2e-3};
+      break;
+    case DType::bf16:
+      t = {5e-2, 1e-2};
+      break;
+    default:
+      break;
   }
   if (cfg.dtype == Precision::tf32 && is_gemm(kind)) t = {1e-2, 2e-3};  // 10-bit mantissa inputs
   // Sums of many 16-bit values rounded at every step on the GPU (embedding scatter).
@@ -106,7 +117,8 @@ void compare(const Tensor& t, const std::uint8_t* gpu, const std::uint8_t* cpu, 
     const double err = std::fabs(g - w);
     const bool exact = t.dtype == DType::u8 || t.dtype == DType::i32;
     c.max_abs = std::max(c.max_abs, err);
-    c.worst = std::max(c.worst, exact ? (err == 0 ? 0.0 : 1e30) : err / (tol.atol + tol.rtol * std::fabs(w)));
+    c.worst = std::max(
+        c.worst, exact ? (err == 0 ? 0.0 : 1e30) : err / (tol.atol + tol.rtol * std::fabs(w)));
   }
 }
 
@@ -142,7 +154,8 @@ std::vector<SelftestRow> run_selftest() {
     auto upload = [&](int id) {
       const auto u = static_cast<std::size_t>(id);
       if (!host[u].empty())
-        VB_CUDA_CHECK(cudaMemcpy(device_ptr[u], host[u].data(), host[u].size(), cudaMemcpyHostToDevice));
+        VB_CUDA_CHECK(
+            cudaMemcpy(device_ptr[u], host[u].data(), host[u].size(), cudaMemcpyHostToDevice));
     };
 
     std::map<OpKind, SelftestRow> by_kind;

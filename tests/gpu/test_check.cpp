@@ -50,7 +50,8 @@ TEST(Check, CublasAllocFailedIsOutOfMemory) {
 }
 
 TEST(Check, CudnnDeviceAllocationFailureIsOutOfMemory) {
-  EXPECT_THROW(VB_CUDNN_CHECK(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED), CudaOutOfMemory);
+  EXPECT_THROW(VB_CUDNN_CHECK(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED),
+               CudaOutOfMemory);
   try {
     VB_CUDNN_CHECK(CUDNN_STATUS_BAD_PARAM);
     FAIL() << "no throw";

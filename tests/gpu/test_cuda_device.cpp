@@ -12,10 +12,10 @@
 namespace vrambench {
 namespace {
 
-#define VB_REQUIRE_GPU()                                     \
-  do {                                                       \
-    std::string vb_why_;                                     \
-    if (!cuda_available(&vb_why_)) GTEST_SKIP() << vb_why_;  \
+#define VB_REQUIRE_GPU()                                    \
+  do {                                                      \
+    std::string vb_why_;                                    \
+    if (!cuda_available(&vb_why_)) GTEST_SKIP() << vb_why_; \
   } while (0)
 
 TEST(CudaDevice, AvailabilityExplainsItselfWhenFalse) {

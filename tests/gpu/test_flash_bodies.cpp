@@ -37,7 +37,8 @@ TEST_P(FlashBodies, MatchCpuReference) {
     flash_fwd_body(row, y.data(), lse.data(), qkv.data(), s);
   cpu::flash_fwd(want_y.data(), want_lse.data(), qkv.data(), r, c.p, 1234);
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want_y[i], 1e-4) << "y " << i;
-  for (std::size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], want_lse[i], 1e-4) << "lse " << i;
+  for (std::size_t i = 0; i < lse.size(); ++i)
+    ASSERT_NEAR(lse[i], want_lse[i], 1e-4) << "lse " << i;
 
   std::vector<float> dqkv(qkv.size(), 9.0f), want(qkv.size());
   for (std::int64_t row = 0; row < c.B * c.A * c.S; ++row)

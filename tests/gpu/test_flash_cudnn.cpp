@@ -27,7 +27,8 @@ TEST(CudnnFlashLayouts, ViewsOfPackedQkvAndOutputs) {
 
 TEST(CudnnFlashGraph, NodesFinaliseWithoutADevice) {
   for (DType dt : {DType::f16, DType::bf16}) {
-    const SdpaForwardNodes nodes = build_sdpa_forward_nodes(FlashShape{2, 64, 4, 2, 64, 0.0f, 0}, dt);
+    const SdpaForwardNodes nodes =
+        build_sdpa_forward_nodes(FlashShape{2, 64, 4, 2, 64, 0.0f, 0}, dt);
     EXPECT_EQ(nodes.ops.size(), 14u);  // 2 matmuls, 10 pointwise, 2 reductions
     for (const BackendDescriptor& op : nodes.ops) EXPECT_TRUE(op);
     EXPECT_GE(nodes.tensors.size(), 7u);
@@ -37,12 +38,14 @@ TEST(CudnnFlashGraph, NodesFinaliseWithoutADevice) {
 }
 
 TEST(CudnnFlashGraph, OperationGraphWithoutAHandle) {
-  const SdpaForwardNodes nodes = build_sdpa_forward_nodes(FlashShape{1, 64, 4, 4, 64, 0.0f, 0}, DType::bf16);
+  const SdpaForwardNodes nodes =
+      build_sdpa_forward_nodes(FlashShape{1, 64, 4, 4, 64, 0.0f, 0}, DType::bf16);
   try {
     const BackendDescriptor graph = make_sdpa_operation_graph(nodes, nullptr);
     EXPECT_TRUE(graph);
   } catch (const CudaError& e) {
-    GTEST_SKIP() << "cuDNN does not finalise an operation graph without a handle here: " << e.what();
+    GTEST_SKIP() << "cuDNN does not finalise an operation graph without a handle here: "
+                 << e.what();
   }
 }
 
@@ -52,7 +55,8 @@ TEST(CudnnFlashGraph, PlanAndRunOnAGpu) {
   CudnnFlashForward flash;
   const FlashShape s{2, 128, 8, 2, 64, 0.0f, 0};
   // Whether an engine exists depends on the GPU; the selftest compares its results when it does.
-  if (!flash.supports(s, DType::bf16)) GTEST_SKIP() << "no cuDNN fused attention engine on this GPU";
+  if (!flash.supports(s, DType::bf16))
+    GTEST_SKIP() << "no cuDNN fused attention engine on this GPU";
   EXPECT_GE(flash.workspace_bytes(s, DType::bf16), 0);
   EXPECT_FALSE(flash.supports(FlashShape{2, 128, 8, 2, 64, 0.1f, 1}, DType::bf16))
       << "dropout goes to the plain kernels (their mask matches the CPU reference)";

@@ -1,6 +1,6 @@
 // The cuBLASLt plans of linear and eager-attention GEMMs, checked without a GPU: each plan is run
-// by a naive column-major GEMM on the CPU over the real row-major buffers (with the per-head pointer
-// offsets) and compared with the op's definition; descriptors are created and read back.
+// by a naive column-major GEMM on the CPU over the real row-major buffers (with the per-head
+// pointer offsets) and compared with the op's definition; descriptors are created and read back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,9 +40,11 @@ void reference_gemm(const GemmPlan& p, const float* a, const float* b, float* c)
   }
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+void expect_close(const std::vector<float>& got, const std::vector<double>& want,
+                  const char* what) {
   ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << what << " " << i;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4) << what << " " << i;
 }
 
 TEST(GemmPlans, WorkspaceByArchitecture) {
@@ -111,7 +113,8 @@ class AttentionPlans : public ::testing::TestWithParam<std::array<std::int64_t, 
 TEST_P(AttentionPlans, ScoresAndValues) {
   const AttentionCase c = make();
   const AttentionShape& s = c.s;
-  std::vector<float> scores(s.batch * s.heads * s.seq * s.seq), y(s.batch * s.seq * s.heads * s.head_dim);
+  std::vector<float> scores(s.batch * s.heads * s.seq * s.seq),
+      y(s.batch * s.seq * s.heads * s.head_dim);
   for (std::int64_t a = 0; a < s.heads; ++a) {
     reference_gemm(plan_attn_scores(s), c.qkv.data() + s.k_offset(a), c.qkv.data() + s.q_offset(a),
                    scores.data() + s.scores_offset(a));
@@ -124,12 +127,14 @@ TEST_P(AttentionPlans, ScoresAndValues) {
       for (std::int64_t i = 0; i < s.seq; ++i) {
         for (std::int64_t j = 0; j < s.seq; ++j) {
           double dot = 0;
-          for (std::int64_t d = 0; d < s.head_dim; ++d) dot += double(c.q(b, i, a, d)) * c.k(b, j, s.kv_of(a), d);
+          for (std::int64_t d = 0; d < s.head_dim; ++d)
+            dot += double(c.q(b, i, a, d)) * c.k(b, j, s.kv_of(a), d);
           ws[c.sidx(b, a, i, j)] = dot * s.scale();
         }
         for (std::int64_t d = 0; d < s.head_dim; ++d) {
           double sum = 0;
-          for (std::int64_t j = 0; j < s.seq; ++j) sum += double(c.probs[c.sidx(b, a, i, j)]) * c.v(b, j, s.kv_of(a), d);
+          for (std::int64_t j = 0; j < s.seq; ++j)
+            sum += double(c.probs[c.sidx(b, a, i, j)]) * c.v(b, j, s.kv_of(a), d);
           wy[c.yidx(b, i, a, d)] = sum;
         }
       }
@@ -161,11 +166,13 @@ TEST_P(AttentionPlans, Backward) {
       for (std::int64_t i = 0; i < s.seq; ++i)
         for (std::int64_t j = 0; j < s.seq; ++j) {
           double dot = 0;
-          for (std::int64_t d = 0; d < D; ++d) dot += double(c.dy[c.yidx(b, i, a, d)]) * c.v(b, j, kv, d);
+          for (std::int64_t d = 0; d < D; ++d)
+            dot += double(c.dy[c.yidx(b, i, a, d)]) * c.v(b, j, kv, d);
           wdp[c.sidx(b, a, i, j)] = dot;
           const double p = c.probs[c.sidx(b, a, i, j)], ds = c.dscores[c.sidx(b, a, i, j)];
           for (std::int64_t d = 0; d < D; ++d) {
-            wdqkv[(b * s.seq + j) * W + (s.heads + s.kv_heads + kv) * D + d] += p * c.dy[c.yidx(b, i, a, d)];
+            wdqkv[(b * s.seq + j) * W + (s.heads + s.kv_heads + kv) * D + d] +=
+                p * c.dy[c.yidx(b, i, a, d)];
             wdqkv[(b * s.seq + i) * W + a * D + d] += s.scale() * ds * c.k(b, j, kv, d);
             wdqkv[(b * s.seq + j) * W + (s.heads + kv) * D + d] += s.scale() * ds * c.q(b, i, a, d);
           }
@@ -176,24 +183,27 @@ TEST_P(AttentionPlans, Backward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionPlans,
-                         ::testing::Values(std::array<std::int64_t, 5>{2, 5, 2, 2, 4},   // MHA
-                                           std::array<std::int64_t, 5>{2, 6, 4, 2, 8},   // GQA 2:1
+                         ::testing::Values(std::array<std::int64_t, 5>{2, 5, 2, 2, 4},    // MHA
+                                           std::array<std::int64_t, 5>{2, 6, 4, 2, 8},    // GQA 2:1
                                            std::array<std::int64_t, 5>{1, 3, 6, 1, 2}));  // MQA
 
 std::int64_t layout_attr(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr) {
   std::size_t written = 0;
   if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) {
     std::int32_t v = 0;
-    EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, attr, &v, sizeof(v), &written), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, attr, &v, sizeof(v), &written),
+              CUBLAS_STATUS_SUCCESS);
     return v;
   }
   if (attr == CUBLASLT_MATRIX_LAYOUT_ROWS || attr == CUBLASLT_MATRIX_LAYOUT_COLS) {
     std::uint64_t v = 0;
-    EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, attr, &v, sizeof(v), &written), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, attr, &v, sizeof(v), &written),
+              CUBLAS_STATUS_SUCCESS);
     return static_cast<std::int64_t>(v);
   }
   std::int64_t v = 0;
-  EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, attr, &v, sizeof(v), &written), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatrixLayoutGetAttribute(l, attr, &v, sizeof(v), &written),
+            CUBLAS_STATUS_SUCCESS);
   return v;
 }
 
@@ -203,7 +213,7 @@ TEST(GemmDescriptors, CreatedWithoutADeviceWithThePlansDims) {
   for (GemmMath math : {GemmMath::fp32, GemmMath::tf32, GemmMath::fp16, GemmMath::bf16}) {
     const GemmDescriptors d = make_gemm_descriptors(p, math, false);
     ASSERT_TRUE(d.op && d.a && d.b && d.c);
-    EXPECT_EQ(layout_attr(d.a.get(), CUBLASLT_MATRIX_LAYOUT_ROWS), 64);   // k^T stored D x S
+    EXPECT_EQ(layout_attr(d.a.get(), CUBLASLT_MATRIX_LAYOUT_ROWS), 64);  // k^T stored D x S
     EXPECT_EQ(layout_attr(d.a.get(), CUBLASLT_MATRIX_LAYOUT_COLS), 128);
     EXPECT_EQ(layout_attr(d.a.get(), CUBLASLT_MATRIX_LAYOUT_LD), (8 + 2 * 2) * 64);
     EXPECT_EQ(layout_attr(d.a.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT), 4);
@@ -214,21 +224,26 @@ TEST(GemmDescriptors, CreatedWithoutADeviceWithThePlansDims) {
     cublasOperation_t ta{};
     cublasComputeType_t ct{};
     std::size_t written = 0;
-    ASSERT_EQ(cublasLtMatmulDescGetAttribute(d.op.get(), CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta), &written),
+    ASSERT_EQ(cublasLtMatmulDescGetAttribute(d.op.get(), CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                             sizeof(ta), &written),
               CUBLAS_STATUS_SUCCESS);
-    ASSERT_EQ(cublasLtMatmulDescGetAttribute(d.op.get(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, &ct, sizeof(ct), &written),
+    ASSERT_EQ(cublasLtMatmulDescGetAttribute(d.op.get(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, &ct,
+                                             sizeof(ct), &written),
               CUBLAS_STATUS_SUCCESS);
     EXPECT_EQ(ta, CUBLAS_OP_T);
     EXPECT_EQ(ct, math == GemmMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
     cudaDataType_t type{};
-    ASSERT_EQ(cublasLtMatrixLayoutGetAttribute(d.b.get(), CUBLASLT_MATRIX_LAYOUT_TYPE, &type, sizeof(type), &written),
+    ASSERT_EQ(cublasLtMatrixLayoutGetAttribute(d.b.get(), CUBLASLT_MATRIX_LAYOUT_TYPE, &type,
+                                               sizeof(type), &written),
               CUBLAS_STATUS_SUCCESS);
     EXPECT_EQ(type, cuda_data_type(gemm_storage(math)));
   }
-  const GemmDescriptors lin = make_gemm_descriptors(plan_linear_fwd(256, 768, 2304), GemmMath::bf16, true);
+  const GemmDescriptors lin =
+      make_gemm_descriptors(plan_linear_fwd(256, 768, 2304), GemmMath::bf16, true);
   cublasLtEpilogue_t epi{};
   std::size_t written = 0;
-  ASSERT_EQ(cublasLtMatmulDescGetAttribute(lin.op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi), &written),
+  ASSERT_EQ(cublasLtMatmulDescGetAttribute(lin.op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                           sizeof(epi), &written),
             CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(epi, CUBLASLT_EPILOGUE_BIAS);
   EXPECT_EQ(layout_attr(lin.c.get(), CUBLASLT_MATRIX_LAYOUT_ROWS), 2304);
@@ -240,7 +255,8 @@ TEST(GemmPlans, BiasGradBody) {
   const std::int64_t rows = 7, cols = 5;
   const auto dy = random_floats(rows * cols, 20);
   std::vector<float> db(cols, 1.0f);
-  for (std::int64_t col = 0; col < cols; ++col) bias_grad_body(col, db.data(), dy.data(), rows, cols, true);
+  for (std::int64_t col = 0; col < cols; ++col)
+    bias_grad_body(col, db.data(), dy.data(), rows, cols, true);
   for (std::int64_t col = 0; col < cols; ++col) {
     double sum = 1.0;
     for (std::int64_t r = 0; r < rows; ++r) sum += dy[r * cols + col];

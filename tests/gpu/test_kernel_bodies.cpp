@@ -68,7 +68,7 @@ using StorageTypes = ::testing::Types<float, __half, __nv_bfloat16>;
 TYPED_TEST_SUITE(Bodies, StorageTypes);
 
 TEST(Conversions, RoundToNearestEven) {
-  EXPECT_EQ(to_f32(from_f32<__nv_bfloat16>(1.0f + 1.0f / 256)), 1.0f);           // tie -> even
+  EXPECT_EQ(to_f32(from_f32<__nv_bfloat16>(1.0f + 1.0f / 256)), 1.0f);               // tie -> even
   EXPECT_EQ(to_f32(from_f32<__nv_bfloat16>(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);  // tie -> even
   EXPECT_EQ(to_f32(from_f32<__half>(1.0f + 1.0f / 2048)), 1.0f);
   EXPECT_EQ(to_f32(from_f32<__half>(65504.0f)), 65504.0f);
@@ -231,7 +231,8 @@ TEST(BodiesF32, LayerNormForwardAndBackward) {
   const auto r = random_floats(M * H, 16);
   std::vector<float> y(M * H), mean(M), rstd(M);
   over(M, [&](std::int64_t m) {
-    layernorm_fwd_body(m, y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), H, 1e-5f);
+    layernorm_fwd_body(m, y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), H,
+                       1e-5f);
   });
   for (std::int64_t m = 0; m < M; ++m) {
     double mu = 0, var = 0;
@@ -255,7 +256,8 @@ TEST(BodiesF32, LayerNormForwardAndBackward) {
   auto loss = [&](const std::vector<float>& xs, const std::vector<float>& rs) {
     std::vector<float> ys(M * H), mu(M), rsd(M);
     for (std::int64_t m = 0; m < M; ++m)
-      layernorm_fwd_body(m, ys.data(), mu.data(), rsd.data(), xs.data(), w.data(), b.data(), H, 1e-5f);
+      layernorm_fwd_body(m, ys.data(), mu.data(), rsd.data(), xs.data(), w.data(), b.data(), H,
+                         1e-5f);
     double l = 0;
     for (std::int64_t i = 0; i < M * H; ++i) l += double(ys[i]) * rs[i];
     return l;
@@ -286,7 +288,9 @@ TEST(BodiesF32, RmsNormForwardAndBackward) {
   const auto w = random_floats(H, 18, 0.5f, 1.5f);
   const auto r = random_floats(M * H, 19);
   std::vector<float> y(M * H), rstd(M);
-  over(M, [&](std::int64_t m) { rmsnorm_fwd_body(m, y.data(), rstd.data(), x.data(), w.data(), H, 1e-6f); });
+  over(M, [&](std::int64_t m) {
+    rmsnorm_fwd_body(m, y.data(), rstd.data(), x.data(), w.data(), H, 1e-6f);
+  });
   for (std::int64_t m = 0; m < M; ++m) {
     double sq = 0;
     for (std::int64_t h = 0; h < H; ++h) sq += double(x[m * H + h]) * x[m * H + h];
@@ -383,13 +387,16 @@ TYPED_TEST(Bodies, AdamWWithAndWithoutMaster) {
   std::vector<float> m(n, 0.1f), v(n, 0.2f), master(n);
   for (std::int64_t i = 0; i < n; ++i) master[i] = wf[i];
   AdamWParams p{1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3};
-  over(n, [&](std::int64_t i) { adamw_body(i, w.data(), grad.data(), m.data(), v.data(), master.data(), p); });
+  over(n, [&](std::int64_t i) {
+    adamw_body(i, w.data(), grad.data(), m.data(), v.data(), master.data(), p);
+  });
   for (std::int64_t i = 0; i < n; ++i) {
     const double g = to_f32(grad[i]);
     double param = wf[i];
     param -= 1e-2 * 0.1 * param;
     const double mi = 0.9 * 0.1 + 0.1 * g, vi = 0.999 * 0.2 + 0.001 * g * g;
-    param -= 1e-2 * (mi / (1 - std::pow(0.9, 3))) / (std::sqrt(vi / (1 - std::pow(0.999, 3))) + 1e-8);
+    param -=
+        1e-2 * (mi / (1 - std::pow(0.9, 3))) / (std::sqrt(vi / (1 - std::pow(0.999, 3))) + 1e-8);
     EXPECT_NEAR(m[i], mi, 1e-6);
     EXPECT_NEAR(v[i], vi, 1e-6);
     EXPECT_NEAR(master[i], param, 1e-5);
