@@ -205,12 +205,22 @@ GemmDescriptors make_gemm_descriptors(const GemmPlan& plan, GemmMath math, bool 
   return d;
 }
 
+std::uint32_t pointer_alignment(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address == 0) return 256;
+  const std::uintptr_t lowest = address & (~address + 1);
+  return static_cast<std::uint32_t>(lowest < 256 ? lowest : 256);
+}
+
 GemmRunner::GemmRunner() : handle_(make_cublaslt_handle()) {}
 
 void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const void* b, void* c,
                      const void* bias, void* workspace, Bytes workspace_bytes,
                      cudaStream_t stream) {
-  const auto key = std::tuple(plan.key(), static_cast<int>(math), bias != nullptr, workspace_bytes);
+  const Alignments align{pointer_alignment(a), pointer_alignment(b), pointer_alignment(c),
+                         pointer_alignment(bias)};
+  const auto key =
+      std::tuple(plan.key(), static_cast<int>(math), bias != nullptr, workspace_bytes, align);
   auto it = cache_.find(key);
   if (it == cache_.end()) {
     Entry entry{make_gemm_descriptors(plan, math, bias != nullptr), {}, 0};
@@ -220,6 +230,16 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
     const auto max_ws = static_cast<std::uint64_t>(workspace_bytes);
     VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
+    const std::uint32_t align_a = std::get<0>(align), align_b = std::get<1>(align),
+                        align_c = std::get<2>(align);
+    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     VB_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(

@@ -85,6 +85,11 @@ struct GemmDescriptors {
 };
 GemmDescriptors make_gemm_descriptors(const GemmPlan& plan, GemmMath math, bool with_bias);
 
+// Largest power of two (at most 256) dividing the address: what cuBLASLt may assume of a pointer.
+// Per-head attention operands start D elements apart, so they are often less than 16-byte aligned,
+// and the heuristic must be told, or it picks kernels that refuse (or fault on) such pointers.
+std::uint32_t pointer_alignment(const void* p);
+
 // Runs plans on one cuBLASLt handle, caching descriptors and the chosen algorithm per plan.
 class GemmRunner {
  public:
@@ -100,7 +105,8 @@ class GemmRunner {
     Bytes workspace_needed = 0;
   };
   CublasLtHandle handle_;
-  std::map<std::tuple<decltype(GemmPlan{}.key()), int, bool, Bytes>, Entry> cache_;
+  using Alignments = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
+  std::map<std::tuple<decltype(GemmPlan{}.key()), int, bool, Bytes, Alignments>, Entry> cache_;
 };
 
 // db[o] = sum over rows of dy[rows, cols] (column o); added to db when accumulate.

@@ -251,6 +251,16 @@ TEST(GemmDescriptors, CreatedWithoutADeviceWithThePlansDims) {
   EXPECT_EQ(layout_attr(lin.c.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT), 1);
 }
 
+TEST(GemmPlans, PointerAlignment) {
+  alignas(256) static char buffer[1024];
+  EXPECT_EQ(pointer_alignment(buffer), 256u);
+  EXPECT_EQ(pointer_alignment(buffer + 512), 256u);
+  EXPECT_EQ(pointer_alignment(buffer + 32), 32u);
+  EXPECT_EQ(pointer_alignment(buffer + 2 * 24), 16u);  // bf16 head offset of 24 elements
+  EXPECT_EQ(pointer_alignment(buffer + 2), 2u);
+  EXPECT_EQ(pointer_alignment(nullptr), 256u);
+}
+
 TEST(GemmPlans, BiasGradBody) {
   const std::int64_t rows = 7, cols = 5;
   const auto dy = random_floats(rows * cols, 20);
