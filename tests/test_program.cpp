@@ -1,6 +1,7 @@
 // The step program builders: liveness invariants over every recipe, Korthikanti's activation count
 // for a GPT block, what each recompute mode keeps, parameter bytes, tied embeddings, GQA shapes,
 // and the printed listing.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +10,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/config.h"
 #include "core/presets.h"
@@ -155,8 +154,7 @@ void check_invariants(const Program& p, const RunConfig& cfg, Bytes gemm_workspa
 
   // The GEMM workspace, when there is one, is the last input of every GEMM op and of nothing else.
   for (const Op& op : p.ops) {
-    const bool has_ws =
-        !op.inputs.empty() && p.tensor(op.inputs.back()).name == "gemm.workspace";
+    const bool has_ws = !op.inputs.empty() && p.tensor(op.inputs.back()).name == "gemm.workspace";
     EXPECT_EQ(has_ws, gemm_workspace > 0 && is_gemm(op.kind)) << op.name;
   }
 
@@ -186,8 +184,10 @@ void check_invariants(const Program& p, const RunConfig& cfg, Bytes gemm_workspa
   for (std::size_t i = 0; i < p.ops.size(); ++i) {
     const bool step = p.ops[i].kind == OpKind::adamw_step || p.ops[i].kind == OpKind::sgd_step;
     n_steps += step;
-    if (step) first_step = std::min(first_step, static_cast<int>(i));
-    else last_non_step = static_cast<int>(i);
+    if (step)
+      first_step = std::min(first_step, static_cast<int>(i));
+    else
+      last_non_step = static_cast<int>(i);
   }
   EXPECT_EQ(n_steps, cfg.optimizer == Optimizer::none ? 0 : n_weights);
   EXPECT_LT(last_non_step, first_step);
@@ -206,7 +206,8 @@ TEST(ProgramLiveness, InvariantsHoldForEveryRecipe) {
             cfg.dropout = dropout;
             cfg.scope = scope;
             // Walk the precisions and optimizers along the grid rather than multiplying it.
-            cfg.dtype = std::array{Precision::bf16, Precision::fp32, Precision::fp16}[combination % 3];
+            cfg.dtype =
+                std::array{Precision::bf16, Precision::fp32, Precision::fp16}[combination % 3];
             cfg.optimizer =
                 std::array{Optimizer::adamw, Optimizer::sgd, Optimizer::none}[combination / 3 % 3];
             const Bytes workspace = combination % 2 == 0 ? 4 * KiB : 0;
@@ -247,7 +248,8 @@ struct SavedBytes {
 SavedBytes block_saved_bytes(const Program& p, int layer) {
   const Liveness live = compute_liveness(p);
   const int end = find_op(p, fmt::format("layer{}.mlp.residual", layer));
-  const int begin = find_op(p, layer == 0 ? "layer0.ln1" : fmt::format("layer{}.ln1", layer));
+  const char* norm = p.config.model.arch == Arch::gpt ? "ln1" : "attn_norm";
+  const int begin = find_op(p, fmt::format("layer{}.{}", layer, norm));
   const int x_in = p.ops[static_cast<std::size_t>(begin)].inputs.front();
   const std::string prefix = fmt::format("layer{}.", layer);
   const std::string x_out = prefix + "x_out";
@@ -284,7 +286,8 @@ TEST(ProgramActivations, SelectiveRecomputeRemovesExactlyTheQuadraticTerm) {
   EXPECT_EQ(selective.narrow, 34 * s * b * h);
   // The replay sits in the backward, right before the attention backward that reads it.
   EXPECT_LT(find_op(p, "layer1.attn.proj.bwd"), find_op(p, "layer1.attn.scores.recompute"));
-  EXPECT_LT(find_op(p, "layer1.attn.probs_dropout.recompute"), find_op(p, "layer1.attn.values.bwd"));
+  EXPECT_LT(find_op(p, "layer1.attn.probs_dropout.recompute"),
+            find_op(p, "layer1.attn.values.bwd"));
 }
 
 TEST(ProgramActivations, FlashKeepsOutputAndLogSumExpOnly) {
@@ -294,6 +297,23 @@ TEST(ProgramActivations, FlashKeepsOutputAndLogSumExpOnly) {
   const SavedBytes saved = block_saved_bytes(build_program(cfg, 0), 1);
   EXPECT_EQ(saved.narrow, 34 * s * b * h);
   EXPECT_EQ(saved.f32, 2 * 2 * s * b * 4 + b * a * s * 4);
+}
+
+TEST(ProgramActivations, LlamaBlockSavesRotatedQkvAndThreeMlpTensors) {
+  RunConfig cfg = korthikanti_config();
+  cfg.model.arch = Arch::llama;
+  cfg.model.kv_heads = 2;
+  cfg.model.ffn = 176;
+  cfg.model.max_positions = 1;
+  cfg.model.tied_embeddings = false;
+  const std::int64_t s = cfg.seq, b = cfg.batch, h = cfg.model.hidden, a = cfg.model.heads;
+  const std::int64_t q = (4 + 2 * 2) * 16, f = cfg.model.ffn;
+  const SavedBytes saved = block_saved_bytes(build_program(cfg, 0), 1);
+  // 16-bit x_in, attn_norm.out, attn.y, x_mid, mlp_norm.out (2sbh each), qkv_rot (2sbQ),
+  // gate, up, swiglu outputs (2sbF each), two u8 masks (sbh each); probs, probs_drop and the
+  // probs mask (5as^2b); fp32 rstd of both norms.
+  EXPECT_EQ(saved.narrow, s * b * (12 * h + 2 * q + 6 * f) + 5 * a * s * s * b);
+  EXPECT_EQ(saved.f32, 2 * s * b * 4);
 }
 
 TEST(ProgramActivations, FlashHasNoSequenceSquaredTensor) {
@@ -311,10 +331,12 @@ TEST(ProgramActivations, FlashHasNoSequenceSquaredTensor) {
           int square = 0;
           for (const Tensor& t : p.tensors)
             square += std::count(t.shape.begin(), t.shape.end(), cfg.seq) >= 2;
-          SCOPED_TRACE(fmt::format("{} {} {}", to_string(arch), to_string(recompute),
-                                   to_string(scope)));
-          if (attention == Attention::flash) EXPECT_EQ(square, 0);
-          else EXPECT_GT(square, 0);
+          SCOPED_TRACE(
+              fmt::format("{} {} {}", to_string(arch), to_string(recompute), to_string(scope)));
+          if (attention == Attention::flash)
+            EXPECT_EQ(square, 0);
+          else
+            EXPECT_GT(square, 0);
         }
 }
 
@@ -333,10 +355,12 @@ TEST(ProgramActivations, FullRecomputeKeepsOnlyBlockInputs) {
       if (t.role == Role::activation && live_after(live, t.id, first_backward - 1))
         kept.insert(t.name);
     // Block inputs: x0, then each block's output (the last one is the final norm's input).
-    std::set<std::string> expected{"x0", "layer0.x_out", "layer1.x_out", "layer2.x_out",
-                                   "logits", "ce.lse", "embed.mask"};
-    if (arch == Arch::gpt) expected.insert({"ln_f.out", "ln_f.mean", "ln_f.rstd"});
-    else expected.insert({"norm.out", "norm.rstd"});
+    std::set<std::string> expected{"x0",     "layer0.x_out", "layer1.x_out", "layer2.x_out",
+                                   "logits", "ce.lse",       "embed.mask"};
+    if (arch == Arch::gpt)
+      expected.insert({"ln_f.out", "ln_f.mean", "ln_f.rstd"});
+    else
+      expected.insert({"norm.out", "norm.rstd"});
     EXPECT_EQ(kept, expected) << to_string(arch);
     // Each block is replayed just before its own backward.
     EXPECT_EQ(find_op(p, "layer2.mlp.residual.recompute") + 1,
@@ -359,7 +383,8 @@ TEST(ProgramActivations, DropoutReplaysReuseTheForwardSeed) {
       continue;
     }
     ++replays;
-    const std::string original = op.name.substr(0, op.name.size() - std::string(".recompute").size());
+    const std::string original =
+        op.name.substr(0, op.name.size() - std::string(".recompute").size());
     EXPECT_EQ(p.ops[static_cast<std::size_t>(find_op(p, original))].seed, op.seed) << op.name;
     const std::string backward = original + ".bwd";
     EXPECT_EQ(p.ops[static_cast<std::size_t>(find_op(p, backward))].seed, op.seed) << op.name;
@@ -379,9 +404,8 @@ Bytes role_bytes(const Program& p, Role role) {
 TEST(ProgramParameters, WeightBytesMatchParameterCount) {
   RunConfig gqa;
   gqa.model = tiny_config(Arch::llama).model;
-  for (const ModelConfig& model :
-       {find_preset("gpt2").model, find_preset("tiny").model, find_preset("tiny-llama").model,
-        gqa.model}) {
+  for (const ModelConfig& model : {find_preset("gpt2").model, find_preset("tiny").model,
+                                   find_preset("tiny-llama").model, gqa.model}) {
     for (Precision dtype : {Precision::bf16, Precision::fp32}) {
       RunConfig cfg;
       cfg.model = model;

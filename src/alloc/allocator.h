@@ -30,7 +30,9 @@ class SegmentSource {
 std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity);
 
 struct AllocStats {
-  Bytes allocated = 0;       // bytes of live blocks as requested (tensor bytes)
+  // Bytes of live blocks: `direct` counts the bytes requested (tensor bytes); `caching` counts
+  // block sizes after rounding, as PyTorch's allocated_bytes does (see caching.cpp).
+  Bytes allocated = 0;
   Bytes reserved = 0;        // bytes of segments held from the source
   Bytes allocated_peak = 0;
   Bytes reserved_peak = 0;
@@ -43,10 +45,13 @@ struct Block {
   Bytes size = 0;              // bytes reserved for it (after rounding)
 };
 
+// An allocator must not outlive its source; destroying it returns every segment it holds, live
+// blocks included, to the source.
 class Allocator {
  public:
   virtual ~Allocator() = default;
   // nullopt when the request cannot be served even after freeing cached segments (an OOM).
+  // A zero-byte request reserves nothing and returns the empty block {0, 0}, which free() accepts.
   virtual std::optional<Block> allocate(Bytes bytes) = 0;
   virtual void free(const Block& block) = 0;
   // Returns every cached, unused segment to the source.

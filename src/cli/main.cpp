@@ -1,2 +1,156 @@
+// vrambench's entry point: CLI11 wiring for every subcommand. The only file that sees argv.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include <cstdio>
-int main() { std::puts("vrambench"); return 0; }
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/gpu.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "core/fields.h"
+#include "core/version.h"
+
+namespace vrambench {
+namespace {
+
+constexpr std::string_view kSubcommands[] = {"search", "estimate", "program",
+                                             "presets", "devices", "selftest"};
+
+constexpr const char* kExamples = R"(Examples:
+  vrambench --sweep seq=512..8192
+      the largest batch at each sequence length (gpt2, bf16, flash, AdamW) on the default
+      device: your GPU, or a simulated H100 80GB when there is none
+  vrambench --device sim:rtx4090 --preset llama3-8b --dtype bf16 --recompute full \
+            --sweep seq=1024,2048,4096 --sweep attention=eager,flash
+  vrambench estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 --vram 80GiB
+      the closed-form model alone, instantly
+  vrambench estimate --preset gpt2 --batch 16 --seq 1024 --vram 24GiB
+      the estimated peak of one batch, and whether it fits
+  vrambench program --preset tiny --batch 2 --seq 64
+      every op of the training step with the live memory after it
+  vrambench presets        the model presets;   vrambench devices   GPUs and simulated cards
+
+Sweeps (--sweep is repeatable; the grid is the Cartesian product):
+  seq=512..8192 (doubling)   seq=512..4096:+512   seq=256..8192:*4   seq=512,1024,3000
+  dtype=fp16,bf16   preset=gpt2,gpt2-medium   vram=16GiB,24GiB   seq=[512:4096:512]   seq[pow2]=[9:13]
+Sizes: 24GiB, 24GB (decimal), 16384MiB, or a bare number of GiB.
+Results: an aligned Markdown table on stdout; CSV and JSON under --out (default results/).)";
+
+void add_config_options(CLI::App* app, CliOptions& options) {
+  for (const FieldInfo& info : fields()) {
+    const std::string name(info.name);
+    app->add_option_function<std::string>(
+           "--" + name, [&options, name](const std::string& v) { options.fields[name] = v; },
+           std::string(info.help))
+        ->group("Configuration");
+  }
+  app->add_option("--sweep", options.sweeps,
+                  "an axis FIELD=VALUES, e.g. seq=512..8192, dtype=fp16,bf16 (repeatable)")
+      ->group("Sweep");
+}
+
+void add_output_options(CLI::App* app, CliOptions& options) {
+  app->add_option("--out", options.out, "folder for the CSV and JSON files")
+      ->capture_default_str()
+      ->group("Output");
+  app->add_option("--name", options.name, "base name of the output files (default: command-time)")
+      ->group("Output");
+  app->add_option("--format", options.format, "any of md,csv,json")
+      ->capture_default_str()
+      ->group("Output");
+}
+
+// `vrambench --sweep ...` means `vrambench search --sweep ...`.
+std::vector<std::string> with_default_command(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  if (args.size() < 2) {
+    args.insert(args.begin() + 1, "search");
+    return args;
+  }
+  const std::string& first = args[1];
+  for (std::string_view sub : kSubcommands)
+    if (first == sub) return args;
+  if (first == "-h" || first == "--help" || first == "--version") return args;
+  args.insert(args.begin() + 1, "search");
+  return args;
+}
+
+int run(int argc, char** argv) {
+  CliOptions options;
+  CLI::App app{"vrambench: the largest training batch that fits on a GPU, measured, next to the "
+               "closed-form estimate."};
+  app.name("vrambench");
+  app.set_version_flag("--version", fmt::format("vrambench {} ({})", kVersion, kGitCommit));
+  app.footer(kExamples);
+  app.require_subcommand(1, 1);
+
+  CLI::App* search = app.add_subcommand(
+      "search", "binary-search the largest batch per configuration on the device (the default)");
+  add_config_options(search, options);
+  add_output_options(search, options);
+  search->add_option("--max-batch", options.max_batch, "never try a batch above this")
+      ->capture_default_str();
+  search->add_flag("--quiet", options.quiet, "no progress line on stderr");
+  search->add_flag("--isolate", options.isolate,
+                   "measure each configuration in a child process (always on for cuda)");
+  search->footer(kExamples);
+
+  CLI::App* estimate =
+      app.add_subcommand("estimate", "the closed-form memory model over a sweep (no device)");
+  add_config_options(estimate, options);
+  add_output_options(estimate, options);
+  estimate->footer(kExamples);
+
+  CLI::App* program = app.add_subcommand(
+      "program", "print the op list of one training step with the live bytes after each op");
+  add_config_options(program, options);
+
+  app.add_subcommand("presets", "list the model presets with their parameter counts");
+  app.add_subcommand("devices", "list detected GPUs and the simulated GPU profiles");
+  app.add_subcommand("selftest", "run every CUDA op against the CPU reference (needs a GPU)");
+
+  std::vector<std::string> args = with_default_command(argc, argv);
+  std::vector<const char*> cargs;
+  for (const std::string& a : args) cargs.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(cargs.size()), cargs.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "vrambench: error: %s (see vrambench --help)\n", e.what());
+    return 2;
+  }
+
+  const int n = static_cast<int>(cargs.size());
+  const char* const* a = cargs.data();
+  if (search->parsed()) return run_search_command(options, n, a);
+  if (estimate->parsed()) return run_estimate_command(options, n, a);
+  if (program->parsed()) return run_program_command(options);
+  if (app.got_subcommand("presets")) return run_presets_command();
+  if (app.got_subcommand("devices")) return run_devices_command();
+  if (app.got_subcommand("selftest")) return run_selftest();
+  return 2;
+}
+
+}  // namespace
+}  // namespace vrambench
+
+int main(int argc, char** argv) {
+  try {
+    return vrambench::run(argc, argv);
+  } catch (const vrambench::UsageError& e) {
+    std::fprintf(stderr, "vrambench: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vrambench: internal error: %s\n", e.what());
+    return 1;
+  }
+}

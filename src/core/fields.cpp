@@ -84,7 +84,12 @@ void set_field(RunConfig& cfg, std::string_view name, std::string_view value) {
     if (m.name.find("(custom)") == std::string::npos) m.name += " (custom)";
   };
   if (n == "preset") m = find_preset(value).model;
-  else if (n == "arch") { m.arch = parse_arch(value); custom(); }
+  else if (n == "arch") {
+    // A custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
+    m.arch = parse_arch(value);
+    m.tied_embeddings = m.arch == Arch::gpt;
+    custom();
+  }
   else if (n == "hidden") { m.hidden = parse_int(value, what); custom(); }
   else if (n == "heads") { m.heads = parse_int(value, what); custom(); }
   else if (n == "kv-heads") { m.kv_heads = parse_int(value, what); custom(); }
@@ -130,7 +135,7 @@ std::string get_field(const RunConfig& cfg, std::string_view name) {
   if (n == "scope") return std::string(to_string(cfg.scope));
   if (n == "allocator") return std::string(to_string(cfg.allocator));
   if (n == "device") return cfg.device;
-  return std::to_string(cfg.vram);  // vram, raw bytes
+  return std::to_string(cfg.vram) + "B";  // vram: raw bytes, readable back by set_field
 }
 
 }  // namespace vrambench

@@ -23,13 +23,29 @@ struct Component {
   Bytes bytes = 0;   // for per-sample components: bytes for one sample (B = 1)
 };
 
+// One point of the step, by its totals: the bytes live there are fixed + batch * per_sample.
+struct Moment {
+  std::string name;  // "cross-entropy backward", "block 0 backward: mlp.fc linear"
+  Bytes fixed = 0;
+  Bytes per_sample = 0;
+  Bytes peak(std::int64_t batch) const;  // fixed + batch * per_sample (checked)
+};
+
 struct Breakdown {
+  std::string moment;                 // the point of the step where the components below coexist:
+                                      // the one with the most bytes per sample
   std::vector<Component> fixed;       // independent of batch
   std::vector<Component> per_sample;  // linear in batch
+  // Points that hold more fixed bytes (gradients accumulate in backward while saved activations
+  // are freed), so they can be the peak at small batches. Empty when none can.
+  std::vector<Moment> other_moments;
   Bytes fixed_total() const;
   Bytes per_sample_total() const;
-  Bytes peak(std::int64_t batch) const;  // fixed + batch * per_sample (checked)
-  // floor((capacity - fixed) / per_sample), 0 when the fixed part alone does not fit.
+  // max(fixed + batch * per_sample, the same for each of other_moments) (checked). Without other
+  // moments this is fixed + batch * per_sample.
+  Bytes peak(std::int64_t batch) const;
+  // The largest batch whose peak fits: min over the moments of floor((capacity - fixed) /
+  // per_sample), 0 when a fixed part alone does not fit.
   std::int64_t max_batch(Bytes capacity) const;
   // A component's bytes by name (fixed or per-sample), 0 when absent.
   Bytes component(const std::string& name) const;

@@ -1,5 +1,6 @@
-// Builds the program of one training step: forward, loss, backward (recompute replays inserted where
-// the recompute mode asks) and the optimizer, for the gpt and llama blocks and the four scopes.
+// Builds the program of one training step: forward, loss, backward (recompute replays inserted
+// where the recompute mode asks) and the optimizer, for the gpt and llama blocks and the four
+// scopes.
 //
 // Layout (the estimate and the kernels are written against it):
 //   model:  embedding [+ dropout] -> L blocks -> final norm -> lm head -> cross entropy,
@@ -11,13 +12,13 @@
 // In 16-bit with dropout and eager attention a gpt block saves Korthikanti's 34sbh + 5as^2b bytes
 // (plus the fp32 norm statistics). Tensors are named "layer3.attn.probs", "layer3.mlp.fc.w",
 // "layer3.mlp.fc.w.grad", "wte.m"; a replayed tensor adds ".recompute"; a gradient adds ".grad".
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "program/program.h"
@@ -30,7 +31,12 @@ using Shape = std::vector<std::int64_t>;
 constexpr std::string_view kRecomputeSuffix = ".recompute";
 
 // Where a dropout sits; with the layer it gives the seed, so a replay regenerates the same mask.
-enum class DropoutSite : std::uint64_t { embedding = 1, attn_probs = 2, attn_proj = 3, mlp_proj = 4 };
+enum class DropoutSite : std::uint64_t {
+  embedding = 1,
+  attn_probs = 2,
+  attn_proj = 3,
+  mlp_proj = 4
+};
 
 std::uint64_t dropout_seed(int layer, DropoutSite site) {
   // splitmix64 of (layer, site): distinct, well-spread seeds for counter-based generators.
@@ -45,9 +51,9 @@ std::uint64_t dropout_seed(int layer, DropoutSite site) {
 struct Param {
   int w = -1;
   int grad = -1;
-  int master = -1;    // fp32 master copy (16-bit recipes with an optimizer)
-  int m = -1, v = -1; // adamw
-  int momentum = -1;  // sgd
+  int master = -1;     // fp32 master copy (16-bit recipes with an optimizer)
+  int m = -1, v = -1;  // adamw
+  int momentum = -1;   // sgd
   int layer = -1;
   bool present() const { return w >= 0; }
 };
@@ -64,9 +70,9 @@ struct BlockWeights {
 
 // How a forward pass treats what it produces.
 struct Pass {
-  bool replay = false;      // a recompute in backward: names get ".recompute", everything transient
-  bool keep_block = true;   // false under full recompute: only block inputs survive the forward
-  bool keep_probs = true;   // false under selective recompute: softmax outputs and mask are replayed
+  bool replay = false;     // a recompute in backward: names get ".recompute", everything transient
+  bool keep_block = true;  // false under full recompute: only block inputs survive the forward
+  bool keep_probs = true;  // false under selective recompute: softmax outputs and mask are replayed
 };
 
 // The attention core's tensors; -1 where the attention kind has none.
@@ -78,10 +84,10 @@ struct Core {
 };
 
 struct Mlp {
-  int fc_out = -1, gelu_out = -1;                  // gpt
-  int gate_out = -1, up_out = -1, swiglu_out = -1; // llama
-  int out = -1;                                    // mlp.proj.out / mlp.down.out
-  int drop = -1, mask = -1;                        // dropout after the output projection
+  int fc_out = -1, gelu_out = -1;                   // gpt
+  int gate_out = -1, up_out = -1, swiglu_out = -1;  // llama
+  int out = -1;                                     // mlp.proj.out / mlp.down.out
+  int drop = -1, mask = -1;                         // dropout after the output projection
   int y() const { return drop >= 0 ? drop : out; }
 };
 
@@ -101,8 +107,7 @@ struct Block {
 
 class Builder {
  public:
-  Builder(const RunConfig& cfg, Bytes gemm_workspace)
-      : cfg_(cfg), gemm_workspace_(gemm_workspace) {
+  Builder(const RunConfig& cfg, Bytes gemm_workspace) : cfg_(cfg), gemm_workspace_(gemm_workspace) {
     const ModelConfig& m = cfg.model;
     B_ = cfg.batch;
     S_ = cfg.seq;
@@ -123,10 +128,18 @@ class Builder {
 
   Program build() {
     switch (cfg_.scope) {
-      case Scope::model: build_model(); break;
-      case Scope::layer: build_layer(); break;
-      case Scope::attention: build_attention(); break;
-      case Scope::mlp: build_mlp(); break;
+      case Scope::model:
+        build_model();
+        break;
+      case Scope::layer:
+        build_layer();
+        break;
+      case Scope::attention:
+        build_attention();
+        break;
+      case Scope::mlp:
+        build_mlp();
+        break;
     }
     add_optimizer();
     return std::move(p_);
@@ -157,7 +170,8 @@ class Builder {
   // One cuBLASLt workspace for the whole step, created by the first GEMM so that a program without
   // GEMMs (flash attention scope) lists no unused tensor.
   int workspace() {
-    if (workspace_ < 0) workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
+    if (workspace_ < 0)
+      workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
     return workspace_;
   }
 
@@ -298,8 +312,8 @@ class Builder {
   void probs_fwd(const std::string& pre, int layer, int qkv, const Pass& pass, Core& core) {
     const Role role = saved_probs(pass);
     core.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), act_, Role::transient);
-    attention_attrs(gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {core.scores}, layer,
-                         pass.replay));
+    attention_attrs(
+        gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {core.scores}, layer, pass.replay));
     core.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), act_, role);
     op(OpKind::softmax_fwd, pre + "attn.softmax", {core.scores}, {core.probs}, layer, pass.replay);
     if (dropout_) {
@@ -320,8 +334,8 @@ class Builder {
                            {core.y}, layer, pass.replay));
     } else {
       core.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, saved(pass));
-      Op& o = op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse}, layer,
-                 pass.replay);
+      Op& o =
+          op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse}, layer, pass.replay);
       attention_attrs(o);
       dropout_attrs(o, layer, DropoutSite::attn_probs);
     }
@@ -343,8 +357,7 @@ class Builder {
            {mlp.out}, layer, pass.replay);
     } else {
       mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), {B_, S_, F_}, act_, role);
-      gemm(OpKind::linear_fwd, pre + "mlp.gate", {x, w.fc_w.w}, {mlp.gate_out}, layer,
-           pass.replay);
+      gemm(OpKind::linear_fwd, pre + "mlp.gate", {x, w.fc_w.w}, {mlp.gate_out}, layer, pass.replay);
       mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), {B_, S_, F_}, act_, role);
       gemm(OpKind::linear_fwd, pre + "mlp.up", {x, w.up_w.w}, {mlp.up_out}, layer, pass.replay);
       mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), {B_, S_, F_}, act_, role);
@@ -384,8 +397,8 @@ class Builder {
       gemm(OpKind::linear_fwd, pre + "attn.qkv", {b.norm1_out, w.qkv_w.w}, {b.qkv_linear}, l,
            pass.replay);
       b.qkv = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, act_, role);
-      attention_attrs(op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv_linear}, {b.qkv}, l,
-                         pass.replay));
+      attention_attrs(
+          op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv_linear}, {b.qkv}, l, pass.replay));
     }
     b.core = attention_fwd(pre, l, b.qkv, pass);
 
@@ -445,8 +458,8 @@ class Builder {
 
     const int values_in = core.values_input();
     const int dvalues_in = grad_of(values_in);
-    attention_attrs(gemm(OpKind::attn_values_bwd, pre + "attn.values.bwd",
-                         {dy, values_in, qkv}, {dvalues_in, dqkv}, layer));
+    attention_attrs(gemm(OpKind::attn_values_bwd, pre + "attn.values.bwd", {dy, values_in, qkv},
+                         {dvalues_in, dqkv}, layer));
     int dprobs = dvalues_in;
     if (dropout_) {
       dprobs = grad_of(core.probs);
@@ -532,9 +545,9 @@ class Builder {
     int dproj = dx_mid;
     if (dropout_) {
       dproj = grad_of(b.proj_out);
-      dropout_attrs(op(OpKind::dropout_bwd, proj + "_dropout.bwd", {dx_mid, b.proj_mask}, {dproj},
-                       l),
-                    l, DropoutSite::attn_proj);
+      dropout_attrs(
+          op(OpKind::dropout_bwd, proj + "_dropout.bwd", {dx_mid, b.proj_mask}, {dproj}, l), l,
+          DropoutSite::attn_proj);
     }
     const int dy = grad_of(b.core.y);
     std::vector<int> grads{dy, w.proj_w.grad};
@@ -550,11 +563,11 @@ class Builder {
     const int dnorm1_out = grad_of(b.norm1_out);
     grads = {dnorm1_out, w.qkv_w.grad};
     push_grad_if(grads, w.qkv_b);
-    gemm(OpKind::linear_bwd, pre + "attn.qkv.bwd", {dqkv, b.norm1_out, w.qkv_w.w},
-         std::move(grads), l);
+    gemm(OpKind::linear_bwd, pre + "attn.qkv.bwd", {dqkv, b.norm1_out, w.qkv_w.w}, std::move(grads),
+         l);
     const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
-    norm_bwd(norm1, dnorm1_out, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean, b.norm1_rstd,
-             dnorm1_in, l);
+    norm_bwd(norm1, dnorm1_out, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean, b.norm1_rstd, dnorm1_in,
+             l);
     const int dx_in = grad_of(b.x_in);
     op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
     return dx_in;
@@ -593,8 +606,8 @@ class Builder {
     push_if(embed_in, wpe);
     op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1);
     if (dropout_)
-      dropout_attrs(op(OpKind::dropout_fwd, "embed.dropout", {embed_out}, {x0, embed_mask}, -1),
-                    -1, DropoutSite::embedding);
+      dropout_attrs(op(OpKind::dropout_fwd, "embed.dropout", {embed_out}, {x0, embed_mask}, -1), -1,
+                    DropoutSite::embedding);
 
     const Pass pass = forward_pass();
     std::vector<Block> blocks;
@@ -639,7 +652,8 @@ class Builder {
     }
     std::vector<int> embed_grads{wte.grad};
     push_grad_if(embed_grads, wpe);
-    Op& embed_bwd = op(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
+    Op& embed_bwd =
+        op(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
     embed_bwd.accumulate = m.tied_embeddings;
   }
 

@@ -2,13 +2,13 @@
 // where the live bytes peak.
 #include "program/print.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/units.h"
 

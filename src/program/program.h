@@ -48,6 +48,8 @@ struct Tensor {
 enum class OpKind : std::uint8_t {
   embedding_fwd,   // in: tokens[B,S] i32, wte[V,H], [wpe[P,H]] -> out: x[B,S,H]
   embedding_bwd,   // in: dx[B,S,H], tokens -> out: dwte[V,H], [dwpe[P,H]]
+                   // (accumulate: adds into dwte only, which the tied lm head wrote first;
+                   // dwpe has no other writer and is always overwritten)
   layernorm_fwd,   // in: x[M,H], w[H], b[H] -> out: y[M,H], mean[M] f32, rstd[M] f32
   layernorm_bwd,   // in: dy, x, w, mean, rstd -> out: dx, dw, db
   rmsnorm_fwd,     // in: x[M,H], w[H] -> out: y[M,H], rstd[M] f32

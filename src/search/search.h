@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace vrambench {
@@ -16,6 +17,9 @@ struct Probe {
 
 struct SearchLimits {
   std::int64_t max_batch = 65536;  // never probe above this
+  // One extra trial at (first failure + 1) once the bracket is adjacent. Bracketing and bisection
+  // alone never probe past a failure, so without it a non-monotone boundary cannot show.
+  bool probe_past_failure = true;
 };
 
 struct SearchResult {
@@ -28,8 +32,8 @@ struct SearchResult {
 
 // Probes `hint` (clamped to [1, limits.max_batch]) first, then expands geometrically (doubling away
 // from the hint) until one fit and one failure bracket the answer, then bisects to adjacent batches.
-// Each batch is probed at most once. With a good hint the cost is about 2 + log2(|error of hint|)
-// trials; the bound is documented with the implementation.
+// Each batch is probed at most once. With hint error e = |true max - hint| the cost is at most
+// 2*ceil(log2(e+1)) + 2 trials, plus the one past the failure; see docs/search.md.
 SearchResult find_max_batch(const std::function<bool(std::int64_t)>& fits, std::int64_t hint,
                             const SearchLimits& limits = {});
 

@@ -1,0 +1,74 @@
+// The sim device's SegmentSource: fake, increasing, 2 MiB-aligned addresses with no memory behind
+// them, refused once the bytes handed out would pass the capacity.
+#include <fmt/format.h>
+
+#include <map>
+#include <source_location>
+#include <string_view>
+
+#include "alloc/allocator.h"
+#include "core/error.h"
+
+namespace vrambench {
+namespace {
+
+// cudaMalloc returns addresses aligned to at least 256 B, and segments of large-page size on 2 MiB
+// boundaries; aligning every fake segment to 2 MiB keeps the addresses looking like device ones
+// and makes a block's offset inside its segment easy to read in a debugger.
+constexpr Bytes kSegmentAlignment = 2 * MiB;
+// First fake address: non-zero, so that 0 never names a segment (allocators use {0, 0} for the
+// empty block of a zero-byte request), and high like a device pointer.
+constexpr std::uintptr_t kFirstAddress = std::uintptr_t{0x7f00} << 32;
+
+[[noreturn]] void fail(std::string_view what,
+                       std::source_location where = std::source_location::current()) {
+  throw InternalError(
+      fmt::format("{}:{}: virtual segment source: {}", where.file_name(), where.line(), what));
+}
+
+class VirtualSource final : public SegmentSource {
+ public:
+  explicit VirtualSource(Bytes capacity) : capacity_(capacity) {
+    if (capacity < 0) fail(fmt::format("negative capacity {}", capacity));
+  }
+
+  std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
+    if (bytes <= 0) fail(fmt::format("segment of {} bytes requested", bytes));
+    // Written as a subtraction so that a huge request cannot overflow in_use_ + bytes.
+    if (bytes > capacity_ - in_use_) return std::nullopt;
+    const std::uintptr_t address = next_address_;
+    // bytes <= capacity, so the rounded advance fits in 64 bits; the address space of a 64-bit
+    // uintptr_t is never exhausted by the number of trials a sweep runs.
+    next_address_ += static_cast<std::uintptr_t>(round_up(bytes, kSegmentAlignment));
+    live_.emplace(address, bytes);
+    in_use_ += bytes;
+    return address;
+  }
+
+  void free_segment(std::uintptr_t address, Bytes bytes) override {
+    const auto it = live_.find(address);
+    if (it == live_.end()) fail(fmt::format("free of unknown segment {:#x}", address));
+    if (it->second != bytes) {
+      fail(fmt::format("segment {:#x} holds {} bytes, freed as {}", address, it->second, bytes));
+    }
+    in_use_ -= bytes;
+    live_.erase(it);
+  }
+
+  Bytes capacity() const override { return capacity_; }
+  Bytes in_use() const override { return in_use_; }
+
+ private:
+  Bytes capacity_;
+  Bytes in_use_ = 0;
+  std::uintptr_t next_address_ = kFirstAddress;
+  std::map<std::uintptr_t, Bytes> live_;  // segment address -> bytes, to catch bad frees
+};
+
+}  // namespace
+
+std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity) {
+  return std::make_unique<VirtualSource>(capacity);
+}
+
+}  // namespace vrambench

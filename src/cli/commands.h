@@ -1,0 +1,15 @@
+// The subcommands. Each takes the parsed options (and argv for provenance) and returns the exit
+// code; user mistakes are thrown as UsageError before anything is written.
+#pragma once
+
+#include "cli/options.h"
+
+namespace vrambench {
+
+int run_search_command(const CliOptions& options, int argc, const char* const* argv);
+int run_estimate_command(const CliOptions& options, int argc, const char* const* argv);
+int run_program_command(const CliOptions& options);
+int run_presets_command();
+int run_devices_command();
+
+}  // namespace vrambench

@@ -1,0 +1,74 @@
+// From options to validated configurations.
+#include "cli/options.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/fields.h"
+#include "core/presets.h"
+
+namespace vrambench {
+
+Formats parse_formats(const std::string& text) {
+  Formats f;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == "md" || item == "markdown") f.markdown = true;
+    else if (item == "csv") f.csv = true;
+    else if (item == "json") f.json = true;
+    else
+      throw UsageError(fmt::format("invalid --format '{}': use a list of md, csv, json (e.g. md,csv)",
+                                   text));
+  }
+  if (!f.markdown && !f.csv && !f.json)
+    throw UsageError(fmt::format("invalid --format '{}': use a list of md, csv, json", text));
+  return f;
+}
+
+RunConfig base_config(const CliOptions& options) {
+  RunConfig cfg;
+  cfg.model = find_preset("gpt2").model;
+  if (auto it = options.fields.find("preset"); it != options.fields.end())
+    set_field(cfg, "preset", it->second);
+  // Field table order, so that e.g. --arch applies before --hidden whatever the argv order.
+  for (const FieldInfo& info : fields()) {
+    if (info.name == "preset") continue;
+    if (auto it = options.fields.find(std::string(info.name)); it != options.fields.end())
+      set_field(cfg, info.name, it->second);
+  }
+  return cfg;
+}
+
+Grid make_grid(const CliOptions& options) {
+  Grid grid;
+  const RunConfig base = base_config(options);
+  for (const std::string& text : options.sweeps) grid.axes.push_back(parse_axis(text));
+  grid.varying = varying_fields(grid.axes);
+  grid.configs = expand(base, grid.axes);
+  for (const RunConfig& cfg : grid.configs) {
+    try {
+      validate(cfg);
+    } catch (const UsageError& e) {
+      if (grid.configs.size() == 1) throw;
+      std::string where;
+      for (const std::string& f : grid.varying) where += fmt::format(" {}={}", f, get_field(cfg, f));
+      throw UsageError(fmt::format("{} (at grid point{})", e.what(), where));
+    }
+  }
+  if (options.max_batch <= 0)
+    throw UsageError(fmt::format("invalid --max-batch {}: must be a positive integer",
+                                 options.max_batch));
+  return grid;
+}
+
+std::string default_output_name(const std::string& command) {
+  const auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
+  return fmt::format("{}-{:%Y%m%d-%H%M%S}", command, now);
+}
+
+}  // namespace vrambench

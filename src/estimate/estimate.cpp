@@ -1,0 +1,732 @@
+// The closed-form memory model. It follows the backward of one training step symbolically, tensor
+// group by tensor group, keeping bytes for one sample (B = 1) apart from batch-independent bytes, and
+// reports the points whose live bytes can be the peak. docs/memory-model.md derives every term.
+#include "estimate/estimate.h"
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+#include <utility>
+
+#include "core/error.h"
+
+namespace vrambench {
+namespace {
+
+// Component names, shared by the per-sample ledger and the fixed part.
+constexpr std::string_view kWeights = "weights";
+constexpr std::string_view kMasterWeights = "master weights";
+constexpr std::string_view kGradients = "gradients";
+constexpr std::string_view kOptimizerState = "optimizer state";
+constexpr std::string_view kContext = "CUDA context";
+constexpr std::string_view kWorkspace = "GEMM workspace";
+constexpr std::string_view kSaved = "saved activations";
+constexpr std::string_view kStats = "norm statistics";
+constexpr std::string_view kRecomputed = "recomputed activations";
+constexpr std::string_view kTransient = "backward transient";
+constexpr std::string_view kInputs = "tokens and targets";
+constexpr std::string_view kScopeInputs = "inputs";
+constexpr std::string_view kFinalBlockOutput = "final block output";
+constexpr std::string_view kFinalNorm = "final norm";
+constexpr std::string_view kLogits = "logits and loss";
+constexpr std::string_view kEmbedMask = "embedding dropout mask";
+
+// The model's sizes as Bytes (signed 64-bit) so that every product is checked.
+struct Dims {
+  Bytes S, H, A, K, D, L, V, F;
+  Bytes Q;          // packed q|k|v width: (A + 2K) * D
+  Bytes e;          // element size of activations, weights and gradients
+  Bytes norm_stats; // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
+  Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
+  Bytes positions;  // rows of the learned position table (gpt), 0 for llama
+  bool gpt = true;
+  bool eager = true;
+  bool dropout = false;
+  bool biases = true;
+  Recompute recompute = Recompute::none;
+};
+
+Dims dims_of(const RunConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  Dims d{};
+  d.S = cfg.seq;
+  d.H = m.hidden;
+  d.A = m.heads;
+  d.K = m.kv_heads;
+  d.D = m.head_dim();
+  d.L = m.layers;
+  d.V = m.vocab;
+  d.F = m.ffn;
+  d.Q = checked_mul(m.heads + 2 * m.kv_heads, d.D, "qkv width");
+  d.e = dtype_size(activation_dtype(cfg.dtype));
+  d.gpt = m.arch == Arch::gpt;
+  d.norm_stats = d.gpt ? 8 : 4;
+  d.norm_params = d.gpt ? 2 * d.H : d.H;
+  // The program sizes the position table to cover the sequence when it is longer than the preset.
+  d.positions = d.gpt ? std::max(m.max_positions, cfg.seq) : 0;
+  d.eager = cfg.attention == Attention::eager;
+  d.dropout = cfg.dropout > 0.0;
+  d.biases = d.gpt;
+  d.recompute = cfg.recompute;
+  return d;
+}
+
+// Bytes of one sample of a [S, width] tensor with `elem`-byte elements.
+Bytes rows(const Dims& d, Bytes width, Bytes elem) {
+  return checked_mul(checked_mul(d.S, width, "activation elements"), elem, "activation bytes");
+}
+// Bytes of one sample of an attention matrix [A, S, S].
+Bytes square(const Dims& d, Bytes elem) {
+  return rows(d, checked_mul(d.A, d.S, "heads x seq"), elem);
+}
+
+// Parameter counts of the pieces the backward writes gradients for, in the order it writes them.
+struct Params {
+  Bytes block;        // one transformer block
+  Bytes mlp;          // its MLP alone (scope mlp)
+  Bytes lm_head;      // written by the lm head backward (the tied token embedding for gpt2)
+  Bytes final_norm;
+  Bytes embeddings;   // written by the embedding backward: untied token embedding, positions
+  Bytes total;
+};
+
+Params params_of(const RunConfig& cfg, const Dims& d) {
+  const ModelConfig& m = cfg.model;
+  Params p{};
+  p.block = layer_parameter_count(m);
+  p.mlp = d.gpt ? checked_add(2 * checked_mul(d.F, d.H, "ffn x hidden"), d.F + d.H, "mlp params")
+                : checked_mul(3 * d.F, d.H, "ffn x hidden");
+  const Bytes vocab_rows = checked_mul(d.V, d.H, "vocab x hidden");
+  p.lm_head = vocab_rows;
+  p.final_norm = d.norm_params;
+  p.embeddings = checked_add(m.tied_embeddings ? 0 : vocab_rows,
+                             checked_mul(d.positions, d.H, "positions x hidden"), "embeddings");
+  p.total = checked_add(checked_add(checked_mul(d.L, p.block, "block params"), p.lm_head, "params"),
+                        checked_add(p.final_norm, p.embeddings, "params"), "parameter count");
+  return p;
+}
+
+// Per-sample tensors live at one point, each filed under the component it is reported in.
+// Pinned names are inputs of the step: a drop leaves them in place.
+class Ledger {
+ public:
+  struct Entry {
+    std::string_view name;
+    std::string_view component;
+    Bytes bytes;
+  };
+
+  void add(std::string_view name, std::string_view component, Bytes bytes) {
+    live_.push_back({name, component, bytes});
+  }
+  void pin(std::string_view name) { pinned_.push_back(name); }
+  bool has(std::string_view name) const {
+    return std::any_of(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
+  }
+  void drop(std::string_view name) {
+    if (std::find(pinned_.begin(), pinned_.end(), name) != pinned_.end()) return;
+    auto it = std::find_if(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
+    if (it == live_.end()) throw InternalError("estimate: dropping '" + std::string(name) + "' twice");
+    live_.erase(it);
+  }
+  // Drops `name` when it is live; for tensors that exist only in some configurations.
+  void drop_if(std::string_view name) {
+    if (has(name)) drop(name);
+  }
+  const std::vector<Entry>& entries() const { return live_; }
+
+ private:
+  std::vector<Entry> live_;
+  std::vector<std::string_view> pinned_;
+};
+
+// One point of the walk, with its components.
+struct Point {
+  std::string name;
+  std::vector<Component> fixed;
+  std::vector<Component> per_sample;
+  Bytes fixed_total = 0;
+  Bytes per_sample_total = 0;
+};
+
+void add_to(std::vector<Component>& list, std::string_view name, Bytes bytes) {
+  if (bytes == 0) return;
+  for (Component& c : list)
+    if (c.name == name) {
+      c.bytes = checked_add(c.bytes, bytes, "component bytes");
+      return;
+    }
+  list.push_back({std::string(name), bytes});
+}
+
+Bytes sum(const std::vector<Component>& list) {
+  Bytes total = 0;
+  for (const Component& c : list) total = checked_add(total, c.bytes, "breakdown total");
+  return total;
+}
+
+// Batch-independent bytes: parameters and their state, device overhead, gradients written so far.
+struct FixedState {
+  Bytes weights = 0, master = 0, optimizer = 0, context = 0, workspace = 0;
+};
+
+// The attention core's saved tensors for one sample: with eager attention the S x S probabilities
+// (and, with dropout, their dropped copy and the mask), with flash only the fp32 log-sum-exp.
+void add_core_saved(Ledger& led, const Dims& d, std::string_view component) {
+  if (d.eager) {
+    led.add("attn.probs", component, square(d, d.e));
+    if (d.dropout) {
+      led.add("attn.probs_drop", component, square(d, d.e));
+      led.add("attn.mask", component, square(d, 1));
+    }
+  } else {
+    led.add("attn.lse", component, rows(d, d.A, 4));
+  }
+}
+
+// Saved tensors of one block in forward order, as recompute none keeps them.
+void add_block_saved(Ledger& led, const Dims& d, std::string_view component,
+                     std::string_view stats_component) {
+  led.add("x_in", component, rows(d, d.H, d.e));
+  led.add("norm1.out", component, rows(d, d.H, d.e));
+  led.add("norm1.stats", stats_component, rows(d, 1, d.norm_stats));
+  led.add("attn.qkv", component, rows(d, d.Q, d.e));  // llama: after rope
+  add_core_saved(led, d, component);
+  led.add("attn.y", component, rows(d, d.H, d.e));
+  if (d.dropout) led.add("attn.proj.mask", component, rows(d, d.H, 1));
+  led.add("x_mid", component, rows(d, d.H, d.e));
+  led.add("norm2.out", component, rows(d, d.H, d.e));
+  led.add("norm2.stats", stats_component, rows(d, 1, d.norm_stats));
+  if (d.gpt) {
+    led.add("mlp.fc.out", component, rows(d, d.F, d.e));
+    led.add("mlp.gelu.out", component, rows(d, d.F, d.e));
+  } else {
+    led.add("mlp.gate", component, rows(d, d.F, d.e));
+    led.add("mlp.up", component, rows(d, d.F, d.e));
+    led.add("mlp.swiglu", component, rows(d, d.F, d.e));
+  }
+  if (d.dropout) led.add("mlp.mask", component, rows(d, d.H, 1));
+}
+
+// Which part of a block a walk covers.
+struct Part {
+  bool mlp = true;         // the MLP's linears and activation
+  bool mlp_rest = true;    // norm2 and the residual add around the MLP
+  bool attn_core = true;   // scores/softmax/values, or flash
+  bool attn_rest = true;   // norm1, qkv and output projections, rope, the residual add
+};
+
+bool is_square(std::string_view name) {
+  return name == "attn.probs" || name == "attn.probs_drop" || name == "attn.mask";
+}
+
+// Whether a saved tensor belongs to the covered part of the block.
+bool in_part(std::string_view name, const Part& part, const Dims& d) {
+  if (name.starts_with("mlp.")) return part.mlp;
+  if (name == "x_mid" || name.starts_with("norm2.")) return part.mlp_rest;
+  // FlashAttention's backward reads its output again; eager attention only the projection does.
+  if (name == "attn.y") return d.eager ? part.attn_rest : (part.attn_core || part.attn_rest);
+  if (is_square(name) || name == "attn.lse") return part.attn_core;
+  return part.attn_rest;  // x_in, norm1.*, attn.qkv, attn.proj.mask
+}
+
+// Adds the saved tensors of the covered part as the recompute mode keeps them: full keeps only the
+// block input, selective drops the S x S tensors. Tensors already live (a scope's inputs) stay.
+void add_part_start(Ledger& led, const Dims& d, const Part& part) {
+  Ledger all;
+  add_block_saved(all, d, kSaved, kStats);
+  for (const Ledger::Entry& x : all.entries()) {
+    if (!in_part(x.name, part, d) || led.has(x.name)) continue;
+    if (d.recompute == Recompute::full && x.name != "x_in") continue;
+    if (d.recompute == Recompute::selective && is_square(x.name)) continue;
+    led.add(x.name, x.component, x.bytes);
+  }
+}
+
+// A point inside a block's backward: what is live of that block (per sample, by component) and the
+// gradient bytes of the block written so far.
+struct BlockPoint {
+  std::string op;
+  std::vector<Component> live;
+  Bytes grads = 0;
+};
+
+// Walks the backward of one block (reverse order of its forward), starting from `led`, which holds
+// the block's saved tensors as the recompute mode keeps them and the incoming gradient "dx_out".
+// Records a point at every op, after its outputs are allocated and before anything is freed.
+std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Part& part) {
+  std::vector<BlockPoint> points;
+  Bytes grads = 0;
+  auto at = [&](std::string op) {
+    BlockPoint p{std::move(op), {}, grads};
+    for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
+    points.push_back(std::move(p));
+  };
+  auto grad = [&](Bytes params) { grads = checked_add(grads, checked_mul(params, d.e, "grads"), "grads"); };
+  const Bytes hidden = rows(d, d.H, d.e);
+  const Bytes ffn = rows(d, d.F, d.e);
+  const Bytes bias_h = d.biases ? d.H : 0, bias_f = d.biases ? d.F : 0, bias_q = d.biases ? d.Q : 0;
+
+  // Full recompute replays the block's forward from its saved input before its backward.
+  if (d.recompute == Recompute::full) {
+    Ledger all;
+    add_block_saved(all, d, kRecomputed, kRecomputed);
+    for (const Ledger::Entry& x : all.entries())
+      if (in_part(x.name, part, d) && !led.has(x.name)) led.add(x.name, x.component, x.bytes);
+    at("replay forward");
+  }
+
+  if (part.mlp) {
+    // The gradient entering the MLP's output projection: through the dropout mask when there is one.
+    std::string_view d_mlp_out = "dx_out";
+    if (d.dropout) {
+      led.add("d.mlp.drop", kTransient, hidden);
+      at("mlp dropout backward");
+      led.drop("mlp.mask");
+      d_mlp_out = "d.mlp.drop";
+    }
+    if (d.gpt) {
+      led.add("d.mlp.gelu.out", kTransient, ffn);
+      grad(checked_mul(d.F, d.H, "fc2") + bias_h);
+      at("mlp.proj linear backward");
+      led.drop("mlp.gelu.out");
+      if (d_mlp_out != "dx_out") led.drop(d_mlp_out);
+      led.add("d.mlp.fc.out", kTransient, ffn);
+      at("gelu backward");
+      led.drop("d.mlp.gelu.out");
+      led.drop("mlp.fc.out");
+      led.add("d.norm2.out", kTransient, hidden);
+      grad(checked_mul(d.F, d.H, "fc1") + bias_f);
+      at("mlp.fc linear backward");
+      led.drop("d.mlp.fc.out");
+      led.drop("norm2.out");
+    } else {
+      led.add("d.mlp.swiglu", kTransient, ffn);
+      grad(checked_mul(d.F, d.H, "down"));
+      at("mlp.down linear backward");
+      led.drop("mlp.swiglu");
+      if (d_mlp_out != "dx_out") led.drop(d_mlp_out);
+      led.add("d.mlp.gate", kTransient, ffn);
+      led.add("d.mlp.up", kTransient, ffn);
+      at("swiglu backward");
+      led.drop("d.mlp.swiglu");
+      led.drop("mlp.gate");
+      led.drop("mlp.up");
+      led.add("d.norm2.out.up", kTransient, hidden);
+      grad(checked_mul(d.F, d.H, "up"));
+      at("mlp.up linear backward");
+      led.drop("d.mlp.up");
+      led.add("d.norm2.out.gate", kTransient, hidden);
+      grad(checked_mul(d.F, d.H, "gate"));
+      at("mlp.gate linear backward");
+      led.drop("d.mlp.gate");
+      led.drop("norm2.out");
+      led.add("d.norm2.out", kTransient, hidden);
+      at("mlp input gradient sum");
+      led.drop("d.norm2.out.up");
+      led.drop("d.norm2.out.gate");
+    }
+  }
+  if (part.mlp_rest) {
+    led.add("d.x_mid.norm", kTransient, hidden);
+    grad(d.norm_params);
+    at("norm2 backward");
+    led.drop("d.norm2.out");
+    led.drop("x_mid");
+    led.drop("norm2.stats");
+    led.add("dx_mid", kTransient, hidden);
+    at("mlp residual gradient");
+    led.drop("dx_out");
+    led.drop("d.x_mid.norm");
+  }
+  if (part.attn_rest) {
+    std::string_view d_proj_out = "dx_mid";
+    if (d.dropout) {
+      led.add("d.attn.drop", kTransient, hidden);
+      at("attention dropout backward");
+      led.drop("attn.proj.mask");
+      d_proj_out = "d.attn.drop";
+    }
+    led.add("d.attn.y", kTransient, hidden);
+    grad(checked_mul(d.H, d.H, "proj") + bias_h);
+    at("attn.proj linear backward");
+    if (d_proj_out != "dx_mid") led.drop(d_proj_out);
+    if (d.eager) led.drop("attn.y");  // flash backward reads the output again
+  }
+  if (part.attn_core) {
+    if (d.eager) {
+      // Selective recompute replays scores, softmax and dropout just before they are needed.
+      if (d.recompute == Recompute::selective) {
+        led.add("attn.scores", kRecomputed, square(d, d.e));
+        led.add("attn.probs", kRecomputed, square(d, d.e));
+        at("softmax replay");
+        led.drop("attn.scores");
+        if (d.dropout) {
+          led.add("attn.probs_drop", kRecomputed, square(d, d.e));
+          led.add("attn.mask", kRecomputed, square(d, 1));
+          at("attention dropout replay");
+        }
+      }
+      led.add("d.attn.probs_drop", kTransient, square(d, d.e));
+      led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
+      at("attention values backward");
+      led.drop("d.attn.y");
+      std::string_view d_probs = "d.attn.probs_drop";
+      if (d.dropout) {
+        led.drop("attn.probs_drop");
+        led.add("d.attn.probs", kTransient, square(d, d.e));
+        at("attention dropout backward (probs)");
+        led.drop("d.attn.probs_drop");
+        led.drop("attn.mask");
+        d_probs = "d.attn.probs";
+      }
+      led.add("d.attn.scores", kTransient, square(d, d.e));
+      at("softmax backward");
+      led.drop(d_probs);
+      led.drop("attn.probs");
+      at("attention scores backward");
+      led.drop("d.attn.scores");
+      led.drop("attn.qkv");
+    } else {
+      led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
+      // FlashAttention's backward accumulates dq in fp32 [B, S, A, D] for the op's duration.
+      led.add("flash.dq_accum", kTransient, rows(d, checked_mul(d.A, d.D, "heads x head"), 4));
+      at("flash attention backward");
+      led.drop("flash.dq_accum");
+      led.drop("d.attn.y");
+      led.drop("attn.qkv");
+      led.drop("attn.y");
+      led.drop("attn.lse");
+    }
+  }
+  if (part.attn_rest) {
+    std::string_view d_qkv = "d.attn.qkv";
+    if (!d.gpt) {
+      led.add("d.attn.qkv.unrotated", kTransient, rows(d, d.Q, d.e));
+      at("rope backward");
+      led.drop("d.attn.qkv");
+      d_qkv = "d.attn.qkv.unrotated";
+    }
+    led.add("d.norm1.out", kTransient, hidden);
+    grad(checked_mul(d.Q, d.H, "qkv") + bias_q);
+    at("attn.qkv linear backward");
+    led.drop(d_qkv);
+    led.drop("norm1.out");
+    led.add("d.x_in.norm", kTransient, hidden);
+    grad(d.norm_params);
+    at("norm1 backward");
+    led.drop("d.norm1.out");
+    led.drop("x_in");
+    led.drop("norm1.stats");
+    led.add("dx_in", kTransient, hidden);
+    at("attention residual gradient");
+    led.drop("dx_mid");
+    led.drop("d.x_in.norm");
+  }
+  return points;
+}
+
+// Saved bytes of one block whose backward has not started, split into activations and statistics.
+std::pair<Bytes, Bytes> block_saved_bytes(const Dims& d) {
+  Ledger led;
+  add_part_start(led, d, Part{});
+  Bytes saved = 0, stats = 0;
+  for (const Ledger::Entry& x : led.entries())
+    (x.component == kStats ? stats : saved) += x.bytes;
+  return {saved, stats};
+}
+
+// Collects the points of the walk.
+class Walk {
+ public:
+  Walk(FixedState fixed, Bytes e) : fixed_(fixed), e_(e) {}
+
+  void grad(Bytes params) { grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads"); }
+  void add_grad_bytes(Bytes bytes) { grads_ = checked_add(grads_, bytes, "grads"); }
+  void release_workspace() { fixed_.workspace = 0; }
+  Bytes grads() const { return grads_; }
+
+  // Records a point: the model-level ledger, plus `extra` per-sample components and gradient bytes
+  // that only this point holds (the block in backward).
+  void at(std::string name, const Ledger& led, const std::vector<Component>& extra = {},
+          Bytes extra_grads = 0) {
+    Point p;
+    p.name = std::move(name);
+    add_to(p.fixed, kWeights, fixed_.weights);
+    add_to(p.fixed, kMasterWeights, fixed_.master);
+    add_to(p.fixed, kOptimizerState, fixed_.optimizer);
+    add_to(p.fixed, kGradients, checked_add(grads_, extra_grads, "grads"));
+    add_to(p.fixed, kContext, fixed_.context);
+    add_to(p.fixed, kWorkspace, fixed_.workspace);
+    for (const Ledger::Entry& x : led.entries()) add_to(p.per_sample, x.component, x.bytes);
+    for (const Component& c : extra) add_to(p.per_sample, c.name, c.bytes);
+    p.fixed_total = sum(p.fixed);
+    p.per_sample_total = sum(p.per_sample);
+    points_.push_back(std::move(p));
+  }
+  std::vector<Point>& points() { return points_; }
+
+ private:
+  FixedState fixed_;
+  Bytes e_;
+  Bytes grads_ = 0;
+  std::vector<Point> points_;
+};
+
+// Points of one block's backward, with `others` (per-sample components of everything outside the
+// block: the other blocks' saved tensors, the step's inputs) added to each.
+void record_block(Walk& walk, const Dims& d, const Part& part, const std::string& label,
+                  const Ledger& outside, const std::vector<Component>& others, Ledger block) {
+  for (const BlockPoint& p : walk_block_backward(block, d, part)) {
+    std::vector<Component> live = others;
+    for (const Component& c : p.live) add_to(live, c.name, c.bytes);
+    walk.at(label + ": " + p.op, outside, live, p.grads);
+  }
+}
+
+// Parameters and their state. Without an optimizer there is no step to keep fp32 masters for.
+FixedState fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, Bytes params,
+                       bool has_gemms) {
+  const Dims d = dims_of(cfg);
+  const bool step = cfg.optimizer != Optimizer::none;
+  FixedState f;
+  f.weights = checked_mul(params, d.e, "weight bytes");
+  f.master = step && has_master_weights(cfg.dtype) ? checked_mul(params, 4, "master weight bytes")
+                                                   : 0;
+  const Bytes state_per_param = cfg.optimizer == Optimizer::adamw ? 8
+                                : cfg.optimizer == Optimizer::sgd ? 4
+                                                                  : 0;
+  f.optimizer = checked_mul(params, state_per_param, "optimizer state bytes");
+  f.context = overhead.context;
+  // The workspace is a tensor of the program only when some op is a GEMM.
+  f.workspace = has_gemms ? overhead.gemm_workspace : 0;
+  return f;
+}
+
+std::string end_of_step(const RunConfig& cfg) {
+  return cfg.optimizer == Optimizer::none ? "end of step" : "optimizer step";
+}
+
+// The whole model: forward ends with every block's saved tensors, the final norm and the logits;
+// backward runs loss, lm head, final norm, blocks L-1 .. 0, embeddings; then the optimizer step.
+std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhead) {
+  const Dims d = dims_of(cfg);
+  const Params p = params_of(cfg, d);
+  Walk walk(fixed_state(cfg, overhead, p.total, true), d.e);
+  const Bytes hidden = rows(d, d.H, d.e);
+
+  Ledger led;
+  led.add("tokens", kInputs, rows(d, 2, 4));  // tokens and targets, i32 each
+  led.pin("tokens");
+  if (d.dropout) led.add("embed.mask", kEmbedMask, rows(d, d.H, 1));
+  led.add("x_L", kFinalBlockOutput, hidden);
+  led.add("final_norm.out", kFinalNorm, hidden);
+  led.add("final_norm.stats", kFinalNorm, rows(d, 1, d.norm_stats));
+  led.add("logits", kLogits, rows(d, d.V, d.e));
+  led.add("ce.lse", kLogits, rows(d, 1, 4));
+
+  // Every block's saved tensors, apart from the block whose backward is being followed.
+  const auto [block_saved, block_stats] = block_saved_bytes(d);
+  auto other_blocks = [&](Bytes count) {
+    std::vector<Component> list;
+    add_to(list, kSaved, checked_mul(count, block_saved, "saved activations"));
+    add_to(list, kStats, checked_mul(count, block_stats, "norm statistics"));
+    return list;
+  };
+  const std::vector<Component> all_blocks = other_blocks(d.L);
+
+  // The loss backward: dlogits [B*S, V] next to the logits it is computed from.
+  led.add("dlogits", kTransient, rows(d, d.V, d.e));
+  walk.at("cross-entropy backward", led, all_blocks);
+  led.drop("logits");
+  led.drop("ce.lse");
+  led.add("d.final_norm.out", kTransient, hidden);
+  walk.grad(p.lm_head);
+  walk.at("lm head linear backward", led, all_blocks);
+  led.drop("dlogits");
+  led.drop("final_norm.out");
+  led.add("dx_L", kTransient, hidden);
+  walk.grad(p.final_norm);
+  walk.at("final norm backward", led, all_blocks);
+  led.drop("d.final_norm.out");
+  led.drop("x_L");
+  led.drop("final_norm.stats");
+  led.drop("dx_L");  // handed to the top block as its incoming gradient
+
+  // The live bytes while block l is in backward are linear in l (each finished block adds its
+  // gradients and removes its saved tensors), so the extremes are the top and the bottom block.
+  const Bytes block_grads = checked_mul(p.block, d.e, "block grads");
+  auto block_ledger = [&] {
+    Ledger block;
+    add_part_start(block, d, Part{});
+    block.add("dx_out", kTransient, hidden);
+    return block;
+  };
+  const Part whole{};
+  record_block(walk, d, whole, "block " + std::to_string(d.L - 1) + " backward", led,
+               other_blocks(d.L - 1), block_ledger());
+  if (d.L > 1) {
+    walk.add_grad_bytes(checked_mul(d.L - 1, block_grads, "block grads"));
+    record_block(walk, d, whole, "block 0 backward", led, {}, block_ledger());
+  }
+
+  // The last GEMM has run; the embedding backward writes the untied table and the positions.
+  walk.add_grad_bytes(block_grads);
+  walk.release_workspace();
+  led.add("dx0", kTransient, hidden);
+  if (d.dropout) {
+    led.add("d.embed.out", kTransient, hidden);
+    walk.at("embedding dropout backward", led);
+    led.drop("dx0");
+    led.drop("embed.mask");
+  }
+  walk.grad(p.embeddings);
+  walk.at("embedding backward", led);
+  led.drop_if("dx0");
+  led.drop_if("d.embed.out");
+  walk.at(end_of_step(cfg), led);
+  return walk.points();
+}
+
+// One block, its MLP or its attention core alone, with inputs that live for the whole step (the
+// activation entering the part and the gradient arriving at its output), and the optimizer step
+// over the part's own parameters.
+std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhead) {
+  const Dims d = dims_of(cfg);
+  const Params p = params_of(cfg, d);
+  Part part{};
+  Bytes params = 0;
+  Ledger block;
+  switch (cfg.scope) {
+    case Scope::layer:
+      params = p.block;
+      block.add("x_in", kScopeInputs, rows(d, d.H, d.e));
+      block.add("dx_out", kScopeInputs, rows(d, d.H, d.e));
+      break;
+    case Scope::mlp:
+      params = p.mlp;
+      part = Part{true, false, false, false};
+      block.add("norm2.out", kScopeInputs, rows(d, d.H, d.e));
+      block.add("dx_out", kScopeInputs, rows(d, d.H, d.e));
+      break;
+    case Scope::attention:
+      part = Part{false, false, true, false};
+      block.add("attn.qkv", kScopeInputs, rows(d, d.Q, d.e));
+      block.add("d.attn.y", kScopeInputs, rows(d, d.H, d.e));
+      break;
+    case Scope::model: break;
+  }
+  for (const Ledger::Entry& x : block.entries()) block.pin(x.name);
+  const Ledger inputs = block;
+  add_part_start(block, d, part);
+  // Only the flash attention core runs without a GEMM.
+  const bool has_gemms = cfg.scope != Scope::attention || d.eager;
+  Walk walk(fixed_state(cfg, overhead, params, has_gemms), d.e);
+  Ledger outside;
+  record_block(walk, d, part, std::string(to_string(cfg.scope)) + " backward", outside, {},
+               std::move(block));
+  // Parameter gradients stay to the end of the step; the workspace went with the last GEMM.
+  walk.grad(params);
+  walk.release_workspace();
+  walk.at(end_of_step(cfg), inputs);
+  return walk.points();
+}
+
+// The points that are the peak for some batch B >= 1: the upper envelope of the lines
+// fixed + B * per_sample, from B = 1 upwards. The last one has the most bytes per sample.
+std::vector<std::size_t> envelope(const std::vector<Point>& points) {
+  std::vector<std::size_t> order;
+  if (points.empty()) return order;
+  // The highest line at B = 1, the steepest among equals.
+  std::size_t current = 0;
+  for (std::size_t i = 1; i < points.size(); ++i) {
+    const Point& a = points[i];
+    const Point& b = points[current];
+    const Bytes va = a.fixed_total + a.per_sample_total, vb = b.fixed_total + b.per_sample_total;
+    if (va > vb || (va == vb && a.per_sample_total > b.per_sample_total)) current = i;
+  }
+  order.push_back(current);
+  double from = 1.0;
+  for (;;) {
+    // The steeper line that overtakes the current one first.
+    std::size_t next = points.size();
+    double next_at = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      if (points[i].per_sample_total <= points[current].per_sample_total) continue;
+      const double crossing =
+          static_cast<double>(points[current].fixed_total - points[i].fixed_total) /
+          static_cast<double>(points[i].per_sample_total - points[current].per_sample_total);
+      const double at = std::max(crossing, from);
+      if (at < next_at || (at == next_at && next < points.size() &&
+                           points[i].per_sample_total > points[next].per_sample_total)) {
+        next = i;
+        next_at = at;
+      }
+    }
+    if (next == points.size()) break;
+    order.push_back(next);
+    current = next;
+    from = next_at;
+  }
+  return order;
+}
+
+}  // namespace
+
+Bytes Moment::peak(std::int64_t batch) const {
+  return checked_add(fixed, checked_mul(batch, per_sample, "estimated peak"), "estimated peak");
+}
+
+Bytes Breakdown::fixed_total() const { return sum(fixed); }
+Bytes Breakdown::per_sample_total() const { return sum(per_sample); }
+
+Bytes Breakdown::peak(std::int64_t batch) const {
+  Bytes best = Moment{moment, fixed_total(), per_sample_total()}.peak(batch);
+  for (const Moment& m : other_moments) best = std::max(best, m.peak(batch));
+  return best;
+}
+
+std::int64_t Breakdown::max_batch(Bytes capacity) const {
+  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+  auto limit = [&](Bytes fixed_bytes, Bytes per_sample_bytes) {
+    if (capacity < fixed_bytes) {
+      best = 0;
+      return;
+    }
+    if (per_sample_bytes > 0) best = std::min(best, (capacity - fixed_bytes) / per_sample_bytes);
+  };
+  limit(fixed_total(), per_sample_total());
+  for (const Moment& m : other_moments) limit(m.fixed, m.per_sample);
+  return best;
+}
+
+Bytes Breakdown::component(const std::string& name) const {
+  for (const auto* list : {&fixed, &per_sample})
+    for (const Component& c : *list)
+      if (c.name == name) return c.bytes;
+  return 0;
+}
+
+Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
+  std::vector<Point> points =
+      cfg.scope == Scope::model ? walk_model(cfg, overhead) : walk_scope(cfg, overhead);
+  const std::vector<std::size_t> order = envelope(points);
+  Breakdown out;
+  Point& main = points[order.back()];
+  out.moment = main.name;
+  out.fixed = main.fixed;
+  out.per_sample = main.per_sample;
+  for (std::size_t k = 0; k + 1 < order.size(); ++k) {
+    const Point& p = points[order[k]];
+    out.other_moments.push_back({p.name, p.fixed_total, p.per_sample_total});
+  }
+  // The end of the step holds the whole model state; listed so that it can be read off even when
+  // it is never the peak (it cannot raise the peak above the envelope).
+  const Point& last = points.back();
+  const bool listed = std::any_of(order.begin(), order.end(),
+                                  [&](std::size_t i) { return i == points.size() - 1; });
+  if (!listed) out.other_moments.push_back({last.name, last.fixed_total, last.per_sample_total});
+  return out;
+}
+
+}  // namespace vrambench

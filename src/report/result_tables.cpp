@@ -1,0 +1,196 @@
+// Row builders for the estimate and search tables.
+#include "report/result_tables.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/fields.h"
+
+namespace vrambench {
+namespace {
+
+Column key_column(const std::string& field) {
+  const FieldInfo& info = find_field(field);
+  if (info.kind == FieldKind::integer) return {std::string(info.name), std::string(info.name),
+                                               CellKind::integer};
+  if (info.kind == FieldKind::size) return {std::string(info.name) + "_bytes",
+                                            std::string(info.name), CellKind::bytes};
+  return {std::string(info.name), std::string(info.name), CellKind::text};
+}
+
+Cell key_cell(const RunConfig& cfg, const std::string& field) {
+  const FieldInfo& info = find_field(field);
+  const std::string value = get_field(cfg, field);
+  if (info.kind == FieldKind::integer) return Cell::of_int(std::stoll(value));
+  if (info.kind == FieldKind::size) return Cell::of_bytes(std::stoll(value));
+  return Cell::of_text(value);
+}
+
+// Fixed components that are the model's own state, not the device's.
+bool is_device_overhead(const std::string& name) {
+  return name.find("context") != std::string::npos || name.find("workspace") != std::string::npos;
+}
+
+Bytes model_state(const Breakdown& b) {
+  Bytes sum = 0;
+  for (const Component& c : b.fixed)
+    if (!is_device_overhead(c.name)) sum += c.bytes;
+  return sum;
+}
+
+}  // namespace
+
+std::vector<std::string> key_columns(const std::vector<std::string>& varying) {
+  if (!varying.empty()) return varying;
+  return {"preset", "seq"};
+}
+
+Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
+  Table t;
+  for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
+  if (at_batch) {
+    t.columns.push_back({"batch", "batch", CellKind::integer});
+    t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
+    t.columns.push_back({"fits", "fits", CellKind::flag});
+  } else {
+    t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
+    t.columns.push_back({"est_peak_bytes", "est peak at max", CellKind::bytes});
+  }
+  t.columns.push_back({"model_state_bytes", "model state", CellKind::bytes});
+  t.columns.push_back({"fixed_bytes", "fixed", CellKind::bytes});
+  t.columns.push_back({"per_sample_bytes", "per sample", CellKind::bytes});
+  t.columns.push_back({"capacity_bytes", "capacity", CellKind::bytes});
+  return t;
+}
+
+std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
+                               const std::vector<std::string>& varying, const DeviceSpec& device,
+                               bool at_batch) {
+  std::vector<Cell> row;
+  for (const std::string& f : key_columns(varying)) row.push_back(key_cell(cfg, f));
+  if (at_batch) {
+    const Bytes peak = breakdown.peak(cfg.batch);
+    row.push_back(Cell::of_int(cfg.batch));
+    row.push_back(Cell::of_bytes(peak));
+    row.push_back(Cell::of_flag(peak <= device.total));
+  } else {
+    const std::int64_t max_batch = breakdown.max_batch(device.total);
+    row.push_back(Cell::of_int(max_batch));
+    row.push_back(max_batch > 0 ? Cell::of_bytes(breakdown.peak(max_batch))
+                                : Cell::none(CellKind::bytes));
+  }
+  row.push_back(Cell::of_bytes(model_state(breakdown)));
+  row.push_back(Cell::of_bytes(breakdown.fixed_total()));
+  row.push_back(Cell::of_bytes(breakdown.per_sample_total()));
+  row.push_back(Cell::of_bytes(device.total));
+  return row;
+}
+
+Table search_table(const std::vector<std::string>& varying, const std::string& measured) {
+  Table t;
+  for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
+  t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
+  t.columns.push_back({measured + "_max_batch", measured + " max batch", CellKind::integer});
+  t.columns.push_back({"compared_batch", "at batch", CellKind::integer});
+  t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
+  t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
+  t.columns.push_back({measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
+  t.columns.push_back({"rel_error", "rel err", CellKind::percent});
+  t.columns.push_back({"under_estimate", "under", CellKind::flag});
+  t.columns.push_back({"trials", "trials", CellKind::integer});
+  t.columns.push_back({"note", "note", CellKind::text});
+  return t;
+}
+
+std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying) {
+  std::vector<Cell> row;
+  for (const std::string& f : key_columns(varying)) row.push_back(key_cell(m.config, f));
+  row.push_back(Cell::of_int(m.est_max_batch));
+  row.push_back(Cell::of_int(m.search.max_batch));
+  row.push_back(Cell::of_int(m.compared_batch()));
+  row.push_back(Cell::of_bytes(m.estimated_peak()));
+  const Bytes measured = m.measured_peak();
+  row.push_back(measured > 0 ? Cell::of_bytes(measured) : Cell::none(CellKind::bytes));
+  // An OOM trial stops at the failing request; what max + 1 would need comes from its replay.
+  row.push_back(m.next_needed ? Cell::of_bytes(m.next_needed->device_peak)
+                              : Cell::none(CellKind::bytes));
+  if (measured > 0) {
+    row.push_back(Cell::of_percent(m.relative_error()));
+    row.push_back(Cell::of_flag(m.estimated_peak() < measured));
+  } else {
+    row.push_back(Cell::none(CellKind::percent));
+    row.push_back(Cell::none(CellKind::flag));
+  }
+  row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
+  std::string note = m.reason;
+  if (m.search.hit_limit) note = fmt::format("hit --max-batch {}", m.search.max_batch);
+  row.push_back(Cell::of_text(note));
+  return row;
+}
+
+namespace {
+nlohmann::json trial_json(const TrialResult& t) {
+  nlohmann::json j;
+  j["fit"] = t.fit;
+  j["tensor_peak_bytes"] = t.tensor_peak;
+  j["reserved_peak_bytes"] = t.reserved_peak;
+  j["device_peak_bytes"] = t.device_peak;
+  nlohmann::json roles = nlohmann::json::object();
+  for (int r = 0; r < kRoleCount; ++r)
+    roles[std::string(to_string(static_cast<Role>(r))) + "_bytes"] =
+        t.peak_by_role[static_cast<std::size_t>(r)];
+  j["peak_by_role"] = roles;
+  if (t.oom) {
+    j["oom"] = {{"op", t.oom->op},
+                {"tensor", t.oom->tensor},
+                {"requested_bytes", t.oom->requested},
+                {"free_bytes", t.oom->free}};
+  }
+  return j;
+}
+}  // namespace
+
+nlohmann::json search_details(const Measurement& m, const DeviceSpec& device) {
+  nlohmann::json j;
+  j["capacity_bytes"] = device.total;
+  j["fixed_overhead_bytes"] = device.fixed_overhead;
+  j["tensor_capacity_bytes"] = device.tensor_capacity();
+  if (const TrialResult* t = m.at_max()) j["at_max"] = trial_json(*t);
+  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = trial_json(*t);
+  if (m.next_needed) j["max_plus_1_needed"] = trial_json(*m.next_needed);
+  nlohmann::json log = nlohmann::json::array();
+  for (const Probe& p : m.search.trials) log.push_back({{"batch", p.batch}, {"fit", p.fits}});
+  j["trials"] = log;
+  nlohmann::json est;
+  for (const Component& c : m.estimate.fixed) est["fixed"][c.name] = c.bytes;
+  for (const Component& c : m.estimate.per_sample) est["per_sample"][c.name] = c.bytes;
+  j["estimate_bytes"] = est;
+  return j;
+}
+
+ErrorSummary summarize_errors(const std::vector<Measurement>& rows) {
+  ErrorSummary s;
+  std::vector<double> abs_errors;
+  for (const Measurement& m : rows) {
+    if (m.search.non_monotone) ++s.non_monotone;
+    if (m.measured_peak() <= 0) continue;
+    const double e = m.relative_error();
+    abs_errors.push_back(std::fabs(e));
+    if (std::fabs(e) >= s.max_abs) {
+      s.max_abs = std::fabs(e);
+      s.max_signed = e;
+    }
+    if (m.estimated_peak() < m.measured_peak()) ++s.under_estimates;
+  }
+  s.compared = static_cast<int>(abs_errors.size());
+  if (!abs_errors.empty()) {
+    std::sort(abs_errors.begin(), abs_errors.end());
+    const std::size_t n = abs_errors.size();
+    s.median_abs = n % 2 ? abs_errors[n / 2] : (abs_errors[n / 2 - 1] + abs_errors[n / 2]) / 2;
+  }
+  return s;
+}
+
+}  // namespace vrambench

@@ -1,0 +1,44 @@
+// The tables vrambench prints and writes: one row per configuration of a sweep, for the estimate
+// alone (`vrambench estimate`) and for the search (estimate versus the device).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "device/device.h"
+#include "estimate/estimate.h"
+#include "report/table.h"
+#include "search/measure.h"
+
+namespace vrambench {
+
+// `at_batch`: rows give the peak at cfg.batch (and whether it fits) instead of the max batch.
+Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
+std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
+                               const std::vector<std::string>& varying, const DeviceSpec& device,
+                               bool at_batch);
+
+// `measured`: the column prefix of the device's figures, "sim" or "meas".
+Table search_table(const std::vector<std::string>& varying, const std::string& measured);
+std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying);
+// Extra JSON per row: capacity, peaks at max and max + 1 by role, the trial log, the reason.
+nlohmann::json search_details(const Measurement& m, const DeviceSpec& device);
+
+// The summary of a search: how far est is from the device over the rows that have both.
+struct ErrorSummary {
+  int compared = 0;
+  double median_abs = 0.0;  // median |relative error|
+  double max_abs = 0.0;     // largest |relative error|
+  double max_signed = 0.0;  // the signed error of the row with the largest |error|
+  int under_estimates = 0;  // rows where est < device peak
+  int non_monotone = 0;
+};
+ErrorSummary summarize_errors(const std::vector<Measurement>& rows);
+
+// Field names shown as key columns: the varying fields, or "preset" and "seq" when nothing varies.
+std::vector<std::string> key_columns(const std::vector<std::string>& varying);
+
+}  // namespace vrambench

@@ -1,0 +1,233 @@
+// Typed cells and the printers that turn a Table into aligned Markdown, CSV lines and JSON rows.
+#include "report/table.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace vrambench {
+namespace {
+
+bool is_numeric(CellKind kind) {
+  return kind == CellKind::integer || kind == CellKind::bytes || kind == CellKind::percent;
+}
+
+// A percent without a finite value has nothing to print; it reads as an empty cell everywhere.
+bool is_empty(const Cell& cell) {
+  return cell.empty || (cell.kind == CellKind::percent && !std::isfinite(cell.real));
+}
+
+// Characters on screen, not bytes: UTF-8 continuation bytes take no column.
+std::size_t display_width(std::string_view s) {
+  return static_cast<std::size_t>(
+      std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// A '|' would end the Markdown cell and a newline the row.
+std::string markdown_text(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string markdown_cell(const Cell& cell) {
+  if (is_empty(cell)) return "-";
+  switch (cell.kind) {
+    case CellKind::text:
+      return markdown_text(cell.text);
+    case CellKind::integer:
+      return std::to_string(cell.integer);
+    case CellKind::bytes:
+      return format_bytes(cell.integer);
+    case CellKind::percent:
+      return fmt::format("{:+.1f}%", cell.real * 100.0);
+    case CellKind::flag:
+      return cell.integer != 0 ? "yes" : "";
+  }
+  return {};
+}
+
+// RFC 4180: a field holding a separator, a quote or a line break is quoted, quotes doubled.
+std::string csv_field(std::string_view s) {
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(s);
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
+}
+
+std::string csv_cell(const Cell& cell) {
+  if (is_empty(cell)) return "";
+  switch (cell.kind) {
+    case CellKind::text:
+      return csv_field(cell.text);
+    case CellKind::integer:
+    case CellKind::bytes:
+      return std::to_string(cell.integer);
+    case CellKind::percent:
+      return fmt::format("{:.6g}", cell.real);
+    case CellKind::flag:
+      return cell.integer != 0 ? "1" : "0";
+  }
+  return {};
+}
+
+nlohmann::json json_cell(const Cell& cell) {
+  if (is_empty(cell)) return nullptr;
+  switch (cell.kind) {
+    case CellKind::text:
+      return cell.text;
+    case CellKind::integer:
+    case CellKind::bytes:
+      return cell.integer;
+    case CellKind::percent:
+      return cell.real;
+    case CellKind::flag:
+      return cell.integer != 0;
+  }
+  return nullptr;
+}
+
+void check_width(const Table& table, const std::vector<Cell>& row) {
+  if (row.size() != table.columns.size())
+    throw InternalError(fmt::format("table row has {} cells but the table has {} columns",
+                                    row.size(), table.columns.size()));
+}
+
+}  // namespace
+
+Cell Cell::of_text(std::string s) {
+  Cell c;
+  c.kind = CellKind::text;
+  c.text = std::move(s);
+  return c;
+}
+
+Cell Cell::of_int(std::int64_t v) {
+  Cell c;
+  c.kind = CellKind::integer;
+  c.integer = v;
+  return c;
+}
+
+Cell Cell::of_bytes(std::int64_t v) {
+  Cell c;
+  c.kind = CellKind::bytes;
+  c.integer = v;
+  return c;
+}
+
+Cell Cell::of_percent(double fraction) {
+  Cell c;
+  c.kind = CellKind::percent;
+  c.real = fraction;
+  return c;
+}
+
+Cell Cell::of_flag(bool v) {
+  Cell c;
+  c.kind = CellKind::flag;
+  c.integer = v ? 1 : 0;
+  return c;
+}
+
+Cell Cell::none(CellKind kind) {
+  Cell c;
+  c.kind = kind;
+  c.empty = true;
+  return c;
+}
+
+void Table::add_row(std::vector<Cell> row) {
+  check_width(*this, row);
+  rows.push_back(std::move(row));
+}
+
+std::string to_markdown(const Table& table) {
+  if (table.columns.empty()) return "";
+  const std::size_t n = table.columns.size();
+  std::vector<std::string> titles;
+  std::vector<std::vector<std::string>> cells;
+  // A separator needs at least "---" (and "---:" for numbers).
+  std::vector<std::size_t> widths(n, 3);
+  for (std::size_t c = 0; c < n; ++c) {
+    titles.push_back(markdown_text(table.columns[c].title));
+    if (is_numeric(table.columns[c].kind)) widths[c] = 4;
+    widths[c] = std::max(widths[c], display_width(titles[c]));
+  }
+  for (const auto& row : table.rows) {
+    check_width(table, row);
+    auto& line = cells.emplace_back();
+    for (std::size_t c = 0; c < n; ++c) {
+      line.push_back(markdown_cell(row[c]));
+      widths[c] = std::max(widths[c], display_width(line.back()));
+    }
+  }
+
+  auto print_line = [&](const std::vector<std::string>& line) {
+    std::string out = "|";
+    for (std::size_t c = 0; c < n; ++c) {
+      const std::string pad(widths[c] - display_width(line[c]), ' ');
+      const bool right = is_numeric(table.columns[c].kind);
+      out += ' ';
+      if (right) out += pad;
+      out += line[c];
+      if (!right) out += pad;
+      out += " |";
+    }
+    return out + '\n';
+  };
+
+  std::string out = print_line(titles);
+  out += '|';
+  for (std::size_t c = 0; c < n; ++c) {
+    const bool right = is_numeric(table.columns[c].kind);
+    out += ' ';
+    out.append(widths[c] - (right ? 1 : 0), '-');
+    out += right ? ": |" : " |";
+  }
+  out += '\n';
+  for (const auto& line : cells) out += print_line(line);
+  return out;
+}
+
+std::string csv_header(const Table& table) {
+  std::string out;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    if (c > 0) out += ',';
+    out += csv_field(table.columns[c].key);
+  }
+  return out;
+}
+
+std::string csv_row(const Table& table, const std::vector<Cell>& row) {
+  check_width(table, row);
+  std::string out;
+  for (std::size_t c = 0; c < row.size(); ++c) {
+    if (c > 0) out += ',';
+    out += csv_cell(row[c]);
+  }
+  return out;
+}
+
+nlohmann::json json_row(const Table& table, const std::vector<Cell>& row) {
+  check_width(table, row);
+  nlohmann::json out = nlohmann::json::object();
+  for (std::size_t c = 0; c < row.size(); ++c) out[table.columns[c].key] = json_cell(row[c]);
+  return out;
+}
+
+}  // namespace vrambench

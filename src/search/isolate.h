@@ -1,0 +1,30 @@
+// Runs measure() for one configuration in a child process, so that a sticky CUDA error or a crash
+// (illegal address, launch failure, abort) poisons only that child: the parent never touches the
+// device, and a crashed configuration comes back as a failed measurement with its reason.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "search/measure.h"
+
+namespace vrambench {
+
+// What the child does wrong on purpose, to test the crash path without a GPU.
+enum class Fault { none, abort, segfault, exit_nonzero, hang_up };
+
+// Measures in a forked child and returns what it sent back; on a crash, a Measurement with
+// config, estimate and est_max_batch filled and reason "crashed: ..." (search left empty).
+Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
+                             const SourceFactory& sources, const ExecutorFactory& executors,
+                             const SearchLimits& limits, Fault fault = Fault::none);
+
+// The fault named by the environment variable VRAMBENCH_FAULT (abort, segfault, exit), else none.
+Fault fault_from_environment();
+
+// Round trip of a Measurement through JSON (the pipe between child and parent).
+nlohmann::json to_json(const Measurement& m);
+Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg);
+
+}  // namespace vrambench

@@ -1,0 +1,111 @@
+// measure(): estimate, then search with real trials, keeping what the report needs.
+#include "search/measure.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "program/program.h"
+
+namespace vrambench {
+
+const TrialResult* Measurement::at_max() const {
+  auto it = trials.find(search.max_batch);
+  return search.max_batch > 0 && it != trials.end() ? &it->second : nullptr;
+}
+
+const TrialResult* Measurement::at_next() const {
+  auto it = trials.find(search.max_batch + 1);
+  return it != trials.end() ? &it->second : nullptr;
+}
+
+std::int64_t Measurement::compared_batch() const {
+  return search.max_batch > 0 ? search.max_batch : 1;
+}
+
+Bytes Measurement::measured_peak() const {
+  if (const TrialResult* t = at_max()) return t->device_peak;
+  return next_needed && search.max_batch == 0 ? next_needed->device_peak : 0;
+}
+
+Bytes Measurement::estimated_peak() const { return estimate.peak(compared_batch()); }
+
+double Measurement::relative_error() const {
+  const Bytes measured = measured_peak();
+  if (measured <= 0) return 0.0;
+  return static_cast<double>(estimated_peak() - measured) / static_cast<double>(measured);
+}
+
+SourceFactory virtual_sources() {
+  return [](Bytes capacity) { return make_virtual_source(capacity); };
+}
+
+Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {
+  Measurement m;
+  m.config = cfg;
+  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
+  m.est_max_batch = m.estimate.max_batch(device.total);
+  m.reason = std::move(reason);
+  return m;
+}
+
+Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
+                    const ExecutorFactory& executors, const SearchLimits& limits) {
+  Measurement m;
+  m.config = cfg;
+  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
+  m.est_max_batch = m.estimate.max_batch(device.total);
+  std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
+
+  auto run_trial = [&](std::int64_t batch, Bytes capacity) {
+    RunConfig at = cfg;
+    at.batch = batch;
+    const Program program = build_program(at, device.gemm_workspace);
+    const Liveness liveness = compute_liveness(program);
+    std::unique_ptr<SegmentSource> source = sources(capacity);
+    std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
+    return run_step(program, liveness, *allocator, executor.get(), device.fixed_overhead);
+  };
+  auto fits = [&](std::int64_t batch) {
+    TrialResult result = run_trial(batch, device.tensor_capacity());
+    const bool fit = result.fit;
+    m.trials.emplace(batch, std::move(result));
+    return fit;
+  };
+  const std::int64_t hint = m.est_max_batch > 0 ? m.est_max_batch : 1;
+  m.search = find_max_batch(fits, hint, limits);
+
+  if (!m.search.hit_limit) {
+    // What the first failing batch would need, replayed without a limit (sizes only).
+    RunConfig at = cfg;
+    at.batch = m.search.max_batch + 1;
+    const Program program = build_program(at, device.gemm_workspace);
+    const Liveness liveness = compute_liveness(program);
+    std::unique_ptr<SegmentSource> source =
+        make_virtual_source(std::numeric_limits<Bytes>::max() / 4);
+    std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
+    m.next_needed = run_step(program, liveness, *allocator, nullptr, device.fixed_overhead);
+    if (m.search.max_batch == 0) {
+      // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
+      Bytes state = 0;
+      for (const Tensor& t : program.tensors)
+        if (t.role == Role::weight || t.role == Role::master_weight || t.role == Role::grad ||
+            t.role == Role::optimizer_state)
+          state += t.bytes;
+      if (state + device.fixed_overhead > device.total)
+        m.reason = fmt::format("model state alone exceeds capacity ({} + {} context > {})",
+                               format_bytes(state), format_bytes(device.fixed_overhead),
+                               format_bytes(device.total));
+      else
+        m.reason = fmt::format("batch 1 needs {}, capacity {}",
+                               format_bytes(m.next_needed->device_peak),
+                               format_bytes(device.total));
+    }
+  }
+  if (m.search.non_monotone)
+    m.reason = fmt::format("non-monotone: batch {} failed but batch {} fit",
+                           m.search.non_monotone->first, m.search.non_monotone->second);
+  return m;
+}
+
+}  // namespace vrambench

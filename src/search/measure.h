@@ -1,0 +1,53 @@
+// One configuration measured end to end: the closed-form estimate, then the OOM-bisection over
+// real trials on a device (sim, cpu or cuda), keeping the trials at the max batch and max + 1.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "alloc/allocator.h"
+#include "core/config.h"
+#include "device/device.h"
+#include "device/executor.h"
+#include "estimate/estimate.h"
+#include "search/search.h"
+#include "search/trial.h"
+
+namespace vrambench {
+
+using SourceFactory = std::function<std::unique_ptr<SegmentSource>(Bytes capacity)>;
+// Returns nullptr for devices that execute nothing (sim).
+using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
+
+struct Measurement {
+  RunConfig config;
+  Breakdown estimate;
+  std::int64_t est_max_batch = 0;
+  SearchResult search;
+  std::map<std::int64_t, TrialResult> trials;  // by batch
+  // The first failing batch (max + 1) replayed on an unlimited device: what it would need.
+  std::optional<TrialResult> next_needed;
+  std::string reason;  // why the max batch is 0, or what went wrong
+
+  const TrialResult* at_max() const;   // nullptr when max batch is 0
+  const TrialResult* at_next() const;  // the first failure (max + 1) as it ran, up to its OOM
+  // The batch at which est and the device are compared, and both peaks there.
+  std::int64_t compared_batch() const;
+  Bytes measured_peak() const;  // device_peak at compared_batch
+  Bytes estimated_peak() const;
+  double relative_error() const;  // (est - measured) / measured
+};
+
+// A configuration that could not be measured: the estimate and the reason, no trials.
+Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason);
+
+Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
+                    const ExecutorFactory& executors, const SearchLimits& limits);
+
+// The sim device's segment source: virtual addresses up to the capacity.
+SourceFactory virtual_sources();
+
+}  // namespace vrambench

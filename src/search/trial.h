@@ -1,0 +1,48 @@
+// One trial: replay a step program through an allocator (and, for cpu/cuda, an executor) and say
+// whether it fit, where it ran out of memory if not, and the peaks it reached.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+
+#include "alloc/allocator.h"
+#include "core/units.h"
+#include "device/executor.h"
+#include "program/program.h"
+
+namespace vrambench {
+
+// Where a trial ran out of memory.
+struct OomInfo {
+  std::string op;       // name of the op whose allocation failed; "" = before the first op
+  std::string tensor;   // name of the tensor that could not be allocated
+  Bytes requested = 0;  // the tensor's bytes, as asked of the allocator
+  Bytes free = 0;       // allocator.free_bytes() when the request failed
+};
+
+// "OOM before the first op allocating 'wte': 1.50 GiB requested, 812.0 KiB free".
+std::string to_string(const OomInfo& oom);
+
+struct TrialResult {
+  bool fit = false;
+  std::optional<OomInfo> oom;  // set exactly when !fit
+  // Peak of the program's own live tensor bytes. The allocator's allocated_peak can differ by
+  // rounding, so the program's figure is what compares with the analytic model.
+  Bytes tensor_peak = 0;
+  Bytes reserved_peak = 0;  // the allocator's segments
+  Bytes device_peak = 0;    // reserved_peak + fixed_overhead
+  int peak_op = -1;         // op index at which tensor bytes peaked (-1: before the first op)
+  std::array<Bytes, kRoleCount> peak_by_role{};  // live tensor bytes per Role at the tensor peak
+};
+
+// Runs `steps` training steps of `program` (persistent tensors allocated once, the op walk
+// repeated; the second step is the steady state a caching allocator reaches). Resets the
+// allocator's peaks first; frees every block and releases the allocator's cache before returning,
+// fit or not, so the next trial starts clean. An OOM is a result, never an exception; other
+// failures (an executor error, steps < 1) throw after the memory has been returned.
+// `executor` may be nullptr (sim): then nothing is initialised or run.
+TrialResult run_step(const Program& program, const Liveness& liveness, Allocator& allocator,
+                     Executor* executor, Bytes fixed_overhead, int steps = 1);
+
+}  // namespace vrambench

@@ -1,0 +1,75 @@
+// The child-process isolation of a configuration: results survive the pipe, crashes become rows.
+#include "search/isolate.h"
+
+#include <gtest/gtest.h>
+
+#include "core/presets.h"
+
+namespace vrambench {
+namespace {
+
+RunConfig small_config() {
+  RunConfig cfg;
+  cfg.model = find_preset("tiny").model;
+  cfg.seq = 64;
+  cfg.device = "sim:rtx4060";
+  cfg.vram = 1 * GiB;
+  return cfg;
+}
+
+DeviceSpec small_device() {
+  DeviceSpec d;
+  d.kind = DeviceKind::sim;
+  d.label = "sim test";
+  d.total = 64 * MiB;
+  d.fixed_overhead = 8 * MiB;
+  d.gemm_workspace = 1 * MiB;
+  return d;
+}
+
+TEST(Isolate, ChildResultEqualsInProcessResult) {
+  const RunConfig cfg = small_config();
+  const Measurement direct = measure(cfg, small_device(), virtual_sources(), {}, {});
+  const Measurement child = measure_isolated(cfg, small_device(), virtual_sources(), {}, {});
+  ASSERT_GT(direct.search.max_batch, 0);
+  EXPECT_EQ(child.search.max_batch, direct.search.max_batch);
+  EXPECT_EQ(child.search.trials.size(), direct.search.trials.size());
+  EXPECT_EQ(child.est_max_batch, direct.est_max_batch);
+  EXPECT_EQ(child.measured_peak(), direct.measured_peak());
+  EXPECT_EQ(child.estimated_peak(), direct.estimated_peak());
+  ASSERT_NE(child.at_next(), nullptr);
+  ASSERT_TRUE(child.at_next()->oom.has_value());
+  EXPECT_EQ(child.at_next()->oom->tensor, direct.at_next()->oom->tensor);
+  EXPECT_TRUE(child.reason.empty()) << child.reason;
+}
+
+TEST(Isolate, JsonRoundTripKeepsEveryField) {
+  const RunConfig cfg = small_config();
+  const Measurement m = measure(cfg, small_device(), virtual_sources(), {}, {});
+  const Measurement back = measurement_from_json(to_json(m), cfg);
+  EXPECT_EQ(to_json(back), to_json(m));
+}
+
+TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
+  const Measurement m = measure_isolated(small_config(), small_device(), virtual_sources(), {}, {},
+                                         Fault::abort);
+  EXPECT_NE(m.reason.find("crashed: signal 6"), std::string::npos) << m.reason;
+  EXPECT_EQ(m.search.max_batch, 0);
+  EXPECT_TRUE(m.search.trials.empty());
+  EXPECT_GT(m.est_max_batch, 0);  // the estimate is still there for the row
+}
+
+TEST(Isolate, SegfaultAndNonZeroExitAreReported) {
+  const Measurement segv = measure_isolated(small_config(), small_device(), virtual_sources(), {},
+                                            {}, Fault::segfault);
+  EXPECT_NE(segv.reason.find("signal 11"), std::string::npos) << segv.reason;
+  const Measurement exited = measure_isolated(small_config(), small_device(), virtual_sources(),
+                                              {}, {}, Fault::exit_nonzero);
+  EXPECT_NE(exited.reason.find("exit code 3"), std::string::npos) << exited.reason;
+  const Measurement silent = measure_isolated(small_config(), small_device(), virtual_sources(),
+                                              {}, {}, Fault::hang_up);
+  EXPECT_NE(silent.reason.find("no result"), std::string::npos) << silent.reason;
+}
+
+}  // namespace
+}  // namespace vrambench
