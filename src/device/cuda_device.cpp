@@ -9,6 +9,8 @@
 #include <optional>
 
 #include "cuda/check.h"
+#include "cuda/gemm.h"
+#include "cuda/owners.h"
 
 namespace vrambench {
 
@@ -67,6 +69,23 @@ CudaDeviceInfo query_cuda_device(int ordinal) {
   info.total_memory = static_cast<Bytes>(total_bytes);
   VB_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
   return info;
+}
+
+DeviceSpec resolve_cuda_device(const RunConfig& cfg, int ordinal) {
+  CudaDeviceInfo info = query_cuda_device(ordinal);
+  // The handles every trial holds: their memory is part of what the step cannot use.
+  const cuda::CublasLtHandle cublas = cuda::make_cublaslt_handle();
+  const cuda::CudnnHandle cudnn = cuda::make_cudnn_handle();
+  std::size_t free_bytes = 0, total_bytes = 0;
+  VB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  DeviceSpec spec;
+  spec.kind = DeviceKind::cuda;
+  spec.label =
+      fmt::format("cuda:{} {} (cc {}.{})", ordinal, info.name, info.cc_major, info.cc_minor);
+  spec.total = cfg.vram > 0 ? cfg.vram : static_cast<Bytes>(total_bytes);
+  spec.fixed_overhead = static_cast<Bytes>(total_bytes - free_bytes);
+  spec.gemm_workspace = cuda::gemm_workspace_bytes(info.compute_capability());
+  return spec;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/units.h"
+#include "device/device.h"
 #include "device/executor.h"
 
 namespace vrambench {
@@ -60,6 +61,12 @@ struct CudaDeviceInfo {
 // Queries device `ordinal`; throws NeedsGpu when cuda_available() is false.
 CudaDeviceInfo query_cuda_device(int ordinal = 0);
 
+// The cuda DeviceSpec of a run: label "cuda:0 NVIDIA H100 80GB HBM3 (cc 9.0)", total = the card's
+// memory (or cfg.vram to emulate a smaller card), fixed_overhead = what the CUDA context and the
+// cuBLASLt and cuDNN handles hold (total - free once they exist; this creates a context in the
+// calling process), gemm_workspace = cuda::gemm_workspace_bytes(cc). Throws NeedsGpu without one.
+DeviceSpec resolve_cuda_device(const RunConfig& cfg, int ordinal = 0);
+
 // cudaMalloc segments, refusing (nullopt) above `capacity` or when the device is out of memory
 // (the error is cleared, so the next trial starts clean). Other CUDA errors throw CudaError.
 // Throws NeedsGpu without a device.
@@ -98,6 +105,6 @@ std::vector<SelftestConfig> selftest_configs();
 
 // Runs small gpt and llama programs (eager and flash, fp32/tf32/fp16/bf16) op by op on the GPU and
 // the CPU, feeding both the same inputs before each op. Throws NeedsGpu without a device.
-std::vector<SelftestRow> run_selftest();
+std::vector<SelftestRow> run_cuda_selftest();
 
 }  // namespace vrambench

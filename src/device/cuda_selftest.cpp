@@ -124,7 +124,7 @@ void compare(const Tensor& t, const std::uint8_t* gpu, const std::uint8_t* cpu, 
 
 }  // namespace
 
-std::vector<SelftestRow> run_selftest() {
+std::vector<SelftestRow> run_cuda_selftest() {
   std::string why;
   if (!cuda_available(&why)) throw NeedsGpu(why);
   const CudaDeviceInfo info = query_cuda_device(0);

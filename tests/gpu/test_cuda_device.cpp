@@ -43,7 +43,7 @@ TEST(CudaDevice, WithoutAGpuEveryEntryPointSaysSo) {
   EXPECT_THROW(make_cuda_source(GiB), NeedsGpu);
   EXPECT_THROW(make_cuda_executor(1), NeedsGpu);
   try {
-    run_selftest();
+    run_cuda_selftest();
     FAIL() << "selftest ran without a GPU";
   } catch (const NeedsGpu& e) {
     EXPECT_EQ(std::string(e.what()).rfind("needs a GPU: ", 0), 0u) << e.what();
@@ -94,7 +94,7 @@ TEST(CudaSelftest, ConfigsBuildAndCoverEveryOpKind) {
 
 TEST(CudaSelftest, EveryOpMatchesTheCpuReference) {
   VB_REQUIRE_GPU();
-  const auto rows = run_selftest();
+  const auto rows = run_cuda_selftest();
   ASSERT_FALSE(rows.empty());
   for (const SelftestRow& r : rows)
     EXPECT_TRUE(r.passed) << r.config << " " << r.op << ": max abs error " << r.max_abs_error
