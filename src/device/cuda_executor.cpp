@@ -295,8 +295,16 @@ void CudaExecutor::run(const Args& a) {
       FlashShape f{s.batch,    s.seq,      s.heads,
                    s.kv_heads, s.head_dim, static_cast<float>(op.dropout_p),
                    op.seed};
+      if (fwd && flash_impl_ == FlashImpl::cudnn && !cudnn_flash_) {
+        try {
+          cudnn_flash_ = std::make_unique<CudnnFlashForward>();
+        } catch (const CudaOutOfMemory&) {
+          throw;
+        } catch (const CudaError&) {
+          flash_impl_ = FlashImpl::kernels;  // no usable cuDNN here: the kernels do the same op
+        }
+      }
       if (fwd && flash_impl_ == FlashImpl::cudnn) {
-        if (!cudnn_flash_) cudnn_flash_ = std::make_unique<CudnnFlashForward>();
         if (cudnn_flash_->supports(f, dt) &&
             cudnn_flash_->workspace_bytes(f, dt) <= a.workspace_bytes) {
           cudnn_flash_->run(f, dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), a.workspace,
