@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "cpu/executor.h"
 #include "cuda/check.h"
+#include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
 #include "device/cuda_device.h"
@@ -158,6 +159,22 @@ std::vector<SelftestRow> run_cuda_selftest() {
             cudaMemcpy(device_ptr[u], host[u].data(), host[u].size(), cudaMemcpyHostToDevice));
     };
 
+    // Which implementation the flash_fwd rows measured: cuDNN only where it has an engine.
+    std::string flash_note;
+    if (sc.flash == FlashImpl::cudnn) {
+      flash_note = "cuDNN engine";
+      try {
+        cuda::CudnnFlashForward probe;
+        const RunConfig& c = sc.cfg;
+        const cuda::FlashShape f{
+            c.batch, c.seq, c.model.heads, c.model.kv_heads, c.model.head_dim(), 0.0f, 0};
+        if (!probe.supports(f, activation_dtype(c.dtype)))
+          flash_note = "no cuDNN engine for this shape: the fused kernels ran";
+      } catch (const cuda::CudaError& e) {
+        flash_note = std::string("no cuDNN handle: the fused kernels ran (") + e.what() + ")";
+      }
+    }
+
     std::map<OpKind, SelftestRow> by_kind;
     std::vector<std::uint8_t> downloaded;
     for (std::size_t i = 0; i < program.ops.size(); ++i) {
@@ -190,6 +207,7 @@ std::vector<SelftestRow> run_cuda_selftest() {
       row.worst_ratio = c.worst;
       row.passed = c.worst <= 1.0;
       row.note = fmt::format("rtol {:g}, atol {:g}", tol.rtol, tol.atol);
+      if (op.kind == OpKind::flash_fwd && !flash_note.empty()) row.note += "; " + flash_note;
     }
     for (auto& [kind, row] : by_kind) rows.push_back(row);
   }
