@@ -1,0 +1,68 @@
+// GELU and SwiGLU kernels: grid-stride wrappers over the bodies in activation.h.
+#include "cuda/activation.h"
+#include "cuda/check.h"
+
+namespace vrambench::cuda {
+namespace {
+constexpr unsigned kBlock = 256;
+
+template <typename T>
+__global__ void gelu_fwd_kernel(T* y, const T* x, std::int64_t n) {
+  VB_GRID_STRIDE(i, n) gelu_fwd_body(i, y, x);
+}
+template <typename T>
+__global__ void gelu_bwd_kernel(T* dx, const T* dy, const T* x, std::int64_t n) {
+  VB_GRID_STRIDE(i, n) gelu_bwd_body(i, dx, dy, x);
+}
+template <typename T>
+__global__ void swiglu_fwd_kernel(T* y, const T* gate, const T* up, std::int64_t n) {
+  VB_GRID_STRIDE(i, n) swiglu_fwd_body(i, y, gate, up);
+}
+template <typename T>
+__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dy, const T* gate, const T* up,
+                                  std::int64_t n) {
+  VB_GRID_STRIDE(i, n) swiglu_bwd_body(i, dgate, dup, dy, gate, up);
+}
+}  // namespace
+
+void launch_gelu_fwd(DType dtype, void* y, const void* x, std::int64_t n, cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_fwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(y),
+                                                                   static_cast<const T*>(x), n);
+  });
+  VB_CHECK_LAUNCH("gelu_fwd_kernel");
+}
+
+void launch_gelu_bwd(DType dtype, void* dx, const void* dy, const void* x, std::int64_t n,
+                     cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_bwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
+        static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n);
+  });
+  VB_CHECK_LAUNCH("gelu_bwd_kernel");
+}
+
+void launch_swiglu_fwd(DType dtype, void* y, const void* gate, const void* up, std::int64_t n,
+                       cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_fwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), n);
+  });
+  VB_CHECK_LAUNCH("swiglu_fwd_kernel");
+}
+
+void launch_swiglu_bwd(DType dtype, void* dgate, void* dup, const void* dy, const void* gate,
+                       const void* up, std::int64_t n, cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_bwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
+        static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
+        static_cast<const T*>(gate), static_cast<const T*>(up), n);
+  });
+  VB_CHECK_LAUNCH("swiglu_bwd_kernel");
+}
+
+}  // namespace vrambench::cuda

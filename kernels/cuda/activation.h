@@ -1,0 +1,45 @@
+// GELU (tanh approximation) and SwiGLU, forward and backward: element-wise bodies and launchers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/math.h"
+#include "core/dtype.h"
+#include "cuda/types.h"
+
+namespace vrambench::cuda {
+
+template <typename T>
+__host__ __device__ inline void gelu_fwd_body(std::int64_t i, T* y, const T* x) {
+  y[i] = from_f32<T>(kmath::gelu(to_f32(x[i])));
+}
+template <typename T>
+__host__ __device__ inline void gelu_bwd_body(std::int64_t i, T* dx, const T* dy, const T* x) {
+  dx[i] = from_f32<T>(to_f32(dy[i]) * kmath::gelu_grad(to_f32(x[i])));
+}
+template <typename T>
+__host__ __device__ inline void swiglu_fwd_body(std::int64_t i, T* y, const T* gate, const T* up) {
+  y[i] = from_f32<T>(kmath::swiglu(to_f32(gate[i]), to_f32(up[i])));
+}
+template <typename T>
+__host__ __device__ inline void swiglu_bwd_body(std::int64_t i, T* dgate, T* dup, const T* dy,
+                                                const T* gate, const T* up) {
+  float dg = 0.0f, du = 0.0f;
+  kmath::swiglu_grad(to_f32(dy[i]), to_f32(gate[i]), to_f32(up[i]), &dg, &du);
+  dgate[i] = from_f32<T>(dg);
+  dup[i] = from_f32<T>(du);
+}
+
+// n = number of elements.
+void launch_gelu_fwd(DType dtype, void* y, const void* x, std::int64_t n, cudaStream_t stream);
+void launch_gelu_bwd(DType dtype, void* dx, const void* dy, const void* x, std::int64_t n,
+                     cudaStream_t stream);
+void launch_swiglu_fwd(DType dtype, void* y, const void* gate, const void* up, std::int64_t n,
+                       cudaStream_t stream);
+void launch_swiglu_bwd(DType dtype, void* dgate, void* dup, const void* dy, const void* gate,
+                       const void* up, std::int64_t n, cudaStream_t stream);
+
+}  // namespace vrambench::cuda

@@ -1,0 +1,124 @@
+// cuBLASLt GEMMs of the step: linear forward/backward and the strided-batched GEMMs of eager
+// attention. Row-major tensors are handed to cuBLASLt (column-major) as their transposes, so each
+// op becomes a plan of dims, leading dims, batch strides and pointer offsets; the plan is a pure
+// function of the shape and is tested without a GPU, as is the creation of its descriptors.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "core/config.h"
+#include "core/dtype.h"
+#include "core/units.h"
+#include "cuda/owners.h"
+#include "cuda/types.h"
+
+namespace vrambench::cuda {
+
+// cuBLASLt workspace the program reserves for every GEMM: Hopper kernels want more scratch.
+constexpr Bytes gemm_workspace_bytes(int compute_capability) {
+  return compute_capability >= 90 ? 32 * MiB : 4 * MiB;
+}
+
+enum class GemmMath { fp32, tf32, fp16, bf16 };
+GemmMath gemm_math(Precision p);
+DType gemm_storage(GemmMath math);
+cublasComputeType_t compute_type(GemmMath math);
+cudaDataType_t cuda_data_type(DType dtype);
+
+// Column-major C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, `batch` times with strides.
+struct GemmPlan {
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
+  std::int64_t batch = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements
+  float alpha = 1.0f, beta = 0.0f;
+  // Rows and columns of A and B as stored (before op).
+  std::int64_t a_rows() const { return trans_a ? k : m; }
+  std::int64_t a_cols() const { return trans_a ? m : k; }
+  std::int64_t b_rows() const { return trans_b ? n : k; }
+  std::int64_t b_cols() const { return trans_b ? k : n; }
+  auto key() const {
+    return std::tuple(trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c,
+                      alpha, beta);
+  }
+};
+
+// Linear layer, x[M, In], w[Out, In], y[M, Out] (all row-major).
+GemmPlan plan_linear_fwd(std::int64_t M, std::int64_t in, std::int64_t out);     // A=w, B=x, C=y
+GemmPlan plan_linear_bwd_dx(std::int64_t M, std::int64_t in, std::int64_t out);  // A=w, B=dy, C=dx
+GemmPlan plan_linear_bwd_dw(std::int64_t M, std::int64_t in, std::int64_t out,
+                            bool accumulate);  // A=x, B=dy, C=dw
+
+// Eager attention over packed qkv[B, S, (A + 2K) * D]. One GEMM per query head a, batched over B;
+// head a reads kv head a / (A / K). Offsets are in elements from each tensor's start.
+struct AttentionShape {
+  std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  std::int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
+  std::int64_t group() const { return heads / kv_heads; }
+  std::int64_t kv_of(std::int64_t a) const { return a / group(); }
+  std::int64_t q_offset(std::int64_t a) const { return a * head_dim; }
+  std::int64_t k_offset(std::int64_t a) const { return (heads + kv_of(a)) * head_dim; }
+  std::int64_t v_offset(std::int64_t a) const { return (heads + kv_heads + kv_of(a)) * head_dim; }
+  std::int64_t scores_offset(std::int64_t a) const { return a * seq * seq; }  // [B,A,S,S]
+  std::int64_t y_offset(std::int64_t a) const { return a * head_dim; }        // [B,S,A*D]
+  float scale() const;
+  // The first head of each kv group overwrites dk/dv, the others add into them.
+  bool first_of_group(std::int64_t a) const { return a % group() == 0; }
+};
+GemmPlan plan_attn_scores(const AttentionShape& s);                     // A=k, B=q, C=scores
+GemmPlan plan_attn_values(const AttentionShape& s);                     // A=v, B=probs, C=y
+GemmPlan plan_attn_values_bwd_dprobs(const AttentionShape& s);          // A=v, B=dy, C=dprobs
+GemmPlan plan_attn_values_bwd_dv(const AttentionShape& s, bool first);  // A=dy, B=probs, C=dv
+GemmPlan plan_attn_scores_bwd_dq(const AttentionShape& s);              // A=k, B=dscores, C=dq
+GemmPlan plan_attn_scores_bwd_dk(const AttentionShape& s, bool first);  // A=q, B=dscores, C=dk
+
+// Descriptors for a plan; created without a device.
+struct GemmDescriptors {
+  MatmulDesc op;
+  MatrixLayout a, b, c;
+};
+GemmDescriptors make_gemm_descriptors(const GemmPlan& plan, GemmMath math, bool with_bias);
+
+// Largest power of two (at most 256) dividing the address: what cuBLASLt may assume of a pointer.
+// Per-head attention operands start D elements apart, so they are often less than 16-byte aligned,
+// and the heuristic must be told, or it picks kernels that refuse (or fault on) such pointers.
+std::uint32_t pointer_alignment(const void* p);
+
+// Runs plans on one cuBLASLt handle, caching descriptors and the chosen algorithm per plan.
+class GemmRunner {
+ public:
+  GemmRunner();
+  // C = plan(A, B) [+ bias broadcast over columns of C, i.e. per output feature].
+  void run(const GemmPlan& plan, GemmMath math, const void* a, const void* b, void* c,
+           const void* bias, void* workspace, Bytes workspace_bytes, cudaStream_t stream);
+
+ private:
+  struct Entry {
+    GemmDescriptors desc;
+    cublasLtMatmulAlgo_t algo{};
+    Bytes workspace_needed = 0;
+  };
+  CublasLtHandle handle_;
+  using Alignments = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
+  std::map<std::tuple<decltype(GemmPlan{}.key()), int, bool, Bytes, Alignments>, Entry> cache_;
+};
+
+// db[o] = sum over rows of dy[rows, cols] (column o); added to db when accumulate.
+template <typename T>
+__host__ __device__ inline void bias_grad_body(std::int64_t col, T* db, const T* dy,
+                                               std::int64_t rows, std::int64_t cols,
+                                               bool accumulate) {
+  float sum = 0.0f;
+  for (std::int64_t r = 0; r < rows; ++r) sum += to_f32(dy[r * cols + col]);
+  db[col] = from_f32<T>(sum + (accumulate ? to_f32(db[col]) : 0.0f));
+}
+void launch_bias_grad(DType dtype, void* db, const void* dy, std::int64_t rows, std::int64_t cols,
+                      bool accumulate, cudaStream_t stream);
+
+}  // namespace vrambench::cuda

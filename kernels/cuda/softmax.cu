@@ -1,0 +1,54 @@
+// Softmax and causal-mask kernels.
+#include "cuda/check.h"
+#include "cuda/softmax.h"
+
+namespace vrambench::cuda {
+namespace {
+template <typename T>
+__global__ void softmax_fwd_kernel(T* probs, const T* scores, std::int64_t rows,
+                                   std::int64_t cols) {
+  VB_GRID_STRIDE(row, rows) softmax_fwd_body(row, probs, scores, cols);
+}
+template <typename T>
+__global__ void softmax_bwd_kernel(T* dscores, const T* dprobs, const T* probs, std::int64_t rows,
+                                   std::int64_t cols) {
+  VB_GRID_STRIDE(row, rows) softmax_bwd_body(row, dscores, dprobs, probs, cols);
+}
+template <typename T>
+__global__ void causal_mask_kernel(T* scores, std::int64_t n, std::int64_t seq) {
+  VB_GRID_STRIDE(i, n) causal_mask_body(i, scores, seq);
+}
+}  // namespace
+
+void launch_softmax_fwd(DType dtype, void* probs, const void* scores, std::int64_t rows,
+                        std::int64_t cols, cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_fwd_kernel<T><<<grid_for(rows, 128), 128, 0, stream>>>(
+        static_cast<T*>(probs), static_cast<const T*>(scores), rows, cols);
+  });
+  VB_CHECK_LAUNCH("softmax_fwd_kernel");
+}
+
+void launch_softmax_bwd(DType dtype, void* dscores, const void* dprobs, const void* probs,
+                        std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_bwd_kernel<T><<<grid_for(rows, 128), 128, 0, stream>>>(
+        static_cast<T*>(dscores), static_cast<const T*>(dprobs), static_cast<const T*>(probs), rows,
+        cols);
+  });
+  VB_CHECK_LAUNCH("softmax_bwd_kernel");
+}
+
+void launch_causal_mask(DType dtype, void* scores, std::int64_t blocks, std::int64_t seq,
+                        cudaStream_t stream) {
+  const std::int64_t n = blocks * seq * seq;
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    causal_mask_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(static_cast<T*>(scores), n, seq);
+  });
+  VB_CHECK_LAUNCH("causal_mask_kernel");
+}
+
+}  // namespace vrambench::cuda

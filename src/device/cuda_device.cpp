@@ -1,0 +1,132 @@
+// CUDA availability, device and library information, and the cudaMalloc segment source.
+#include "device/cuda_device.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "cuda/check.h"
+#include "cuda/gemm.h"
+#include "cuda/owners.h"
+
+namespace vrambench {
+
+bool cuda_available(std::string* why) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky, but leave no error behind
+    if (why != nullptr)
+      *why = fmt::format("no usable CUDA driver or device: {} ({})", cudaGetErrorName(e),
+                         cudaGetErrorString(e));
+    return false;
+  }
+  if (count == 0) {
+    if (why != nullptr) *why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+std::string CudaLibraryVersions::runtime_text() const {
+  return fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10);
+}
+std::string CudaLibraryVersions::cublaslt_text() const {
+  // cublasLtGetVersion: major * 10000 + minor * 100 + patch
+  return fmt::format("{}.{}.{}", cublaslt / 10000, cublaslt % 10000 / 100, cublaslt % 100);
+}
+std::string CudaLibraryVersions::cudnn_text() const {
+  // cuDNN 9: major * 10000 + minor * 100 + patch
+  return fmt::format("{}.{}.{}", cudnn / 10000, cudnn % 10000 / 100, cudnn % 100);
+}
+
+CudaLibraryVersions cuda_library_versions() {
+  CudaLibraryVersions v;
+  if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
+  v.cublaslt = cublasLtGetVersion();
+  v.cudnn = cudnnGetVersion();
+  return v;
+}
+
+CudaDeviceInfo query_cuda_device(int ordinal) {
+  std::string why;
+  if (!cuda_available(&why)) throw NeedsGpu(why);
+  CudaDeviceInfo info;
+  info.ordinal = ordinal;
+  info.libraries = cuda_library_versions();
+  cudaDeviceProp prop{};
+  VB_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  VB_CUDA_CHECK(cudaSetDevice(ordinal));
+  std::size_t free_bytes = 0, total_bytes = 0;
+  VB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  info.free_memory = static_cast<Bytes>(free_bytes);
+  info.total_memory = static_cast<Bytes>(total_bytes);
+  VB_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
+  return info;
+}
+
+DeviceSpec resolve_cuda_device(const RunConfig& cfg, int ordinal) {
+  CudaDeviceInfo info = query_cuda_device(ordinal);
+  // The handles every trial holds: their memory is part of what the step cannot use.
+  const cuda::CublasLtHandle cublas = cuda::make_cublaslt_handle();
+  const cuda::CudnnHandle cudnn = cuda::make_cudnn_handle();
+  std::size_t free_bytes = 0, total_bytes = 0;
+  VB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  DeviceSpec spec;
+  spec.kind = DeviceKind::cuda;
+  spec.label =
+      fmt::format("cuda:{} {} (cc {}.{})", ordinal, info.name, info.cc_major, info.cc_minor);
+  spec.total = cfg.vram > 0 ? cfg.vram : static_cast<Bytes>(total_bytes);
+  spec.fixed_overhead = static_cast<Bytes>(total_bytes - free_bytes);
+  spec.gemm_workspace = cuda::gemm_workspace_bytes(info.compute_capability());
+  return spec;
+}
+
+namespace {
+
+class CudaSource final : public SegmentSource {
+ public:
+  explicit CudaSource(Bytes capacity) : capacity_(capacity) {}
+  ~CudaSource() override = default;  // the allocator returns every segment before it goes
+
+  std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
+    if (bytes <= 0 || in_use_ + bytes > capacity_) return std::nullopt;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, static_cast<std::size_t>(bytes));
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear it: running out is a result, the next trial goes on
+      return std::nullopt;
+    }
+    VB_CUDA_CHECK(e);
+    in_use_ += bytes;
+    return reinterpret_cast<std::uintptr_t>(p);
+  }
+
+  void free_segment(std::uintptr_t address, Bytes bytes) override {
+    VB_CUDA_CHECK(cudaFree(reinterpret_cast<void*>(address)));
+    in_use_ -= bytes;
+  }
+
+  Bytes capacity() const override { return capacity_; }
+  Bytes in_use() const override { return in_use_; }
+
+ private:
+  Bytes capacity_;
+  Bytes in_use_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity) {
+  std::string why;
+  if (!cuda_available(&why)) throw NeedsGpu(why);
+  return std::make_unique<CudaSource>(capacity);
+}
+
+}  // namespace vrambench

@@ -1,0 +1,474 @@
+// The cuda device's Executor: runs each op of a Program with the kernels of kernels/cuda on one
+// stream. Tensors arrive as device pointers bound by the trial runner; GEMM workspace tensors are
+// found by role. Initial contents come from the cpu executor (same seed), copied to the device.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "cpu/executor.h"
+#include "cuda/activation.h"
+#include "cuda/add.h"
+#include "cuda/check.h"
+#include "cuda/cross_entropy.h"
+#include "cuda/dropout.h"
+#include "cuda/embedding.h"
+#include "cuda/flash.h"
+#include "cuda/flash_cudnn.h"
+#include "cuda/gemm.h"
+#include "cuda/layernorm.h"
+#include "cuda/optimizer.h"
+#include "cuda/owners.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/rope.h"
+#include "cuda/softmax.h"
+#include "device/cuda_device.h"
+
+namespace vrambench {
+namespace {
+
+using namespace vrambench::cuda;
+
+struct Bound {
+  const Tensor* tensor;
+  void* data;
+};
+
+struct Args {
+  const Program& program;
+  const Op& op;
+  std::vector<Bound> in, out;
+  void* workspace = nullptr;
+  Bytes workspace_bytes = 0;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InternalError(fmt::format("op '{}' ({}): {}", op.name, to_string(op.kind), what));
+  }
+  void expect(std::size_t in_min, std::size_t in_max, std::size_t out_min,
+              std::size_t out_max) const {
+    if (in.size() < in_min || in.size() > in_max || out.size() < out_min || out.size() > out_max)
+      fail(fmt::format("has {} inputs and {} outputs", in.size(), out.size()));
+  }
+  bool accumulate(const Bound& b) const { return op.accumulate && b.tensor->role == Role::grad; }
+  DType dtype() const { return out.empty() ? in.at(0).tensor->dtype : out.at(0).tensor->dtype; }
+};
+
+std::int64_t last_dim(const Bound& b) {
+  return b.tensor->shape.empty() ? 1 : b.tensor->shape.back();
+}
+std::int64_t rows(const Bound& b) {
+  return b.tensor->elements() / last_dim(b);
+}
+const void* cptr(const Bound& b) {
+  return b.data;
+}
+const std::int32_t* ids(const Bound& b) {
+  return static_cast<const std::int32_t*>(b.data);
+}
+float* f32(const Bound& b) {
+  return static_cast<float*>(b.data);
+}
+template <typename P>
+P* offset(P* base, std::int64_t elements, DType dtype) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(base) + elements * dtype_size(dtype));
+}
+
+AttentionShape attention_shape(const Args& a, const Tensor& qkv) {
+  if (qkv.shape.size() != 3) a.fail("qkv must be [B,S,Q]");
+  AttentionShape s;
+  s.batch = qkv.shape[0];
+  s.seq = qkv.shape[1];
+  s.heads = a.op.heads;
+  s.kv_heads = a.op.kv_heads > 0 ? a.op.kv_heads : a.op.heads;
+  if (s.heads <= 0 || s.heads % s.kv_heads != 0) a.fail("heads must be a multiple of kv_heads");
+  if (qkv.shape[2] % (s.heads + 2 * s.kv_heads) != 0) a.fail("qkv columns must be (A + 2K) * D");
+  s.head_dim = qkv.shape[2] / (s.heads + 2 * s.kv_heads);
+  return s;
+}
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(std::uint64_t seed, FlashImpl flash)
+      : stream_(make_stream()), cpu_init_(make_cpu_executor(seed)), flash_impl_(flash) {}
+
+  std::string_view name() const override { return "cuda"; }
+
+  void initialize(const Program& program, int tensor_id, void* data) override {
+    const Tensor& t = program.tensor(tensor_id);
+    host_.assign(static_cast<std::size_t>(t.bytes), 0);
+    cpu_init_->initialize(program, tensor_id, host_.data());
+    VB_CUDA_CHECK(
+        cudaMemcpyAsync(data, host_.data(), host_.size(), cudaMemcpyHostToDevice, stream_.get()));
+    VB_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // host_ is reused
+  }
+
+  void execute(const Program& program, std::size_t op_index,
+               const std::vector<void*>& data) override {
+    const Op& op = program.ops.at(op_index);
+    Args a{program, op, {}, {}, nullptr, 0};
+    auto bind = [&](const std::vector<int>& ids, std::vector<Bound>& into) {
+      for (int id : ids) {
+        const Tensor& t = program.tensor(id);
+        void* p = data.at(static_cast<std::size_t>(id));
+        if (p == nullptr && t.bytes > 0) a.fail("tensor '" + t.name + "' is not bound");
+        if (t.role == Role::workspace) {
+          a.workspace = p;
+          a.workspace_bytes = t.bytes;
+          continue;
+        }
+        into.push_back({&t, p});
+      }
+    };
+    bind(op.inputs, a.in);
+    bind(op.outputs, a.out);
+    try {
+      run(a);
+    } catch (const CudaOutOfMemory& e) {
+      throw DeviceOutOfMemory(fmt::format("op '{}': {}", op.name, e.what()));
+    }
+  }
+
+  void synchronize() override { VB_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+
+ private:
+  GemmRunner& gemm() {
+    if (!gemm_) gemm_ = std::make_unique<GemmRunner>();
+    return *gemm_;
+  }
+  GemmMath math(const Args& a) const {
+    const GemmMath m = gemm_math(a.program.config.dtype);
+    if (gemm_storage(m) != a.dtype())
+      a.fail(fmt::format("tensors are {} but the {} recipe's GEMMs take {}", dtype_name(a.dtype()),
+                         to_string(a.program.config.dtype), dtype_name(gemm_storage(m))));
+    return m;
+  }
+  void run_gemm(const Args& a, const GemmPlan& plan, const void* A, const void* B, void* C,
+                const void* bias = nullptr) {
+    gemm().run(plan, math(a), A, B, C, bias, a.workspace, a.workspace_bytes, stream_.get());
+  }
+
+  void run(const Args& a);
+  void attention(const Args& a);
+  void optimizer(const Args& a);
+
+  Stream stream_;
+  std::unique_ptr<Executor> cpu_init_;
+  std::vector<std::uint8_t> host_;
+  std::unique_ptr<GemmRunner> gemm_;
+  FlashImpl flash_impl_;
+  std::unique_ptr<CudnnFlashForward> cudnn_flash_;
+  std::unordered_map<std::string, int> steps_;  // optimizer steps per weight, as the cpu executor
+};
+
+void CudaExecutor::run(const Args& a) {
+  const Op& op = a.op;
+  cudaStream_t st = stream_.get();
+  const DType dt = a.dtype();
+  switch (op.kind) {
+    case OpKind::embedding_fwd: {
+      a.expect(2, 3, 1, 1);
+      const Tensor& tokens = *a.in[0].tensor;
+      const Tensor& wte = *a.in[1].tensor;
+      if (tokens.shape.size() != 2 || wte.shape.size() != 2) a.fail("tokens [B,S], wte [V,H]");
+      const std::int64_t S = tokens.shape[1], H = wte.shape[1];
+      launch_embedding_fwd(dt, a.out[0].data, ids(a.in[0]), cptr(a.in[1]),
+                           a.in.size() == 3 ? cptr(a.in[2]) : nullptr, tokens.elements(), S, H, st);
+      return;
+    }
+    case OpKind::embedding_bwd: {
+      a.expect(2, 2, 1, 2);
+      const Tensor& tokens = *a.in[1].tensor;
+      const Tensor& dwte = *a.out[0].tensor;
+      if (tokens.shape.size() != 2 || dwte.shape.size() != 2) a.fail("tokens [B,S], dwte [V,H]");
+      const bool two = a.out.size() == 2;
+      launch_embedding_bwd(dt, a.out[0].data, two ? a.out[1].data : nullptr, cptr(a.in[0]),
+                           ids(a.in[1]), tokens.elements(), tokens.shape[1], dwte.shape[1],
+                           dwte.shape[0], two ? a.out[1].tensor->shape.at(0) : 0,
+                           a.accumulate(a.out[0]), st);
+      return;
+    }
+    case OpKind::layernorm_fwd:
+      a.expect(2, 3, 3, 3);
+      launch_layernorm_fwd(dt, a.out[0].data, f32(a.out[1]), f32(a.out[2]), cptr(a.in[0]),
+                           cptr(a.in[1]), a.in.size() == 3 ? cptr(a.in[2]) : nullptr, rows(a.in[0]),
+                           last_dim(a.in[0]), op.eps, st);
+      return;
+    case OpKind::layernorm_bwd:
+      a.expect(5, 5, 2, 3);
+      launch_layernorm_bwd(dt, a.out[0].data, a.out[1].data,
+                           a.out.size() == 3 ? a.out[2].data : nullptr, cptr(a.in[0]),
+                           cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
+                           last_dim(a.in[1]), a.accumulate(a.out[1]), st);
+      return;
+    case OpKind::rmsnorm_fwd:
+      a.expect(2, 2, 2, 2);
+      launch_rmsnorm_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]),
+                         rows(a.in[0]), last_dim(a.in[0]), op.eps, st);
+      return;
+    case OpKind::rmsnorm_bwd:
+      a.expect(4, 4, 2, 2);
+      launch_rmsnorm_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
+                         cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
+                         a.accumulate(a.out[1]), st);
+      return;
+    case OpKind::linear_fwd: {
+      a.expect(2, 3, 1, 1);
+      const Tensor& w = *a.in[1].tensor;
+      if (w.shape.size() != 2) a.fail("w must be [Out,In]");
+      const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[0].tensor->elements() / In;
+      if (M * In != a.in[0].tensor->elements() || a.out[0].tensor->elements() != M * Out)
+        a.fail("x [M,In] and y [M,Out] disagree with w");
+      run_gemm(a, plan_linear_fwd(M, In, Out), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data,
+               a.in.size() == 3 ? cptr(a.in[2]) : nullptr);
+      return;
+    }
+    case OpKind::linear_bwd: {
+      a.expect(3, 3, 2, 3);
+      const Tensor& w = *a.in[2].tensor;
+      if (w.shape.size() != 2) a.fail("w must be [Out,In]");
+      const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[1].tensor->elements() / In;
+      if (a.in[0].tensor->elements() != M * Out) a.fail("dy must be [M,Out]");
+      run_gemm(a, plan_linear_bwd_dx(M, In, Out), cptr(a.in[2]), cptr(a.in[0]), a.out[0].data);
+      run_gemm(a, plan_linear_bwd_dw(M, In, Out, a.accumulate(a.out[1])), cptr(a.in[1]),
+               cptr(a.in[0]), a.out[1].data);
+      if (a.out.size() == 3)
+        launch_bias_grad(dt, a.out[2].data, cptr(a.in[0]), M, Out, a.accumulate(a.out[2]), st);
+      return;
+    }
+    case OpKind::gelu_fwd:
+      a.expect(1, 1, 1, 1);
+      launch_gelu_fwd(dt, a.out[0].data, cptr(a.in[0]), a.in[0].tensor->elements(), st);
+      return;
+    case OpKind::gelu_bwd:
+      a.expect(2, 2, 1, 1);
+      launch_gelu_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.in[1].tensor->elements(),
+                      st);
+      return;
+    case OpKind::swiglu_fwd:
+      a.expect(2, 2, 1, 1);
+      launch_swiglu_fwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]),
+                        a.out[0].tensor->elements(), st);
+      return;
+    case OpKind::swiglu_bwd:
+      a.expect(3, 3, 2, 2);
+      launch_swiglu_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
+                        cptr(a.in[2]), a.in[0].tensor->elements(), st);
+      return;
+    case OpKind::rope_fwd:
+    case OpKind::rope_bwd: {
+      a.expect(1, 1, 1, 1);
+      const AttentionShape s = attention_shape(a, *a.in[0].tensor);
+      const RopeShape r{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
+      if (op.kind == OpKind::rope_fwd)
+        launch_rope_fwd(dt, a.out[0].data, cptr(a.in[0]), r, st);
+      else
+        launch_rope_bwd(dt, a.out[0].data, cptr(a.in[0]), r, st);
+      return;
+    }
+    case OpKind::attn_scores:
+    case OpKind::attn_values:
+    case OpKind::attn_values_bwd:
+    case OpKind::attn_scores_bwd:
+      attention(a);
+      return;
+    case OpKind::softmax_fwd:
+      a.expect(1, 1, 1, 1);
+      launch_softmax_fwd(dt, a.out[0].data, cptr(a.in[0]), rows(a.in[0]), last_dim(a.in[0]), st);
+      return;
+    case OpKind::softmax_bwd:
+      a.expect(2, 2, 1, 1);
+      launch_softmax_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), rows(a.in[1]),
+                         last_dim(a.in[1]), st);
+      return;
+    case OpKind::flash_fwd:
+    case OpKind::flash_bwd: {
+      const bool fwd = op.kind == OpKind::flash_fwd;
+      if (fwd)
+        a.expect(1, 1, 2, 2);
+      else
+        a.expect(4, 4, 1, 1);
+      const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
+      FlashShape f{s.batch,    s.seq,      s.heads,
+                   s.kv_heads, s.head_dim, static_cast<float>(op.dropout_p),
+                   op.seed};
+      if (fwd && flash_impl_ == FlashImpl::cudnn && !cudnn_flash_) {
+        try {
+          cudnn_flash_ = std::make_unique<CudnnFlashForward>();
+        } catch (const CudaOutOfMemory&) {
+          throw;
+        } catch (const CudaError&) {
+          flash_impl_ = FlashImpl::kernels;  // no usable cuDNN here: the kernels do the same op
+        }
+      }
+      if (fwd && flash_impl_ == FlashImpl::cudnn) {
+        if (cudnn_flash_->supports(f, dt) &&
+            cudnn_flash_->workspace_bytes(f, dt) <= a.workspace_bytes) {
+          cudnn_flash_->run(f, dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), a.workspace,
+                            a.workspace_bytes, st);
+          return;
+        }
+      }
+      if (fwd)
+        launch_flash_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), f, st);
+      else
+        launch_flash_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]),
+                         f32(a.in[3]), f, st);
+      return;
+    }
+    case OpKind::dropout_fwd:
+      a.expect(1, 1, 2, 2);
+      launch_dropout_fwd(dt, a.out[0].data, static_cast<std::uint8_t*>(a.out[1].data),
+                         cptr(a.in[0]), static_cast<float>(op.dropout_p), op.seed,
+                         a.in[0].tensor->elements(), st);
+      return;
+    case OpKind::dropout_bwd:
+      a.expect(2, 2, 1, 1);
+      launch_dropout_bwd(dt, a.out[0].data, cptr(a.in[0]),
+                         static_cast<const std::uint8_t*>(a.in[1].data),
+                         static_cast<float>(op.dropout_p), a.in[0].tensor->elements(), st);
+      return;
+    case OpKind::add:
+      a.expect(2, 2, 1, 1);
+      if (a.in[0].tensor->elements() != a.in[1].tensor->elements())
+        a.fail("add operands differ in size");
+      launch_add(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.out[0].tensor->elements(), st);
+      return;
+    case OpKind::cross_entropy_fwd: {
+      a.expect(2, 2, 2, 2);
+      const DType logits_dt = a.in[0].tensor->dtype;
+      launch_cross_entropy_fwd(logits_dt, f32(a.out[0]), f32(a.out[1]), cptr(a.in[0]), ids(a.in[1]),
+                               rows(a.in[0]), last_dim(a.in[0]), st);
+      return;
+    }
+    case OpKind::cross_entropy_bwd:
+      a.expect(3, 3, 1, 1);
+      launch_cross_entropy_bwd(dt, a.out[0].data, cptr(a.in[0]), ids(a.in[1]), f32(a.in[2]),
+                               rows(a.in[0]), last_dim(a.in[0]), st);
+      return;
+    case OpKind::adamw_step:
+    case OpKind::sgd_step:
+      optimizer(a);
+      return;
+  }
+  a.fail("unknown op kind");
+}
+
+void CudaExecutor::attention(const Args& a) {
+  const Op& op = a.op;
+  cudaStream_t st = stream_.get();
+  const DType dt = a.dtype();
+  switch (op.kind) {
+    case OpKind::attn_scores: {
+      a.expect(1, 1, 1, 1);
+      const AttentionShape s = attention_shape(a, *a.in[0].tensor);
+      const GemmPlan plan = plan_attn_scores(s);
+      for (std::int64_t h = 0; h < s.heads; ++h)
+        run_gemm(a, plan, offset(cptr(a.in[0]), s.k_offset(h), dt),
+                 offset(cptr(a.in[0]), s.q_offset(h), dt),
+                 offset(a.out[0].data, s.scores_offset(h), dt));
+      launch_causal_mask(dt, a.out[0].data, s.batch * s.heads, s.seq, st);
+      return;
+    }
+    case OpKind::attn_values: {
+      a.expect(2, 2, 1, 1);
+      const AttentionShape s = attention_shape(a, *a.in[1].tensor);
+      const GemmPlan plan = plan_attn_values(s);
+      for (std::int64_t h = 0; h < s.heads; ++h)
+        run_gemm(a, plan, offset(cptr(a.in[1]), s.v_offset(h), dt),
+                 offset(cptr(a.in[0]), s.scores_offset(h), dt),
+                 offset(a.out[0].data, s.y_offset(h), dt));
+      return;
+    }
+    case OpKind::attn_values_bwd: {
+      a.expect(3, 3, 2, 2);
+      const AttentionShape s = attention_shape(a, *a.in[2].tensor);
+      const auto es = static_cast<std::size_t>(dtype_size(dt));
+      // The q and k columns of dqkv are written by attn_scores_bwd; zero them here as the contract
+      // says, so that dqkv holds no stale values in between.
+      VB_CUDA_CHECK(
+          cudaMemset2DAsync(a.out[1].data, static_cast<std::size_t>(s.qkv_width()) * es, 0,
+                            static_cast<std::size_t>((s.heads + s.kv_heads) * s.head_dim) * es,
+                            static_cast<std::size_t>(s.batch * s.seq), st));
+      const GemmPlan dprobs = plan_attn_values_bwd_dprobs(s);
+      for (std::int64_t h = 0; h < s.heads; ++h) {
+        run_gemm(a, dprobs, offset(cptr(a.in[2]), s.v_offset(h), dt),
+                 offset(cptr(a.in[0]), s.y_offset(h), dt),
+                 offset(a.out[0].data, s.scores_offset(h), dt));
+        run_gemm(a, plan_attn_values_bwd_dv(s, s.first_of_group(h)),
+                 offset(cptr(a.in[0]), s.y_offset(h), dt),
+                 offset(cptr(a.in[1]), s.scores_offset(h), dt),
+                 offset(a.out[1].data, s.v_offset(h), dt));
+      }
+      return;
+    }
+    case OpKind::attn_scores_bwd: {
+      a.expect(3, 3, 1, 1);
+      const AttentionShape s = attention_shape(a, *a.in[1].tensor);
+      if (a.out[0].data != a.in[2].data)  // keep the v part attn_values_bwd wrote
+        VB_CUDA_CHECK(cudaMemcpyAsync(a.out[0].data, a.in[2].data,
+                                      static_cast<std::size_t>(a.out[0].tensor->bytes),
+                                      cudaMemcpyDeviceToDevice, st));
+      const GemmPlan dq = plan_attn_scores_bwd_dq(s);
+      for (std::int64_t h = 0; h < s.heads; ++h) {
+        run_gemm(a, dq, offset(cptr(a.in[1]), s.k_offset(h), dt),
+                 offset(cptr(a.in[0]), s.scores_offset(h), dt),
+                 offset(a.out[0].data, s.q_offset(h), dt));
+        run_gemm(a, plan_attn_scores_bwd_dk(s, s.first_of_group(h)),
+                 offset(cptr(a.in[1]), s.q_offset(h), dt),
+                 offset(cptr(a.in[0]), s.scores_offset(h), dt),
+                 offset(a.out[0].data, s.k_offset(h), dt));
+      }
+      return;
+    }
+    default:
+      a.fail("not an attention GEMM op");
+  }
+}
+
+// In place on the weight, its state and its master copy (the last input when there is one).
+void CudaExecutor::optimizer(const Args& a) {
+  const Op& op = a.op;
+  const bool adam = op.kind == OpKind::adamw_step;
+  const std::size_t n_state = adam ? 2 : 1;
+  a.expect(2 + n_state, 3 + n_state, 0, 0);
+  const Bound& weight = a.in[0];
+  const bool has_master = a.in.size() == 3 + n_state;
+  float* master = has_master ? f32(a.in.back()) : nullptr;
+  if (a.in[1].tensor->elements() != weight.tensor->elements())
+    a.fail("grad and weight differ in size");
+  if (a.in[1].tensor->dtype != weight.tensor->dtype) a.fail("grad and weight differ in dtype");
+  const int step = ++steps_[weight.tensor->name];
+  const std::int64_t n = weight.tensor->elements();
+  if (adam) {
+    AdamWParams p;
+    p.lr = op.lr;
+    p.beta1 = op.beta1;
+    p.beta2 = op.beta2;
+    p.eps = op.adam_eps;
+    p.weight_decay = op.weight_decay;
+    p.step = step;
+    launch_adamw(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), f32(a.in[3]),
+                 master, p, n, stream_.get());
+  } else {
+    SgdParams p;
+    p.lr = op.lr;
+    p.momentum = op.momentum;
+    p.weight_decay = op.weight_decay;
+    launch_sgd(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), master, p, n,
+               stream_.get());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed, FlashImpl flash) {
+  std::string why;
+  if (!cuda_available(&why)) throw NeedsGpu(why);
+  return std::make_unique<CudaExecutor>(seed, flash);
+}
+
+}  // namespace vrambench

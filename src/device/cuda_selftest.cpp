@@ -1,0 +1,217 @@
+// Selftest of the CUDA kernels: small gpt and llama programs run op by op on the GPU and on the CPU
+// reference. Before each op both devices get the same inputs (the CPU's values), so each row
+// measures one kernel's error, not an accumulation along the step.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "common/math.h"
+#include "core/config.h"
+#include "cpu/executor.h"
+#include "cuda/check.h"
+#include "cuda/flash_cudnn.h"
+#include "cuda/gemm.h"
+#include "cuda/owners.h"
+#include "device/cuda_device.h"
+#include "program/program.h"
+
+namespace vrambench {
+namespace {
+
+RunConfig small(Arch arch, Precision precision, Attention attention, Optimizer optimizer,
+                double dropout) {
+  RunConfig c;
+  c.model.name = arch == Arch::gpt ? "tiny-gpt" : "tiny-llama";
+  c.model.arch = arch;
+  c.model.hidden = 64;
+  c.model.heads = 4;
+  c.model.kv_heads = arch == Arch::llama ? 2 : 4;
+  c.model.layers = 2;
+  c.model.ffn = arch == Arch::llama ? 96 : 256;
+  c.model.vocab = 101;
+  c.model.max_positions = 32;
+  c.model.tied_embeddings = arch == Arch::gpt;
+  c.seq = 16;
+  c.batch = 2;
+  c.dtype = precision;
+  c.attention = attention;
+  c.recompute = Recompute::none;
+  c.optimizer = optimizer;
+  c.dropout = dropout;
+  c.scope = Scope::model;
+  c.device = "cuda";
+  return c;
+}
+
+}  // namespace
+
+std::vector<SelftestConfig> selftest_configs() {
+  return {
+      {"gpt fp32 eager dropout",
+       small(Arch::gpt, Precision::fp32, Attention::eager, Optimizer::adamw, 0.1)},
+      {"gpt tf32 flash", small(Arch::gpt, Precision::tf32, Attention::flash, Optimizer::sgd, 0.0)},
+      {"gpt fp16 eager",
+       small(Arch::gpt, Precision::fp16, Attention::eager, Optimizer::adamw, 0.0)},
+      {"gpt bf16 flash dropout",
+       small(Arch::gpt, Precision::bf16, Attention::flash, Optimizer::adamw, 0.1)},
+      {"llama bf16 eager",
+       small(Arch::llama, Precision::bf16, Attention::eager, Optimizer::sgd, 0.0)},
+      {"llama fp16 flash",
+       small(Arch::llama, Precision::fp16, Attention::flash, Optimizer::adamw, 0.0)},
+      {"llama bf16 flash cudnn",
+       small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
+       FlashImpl::cudnn},
+      {"gpt fp16 flash cudnn",
+       small(Arch::gpt, Precision::fp16, Attention::flash, Optimizer::sgd, 0.0), FlashImpl::cudnn},
+  };
+}
+
+namespace {
+
+bool is_gemm(OpKind k) {
+  return k == OpKind::linear_fwd || k == OpKind::linear_bwd || k == OpKind::attn_scores ||
+         k == OpKind::attn_values || k == OpKind::attn_values_bwd || k == OpKind::attn_scores_bwd;
+}
+
+// Tolerance for one op's outputs, scaled to the storage type the step runs in.
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance tolerance_for(const RunConfig& cfg, OpKind kind) {
+  Tolerance t{1e-4, 1e-5};
+  switch (activation_dtype(cfg.dtype)) {
+    case DType::f16:
+      t = {1e-2, 2e-3};
+      break;
+    case DType::bf16:
+      t = {5e-2, 1e-2};
+      break;
+    default:
+      break;
+  }
+  if (cfg.dtype == Precision::tf32 && is_gemm(kind)) t = {1e-2, 2e-3};  // 10-bit mantissa inputs
+  // Sums of many 16-bit values rounded at every step on the GPU (embedding scatter).
+  if (kind == OpKind::embedding_bwd && activation_dtype(cfg.dtype) != DType::f32) {
+    t.rtol *= 4;
+    t.atol *= 4;
+  }
+  return t;
+}
+
+struct Compare {
+  double max_abs = 0, worst = 0;
+};
+void compare(const Tensor& t, const std::uint8_t* gpu, const std::uint8_t* cpu, Tolerance tol,
+             Compare& c) {
+  const std::int64_t n = t.elements();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double g = kmath::load(gpu, t.dtype, i), w = kmath::load(cpu, t.dtype, i);
+    if (std::isnan(g) != std::isnan(w) || std::isinf(g) != std::isinf(w)) {
+      c.worst = std::max(c.worst, 1e30);
+      continue;
+    }
+    if (std::isnan(w) || std::isinf(w)) continue;
+    const double err = std::fabs(g - w);
+    const bool exact = t.dtype == DType::u8 || t.dtype == DType::i32;
+    c.max_abs = std::max(c.max_abs, err);
+    c.worst = std::max(
+        c.worst, exact ? (err == 0 ? 0.0 : 1e30) : err / (tol.atol + tol.rtol * std::fabs(w)));
+  }
+}
+
+}  // namespace
+
+std::vector<SelftestRow> run_cuda_selftest() {
+  std::string why;
+  if (!cuda_available(&why)) throw NeedsGpu(why);
+  const CudaDeviceInfo info = query_cuda_device(0);
+  const Bytes workspace = cuda::gemm_workspace_bytes(info.compute_capability());
+
+  std::vector<SelftestRow> rows;
+  for (const SelftestConfig& sc : selftest_configs()) {
+    const Program program = build_program(sc.cfg, workspace);
+    const std::uint64_t seed = 7;
+    auto cpu = make_cpu_executor(seed);
+    auto gpu = make_cuda_executor(seed, sc.flash);
+
+    const std::size_t n = program.tensors.size();
+    std::vector<std::vector<std::uint8_t>> host(n);
+    std::vector<cuda::DeviceBuffer> device(n);
+    std::vector<void*> host_ptr(n), device_ptr(n);
+    for (std::size_t id = 0; id < n; ++id) {
+      const Tensor& t = program.tensors[id];
+      host[id].assign(static_cast<std::size_t>(t.bytes), 0);
+      device[id] = cuda::DeviceBuffer(static_cast<std::size_t>(t.bytes));
+      host_ptr[id] = host[id].data();
+      device_ptr[id] = device[id].get();
+      const bool persistent = t.role == Role::weight || t.role == Role::master_weight ||
+                              t.role == Role::optimizer_state || t.role == Role::input;
+      if (persistent) cpu->initialize(program, static_cast<int>(id), host[id].data());
+    }
+    auto upload = [&](int id) {
+      const auto u = static_cast<std::size_t>(id);
+      if (!host[u].empty())
+        VB_CUDA_CHECK(
+            cudaMemcpy(device_ptr[u], host[u].data(), host[u].size(), cudaMemcpyHostToDevice));
+    };
+
+    // Which implementation the flash_fwd rows measured: cuDNN only where it has an engine.
+    std::string flash_note;
+    if (sc.flash == FlashImpl::cudnn) {
+      flash_note = "cuDNN engine";
+      try {
+        cuda::CudnnFlashForward probe;
+        const RunConfig& c = sc.cfg;
+        const cuda::FlashShape f{
+            c.batch, c.seq, c.model.heads, c.model.kv_heads, c.model.head_dim(), 0.0f, 0};
+        if (!probe.supports(f, activation_dtype(c.dtype)))
+          flash_note = "no cuDNN engine for this shape: the fused kernels ran";
+      } catch (const cuda::CudaError& e) {
+        flash_note = std::string("no cuDNN handle: the fused kernels ran (") + e.what() + ")";
+      }
+    }
+
+    std::map<OpKind, SelftestRow> by_kind;
+    std::vector<std::uint8_t> downloaded;
+    for (std::size_t i = 0; i < program.ops.size(); ++i) {
+      const Op& op = program.ops[i];
+      for (int id : op.inputs) upload(id);
+      for (int id : op.outputs) upload(id);
+      VB_CUDA_CHECK(cudaDeviceSynchronize());
+      gpu->execute(program, i, device_ptr);
+      gpu->synchronize();
+      cpu->execute(program, i, host_ptr);
+
+      SelftestRow& row = by_kind[op.kind];
+      row.config = sc.label;
+      row.op = std::string(to_string(op.kind));
+      row.dtype = activation_dtype(sc.cfg.dtype);
+      ++row.ops;
+      const Tolerance tol = tolerance_for(sc.cfg, op.kind);
+      // In-place ops (optimizer steps) change their inputs; others their outputs.
+      const bool in_place = op.kind == OpKind::adamw_step || op.kind == OpKind::sgd_step;
+      Compare c{row.max_abs_error, row.worst_ratio};
+      for (int id : in_place ? op.inputs : op.outputs) {
+        const Tensor& t = program.tensor(id);
+        if (t.role == Role::workspace || (in_place && t.role == Role::grad)) continue;
+        downloaded.resize(static_cast<std::size_t>(t.bytes));
+        VB_CUDA_CHECK(cudaMemcpy(downloaded.data(), device_ptr[static_cast<std::size_t>(id)],
+                                 downloaded.size(), cudaMemcpyDeviceToHost));
+        compare(t, downloaded.data(), host[static_cast<std::size_t>(id)].data(), tol, c);
+      }
+      row.max_abs_error = c.max_abs;
+      row.worst_ratio = c.worst;
+      row.passed = c.worst <= 1.0;
+      row.note = fmt::format("rtol {:g}, atol {:g}", tol.rtol, tol.atol);
+      if (op.kind == OpKind::flash_fwd && !flash_note.empty()) row.note += "; " + flash_note;
+    }
+    for (auto& [kind, row] : by_kind) rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace vrambench
