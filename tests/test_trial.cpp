@@ -330,6 +330,28 @@ TEST(Trial, ExecutorErrorPropagatesAfterReturningTheMemory) {
   EXPECT_EQ(allocator.release_calls, 1);
 }
 
+// A library running out of its own scratch inside op 3, as cuBLASLt or cuDNN can on a GPU.
+class ScratchOomExecutor : public RecordingExecutor {
+ public:
+  void execute(const Program& program, std::size_t op_index,
+               const std::vector<void*>& data) override {
+    RecordingExecutor::execute(program, op_index, data);
+    if (op_index == 3) throw DeviceOutOfMemory("cuBLASLt workspace");
+  }
+};
+
+TEST(Trial, LibraryOutOfMemoryIsAnOomResultNamingTheOp) {
+  const Program program = tiny_program();
+  CountingAllocator allocator(1 << 20, 1);
+  ScratchOomExecutor executor;
+  const TrialResult r = run_step(program, compute_liveness(program), allocator, &executor, 0);
+  EXPECT_FALSE(r.fit);
+  ASSERT_TRUE(r.oom.has_value());
+  EXPECT_EQ(r.oom->op, "act.bwd");
+  EXPECT_EQ(r.oom->tensor, "(library scratch)");
+  EXPECT_EQ(allocator.live_blocks(), 0u);
+}
+
 TEST(Trial, RejectsBadArguments) {
   const Program program = tiny_program();
   CountingAllocator allocator(1 << 20, 1);

@@ -105,7 +105,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const SearchLimits limits{options.max_batch};
   const bool progress = !options.quiet && stderr_is_terminal();
 
-  Table table = search_table(grid.varying, measured);
+  // On a real device each row also gets the sim replay of the same configuration.
+  const bool with_sim = measured != "sim";
+  Table table = search_table(grid.varying, measured, with_sim);
   ResultWriter writer(options.out,
                       options.name.empty() ? default_output_name("search") : options.name, table,
                       make_provenance(argc, argv, device_label(devices)), formats.csv,
@@ -124,10 +126,10 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     try {
       // On CUDA a sticky error poisons the process: each configuration gets its own child.
       if (options.isolate || device.kind == DeviceKind::cuda)
-        measured_row = measure_isolated(cfg, device, sources_for(device), executors_for(device),
+        measured_row = measure_isolated(cfg, device, sources_for(device), executors_for(device, !options.no_execute),
                                         limits, fault_from_environment());
       else
-        measured_row = measure(cfg, device, sources_for(device), executors_for(device), limits);
+        measured_row = measure(cfg, device, sources_for(device), executors_for(device, !options.no_execute), limits);
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
@@ -136,7 +138,16 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     }
     Measurement& m = *measured_row;
     total_trials += static_cast<std::int64_t>(m.search.trials.size());
-    std::vector<Cell> row = search_row(m, grid.varying);
+    std::optional<Measurement> sim;
+    if (with_sim) {
+      sim = measure(cfg, device, virtual_sources(), {}, limits);
+      // Make sure the sim has a trial at the device's batch, for the side-by-side peak.
+      if (!sim->trials.count(m.compared_batch()))
+        sim->trials.emplace(m.compared_batch(),
+                            run_trial(cfg, device, m.compared_batch(), device.tensor_capacity(),
+                                      virtual_sources(), nullptr));
+    }
+    std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr);
     writer.append(row);
     table.add_row(std::move(row));
     nlohmann::json d = search_details(m, device);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "core/error.h"
 #include "cpu/executor.h"
 #include "device/cpu_source.h"
 
@@ -12,21 +13,36 @@ namespace vrambench {
 
 #ifndef VRAMBENCH_HAVE_CUDA
 GpuPresence probe_gpu() { return {false, "built without CUDA"}; }
+DeviceSpec resolve_gpu_device(const RunConfig&) {
+  throw UsageError("--device cuda: this build has no CUDA support");
+}
+SourceFactory gpu_sources() { return {}; }
+ExecutorFactory gpu_executors() { return {}; }
 #endif
 
 DeviceSpec resolve_device(const RunConfig& cfg, std::string* note) {
+  if (cfg.device != "cuda" && cfg.device != "auto") return resolve_host_device(cfg, "", note);
   const GpuPresence gpu = probe_gpu();
+  if (gpu.available) return resolve_gpu_device(cfg);
   return resolve_host_device(cfg, gpu.why, note);
 }
 
 SourceFactory sources_for(const DeviceSpec& device) {
-  if (device.kind == DeviceKind::cpu)
-    return [](Bytes capacity) { return make_host_source(capacity); };
+  switch (device.kind) {
+    case DeviceKind::cpu: return [](Bytes capacity) { return make_host_source(capacity); };
+    case DeviceKind::cuda: return gpu_sources();
+    case DeviceKind::sim: break;
+  }
   return virtual_sources();
 }
 
-ExecutorFactory executors_for(const DeviceSpec& device) {
-  if (device.kind == DeviceKind::cpu) return [] { return make_cpu_executor(1234); };
+ExecutorFactory executors_for(const DeviceSpec& device, bool execute) {
+  if (!execute) return {};
+  switch (device.kind) {
+    case DeviceKind::cpu: return [] { return make_cpu_executor(1234); };
+    case DeviceKind::cuda: return gpu_executors();
+    case DeviceKind::sim: break;
+  }
   return {};
 }
 

@@ -17,12 +17,21 @@ struct GpuPresence {
   bool available = false;
   std::string why;  // why not, in a few words ("built without CUDA", "no CUDA driver found")
 };
+// Asked once per process, in a child process: the caller keeps no CUDA context, so it can still
+// fork children that use the GPU.
 GpuPresence probe_gpu();
+
+// The CUDA side (cuda_cli.cpp in CUDA builds; stubs otherwise). resolve_gpu_device measures the
+// context overhead in a child process; the factories are for use in a measuring child only.
+DeviceSpec resolve_gpu_device(const RunConfig& cfg);
+SourceFactory gpu_sources();
+ExecutorFactory gpu_executors();
 
 // Resolves cfg.device for every kind, cuda included.
 DeviceSpec resolve_device(const RunConfig& cfg, std::string* note);
 SourceFactory sources_for(const DeviceSpec& device);
-ExecutorFactory executors_for(const DeviceSpec& device);
+// `execute` false: allocation alone (--no-execute), nothing runs on the device.
+ExecutorFactory executors_for(const DeviceSpec& device, bool execute = true);
 
 // `vrambench devices`: the detected GPUs as a table (empty when there are none).
 Table gpu_table();

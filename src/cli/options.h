@@ -22,6 +22,7 @@ struct CliOptions {
   std::int64_t max_batch = 65536;              // --max-batch
   bool quiet = false;                          // --quiet: no progress line
   bool isolate = false;                        // --isolate: a child process per configuration
+  bool no_execute = false;                     // --no-execute: allocate only, run no kernel
 };
 
 struct Formats {

@@ -19,4 +19,12 @@ class InternalError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A device (or a library on it: cuBLASLt, cuDNN) could not allocate memory while an op ran: a
+// trial result like a refused segment, not a failure. Executors translate their library's
+// out-of-memory into this type so that code without device headers can catch it.
+class DeviceOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace vrambench

@@ -4,17 +4,71 @@
 
 #include <cstdio>
 #include <exception>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/gpu.h"
+#include "core/error.h"
+#include "search/isolate.h"
 #include "cuda/check.h"
 #include "device/cuda_device.h"
 
 namespace vrambench {
 
 GpuPresence probe_gpu() {
-  GpuPresence p;
-  p.available = cuda_available(&p.why);
-  return p;
+  // Asked in a child: a CUDA context in this process would be unusable by the children it forks.
+  static const GpuPresence presence = [] {
+    GpuPresence p;
+    std::string why;
+    const std::optional<std::string> answer = run_in_child(
+        [] {
+          std::string reason;
+          const bool available = cuda_available(&reason);
+          return nlohmann::json{{"available", available}, {"why", reason}}.dump();
+        },
+        &why);
+    if (!answer) {
+      p.why = "the GPU probe " + why;
+      return p;
+    }
+    const nlohmann::json j = nlohmann::json::parse(*answer);
+    p.available = j.at("available").get<bool>();
+    p.why = j.at("why").get<std::string>();
+    return p;
+  }();
+  return presence;
+}
+
+DeviceSpec resolve_gpu_device(const RunConfig& cfg) {
+  std::string why;
+  const std::optional<std::string> answer = run_in_child(
+      [&] {
+        const DeviceSpec d = resolve_cuda_device(cfg);
+        return nlohmann::json{{"label", d.label},
+                              {"total", d.total},
+                              {"fixed_overhead", d.fixed_overhead},
+                              {"gemm_workspace", d.gemm_workspace}}
+            .dump();
+      },
+      &why);
+  if (!answer) throw UsageError(fmt::format("--device cuda: {}", why));
+  const nlohmann::json j = nlohmann::json::parse(*answer);
+  DeviceSpec d;
+  d.kind = DeviceKind::cuda;
+  d.label = j.at("label").get<std::string>();
+  d.total = j.at("total").get<Bytes>();
+  d.fixed_overhead = j.at("fixed_overhead").get<Bytes>();
+  d.gemm_workspace = j.at("gemm_workspace").get<Bytes>();
+  d.trial_steps = 2;  // the second step is the steady state
+  return d;
+}
+
+SourceFactory gpu_sources() {
+  return [](Bytes capacity) { return make_cuda_source(capacity); };
+}
+
+ExecutorFactory gpu_executors() {
+  return [] { return make_cuda_executor(1234); };
 }
 
 Table gpu_table() {

@@ -12,6 +12,7 @@
 
 #include "alloc/allocator.h"
 #include "core/config.h"
+#include "core/error.h"
 #include "core/dtype.h"
 #include "core/units.h"
 #include "device/device.h"
@@ -19,13 +20,6 @@
 
 namespace vrambench {
 
-// The GPU (or cuBLASLt/cuDNN on it) could not allocate memory while an op ran: a trial result like
-// a refused segment, not a failure. The executor turns the CUDA-typed out-of-memory into this type
-// so that code without CUDA headers can catch it.
-class DeviceOutOfMemory : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // A GPU is required for what was asked and there is none; what() starts with "needs a GPU: ".
 class NeedsGpu : public std::runtime_error {

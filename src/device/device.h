@@ -19,6 +19,7 @@ struct DeviceSpec {
   Bytes fixed_overhead = 0;   // context and library handles, held before the step
   Bytes gemm_workspace = 0;   // cuBLASLt workspace, a tensor of the program
   const GpuProfile* profile = nullptr;  // sim only
+  int trial_steps = 1;        // steps per trial: 2 on a GPU, whose second step is the steady state
 
   // What the segment source may hand out to the step's tensors.
   Bytes tensor_capacity() const { return total > fixed_overhead ? total - fixed_overhead : 0; }

@@ -85,13 +85,16 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
   return row;
 }
 
-Table search_table(const std::vector<std::string>& varying, const std::string& measured) {
+Table search_table(const std::vector<std::string>& varying, const std::string& measured,
+                   bool with_sim) {
   Table t;
   for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
   t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
+  if (with_sim) t.columns.push_back({"sim_max_batch", "sim max batch", CellKind::integer});
   t.columns.push_back({measured + "_max_batch", measured + " max batch", CellKind::integer});
   t.columns.push_back({"compared_batch", "at batch", CellKind::integer});
   t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
+  if (with_sim) t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
   t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
   t.columns.push_back({measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
   t.columns.push_back({"rel_error", "rel err", CellKind::percent});
@@ -101,13 +104,21 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   return t;
 }
 
-std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying) {
+std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
+                             const Measurement* sim) {
   std::vector<Cell> row;
   for (const std::string& f : key_columns(varying)) row.push_back(key_cell(m.config, f));
   row.push_back(Cell::of_int(m.est_max_batch));
+  if (sim) row.push_back(Cell::of_int(sim->search.max_batch));
   row.push_back(Cell::of_int(m.search.max_batch));
   row.push_back(Cell::of_int(m.compared_batch()));
   row.push_back(Cell::of_bytes(m.estimated_peak()));
+  if (sim) {
+    // The sim peak at the device's compared batch, so that the two peaks sit side by side.
+    auto it = sim->trials.find(m.compared_batch());
+    row.push_back(it != sim->trials.end() && it->second.fit ? Cell::of_bytes(it->second.device_peak)
+                                                            : Cell::none(CellKind::bytes));
+  }
   const Bytes measured = m.measured_peak();
   row.push_back(measured > 0 ? Cell::of_bytes(measured) : Cell::none(CellKind::bytes));
   // An OOM trial stops at the failing request; what max + 1 would need comes from its replay.

@@ -21,9 +21,12 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
                                const std::vector<std::string>& varying, const DeviceSpec& device,
                                bool at_batch);
 
-// `measured`: the column prefix of the device's figures, "sim" or "meas".
-Table search_table(const std::vector<std::string>& varying, const std::string& measured);
-std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying);
+// `measured`: the column prefix of the device's figures, "sim" or "meas". `with_sim`: a real
+// device's rows also carry the sim replay of the same configuration (max batch and peak).
+Table search_table(const std::vector<std::string>& varying, const std::string& measured,
+                   bool with_sim = false);
+std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
+                             const Measurement* sim = nullptr);
 // Extra JSON per row: capacity, peaks at max and max + 1 by role, the trial log, the reason.
 nlohmann::json search_details(const Measurement& m, const DeviceSpec& device);
 

@@ -82,26 +82,17 @@ std::string read_all(int fd) {
   return out;
 }
 
-[[noreturn]] void child_main(int fd, const RunConfig& cfg, const DeviceSpec& device,
-                             const SourceFactory& sources, const ExecutorFactory& executors,
-                             const SearchLimits& limits, Fault fault) {
+// The child: run the work, write its answer (or {"error": what}) to the pipe, and leave with
+// _exit so that no atexit handler or static destructor of the parent's state runs twice.
+[[noreturn]] void child_main(int fd, const std::function<std::string()>& work) {
   int code = 0;
   try {
-    switch (fault) {
-      case Fault::abort: std::abort();
-      case Fault::segfault: std::raise(SIGSEGV); break;
-      case Fault::exit_nonzero: ::_exit(3);
-      case Fault::hang_up: ::close(fd); ::_exit(0);
-      case Fault::none: break;
-    }
-    const Measurement m = measure(cfg, device, sources, executors, limits);
-    write_all(fd, to_json(m).dump());
+    write_all(fd, nlohmann::json{{"result", work()}}.dump());
   } catch (const std::exception& e) {
     write_all(fd, nlohmann::json{{"error", e.what()}}.dump());
     code = 1;
   }
   ::close(fd);
-  // _exit: no atexit handlers or static destructors of the parent's state run in the child.
   ::_exit(code);
 }
 
@@ -176,9 +167,8 @@ Fault fault_from_environment() {
   return Fault::none;
 }
 
-Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
-                             const SourceFactory& sources, const ExecutorFactory& executors,
-                             const SearchLimits& limits, Fault fault) {
+std::optional<std::string> run_in_child(const std::function<std::string()>& work,
+                                        std::string* why) {
   int fds[2];
   if (::pipe(fds) != 0)
     throw InternalError(fmt::format("pipe() failed: {}", std::strerror(errno)));
@@ -191,7 +181,7 @@ Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
   }
   if (pid == 0) {
     ::close(fds[0]);
-    child_main(fds[1], cfg, device, sources, executors, limits, fault);
+    child_main(fds[1], work);
   }
   ::close(fds[1]);
   const std::string payload = read_all(fds[0]);
@@ -199,15 +189,37 @@ Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  const nlohmann::json j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  std::string reason;
+  if (!j.is_discarded() && j.is_object() && j.contains("error"))
+    reason = "failed: " + j["error"].get<std::string>();
+  else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) || j.is_discarded() ||
+           !j.is_object() || !j.contains("result"))
+    reason = describe_status(status);
+  else
+    return j["result"].get<std::string>();
+  if (why) *why = reason;
+  return std::nullopt;
+}
 
-  auto failed = [&](std::string reason) {
-    return failed_measurement(cfg, device, std::move(reason));
-  };
-  nlohmann::json j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return failed(describe_status(status));
-  if (j.contains("error")) return failed("failed: " + j["error"].get<std::string>());
-  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) return failed(describe_status(status));
-  return measurement_from_json(j, cfg);
+Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
+                             const SourceFactory& sources, const ExecutorFactory& executors,
+                             const SearchLimits& limits, Fault fault) {
+  std::string why;
+  const std::optional<std::string> answer = run_in_child(
+      [&]() -> std::string {
+        switch (fault) {
+          case Fault::abort: std::abort();
+          case Fault::segfault: std::raise(SIGSEGV); break;
+          case Fault::exit_nonzero: ::_exit(3);
+          case Fault::hang_up: ::_exit(0);
+          case Fault::none: break;
+        }
+        return to_json(measure(cfg, device, sources, executors, limits)).dump();
+      },
+      &why);
+  if (!answer) return failed_measurement(cfg, device, why);
+  return measurement_from_json(nlohmann::json::parse(*answer), cfg);
 }
 
 }  // namespace vrambench

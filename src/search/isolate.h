@@ -3,6 +3,8 @@
 // device, and a crashed configuration comes back as a failed measurement with its reason.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,12 @@
 #include "search/measure.h"
 
 namespace vrambench {
+
+// Runs `work` in a forked child and returns what it returned, or nullopt with *why set to how the
+// child ended (a signal, an exit code, an exception's message). The parent touches nothing that
+// `work` touches: the way to ask a CUDA question without a CUDA context in this process.
+std::optional<std::string> run_in_child(const std::function<std::string()>& work,
+                                        std::string* why);
 
 // What the child does wrong on purpose, to test the crash path without a GPU.
 enum class Fault { none, abort, segfault, exit_nonzero, hang_up };

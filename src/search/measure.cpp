@@ -40,6 +40,18 @@ SourceFactory virtual_sources() {
   return [](Bytes capacity) { return make_virtual_source(capacity); };
 }
 
+TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64_t batch,
+                      Bytes capacity, const SourceFactory& sources, Executor* executor) {
+  RunConfig at = cfg;
+  at.batch = batch;
+  const Program program = build_program(at, device.gemm_workspace);
+  const Liveness liveness = compute_liveness(program);
+  std::unique_ptr<SegmentSource> source = sources(capacity);
+  std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
+  return run_step(program, liveness, *allocator, executor, device.fixed_overhead,
+                  device.trial_steps);
+}
+
 Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {
   Measurement m;
   m.config = cfg;
@@ -57,17 +69,9 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
   m.est_max_batch = m.estimate.max_batch(device.total);
   std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
 
-  auto run_trial = [&](std::int64_t batch, Bytes capacity) {
-    RunConfig at = cfg;
-    at.batch = batch;
-    const Program program = build_program(at, device.gemm_workspace);
-    const Liveness liveness = compute_liveness(program);
-    std::unique_ptr<SegmentSource> source = sources(capacity);
-    std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
-    return run_step(program, liveness, *allocator, executor.get(), device.fixed_overhead);
-  };
   auto fits = [&](std::int64_t batch) {
-    TrialResult result = run_trial(batch, device.tensor_capacity());
+    TrialResult result =
+        run_trial(cfg, device, batch, device.tensor_capacity(), sources, executor.get());
     const bool fit = result.fit;
     m.trials.emplace(batch, std::move(result));
     return fit;
@@ -77,16 +81,14 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
 
   if (!m.search.hit_limit) {
     // What the first failing batch would need, replayed without a limit (sizes only).
-    RunConfig at = cfg;
-    at.batch = m.search.max_batch + 1;
-    const Program program = build_program(at, device.gemm_workspace);
-    const Liveness liveness = compute_liveness(program);
-    std::unique_ptr<SegmentSource> source =
-        make_virtual_source(std::numeric_limits<Bytes>::max() / 4);
-    std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
-    m.next_needed = run_step(program, liveness, *allocator, nullptr, device.fixed_overhead);
+    const Bytes unlimited = std::numeric_limits<Bytes>::max() / 4;
+    m.next_needed = run_trial(cfg, device, m.search.max_batch + 1, unlimited, virtual_sources(),
+                              nullptr);
     if (m.search.max_batch == 0) {
       // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
+      RunConfig at = cfg;
+      at.batch = 1;
+      const Program program = build_program(at, device.gemm_workspace);
       Bytes state = 0;
       for (const Tensor& t : program.tensors)
         if (t.role == Role::weight || t.role == Role::master_weight || t.role == Role::grad ||

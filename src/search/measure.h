@@ -41,6 +41,11 @@ struct Measurement {
   double relative_error() const;  // (est - measured) / measured
 };
 
+// One trial of cfg at `batch`: build the program, replay it through cfg's allocator over a fresh
+// source of `capacity` bytes, executing with `executor` when given.
+TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64_t batch,
+                      Bytes capacity, const SourceFactory& sources, Executor* executor);
+
 // A configuration that could not be measured: the estimate and the reason, no trials.
 Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason);
 

@@ -34,6 +34,8 @@ class Replay {
 
   // False (and the OOM recorded) when the allocator cannot serve the tensor. `op_index` is -1
   // for the persistent tensors allocated before the first op.
+  Bytes free_bytes() const { return allocator_.free_bytes(); }
+
   bool allocate(int id, int op_index, TrialResult& result) {
     const Tensor& tensor = program_.tensor(id);
     auto& slot = blocks_.at(static_cast<std::size_t>(id));
@@ -125,7 +127,16 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
     for (std::size_t i = 0; i < program.ops.size(); ++i) {
       for (int id : liveness.allocs_before[i])
         if (!replay.allocate(id, static_cast<int>(i), result)) return;
-      if (executor) executor->execute(program, i, replay.data());
+      if (executor) {
+        try {
+          executor->execute(program, i, replay.data());
+        } catch (const DeviceOutOfMemory&) {
+          // A library's own scratch (cuBLASLt, cuDNN) did not fit: an OOM like any other.
+          result.oom = OomInfo{program.ops[i].name, "(library scratch)", 0,
+                               replay.free_bytes()};
+          return;
+        }
+      }
       for (int id : liveness.frees_after[i]) replay.release(id);
     }
     // Queued kernels may still use the blocks about to be freed and handed out again.
