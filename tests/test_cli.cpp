@@ -171,6 +171,34 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, CpuDeviceMeasuresNextToEstAndSim) {
+  const fs::path dir = scratch("cpu");
+  const CommandResult run = vrambench("--device cpu --preset tiny --vram 4MiB --sweep seq=16,32 "
+                                      "--out " + dir.string() + " --name c");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto csv = csv_of(dir / "c.csv");
+  ASSERT_EQ(csv.size(), 3u);
+  const std::size_t est = column(csv[0], "est_max_batch"), sim = column(csv[0], "sim_max_batch"),
+                    meas = column(csv[0], "meas_max_batch");
+  for (std::size_t r = 1; r < csv.size(); ++r) {
+    EXPECT_GT(std::stoll(csv[r][meas]), 0);
+    // Real host allocations through the same allocator policy and no fixed overhead: the same
+    // answer as the replay on virtual memory.
+    EXPECT_EQ(csv[r][meas], csv[r][sim]);
+    EXPECT_FALSE(csv[r][est].empty());
+  }
+  EXPECT_EQ(csv[1][column(csv[0], "meas_peak_bytes")], csv[1][column(csv[0], "sim_peak_bytes")]);
+
+  // Allocation alone (no kernels) gives the same max batch: sizes never depend on values.
+  const CommandResult alloc_only =
+      vrambench("--device cpu --preset tiny --vram 4MiB --sweep seq=16,32 --no-execute --out " +
+                dir.string() + " --name n");
+  ASSERT_EQ(alloc_only.exit_code, 0) << alloc_only.err;
+  const auto csv_n = csv_of(dir / "n.csv");
+  EXPECT_EQ(csv_n[1][column(csv_n[0], "meas_max_batch")], csv[1][meas]);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, InformationalCommands) {
   const CommandResult presets = vrambench("presets");
   EXPECT_EQ(presets.exit_code, 0);

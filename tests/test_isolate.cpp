@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <stdexcept>
+
 #include "core/presets.h"
 
 namespace vrambench {
@@ -50,6 +53,16 @@ TEST(Isolate, JsonRoundTripKeepsEveryField) {
   const Measurement m = measure(cfg, small_device(), virtual_sources(), {}, {});
   const Measurement back = measurement_from_json(to_json(m), cfg);
   EXPECT_EQ(to_json(back), to_json(m));
+}
+
+TEST(Isolate, RunInChildReturnsTheAnswerOrWhyNot) {
+  std::string why;
+  EXPECT_EQ(run_in_child([] { return std::string("forty-two"); }, &why), "forty-two");
+  EXPECT_EQ(run_in_child([]() -> std::string { throw std::runtime_error("no driver"); }, &why),
+            std::nullopt);
+  EXPECT_EQ(why, "failed: no driver");
+  EXPECT_EQ(run_in_child([]() -> std::string { std::abort(); }, &why), std::nullopt);
+  EXPECT_NE(why.find("signal 6"), std::string::npos) << why;
 }
 
 TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
