@@ -40,16 +40,36 @@ Sweeps (--sweep is repeatable; the grid is the Cartesian product):
 Sizes: 24GiB, 24GB (decimal), 16384MiB, or a bare number of GiB.
 Results: an aligned Markdown table on stdout; CSV and JSON under --out (default results/).)";
 
+// The value a field has when it is not given, for --help.
+std::string default_text(const RunConfig& defaults, const FieldInfo& info) {
+  if (info.name == "vram") return "the device's memory";
+  return get_field(defaults, info.name);
+}
+
+std::string_view type_name(FieldKind kind) {
+  switch (kind) {
+    case FieldKind::integer: return "N";
+    case FieldKind::real: return "P";
+    case FieldKind::size: return "SIZE";
+    case FieldKind::choice: return "NAME";
+    case FieldKind::text: return "NAME";
+  }
+  return "VALUE";
+}
+
 void add_config_options(CLI::App* app, CliOptions& options) {
+  const RunConfig defaults = base_config(CliOptions{});
   for (const FieldInfo& info : fields()) {
     const std::string name(info.name);
     app->add_option_function<std::string>(
            "--" + name, [&options, name](const std::string& v) { options.fields[name] = v; },
-           std::string(info.help))
+           fmt::format("{} (default: {})", info.help, default_text(defaults, info)))
+        ->type_name(std::string(type_name(info.kind)))
         ->group("Configuration");
   }
   app->add_option("--sweep", options.sweeps,
                   "an axis FIELD=VALUES, e.g. seq=512..8192, dtype=fp16,bf16 (repeatable)")
+      ->type_name("AXIS")
       ->group("Sweep");
 }
 
