@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "cli/gpu.h"
@@ -26,13 +27,20 @@ namespace vrambench {
 namespace {
 
 // Resolves the device of every grid point up front, so a bad device fails before any output.
+// Each distinct (device, vram) is resolved once: on a GPU that takes a child process and a context.
 std::vector<DeviceSpec> resolve_devices(const Grid& grid) {
   std::vector<DeviceSpec> devices;
+  std::map<std::pair<std::string, Bytes>, DeviceSpec> resolved;
   std::string note;
   for (const RunConfig& cfg : grid.configs) {
-    std::string this_note;
-    devices.push_back(resolve_device(cfg, &this_note));
-    if (note.empty()) note = this_note;
+    const std::pair<std::string, Bytes> key{cfg.device, cfg.vram};
+    auto it = resolved.find(key);
+    if (it == resolved.end()) {
+      std::string this_note;
+      it = resolved.emplace(key, resolve_device(cfg, &this_note)).first;
+      if (note.empty()) note = this_note;
+    }
+    devices.push_back(it->second);
   }
   if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   return devices;
