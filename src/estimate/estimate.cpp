@@ -70,9 +70,10 @@ Dims dims_of(const RunConfig& cfg) {
   // The program sizes the position table to cover the sequence when it is longer than the preset.
   d.positions = d.gpt ? std::max(m.max_positions, cfg.seq) : 0;
   d.eager = cfg.attention == Attention::eager;
-  d.bin = d.eager ? checked_mul(checked_mul(d.A, d.S, "heads x seq"), checked_mul(d.S, d.e, "seq x elem"),
-                                "attention matrix bytes")
-                  : 0;
+  if (d.eager) {
+    d.bin = checked_mul(checked_mul(d.A, d.S, "heads x seq"), checked_mul(d.S, d.e, "seq x elem"),
+                        "attention matrix bytes");
+  }
   d.dropout = cfg.dropout > 0.0;
   d.biases = d.gpt;
   d.recompute = cfg.recompute;
@@ -598,7 +599,9 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
     add_to(list, kStats, checked_mul(count, saved.stats, "norm statistics"));
     return list;
   };
-  auto other_large = [&](Bytes count) { return checked_mul(count, saved.large, "large tensor bytes"); };
+  auto other_large = [&](Bytes count) {
+    return checked_mul(count, saved.large, "large tensor bytes");
+  };
   const Shares all_blocks = other_blocks(d.L);
   const Bytes all_large = other_large(d.L);
 
@@ -758,7 +761,8 @@ Bytes fragmentation(const std::vector<Point>& points, std::size_t peak, Bytes bi
   Bytes most = 0;
   for (std::size_t i = 0; i <= peak; ++i) most = std::max(most, smaller(points[i]));
   const Bytes segments = (most + bin - 1) / bin;
-  return std::max<Bytes>(0, checked_mul(segments, bin, "fragmentation segments") - smaller(points[peak]));
+  const Bytes held = checked_mul(segments, bin, "fragmentation segments");
+  return std::max<Bytes>(0, held - smaller(points[peak]));
 }
 
 }  // namespace
