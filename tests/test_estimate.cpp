@@ -365,6 +365,43 @@ TEST(EstimateScope, LayerHoldsOneBlocksState) {
   EXPECT_EQ(step->per_sample, 1024 * 2 * 2 * H);
 }
 
+// The caching allocator's fragmentation, worked out for gpt2, bf16, eager attention, selective
+// recompute, S = 1024. The peak is the loss backward. An attention matrix is A*S*S*e bytes per
+// sample; the logits and dlogits are larger and get segments of their own. Every other tensor live
+// there is carved out of freed attention-matrix segments, apart from the first S*(2H + 3H)*e bytes
+// that fit in the segments of the embedding output, the first norm output and q|k|v.
+TEST(Estimate, AllocatorFragmentationOfEagerAttention) {
+  const Bytes S = 1024, H = 768, L = 12, V = 50257, e = 2;
+  RunConfig cfg = config("gpt2", S);
+  cfg.attention = Attention::eager;
+  cfg.recompute = Recompute::selective;
+  const Breakdown b = analyze(cfg, kOverhead);
+  EXPECT_EQ(b.moment, "cross-entropy backward");
+  const Bytes matrix = 12 * S * S * e;  // 25,165,824
+  // Selective recompute saves 16 rows of H per block and two norms' f32 statistics.
+  const Bytes saved = L * S * (16 * H * e + 2 * 8);
+  // Tokens and targets, the final block output, the final norm's output and statistics, the lse.
+  const Bytes model_level = S * 8 + S * H * e + S * H * e + S * 8 + S * 4;
+  const Bytes carved = saved + model_level - S * (2 * H + 3 * H) * e;
+  EXPECT_EQ(carved, 297'488'384);
+  // 11.8 segments' worth: 12 segments are held, the rest of the twelfth is free.
+  const Bytes fragmentation = 12 * matrix - carved;
+  EXPECT_EQ(fragmentation, 4'501'504);
+  EXPECT_EQ(b.component("allocator fragmentation"), fragmentation);
+  EXPECT_EQ(b.component("logits and loss"), S * V * e + S * 4);
+  // The same term is in every moment, so the peak at any batch is the tensor peak plus it.
+  for (const Moment& m : b.other_moments) EXPECT_GE(m.per_sample, fragmentation);
+
+  // Raw cudaMalloc has no cache to carve from, and flash attention allocates no S x S matrix.
+  RunConfig direct = cfg;
+  direct.allocator = AllocatorKind::direct;
+  EXPECT_EQ(analyze(direct, kOverhead).component("allocator fragmentation"), 0);
+  EXPECT_EQ(analyze(direct, kOverhead).per_sample_total(), b.per_sample_total() - fragmentation);
+  RunConfig flash = cfg;
+  flash.attention = Attention::flash;
+  EXPECT_EQ(analyze(flash, kOverhead).component("allocator fragmentation"), 0);
+}
+
 // The model is the step program's live tensor bytes in closed form: for every architecture, scope,
 // precision, attention, recompute mode, optimizer and dropout, at several batches, the estimate
 // minus the device context equals the program's tensor peak to the byte.
@@ -391,7 +428,10 @@ TEST(EstimateAgainstProgram, PeakEqualsTheProgramsLiveTensorPeak) {
                     cfg.batch = batch;
                     const Program program = build_program(cfg, overhead.gemm_workspace);
                     const LiveProfile live = live_profile(program, compute_liveness(program));
-                    ASSERT_EQ(b.peak(batch) - overhead.context, live.peak)
+                    // The allocator's share is a per-sample component of its own, the same at
+                    // every moment; without it the estimate is the tensor bytes to the byte.
+                    const Bytes allocator = batch * b.component("allocator fragmentation");
+                    ASSERT_EQ(b.peak(batch) - overhead.context - allocator, live.peak)
                         << preset << " S=" << S << " " << to_string(p) << " " << to_string(att)
                         << " " << to_string(rc) << " " << to_string(opt) << " dropout "
                         << dropout << " " << to_string(scope) << " B=" << batch << ": estimate "

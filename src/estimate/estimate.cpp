@@ -30,6 +30,7 @@ constexpr std::string_view kFinalBlockOutput = "final block output";
 constexpr std::string_view kFinalNorm = "final norm";
 constexpr std::string_view kLogits = "logits and loss";
 constexpr std::string_view kEmbedMask = "embedding dropout mask";
+constexpr std::string_view kFragmentation = "allocator fragmentation";
 
 // The model's sizes as Bytes (signed 64-bit) so that every product is checked.
 struct Dims {
@@ -39,6 +40,10 @@ struct Dims {
   Bytes norm_stats; // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
   Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
   Bytes positions;  // rows of the learned position table (gpt), 0 for llama
+  // Bytes of one sample of the largest tensor the step allocates and frees again and again (an
+  // attention matrix [A, S, S] with eager attention, 0 otherwise): the size of the segments the
+  // caching allocator carves smaller tensors out of (see "allocator fragmentation").
+  Bytes bin = 0;
   bool gpt = true;
   bool eager = true;
   bool dropout = false;
@@ -65,6 +70,10 @@ Dims dims_of(const RunConfig& cfg) {
   // The program sizes the position table to cover the sequence when it is longer than the preset.
   d.positions = d.gpt ? std::max(m.max_positions, cfg.seq) : 0;
   d.eager = cfg.attention == Attention::eager;
+  if (d.eager) {
+    d.bin = checked_mul(checked_mul(d.A, d.S, "heads x seq"), checked_mul(d.S, d.e, "seq x elem"),
+                        "attention matrix bytes");
+  }
   d.dropout = cfg.dropout > 0.0;
   d.biases = d.gpt;
   d.recompute = cfg.recompute;
@@ -186,6 +195,9 @@ struct Point {
   Shares per_sample;
   Bytes fixed_total = 0;
   Bytes per_sample_total = 0;
+  // Per-sample bytes of the tensors live here that are at least as large as Dims::bin: they get
+  // segments of their own; the rest is what the caching allocator carves out of freed ones.
+  Bytes large = 0;
 
   std::string name() const {
     std::string out;
@@ -279,7 +291,17 @@ struct BlockPoint {
   std::string_view op;
   Shares live;
   Bytes grads = 0;
+  Bytes large = 0;  // per-sample bytes of tensors at least Dims::bin large (see Point::large)
 };
+
+// Per-sample bytes of the ledger's tensors that are at least `bin` large (none when bin is 0).
+Bytes large_bytes(const Ledger& led, Bytes bin) {
+  Bytes total = 0;
+  if (bin <= 0) return total;
+  for (const Ledger::Entry& x : led.entries())
+    if (x.bytes >= bin) total = checked_add(total, x.bytes, "large tensor bytes");
+  return total;
+}
 
 // Walks the backward of one block (reverse order of its forward), starting from `led`, which holds
 // the block's saved tensors as the recompute mode keeps them and the incoming gradient "dx_out".
@@ -288,7 +310,7 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
   std::vector<BlockPoint> points;
   Bytes grads = 0;
   auto at = [&](std::string_view op) {
-    BlockPoint p{op, {}, grads};
+    BlockPoint p{op, {}, grads, large_bytes(led, d.bin)};
     for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
     points.push_back(std::move(p));
   };
@@ -456,31 +478,37 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
   return points;
 }
 
-// Saved bytes of one block whose backward has not started, split into activations and statistics.
-std::pair<Bytes, Bytes> block_saved_bytes(const Dims& d) {
+// Saved bytes of one block whose backward has not started, split into activations and statistics,
+// and the part of them in tensors at least Dims::bin large.
+struct BlockSaved {
+  Bytes saved = 0, stats = 0, large = 0;
+};
+BlockSaved block_saved_bytes(const Dims& d) {
   Ledger led;
   add_part_start(led, d, Part{});
-  Bytes saved = 0, stats = 0;
+  BlockSaved out;
   for (const Ledger::Entry& x : led.entries()) {
-    Bytes& total = x.component == kStats ? stats : saved;
+    Bytes& total = x.component == kStats ? out.stats : out.saved;
     total = checked_add(total, x.bytes, "saved bytes of a block");
   }
-  return {saved, stats};
+  out.large = large_bytes(led, d.bin);
+  return out;
 }
 
 // Collects the points of the walk.
 class Walk {
  public:
-  Walk(FixedState fixed, Bytes e) : fixed_(fixed), e_(e) {}
+  Walk(FixedState fixed, Bytes e, Bytes bin) : fixed_(fixed), e_(e), bin_(bin) {}
 
   void grad(Bytes params) { grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads"); }
   void add_grad_bytes(Bytes bytes) { grads_ = checked_add(grads_, bytes, "grads"); }
   void release_workspace() { fixed_.workspace = 0; }
 
-  // Records a point: the model-level ledger, plus `extra` per-sample components and gradient bytes
-  // that only this point holds (the block in backward).
-  void at(std::string_view op, const Ledger& led, const Shares& extra = {}, Bytes extra_grads = 0,
-          std::string_view where = {}, std::int64_t block = -1) {
+  // Records a point: the model-level ledger, plus `extra` per-sample components (of which
+  // `extra_large` bytes are in tensors at least Dims::bin large) and gradient bytes that only this
+  // point holds (the block in backward).
+  void at(std::string_view op, const Ledger& led, const Shares& extra = {}, Bytes extra_large = 0,
+          Bytes extra_grads = 0, std::string_view where = {}, std::int64_t block = -1) {
     Point p;
     p.where = where;
     p.block = block;
@@ -495,6 +523,7 @@ class Walk {
     for (const Share& c : extra) add_to(p.per_sample, c.name, c.bytes);
     p.fixed_total = sum(p.fixed);
     p.per_sample_total = sum(p.per_sample);
+    p.large = checked_add(large_bytes(led, bin_), extra_large, "large tensor bytes");
     points_.push_back(std::move(p));
   }
   std::vector<Point>& points() { return points_; }
@@ -502,18 +531,22 @@ class Walk {
  private:
   FixedState fixed_;
   Bytes e_;
+  Bytes bin_;
   Bytes grads_ = 0;
   std::vector<Point> points_;
 };
 
 // Points of one block's backward, with `others` (per-sample components of everything outside the
 // block: the other blocks' saved tensors, the step's inputs) added to each.
+// `others_large` is the part of `others` in tensors at least Dims::bin large.
 void record_block(Walk& walk, const Dims& d, const Part& part, std::string_view where,
-                  std::int64_t index, const Ledger& outside, const Shares& others, Ledger block) {
+                  std::int64_t index, const Ledger& outside, const Shares& others,
+                  Bytes others_large, Ledger block) {
   for (const BlockPoint& p : walk_block_backward(block, d, part)) {
     Shares live = others;
     for (const Share& c : p.live) add_to(live, c.name, c.bytes);
-    walk.at(p.op, outside, live, p.grads, where, index);
+    walk.at(p.op, outside, live, checked_add(others_large, p.large, "large tensor bytes"), p.grads,
+            where, index);
   }
 }
 
@@ -545,7 +578,7 @@ std::string_view end_of_step(const RunConfig& cfg) {
 std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhead) {
   const Dims d = dims_of(cfg);
   const Params p = params_of(cfg, d);
-  Walk walk(fixed_state(cfg, overhead, p.total, true), d.e);
+  Walk walk(fixed_state(cfg, overhead, p.total, true), d.e, d.bin);
   const Bytes hidden = rows(d, d.H, d.e);
 
   Ledger led;
@@ -559,28 +592,32 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
   led.add("ce.lse", kLogits, rows(d, 1, 4));
 
   // Every block's saved tensors, apart from the block whose backward is being followed.
-  const auto [block_saved, block_stats] = block_saved_bytes(d);
+  const BlockSaved saved = block_saved_bytes(d);
   auto other_blocks = [&](Bytes count) {
     Shares list;
-    add_to(list, kSaved, checked_mul(count, block_saved, "saved activations"));
-    add_to(list, kStats, checked_mul(count, block_stats, "norm statistics"));
+    add_to(list, kSaved, checked_mul(count, saved.saved, "saved activations"));
+    add_to(list, kStats, checked_mul(count, saved.stats, "norm statistics"));
     return list;
   };
+  auto other_large = [&](Bytes count) {
+    return checked_mul(count, saved.large, "large tensor bytes");
+  };
   const Shares all_blocks = other_blocks(d.L);
+  const Bytes all_large = other_large(d.L);
 
   // The loss backward: dlogits [B*S, V] next to the logits it is computed from.
   led.add("dlogits", kTransient, rows(d, d.V, d.e));
-  walk.at("cross-entropy backward", led, all_blocks);
+  walk.at("cross-entropy backward", led, all_blocks, all_large);
   led.drop("logits");
   led.drop("ce.lse");
   led.add("d.final_norm.out", kTransient, hidden);
   walk.grad(p.lm_head);
-  walk.at("lm head linear backward", led, all_blocks);
+  walk.at("lm head linear backward", led, all_blocks, all_large);
   led.drop("dlogits");
   led.drop("final_norm.out");
   led.add("dx_L", kTransient, hidden);
   walk.grad(p.final_norm);
-  walk.at("final norm backward", led, all_blocks);
+  walk.at("final norm backward", led, all_blocks, all_large);
   led.drop("d.final_norm.out");
   led.drop("x_L");
   led.drop("final_norm.stats");
@@ -596,10 +633,11 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
     return block;
   };
   const Part whole{};
-  record_block(walk, d, whole, "block", d.L - 1, led, other_blocks(d.L - 1), block_ledger());
+  record_block(walk, d, whole, "block", d.L - 1, led, other_blocks(d.L - 1), other_large(d.L - 1),
+               block_ledger());
   if (d.L > 1) {
     walk.add_grad_bytes(checked_mul(d.L - 1, block_grads, "block grads"));
-    record_block(walk, d, whole, "block", 0, led, {}, block_ledger());
+    record_block(walk, d, whole, "block", 0, led, {}, 0, block_ledger());
   }
 
   // The last GEMM has run; the embedding backward writes the untied table and the positions.
@@ -653,12 +691,12 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
   add_part_start(block, d, part);
   // Only the flash attention core runs without a GEMM.
   const bool has_gemms = cfg.scope != Scope::attention || d.eager;
-  Walk walk(fixed_state(cfg, overhead, params, has_gemms), d.e);
+  Walk walk(fixed_state(cfg, overhead, params, has_gemms), d.e, d.bin);
   Ledger outside;
   const std::string_view where = cfg.scope == Scope::layer ? "layer backward"
                                  : cfg.scope == Scope::mlp ? "mlp backward"
                                                            : "attention backward";
-  record_block(walk, d, part, where, -1, outside, {}, std::move(block));
+  record_block(walk, d, part, where, -1, outside, {}, 0, std::move(block));
   // Parameter gradients stay to the end of the step; the workspace went with the last GEMM.
   walk.grad(params);
   walk.release_workspace();
@@ -703,6 +741,28 @@ std::vector<std::size_t> envelope(const std::vector<Point>& points) {
     from = next_at;
   }
   return order;
+}
+
+// The caching allocator's fragmentation at points[peak], per sample (docs/memory-model.md, "The
+// allocator: rounding and fragmentation"). A tensor of `bin` bytes (an attention matrix) gets a
+// segment of its own; once it is freed, its segment is the best fit for the smaller tensors
+// allocated next (saved activations, block outputs, logits, gradients), which are carved out of it.
+// One of them left there pins the segment: it cannot be returned, and the next attention matrix
+// needs a fresh one. So the smaller tensors fill segments of `bin` bytes one after the other, as
+// many as their largest live total up to the peak needs; at the peak those segments hold the
+// smaller tensors still live and free space that no attention matrix fits in. The first `pre`
+// bytes of smaller tensors live in the segments allocated before the first attention matrix (the
+// embedding output, the first norm output and q|k|v: their holes take them later).
+Bytes fragmentation(const std::vector<Point>& points, std::size_t peak, Bytes bin, Bytes pre) {
+  if (bin <= 0) return 0;
+  auto smaller = [&](const Point& p) {
+    return std::max<Bytes>(0, p.per_sample_total - p.large - pre);
+  };
+  Bytes most = 0;
+  for (std::size_t i = 0; i <= peak; ++i) most = std::max(most, smaller(points[i]));
+  const Bytes segments = (most + bin - 1) / bin;
+  const Bytes held = checked_mul(segments, bin, "fragmentation segments");
+  return std::max<Bytes>(0, held - smaller(points[peak]));
 }
 
 }  // namespace
@@ -762,6 +822,17 @@ Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
   const bool listed = std::any_of(order.begin(), order.end(),
                                   [&](std::size_t i) { return i == points.size() - 1; });
   if (!listed) out.other_moments.push_back({last.name(), last.fixed_total, last.per_sample_total});
+  // The allocator's share, the same at every moment, so that the tensor bytes stay apart.
+  if (cfg.allocator == AllocatorKind::caching) {
+    const Dims d = dims_of(cfg);
+    const Bytes frag = fragmentation(points, order.back(), d.bin,
+                                     rows(d, checked_add(2 * d.H, d.Q, "rows"), d.e));
+    if (frag > 0) {
+      out.per_sample.push_back({std::string(kFragmentation), frag});
+      for (Moment& m : out.other_moments)
+        m.per_sample = checked_add(m.per_sample, frag, "allocator fragmentation");
+    }
+  }
   return out;
 }
 

@@ -20,7 +20,9 @@ struct DeviceOverhead {
 
 struct Component {
   std::string name;  // "weights", "master weights", "gradients", "optimizer state",
-                     // "saved activations", "logits and loss", "backward transient", ...
+                     // "saved activations", "logits and loss", "backward transient", ...,
+                     // and "allocator fragmentation" (per sample, caching allocator, eager
+                     // attention: the one component that is not tensor bytes)
   Bytes bytes = 0;   // for per-sample components: bytes for one sample (B = 1)
 };
 
