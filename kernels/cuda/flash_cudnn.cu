@@ -1,5 +1,7 @@
-// cuDNN backend graph of causal scaled-dot-product attention, forward (see flash_cudnn.h).
+// cuDNN backend graphs of causal scaled-dot-product attention, forward and backward (see
+// flash_cudnn.h).
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -39,7 +41,7 @@ cudnnDataType_t cudnn_type(DType t) {
 // Builds the nodes; tensors and descriptors are kept alive in `n`.
 class Builder {
  public:
-  explicit Builder(SdpaForwardNodes& nodes) : n_(nodes) {}
+  explicit Builder(SdpaNodes& nodes) : n_(nodes) {}
 
   cudnnBackendDescriptor_t tensor(std::int64_t uid, cudnnDataType_t type, const SdpaLayout& l,
                                   bool is_virtual, bool by_value = false) {
@@ -110,10 +112,66 @@ class Builder {
     n_.ops.push_back(std::move(op));
   }
 
+  // y = x seen through y's dims and strides (a transpose when the strides are swapped).
+  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    BackendDescriptor op = make_backend_descriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    set_desc(op.get(), CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+    set_desc(op.get(), CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+    VB_CUDNN_CHECK(cudnnBackendFinalize(op.get()));
+    n_.ops.push_back(std::move(op));
+  }
+
  private:
-  SdpaForwardNodes& n_;
+  SdpaNodes& n_;
   std::int64_t next_virtual_ = 100;
 };
+
+// Heuristics (mode A) over the graph, then its engine configurations in order until one
+// finalises into a plan; false when none does. CudaError from cuDNN calls propagates.
+bool find_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph, BackendDescriptor& plan_out,
+               BackendDescriptor& config_out, Bytes& workspace_out) {
+  BackendDescriptor heur = make_backend_descriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  VB_CUDNN_CHECK(cudnnBackendFinalize(heur.get()));
+  constexpr int kCandidates = 8;
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int i = 0; i < kCandidates; ++i) {
+    configs.push_back(make_backend_descriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(configs.back().get());
+  }
+  std::int64_t found = 0;
+  VB_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, kCandidates, &found,
+                                          raw.data()));
+  for (std::int64_t i = 0; i < found; ++i) {
+    BackendDescriptor plan = make_backend_descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &raw[static_cast<std::size_t>(i)]);
+    if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) continue;
+    std::int64_t ws = 0, count = 0;
+    VB_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                            CUDNN_TYPE_INT64, 1, &count, &ws));
+    workspace_out = ws;
+    plan_out = std::move(plan);
+    config_out = std::move(configs[static_cast<std::size_t>(i)]);
+    return true;
+  }
+  return false;
+}
+
+void execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, std::int64_t n,
+             const std::int64_t* uids, void* const* pointers, void* workspace) {
+  BackendDescriptor pack = make_backend_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  set(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+  set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, pointers);
+  set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  VB_CUDNN_CHECK(cudnnBackendFinalize(pack.get()));
+  VB_CUDNN_CHECK(cudnnBackendExecute(handle, plan, pack.get()));
+}
 
 SdpaLayout contiguous(std::vector<std::int64_t> dims) {
   std::vector<std::int64_t> strides(dims.size(), 1);
@@ -196,7 +254,7 @@ SdpaForwardNodes build_sdpa_forward_nodes(const FlashShape& s, DType dtype) {
   return nodes;
 }
 
-BackendDescriptor make_sdpa_operation_graph(const SdpaForwardNodes& nodes, cudnnHandle_t handle) {
+BackendDescriptor make_sdpa_operation_graph(const SdpaNodes& nodes, cudnnHandle_t handle) {
   BackendDescriptor graph = make_backend_descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   std::vector<cudnnBackendDescriptor_t> ops;
   for (const BackendDescriptor& op : nodes.ops) ops.push_back(op.get());
@@ -219,40 +277,7 @@ CudnnFlashForward::Plan& CudnnFlashForward::plan_for(const FlashShape& s, DType 
   try {
     p.nodes = build_sdpa_forward_nodes(s, dtype);
     p.graph = make_sdpa_operation_graph(p.nodes, handle_.get());
-    BackendDescriptor heur = make_backend_descriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    cudnnBackendDescriptor_t graph = p.graph.get();
-    set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-        &graph);
-    set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    VB_CUDNN_CHECK(cudnnBackendFinalize(heur.get()));
-    // Try the heuristics' engine configurations in order until one finalises into a plan.
-    constexpr int kCandidates = 8;
-    std::vector<BackendDescriptor> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int i = 0; i < kCandidates; ++i) {
-      configs.push_back(make_backend_descriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-      raw.push_back(configs.back().get());
-    }
-    std::int64_t found = 0;
-    VB_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, kCandidates, &found,
-                                            raw.data()));
-    for (std::int64_t i = 0; i < found && !p.ok; ++i) {
-      BackendDescriptor plan = make_backend_descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      cudnnHandle_t h = handle_.get();
-      set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-      set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-          &raw[static_cast<std::size_t>(i)]);
-      if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) continue;
-      std::int64_t ws = 0, count = 0;
-      VB_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                              CUDNN_TYPE_INT64, 1, &count, &ws));
-      p.workspace = ws;
-      p.plan = std::move(plan);
-      p.engine_config = std::move(configs[static_cast<std::size_t>(i)]);
-      p.ok = true;
-    }
+    p.ok = find_plan(handle_.get(), p.graph.get(), p.plan, p.engine_config, p.workspace);
   } catch (const CudaOutOfMemory&) {
     plans_.erase(key);
     throw;
@@ -291,12 +316,218 @@ void CudnnFlashForward::run(const FlashShape& s, DType dtype, void* y, float* ls
                       &scale,
                       &neg_inf};
   const std::int64_t uids[] = {kSdpaQ, kSdpaK, kSdpaV, kSdpaO, kSdpaStats, kSdpaScale, kSdpaNegInf};
-  BackendDescriptor pack = make_backend_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  set(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 7, uids);
-  set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 7, pointers);
-  set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  VB_CUDNN_CHECK(cudnnBackendFinalize(pack.get()));
-  VB_CUDNN_CHECK(cudnnBackendExecute(handle_.get(), p.plan.get(), pack.get()));
+  execute(handle_.get(), p.plan.get(), 7, uids, pointers, workspace);
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+
+SdpaLayout sdpa_vt_layout(const FlashShape& s) {
+  return sdpa_kt_layout(s);  // same view shape; the pointer starts at the v columns
+}
+SdpaLayout sdpa_k_layout(const FlashShape& s) {
+  return sdpa_v_layout(s);  // [B, K, S, D] rows of width W; the pointer picks the k or v columns
+}
+SdpaLayout sdpa_softmax_sum_layout(const FlashShape& s) {
+  return contiguous({s.batch, s.heads, s.seq, 1});
+}
+SdpaLayout sdpa_dq_accum_layout(const FlashShape& s) {
+  return contiguous({s.batch, s.heads, s.seq, s.head_dim});
+}
+
+SdpaBackwardScratch sdpa_backward_scratch(const FlashShape& s, Bytes plan_workspace) {
+  constexpr Bytes kAlign = 256;
+  auto up = [](Bytes b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  SdpaBackwardScratch r;
+  r.dq_accum_offset = 0;
+  r.softmax_sum_offset = up(s.batch * s.heads * s.seq * s.head_dim * 4);
+  r.workspace_offset = r.softmax_sum_offset + up(s.batch * s.heads * s.seq * 4);
+  r.total = r.workspace_offset + plan_workspace;
+  return r;
+}
+
+// The pattern of cuDNN's fused-attention backward as its frontend lowers it (no dropout, no bias):
+//   softmax_sum = reduce_add(dO * O) * 1                      (non-virtual, fp32)
+//   P  = exp(causal(scale * Q K^T) - stats)
+//   dV = P^T dO                     (per query head, then summed over the group when K < A)
+//   dS = scale * P * (dO V^T - softmax_sum)
+//   dK = dS^T Q                     (idem)
+//   dQ = identity(dQ_accum),  dQ_accum = dS K                 (non-virtual, fp32)
+// P^T and dS^T are reshapes (swapped strides) in the storage type, as the frontend writes them.
+SdpaBackwardNodes build_sdpa_backward_nodes(const FlashShape& s, DType dtype) {
+  check_flash_shape(s);
+  if (dtype != DType::f16 && dtype != DType::bf16)
+    throw std::invalid_argument("cuDNN fused attention takes f16 or bf16, not " +
+                                std::string(dtype_name(dtype)));
+  const cudnnDataType_t io = cudnn_type(dtype), f32 = CUDNN_DATA_FLOAT;
+  const std::int64_t B = s.batch, A = s.heads, S = s.seq, D = s.head_dim;
+  const bool grouped = s.kv_heads != s.heads;
+  SdpaBackwardNodes nodes;
+  Builder g(nodes);
+  const SdpaLayout scores = contiguous({B, A, S, S});
+  const SdpaLayout scores_t{{B, A, S, S}, {A * S * S, S * S, 1, S}};  // [B, A, S_kv, S_q]
+  const SdpaLayout row = contiguous({B, A, S, 1});
+  const SdpaLayout scalar = contiguous({1, 1, 1, 1});
+  const SdpaLayout per_query_head = contiguous({B, A, S, D});
+  const SdpaLayout k_rows = sdpa_kt_layout(s);  // K^T, seen back as K below
+  const SdpaLayout k_view{
+      {k_rows.dims[0], k_rows.dims[1], k_rows.dims[3], k_rows.dims[2]},
+      {k_rows.strides[0], k_rows.strides[1], k_rows.strides[3], k_rows.strides[2]}};
+
+  auto q = g.tensor(kSdpaBwdQ, io, sdpa_q_layout(s), false);
+  auto kt = g.tensor(kSdpaBwdKt, io, sdpa_kt_layout(s), false);
+  auto vt = g.tensor(kSdpaBwdVt, io, sdpa_vt_layout(s), false);
+  auto o = g.tensor(kSdpaBwdO, io, sdpa_o_layout(s), false);
+  auto d_o = g.tensor(kSdpaBwdDO, io, sdpa_o_layout(s), false);
+  auto stats = g.tensor(kSdpaBwdStats, f32, sdpa_stats_layout(s), false);
+  auto dq = g.tensor(kSdpaBwdDQ, io, sdpa_q_layout(s), false);
+  auto dk = g.tensor(kSdpaBwdDK, io, sdpa_k_layout(s), false);
+  auto dv = g.tensor(kSdpaBwdDV, io, sdpa_k_layout(s), false);
+  auto scale = g.tensor(kSdpaBwdScale, f32, scalar, false, true);
+  auto neg_inf = g.tensor(kSdpaBwdNegInf, f32, scalar, false, true);
+  auto one = g.tensor(kSdpaBwdOne, f32, scalar, false, true);
+  auto softmax_sum = g.tensor(kSdpaBwdSoftmaxSum, f32, sdpa_softmax_sum_layout(s), false);
+  auto dq_accum = g.tensor(kSdpaBwdDQAccum, f32, sdpa_dq_accum_layout(s), false);
+
+  // softmax_sum_i = dO_i . O_i (= sum_j P_ij dP_ij), the row term of the softmax backward.
+  auto do_o = g.virt(f32, sdpa_o_layout(s));
+  g.pointwise(CUDNN_POINTWISE_MUL, d_o, o, nullptr, do_o);
+  auto do_o_sum = g.virt(f32, row);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum);
+  g.pointwise(CUDNN_POINTWISE_MUL, do_o_sum, one, nullptr, softmax_sum);
+
+  // P recomputed from the saved log-sum-exp, with the forward's causal mask.
+  auto s_raw = g.virt(f32, scores);
+  g.matmul(q, kt, s_raw);
+  auto s_scaled = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_MUL, s_raw, scale, nullptr, s_scaled);
+  auto row_index = g.virt(CUDNN_DATA_INT32, scores);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, row_index, 2);
+  auto col_index = g.virt(CUDNN_DATA_INT32, scores);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, col_index, 3);
+  auto keep = g.virt(CUDNN_DATA_BOOLEAN, scores);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row_index, col_index, nullptr, keep);
+  auto s_masked = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s_scaled, neg_inf, keep, s_masked);
+  auto shifted = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_SUB, s_masked, stats, nullptr, shifted);
+  auto probs = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, nullptr, probs);
+
+  // dV = P^T dO; with grouped heads per query head first, then summed onto the kv heads.
+  auto probs_t = g.virt(io, scores_t);
+  g.reshape(probs, probs_t);
+  if (grouped) {
+    auto dv_per_head = g.virt(io, per_query_head);
+    g.matmul(probs_t, d_o, dv_per_head);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_per_head, dv);
+  } else {
+    g.matmul(probs_t, d_o, dv);
+  }
+
+  // dS = scale * P * (dO V^T - softmax_sum)
+  auto dprobs = g.virt(f32, scores);
+  g.matmul(d_o, vt, dprobs);
+  auto dprobs_centred = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_SUB, dprobs, softmax_sum, nullptr, dprobs_centred);
+  auto dscores_unscaled = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_MUL, dprobs_centred, probs, nullptr, dscores_unscaled);
+  auto dscores = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_MUL, dscores_unscaled, scale, nullptr, dscores);
+
+  // dK = dS^T Q
+  auto dscores_t = g.virt(io, scores_t);
+  g.reshape(dscores, dscores_t);
+  if (grouped) {
+    auto dk_per_head = g.virt(io, per_query_head);
+    g.matmul(dscores_t, q, dk_per_head);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_per_head, dk);
+  } else {
+    g.matmul(dscores_t, q, dk);
+  }
+
+  // dQ = dS K, accumulated in fp32, then stored in the storage type.
+  auto k = g.virt(io, k_view);
+  g.reshape(kt, k);
+  g.matmul(dscores, k, dq_accum);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq);
+  return nodes;
+}
+
+CudnnFlashBackward::CudnnFlashBackward() : owned_(make_cudnn_handle()), handle_(owned_.get()) {}
+CudnnFlashBackward::CudnnFlashBackward(cudnnHandle_t shared) : handle_(shared) {}
+
+CudnnFlashBackward::Plan& CudnnFlashBackward::plan_for(const FlashShape& s, DType dtype) {
+  const Key key{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, static_cast<int>(dtype)};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan& p = plans_[key];
+  if (s.dropout_p > 0.0f || (dtype != DType::f16 && dtype != DType::bf16)) return p;
+  try {
+    p.nodes = build_sdpa_backward_nodes(s, dtype);
+    p.graph = make_sdpa_operation_graph(p.nodes, handle_);
+    p.ok = find_plan(handle_, p.graph.get(), p.plan, p.engine_config, p.workspace);
+  } catch (const CudaOutOfMemory&) {
+    plans_.erase(key);
+    throw;
+  } catch (const CudaError&) {
+    p.ok = false;  // no engine for this graph here: the caller uses the plain kernels
+  }
+  return p;
+}
+
+bool CudnnFlashBackward::supports(const FlashShape& s, DType dtype) {
+  return plan_for(s, dtype).ok;
+}
+
+Bytes CudnnFlashBackward::scratch_bytes(const FlashShape& s, DType dtype) {
+  return sdpa_backward_scratch(s, plan_for(s, dtype).workspace).total;
+}
+
+void CudnnFlashBackward::run(const FlashShape& s, DType dtype, void* dqkv, const void* dy,
+                             const void* qkv, const void* y, const float* lse, void* scratch,
+                             Bytes scratch_bytes, cudaStream_t stream) {
+  Plan& p = plan_for(s, dtype);
+  if (!p.ok) throw std::invalid_argument("cuDNN has no fused attention engine for this shape");
+  const SdpaBackwardScratch at = sdpa_backward_scratch(s, p.workspace);
+  if (at.total > scratch_bytes)
+    throw std::invalid_argument("cuDNN fused attention backward needs " + std::to_string(at.total) +
+                                " bytes of scratch, the program gives " +
+                                std::to_string(scratch_bytes));
+  VB_CUDNN_CHECK(cudnnSetStream(handle_, stream));
+  // cuDNN zeroes the fp32 dQ accumulator itself from 9.6 on; before that its frontend cleared it.
+  if (cudnnGetVersion() < 90600)
+    VB_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(scratch) + at.dq_accum_offset, 0,
+                                  static_cast<std::size_t>(at.softmax_sum_offset), stream));
+  const std::int64_t es = dtype_size(dtype);
+  const std::int64_t k_col = s.heads * s.head_dim * es;
+  const std::int64_t v_col = (s.heads + s.kv_heads) * s.head_dim * es;
+  char* in = const_cast<char*>(static_cast<const char*>(qkv));
+  char* out = static_cast<char*>(dqkv);
+  char* work = static_cast<char*>(scratch);
+  float scale = s.scale();
+  float neg_inf = -INFINITY;
+  float one = 1.0f;
+  void* pointers[] = {in,
+                      in + k_col,
+                      in + v_col,
+                      const_cast<void*>(y),
+                      const_cast<void*>(dy),
+                      const_cast<float*>(lse),
+                      out,
+                      out + k_col,
+                      out + v_col,
+                      &scale,
+                      &neg_inf,
+                      &one,
+                      work + at.softmax_sum_offset,
+                      work + at.dq_accum_offset};
+  const std::int64_t uids[] = {kSdpaBwdQ,          kSdpaBwdKt,     kSdpaBwdVt,     kSdpaBwdO,
+                               kSdpaBwdDO,         kSdpaBwdStats,  kSdpaBwdDQ,     kSdpaBwdDK,
+                               kSdpaBwdDV,         kSdpaBwdScale,  kSdpaBwdNegInf, kSdpaBwdOne,
+                               kSdpaBwdSoftmaxSum, kSdpaBwdDQAccum};
+  static_assert(std::size(uids) == std::size(pointers));
+  execute(handle_, p.plan.get(), static_cast<std::int64_t>(std::size(uids)), uids, pointers,
+          work + at.workspace_offset);
 }
 
 }  // namespace vrambench::cuda

@@ -153,6 +153,7 @@ class CudaExecutor final : public Executor {
 
   void run(const Args& a);
   void attention(const Args& a);
+  bool cudnn_flash(const Args& a, const FlashShape& f, DType dt);
   void optimizer(const Args& a);
 
   Stream stream_;
@@ -161,6 +162,7 @@ class CudaExecutor final : public Executor {
   std::unique_ptr<GemmRunner> gemm_;
   FlashImpl flash_impl_;
   std::unique_ptr<CudnnFlashForward> cudnn_flash_;
+  std::unique_ptr<CudnnFlashBackward> cudnn_flash_bwd_;
   std::unordered_map<std::string, int> steps_;  // optimizer steps per weight, as the cpu executor
 };
 
@@ -295,23 +297,7 @@ void CudaExecutor::run(const Args& a) {
       FlashShape f{s.batch,    s.seq,      s.heads,
                    s.kv_heads, s.head_dim, static_cast<float>(op.dropout_p),
                    op.seed};
-      if (fwd && flash_impl_ == FlashImpl::cudnn && !cudnn_flash_) {
-        try {
-          cudnn_flash_ = std::make_unique<CudnnFlashForward>();
-        } catch (const CudaOutOfMemory&) {
-          throw;
-        } catch (const CudaError&) {
-          flash_impl_ = FlashImpl::kernels;  // no usable cuDNN here: the kernels do the same op
-        }
-      }
-      if (fwd && flash_impl_ == FlashImpl::cudnn) {
-        if (cudnn_flash_->supports(f, dt) &&
-            cudnn_flash_->workspace_bytes(f, dt) <= a.workspace_bytes) {
-          cudnn_flash_->run(f, dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), a.workspace,
-                            a.workspace_bytes, st);
-          return;
-        }
-      }
+      if (flash_impl_ == FlashImpl::cudnn && cudnn_flash(a, f, dt)) return;
       if (fwd)
         launch_flash_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), f, st);
       else
@@ -427,6 +413,39 @@ void CudaExecutor::attention(const Args& a) {
     default:
       a.fail("not an attention GEMM op");
   }
+}
+
+// flash_fwd / flash_bwd through cuDNN's fused attention; false when the plain kernels must run it:
+// no cuDNN handle here (then the kernels run every later flash op too), no engine for the shape,
+// or more scratch than the op's workspace tensor holds (the forward's cuDNN workspace, the
+// backward's fp32 dQ accumulator, softmax sums and cuDNN workspace), since a run may use only
+// the memory its program lists.
+bool CudaExecutor::cudnn_flash(const Args& a, const FlashShape& f, DType dt) {
+  const bool fwd = a.op.kind == OpKind::flash_fwd;
+  cudaStream_t st = stream_.get();
+  try {
+    if (!cudnn_flash_) cudnn_flash_ = std::make_unique<CudnnFlashForward>();
+    if (!fwd && !cudnn_flash_bwd_)  // the forward's handle: one cuDNN handle per process
+      cudnn_flash_bwd_ = std::make_unique<CudnnFlashBackward>(cudnn_flash_->handle());
+  } catch (const CudaOutOfMemory&) {
+    throw;
+  } catch (const CudaError&) {
+    flash_impl_ = FlashImpl::kernels;  // no usable cuDNN here: the kernels do the same op
+    return false;
+  }
+  if (fwd) {
+    if (!cudnn_flash_->supports(f, dt) || cudnn_flash_->workspace_bytes(f, dt) > a.workspace_bytes)
+      return false;
+    cudnn_flash_->run(f, dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), a.workspace,
+                      a.workspace_bytes, st);
+    return true;
+  }
+  if (!cudnn_flash_bwd_->supports(f, dt) ||
+      cudnn_flash_bwd_->scratch_bytes(f, dt) > a.workspace_bytes)
+    return false;
+  cudnn_flash_bwd_->run(f, dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]),
+                        f32(a.in[3]), a.workspace, a.workspace_bytes, st);
+  return true;
 }
 
 // In place on the weight, its state and its master copy (the last input when there is one).
