@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Regenerates the committed reference tables under results/. The sim tables are deterministic:
+# tests/test_reference_tables.cpp re-derives every row and fails when the model, the program or the
+# allocator changes what they say, so a change that moves them must regenerate and explain them.
+# GPU tables (results/<gpu>/) are written the same way with --device cuda on a machine with a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=build/vrambench
+[ -x "$bin" ] || scripts/setup.sh
+
+# table FOLDER NAME ARGS...: the Markdown goes to FOLDER/NAME.md, CSV and JSON beside it.
+table() {
+  local folder=$1 name=$2
+  shift 2
+  mkdir -p "$folder"
+  { echo "# $name"; echo; echo '```'; echo "vrambench $*"; echo '```'; echo
+    "$bin" "$@" --quiet --out "$folder" --name "$name" | grep -v '^wrote '; } > "$folder/$name.md"
+  echo "wrote $folder/$name.{md,csv,json}"
+}
+
+table results/sim-h100-80gb headline-gpt2 --device sim:h100-80gb --sweep seq=512..8192
+table results/sim-h100-80gb grid-gpt2 --device sim:h100-80gb \
+  --sweep preset=gpt2,gpt2-medium --sweep seq=512..8192 --sweep dtype=fp32,bf16 \
+  --sweep attention=eager,flash --sweep recompute=none,selective,full
+table results/sim-rtx4090 llama3-8b-no-optimizer --device sim:rtx4090 --preset llama3-8b \
+  --optimizer none --recompute full --sweep seq=512..8192 --sweep attention=eager,flash
