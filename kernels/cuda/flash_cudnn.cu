@@ -201,6 +201,34 @@ SdpaLayout sdpa_stats_layout(const FlashShape& s) {
   return contiguous({s.batch, s.heads, s.seq, 1});
 }
 
+namespace {
+
+// S = q k^T (heads map onto kv heads by broadcasting over the group), scaled, then causal: keep
+// (i, j) where row index i >= column index j, else -inf. The forward and the backward (which
+// recomputes P) build the same nodes, so the masks agree by construction.
+cudnnBackendDescriptor_t causal_scaled_scores(Builder& g, cudnnBackendDescriptor_t q,
+                                              cudnnBackendDescriptor_t kt,
+                                              cudnnBackendDescriptor_t scale,
+                                              cudnnBackendDescriptor_t neg_inf,
+                                              const SdpaLayout& scores) {
+  const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+  auto s_raw = g.virt(f32, scores);
+  g.matmul(q, kt, s_raw);
+  auto s_scaled = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_MUL, s_raw, scale, nullptr, s_scaled);
+  auto row_index = g.virt(CUDNN_DATA_INT32, scores);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, row_index, 2);
+  auto col_index = g.virt(CUDNN_DATA_INT32, scores);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, col_index, 3);
+  auto keep = g.virt(CUDNN_DATA_BOOLEAN, scores);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row_index, col_index, nullptr, keep);
+  auto s_masked = g.virt(f32, scores);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s_scaled, neg_inf, keep, s_masked);
+  return s_masked;
+}
+
+}  // namespace
+
 SdpaForwardNodes build_sdpa_forward_nodes(const FlashShape& s, DType dtype) {
   check_flash_shape(s);
   if (dtype != DType::f16 && dtype != DType::bf16)
@@ -221,20 +249,7 @@ SdpaForwardNodes build_sdpa_forward_nodes(const FlashShape& s, DType dtype) {
   auto scale = g.tensor(kSdpaScale, f32, scalar, false, true);
   auto neg_inf = g.tensor(kSdpaNegInf, f32, scalar, false, true);
 
-  // S = q k^T (heads map onto kv heads by broadcasting over the group), scaled.
-  auto s_raw = g.virt(f32, scores);
-  g.matmul(q, kt, s_raw);
-  auto s_scaled = g.virt(f32, scores);
-  g.pointwise(CUDNN_POINTWISE_MUL, s_raw, scale, nullptr, s_scaled);
-  // Causal: keep (i, j) where row index i >= column index j, else -inf.
-  auto row_index = g.virt(CUDNN_DATA_INT32, scores);
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, row_index, 2);
-  auto col_index = g.virt(CUDNN_DATA_INT32, scores);
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, col_index, 3);
-  auto keep = g.virt(CUDNN_DATA_BOOLEAN, scores);
-  g.pointwise(CUDNN_POINTWISE_CMP_GE, row_index, col_index, nullptr, keep);
-  auto s_masked = g.virt(f32, scores);
-  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s_scaled, neg_inf, keep, s_masked);
+  auto s_masked = causal_scaled_scores(g, q, kt, scale, neg_inf, scores);
   // Softmax with its log-sum-exp saved: stats = max + log(sum exp(S - max)).
   auto row_max = g.virt(f32, row);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s_masked, row_max);
@@ -396,18 +411,7 @@ SdpaBackwardNodes build_sdpa_backward_nodes(const FlashShape& s, DType dtype) {
   g.pointwise(CUDNN_POINTWISE_MUL, do_o_sum, one, nullptr, softmax_sum);
 
   // P recomputed from the saved log-sum-exp, with the forward's causal mask.
-  auto s_raw = g.virt(f32, scores);
-  g.matmul(q, kt, s_raw);
-  auto s_scaled = g.virt(f32, scores);
-  g.pointwise(CUDNN_POINTWISE_MUL, s_raw, scale, nullptr, s_scaled);
-  auto row_index = g.virt(CUDNN_DATA_INT32, scores);
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, row_index, 2);
-  auto col_index = g.virt(CUDNN_DATA_INT32, scores);
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s_scaled, nullptr, nullptr, col_index, 3);
-  auto keep = g.virt(CUDNN_DATA_BOOLEAN, scores);
-  g.pointwise(CUDNN_POINTWISE_CMP_GE, row_index, col_index, nullptr, keep);
-  auto s_masked = g.virt(f32, scores);
-  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s_scaled, neg_inf, keep, s_masked);
+  auto s_masked = causal_scaled_scores(g, q, kt, scale, neg_inf, scores);
   auto shifted = g.virt(f32, scores);
   g.pointwise(CUDNN_POINTWISE_SUB, s_masked, stats, nullptr, shifted);
   auto probs = g.virt(f32, scores);
