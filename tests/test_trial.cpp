@@ -352,6 +352,47 @@ TEST(Trial, LibraryOutOfMemoryIsAnOomResultNamingTheOp) {
   EXPECT_EQ(allocator.live_blocks(), 0u);
 }
 
+// A driver that reports what the allocator holds plus library memory the allocator never sees:
+// 100 bytes more while op 2 (act) runs.
+class DriverView : public SegmentSource {
+ public:
+  explicit DriverView(const CountingAllocator& allocator) : allocator_(allocator) {}
+  std::optional<std::uintptr_t> allocate_segment(Bytes) override { return std::nullopt; }
+  void free_segment(std::uintptr_t, Bytes) override {}
+  Bytes capacity() const override { return 1 << 20; }
+  Bytes in_use() const override { return allocator_.stats().reserved; }
+  std::optional<Bytes> device_used() const override {
+    ++samples;
+    return allocator_.stats().reserved + 5000 + (samples == 4 ? 100 : 0);
+  }
+  mutable int samples = 0;
+
+ private:
+  const CountingAllocator& allocator_;
+};
+
+TEST(Trial, DriverSamplesRaiseTheDevicePeakAboveTheAllocatorsView) {
+  const Program program = tiny_program();
+  CountingAllocator allocator(1 << 20, 1);
+  DriverView driver(allocator);
+  RecordingExecutor executor;
+  const TrialResult r =
+      run_step(program, compute_liveness(program), allocator, &executor, 0, 1, &driver);
+  ASSERT_TRUE(r.fit);
+  // One sample after the persistent tensors, then one before each of the 6 ops.
+  EXPECT_EQ(driver.samples, 7);
+  // Sample 4 is taken before op 2 (act), with 690 bytes live (see tiny_program): 690 + 5100.
+  EXPECT_EQ(r.driver_peak, 690 + 5100);
+  EXPECT_EQ(r.device_peak, 690 + 5100);
+  EXPECT_EQ(r.reserved_peak, 750);
+
+  // Without a driver the device peak is the allocator's view plus the fixed overhead.
+  CountingAllocator plain(1 << 20, 1);
+  const TrialResult p = run_step(program, compute_liveness(program), plain, nullptr, 64);
+  EXPECT_EQ(p.driver_peak, 0);
+  EXPECT_EQ(p.device_peak, 750 + 64);
+}
+
 TEST(Trial, RejectsBadArguments) {
   const Program program = tiny_program();
   CountingAllocator allocator(1 << 20, 1);

@@ -24,6 +24,9 @@ class SegmentSource {
   virtual void free_segment(std::uintptr_t address, Bytes bytes) = 0;
   virtual Bytes capacity() const = 0;  // what this source may hand out in total
   virtual Bytes in_use() const = 0;    // bytes of segments currently handed out
+  // Memory in use on the whole device as its driver reports it (total - free), for sources over a
+  // real device; nullopt elsewhere. The trial runner samples it around every op.
+  virtual std::optional<Bytes> device_used() const { return std::nullopt; }
 };
 
 // A SegmentSource of virtual addresses: hands out up to `capacity` bytes, no memory behind them.

@@ -145,6 +145,7 @@ nlohmann::json trial_json(const TrialResult& t) {
   j["tensor_peak_bytes"] = t.tensor_peak;
   j["reserved_peak_bytes"] = t.reserved_peak;
   j["device_peak_bytes"] = t.device_peak;
+  if (t.driver_peak > 0) j["driver_peak_bytes"] = t.driver_peak;
   nlohmann::json roles = nlohmann::json::object();
   for (int r = 0; r < kRoleCount; ++r)
     roles[std::string(to_string(static_cast<Role>(r))) + "_bytes"] =

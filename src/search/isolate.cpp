@@ -22,6 +22,7 @@ nlohmann::json trial_to_json(const TrialResult& t) {
                    {"tensor_peak", t.tensor_peak},
                    {"reserved_peak", t.reserved_peak},
                    {"device_peak", t.device_peak},
+                   {"driver_peak", t.driver_peak},
                    {"peak_op", t.peak_op},
                    {"peak_by_role", t.peak_by_role}};
   if (t.oom)
@@ -38,6 +39,7 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   t.tensor_peak = j.at("tensor_peak").get<Bytes>();
   t.reserved_peak = j.at("reserved_peak").get<Bytes>();
   t.device_peak = j.at("device_peak").get<Bytes>();
+  t.driver_peak = j.at("driver_peak").get<Bytes>();
   t.peak_op = j.at("peak_op").get<int>();
   t.peak_by_role = j.at("peak_by_role").get<decltype(t.peak_by_role)>();
   if (j.contains("oom")) {

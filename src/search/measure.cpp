@@ -49,7 +49,7 @@ TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64
   std::unique_ptr<SegmentSource> source = sources(capacity);
   std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
   return run_step(program, liveness, *allocator, executor, device.fixed_overhead,
-                  device.trial_steps);
+                  device.trial_steps, source.get());
 }
 
 Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {

@@ -113,7 +113,14 @@ void check_shapes(const Program& program, const Liveness& liveness, int steps) {
 
 // The walk itself; returns with result.oom set at the first allocation that fails.
 void walk(const Program& program, const Liveness& liveness, Executor* executor, int steps,
-          Replay& replay, TrialResult& result) {
+          const SegmentSource* sampled, Replay& replay, TrialResult& result) {
+  // What the driver says is in use, once this op's memory is allocated: it sees what the
+  // allocator's bookkeeping cannot (library scratch, driver-side rounding).
+  auto sample = [&] {
+    if (!sampled) return;
+    if (const std::optional<Bytes> used = sampled->device_used())
+      result.driver_peak = std::max(result.driver_peak, *used);
+  };
   // Allocate every persistent tensor before initialising any, then initialise in id order:
   // a master weight is initialised from its weight, which the builder creates first.
   std::vector<int> persistent = liveness.persistent;
@@ -122,12 +129,14 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
     if (!replay.allocate(id, -1, result)) return;
   if (executor)
     for (int id : persistent) executor->initialize(program, id, replay.data(id));
+  sample();
 
   for (int step = 0; step < steps; ++step) {
     for (std::size_t i = 0; i < program.ops.size(); ++i) {
       for (int id : liveness.allocs_before[i])
         if (!replay.allocate(id, static_cast<int>(i), result)) return;
       if (executor) {
+        sample();
         try {
           executor->execute(program, i, replay.data());
         } catch (const DeviceOutOfMemory&) {
@@ -149,13 +158,14 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
 }  // namespace
 
 TrialResult run_step(const Program& program, const Liveness& liveness, Allocator& allocator,
-                     Executor* executor, Bytes fixed_overhead, int steps) {
+                     Executor* executor, Bytes fixed_overhead, int steps,
+                     const SegmentSource* sampled) {
   check_shapes(program, liveness, steps);
   allocator.reset_peaks();
   TrialResult result;
   Replay replay(program, allocator);
   try {
-    walk(program, liveness, executor, steps, replay, result);
+    walk(program, liveness, executor, steps, sampled, replay, result);
     // After an OOM, kernels queued before it may still be running over live blocks.
     if (!result.fit && executor) executor->synchronize();
   } catch (...) {
@@ -167,7 +177,7 @@ TrialResult run_step(const Program& program, const Liveness& liveness, Allocator
   }
   replay.release_all();
   result.reserved_peak = allocator.stats().reserved_peak;
-  result.device_peak = result.reserved_peak + fixed_overhead;
+  result.device_peak = std::max(result.reserved_peak + fixed_overhead, result.driver_peak);
   allocator.release_cached();
   return result;
 }

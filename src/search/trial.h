@@ -31,7 +31,8 @@ struct TrialResult {
   // rounding, so the program's figure is what compares with the analytic model.
   Bytes tensor_peak = 0;
   Bytes reserved_peak = 0;  // the allocator's segments
-  Bytes device_peak = 0;    // reserved_peak + fixed_overhead
+  Bytes device_peak = 0;    // max(reserved_peak + fixed_overhead, driver_peak)
+  Bytes driver_peak = 0;    // highest device_used() sampled around the ops (0 without a driver)
   int peak_op = -1;         // op index at which tensor bytes peaked (-1: before the first op)
   std::array<Bytes, kRoleCount> peak_by_role{};  // live tensor bytes per Role at the tensor peak
 };
@@ -43,6 +44,7 @@ struct TrialResult {
 // failures (an executor error, steps < 1) throw after the memory has been returned.
 // `executor` may be nullptr (sim): then nothing is initialised or run.
 TrialResult run_step(const Program& program, const Liveness& liveness, Allocator& allocator,
-                     Executor* executor, Bytes fixed_overhead, int steps = 1);
+                     Executor* executor, Bytes fixed_overhead, int steps = 1,
+                     const SegmentSource* sampled = nullptr);
 
 }  // namespace vrambench
