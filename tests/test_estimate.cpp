@@ -333,7 +333,8 @@ TEST(EstimateMonotone, Llama2MaxBatchDoesNotGrowWithSequence) {
 }
 
 // The attention core alone: inputs qkv [S, 3H] and dout [S, H]; flash keeps attn.y and the fp32 lse
-// and its backward writes dqkv next to an fp32 dq accumulator [S, A, D]. No weights, no GEMM.
+// and its backward writes dqkv next to fp32 scratch: the dq accumulator [A, S, D] and the row sums
+// [A, S]. No weights, no GEMM.
 TEST(EstimateScope, FlashAttentionCore) {
   const Bytes S = 1024, H = 768, A = 12;
   RunConfig cfg = config("gpt2", S);
@@ -343,7 +344,7 @@ TEST(EstimateScope, FlashAttentionCore) {
   EXPECT_EQ(b.fixed_total(), 512 * MiB);
   EXPECT_EQ(b.component("inputs"), S * 2 * (3 * H + H));
   EXPECT_EQ(b.component("saved activations"), S * (2 * H + 4 * A));
-  EXPECT_EQ(b.component("backward transient"), S * (2 * 3 * H + 4 * H));
+  EXPECT_EQ(b.component("backward transient"), S * (2 * 3 * H + 4 * H + 4 * A));
 }
 
 // One gpt block: its parameters with the full recipe, and the block input and output gradient as

@@ -106,6 +106,10 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
 }
 
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
+  if (options.flash_impl != "cudnn" && options.flash_impl != "kernels")
+    throw UsageError(fmt::format("invalid --flash-impl '{}': use cudnn or kernels",
+                                 options.flash_impl));
+  const bool cudnn_attention = options.flash_impl == "cudnn";
   const Formats formats = parse_formats(options.format);
   const Grid grid = make_grid(options);
   const std::vector<DeviceSpec> devices = resolve_devices(grid);
@@ -130,14 +134,17 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     if (progress)
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(),
                    describe_point(cfg, grid.varying).c_str());
+    const SourceFactory sources = sources_for(device);
+    const ExecutorFactory executors =
+        executors_for(device, !options.no_execute, cudnn_attention);
     std::optional<Measurement> measured_row;
     try {
       // On CUDA a sticky error poisons the process: each configuration gets its own child.
       if (options.isolate || device.kind == DeviceKind::cuda)
-        measured_row = measure_isolated(cfg, device, sources_for(device), executors_for(device, !options.no_execute),
-                                        limits, fault_from_environment());
+        measured_row = measure_isolated(cfg, device, sources, executors, limits,
+                                        fault_from_environment());
       else
-        measured_row = measure(cfg, device, sources_for(device), executors_for(device, !options.no_execute), limits);
+        measured_row = measure(cfg, device, sources, executors, limits);
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {

@@ -17,7 +17,7 @@ DeviceSpec resolve_gpu_device(const RunConfig&) {
   throw UsageError("--device cuda: this build has no CUDA support");
 }
 SourceFactory gpu_sources() { return {}; }
-ExecutorFactory gpu_executors() { return {}; }
+ExecutorFactory gpu_executors(bool) { return {}; }
 #endif
 
 DeviceSpec resolve_device(const RunConfig& cfg, std::string* note) {
@@ -36,11 +36,11 @@ SourceFactory sources_for(const DeviceSpec& device) {
   return virtual_sources();
 }
 
-ExecutorFactory executors_for(const DeviceSpec& device, bool execute) {
+ExecutorFactory executors_for(const DeviceSpec& device, bool execute, bool cudnn_attention) {
   if (!execute) return {};
   switch (device.kind) {
     case DeviceKind::cpu: return [] { return make_cpu_executor(1234); };
-    case DeviceKind::cuda: return gpu_executors();
+    case DeviceKind::cuda: return gpu_executors(cudnn_attention);
     case DeviceKind::sim: break;
   }
   return {};

@@ -25,13 +25,16 @@ GpuPresence probe_gpu();
 // context overhead in a child process; the factories are for use in a measuring child only.
 DeviceSpec resolve_gpu_device(const RunConfig& cfg);
 SourceFactory gpu_sources();
-ExecutorFactory gpu_executors();
+// `cudnn_attention`: flash attention through cuDNN's fused graphs where cuDNN takes the shape
+// (16-bit, no dropout, scratch in the program), else the plain fused kernels.
+ExecutorFactory gpu_executors(bool cudnn_attention);
 
 // Resolves cfg.device for every kind, cuda included.
 DeviceSpec resolve_device(const RunConfig& cfg, std::string* note);
 SourceFactory sources_for(const DeviceSpec& device);
 // `execute` false: allocation alone (--no-execute), nothing runs on the device.
-ExecutorFactory executors_for(const DeviceSpec& device, bool execute = true);
+ExecutorFactory executors_for(const DeviceSpec& device, bool execute = true,
+                              bool cudnn_attention = true);
 
 // `vrambench devices`: the detected GPUs as a table (empty when there are none).
 Table gpu_table();

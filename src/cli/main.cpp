@@ -117,6 +117,10 @@ int run(int argc, char** argv) {
   search->add_flag("--quiet", options.quiet, "no progress line on stderr");
   search->add_flag("--isolate", options.isolate,
                    "measure each configuration in a child process (always on for cuda)");
+  search->add_option("--flash-impl", options.flash_impl,
+                     "cuda: flash attention through cuDNN's fused graphs where cuDNN takes the "
+                     "shape (cudnn), or always the plain fused kernels (kernels)")
+      ->capture_default_str();
   search->add_flag("--no-execute", options.no_execute,
                    "allocate every tensor of the step but run no kernel (cpu, cuda)");
   search->footer(kExamples);

@@ -23,6 +23,7 @@ struct CliOptions {
   bool quiet = false;                          // --quiet: no progress line
   bool isolate = false;                        // --isolate: a child process per configuration
   bool no_execute = false;                     // --no-execute: allocate only, run no kernel
+  std::string flash_impl = "cudnn";            // --flash-impl: cudnn | kernels (cuda device)
 };
 
 struct Formats {

@@ -67,8 +67,9 @@ SourceFactory gpu_sources() {
   return [](Bytes capacity) { return make_cuda_source(capacity); };
 }
 
-ExecutorFactory gpu_executors() {
-  return [] { return make_cuda_executor(1234); };
+ExecutorFactory gpu_executors(bool cudnn_attention) {
+  const FlashImpl flash = cudnn_attention ? FlashImpl::cudnn : FlashImpl::kernels;
+  return [flash] { return make_cuda_executor(1234, flash); };
 }
 
 Table gpu_table() {

@@ -441,10 +441,12 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
       led.drop("attn.qkv");
     } else {
       led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-      // FlashAttention's backward accumulates dq in fp32 [B, S, A, D] for the op's duration.
-      led.add("flash.dq_accum", kTransient, rows(d, checked_mul(d.A, d.D, "heads x head"), 4));
+      // FlashAttention's backward keeps fp32 scratch for the op's duration: the dq accumulator
+      // [B, A, S, D] and the softmax row sums [B, A, S].
+      led.add("flash.scratch", kTransient,
+              rows(d, checked_mul(d.A, d.D + 1, "heads x (head + 1)"), 4));
       at("flash attention backward");
-      led.drop("flash.dq_accum");
+      led.drop("flash.scratch");
       led.drop("d.attn.y");
       led.drop("attn.qkv");
       led.drop("attn.y");
