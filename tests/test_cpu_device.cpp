@@ -88,6 +88,44 @@ void check_16bit_training(Precision dtype) {
   EXPECT_GT(masters, 10);
 }
 
+// Real host allocations with real math report exactly the peaks of the replay on virtual memory,
+// for the same program and allocator policy (no fixed overhead on either): sizes never depend on
+// values, and the executor allocates nothing through the source.
+TEST(CpuDevice, PeaksEqualTheSimReplayOverAGrid) {
+  int compared = 0;
+  for (const char* preset : {"tiny", "tiny-llama"})
+    for (Attention attention : {Attention::eager, Attention::flash})
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+        for (AllocatorKind allocator_kind : {AllocatorKind::caching, AllocatorKind::direct}) {
+          RunConfig cfg = tiny_16bit(Precision::bf16);
+          cfg.model = find_preset(preset).model;
+          cfg.model.vocab = 32;
+          cfg.model.max_positions = 16;
+          cfg.attention = attention;
+          cfg.recompute = recompute;
+          cfg.allocator = allocator_kind;
+          const Program program = build_program(cfg, 4096);
+          const Liveness liveness = compute_liveness(program);
+          auto executor = make_cpu_executor(5);
+          auto host = make_host_source(64 * MiB);
+          auto host_allocator = make_allocator(allocator_kind, *host);
+          const TrialResult on_cpu =
+              run_step(program, liveness, *host_allocator, executor.get(), 0);
+          auto virt = make_virtual_source(64 * MiB);
+          auto virt_allocator = make_allocator(allocator_kind, *virt);
+          const TrialResult on_sim = run_step(program, liveness, *virt_allocator, nullptr, 0);
+          SCOPED_TRACE(std::string(preset) + " " + std::string(to_string(attention)) + " " +
+                       std::string(to_string(recompute)) + " " +
+                       std::string(to_string(allocator_kind)));
+          ASSERT_TRUE(on_cpu.fit);
+          EXPECT_EQ(on_cpu.tensor_peak, on_sim.tensor_peak);
+          EXPECT_EQ(on_cpu.reserved_peak, on_sim.reserved_peak);
+          EXPECT_EQ(on_cpu.peak_by_role, on_sim.peak_by_role);
+          ++compared;
+        }
+  EXPECT_EQ(compared, 24);
+}
+
 TEST(CpuDevice, Bf16WithMasterWeightsTrains) {
   check_16bit_training(Precision::bf16);
 }
