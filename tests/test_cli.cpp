@@ -169,6 +169,7 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
   const auto rows = table_rows(run.out);
   ASSERT_EQ(rows.size(), 2u) << run.out;
   for (const std::string& row : rows) EXPECT_NE(row.find("crashed: signal 6"), std::string::npos);
+  EXPECT_NE(run.out.find("2 failed"), std::string::npos) << run.out;
   fs::remove_all(dir);
 }
 

@@ -186,6 +186,10 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
         errors.under_estimates, errors.under_estimates == 1 ? "" : "s");
   if (errors.non_monotone > 0)
     summary_line += fmt::format("; {} non-monotone", errors.non_monotone);
+  const auto failed = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
+    return m.reason.starts_with("failed") || m.reason.starts_with("crashed");
+  });
+  if (failed > 0) summary_line += fmt::format("; {} failed (see the note column)", failed);
   std::printf("\n%s\n", summary_line.c_str());
   writer.finish({{"configurations", results.size()},
                  {"trials", total_trials},
@@ -195,6 +199,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                  {"max_abs_rel_error", errors.max_abs},
                  {"under_estimates", errors.under_estimates},
                  {"non_monotone", errors.non_monotone},
+                 {"failed", failed},
                  {"summary", summary_line},
                  {"details", details}});
   print_written(writer);
