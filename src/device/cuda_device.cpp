@@ -1,4 +1,5 @@
-// CUDA availability, device and library information, and the cudaMalloc segment source.
+// CUDA availability, device and library information, and the cudaMalloc and stream-ordered
+// (cudaMallocAsync pool) segment sources.
 #include "device/cuda_device.h"
 
 #include <cublasLt.h>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <optional>
+#include <stdexcept>
 
 #include "cuda/check.h"
 #include "cuda/gemm.h"
@@ -121,12 +123,129 @@ class CudaSource final : public SegmentSource {
   Bytes in_use_ = 0;
 };
 
+// Segments from a dedicated memory pool, stream-ordered on a stream of its own; see
+// make_cuda_async_source in the header for why every call synchronises and why the release
+// threshold is 0.
+class CudaAsyncSource final : public SegmentSource {
+ public:
+  explicit CudaAsyncSource(Bytes capacity) : capacity_(capacity) {
+    int device = 0;
+    VB_CUDA_CHECK(cudaGetDevice(&device));
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    VB_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
+    try {
+      std::uint64_t threshold = 0;  // keep nothing once freed: no cache under the allocator
+      VB_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+      VB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    } catch (...) {
+      (void)cudaMemPoolDestroy(pool_);
+      throw;
+    }
+  }
+  // The allocator returns every segment before it goes; whatever is left is released with the
+  // pool once its frees complete.
+  ~CudaAsyncSource() override {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+    (void)cudaMemPoolDestroy(pool_);
+  }
+  CudaAsyncSource(const CudaAsyncSource&) = delete;
+  CudaAsyncSource& operator=(const CudaAsyncSource&) = delete;
+
+  std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
+    if (bytes <= 0 || in_use_ + bytes > capacity_) return std::nullopt;
+    void* p = nullptr;
+    cudaError_t e = cudaMallocFromPoolAsync(&p, static_cast<std::size_t>(bytes), pool_, stream_);
+    // The pool may report a refusal at the call or only when the stream reaches the allocation:
+    // wait for it, so that the answer (and the memory) is there when this returns.
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear it: running out is a result, the next trial goes on
+      if (p != nullptr) {
+        (void)cudaFreeAsync(p, stream_);
+        (void)cudaStreamSynchronize(stream_);
+        (void)cudaGetLastError();
+      }
+      return std::nullopt;
+    }
+    VB_CUDA_CHECK(e);
+    in_use_ += bytes;
+    return reinterpret_cast<std::uintptr_t>(p);
+  }
+
+  void free_segment(std::uintptr_t address, Bytes bytes) override {
+    // Kernels on any stream (the executor has its own) may still use the segment: wait for the
+    // device as cudaFree does, free on this stream, wait for the free, and give the memory back.
+    VB_CUDA_CHECK(cudaDeviceSynchronize());
+    VB_CUDA_CHECK(cudaFreeAsync(reinterpret_cast<void*>(address), stream_));
+    VB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    VB_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+    in_use_ -= bytes;
+  }
+
+  Bytes capacity() const override { return capacity_; }
+  Bytes in_use() const override { return in_use_; }
+
+  CudaPoolWatermarks watermarks() const {
+    CudaPoolWatermarks w;
+    w.reserved_high = attribute(cudaMemPoolAttrReservedMemHigh);
+    w.used_high = attribute(cudaMemPoolAttrUsedMemHigh);
+    w.reserved_current = attribute(cudaMemPoolAttrReservedMemCurrent);
+    w.used_current = attribute(cudaMemPoolAttrUsedMemCurrent);
+    return w;
+  }
+
+  void reset_watermarks() {
+    std::uint64_t zero = 0;  // the only value these attributes may be set to
+    VB_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReservedMemHigh, &zero));
+    VB_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &zero));
+  }
+
+ private:
+  Bytes attribute(cudaMemPoolAttr attr) const {
+    std::uint64_t value = 0;
+    VB_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, attr, &value));
+    return static_cast<Bytes>(value);
+  }
+
+  Bytes capacity_;
+  Bytes in_use_ = 0;
+  cudaMemPool_t pool_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+[[noreturn]] void throw_not_async_source() {
+  throw std::invalid_argument("pool watermarks: the source is not from make_cuda_async_source");
+}
+
 }  // namespace
 
 std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity) {
   std::string why;
   if (!cuda_available(&why)) throw NeedsGpu(why);
   return std::make_unique<CudaSource>(capacity);
+}
+
+std::unique_ptr<SegmentSource> make_cuda_async_source(Bytes capacity) {
+  std::string why;
+  if (!cuda_available(&why)) throw NeedsGpu(why);
+  return std::make_unique<CudaAsyncSource>(capacity);
+}
+
+CudaPoolWatermarks cuda_pool_watermarks(const SegmentSource& source) {
+  const auto* async = dynamic_cast<const CudaAsyncSource*>(&source);
+  if (async == nullptr) throw_not_async_source();
+  return async->watermarks();
+}
+
+void reset_cuda_pool_watermarks(SegmentSource& source) {
+  auto* async = dynamic_cast<CudaAsyncSource*>(&source);
+  if (async == nullptr) throw_not_async_source();
+  async->reset_watermarks();
 }
 
 }  // namespace vrambench

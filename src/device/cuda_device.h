@@ -66,6 +66,33 @@ DeviceSpec resolve_cuda_device(const RunConfig& cfg, int ordinal = 0);
 // Throws NeedsGpu without a device.
 std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity);
 
+// Stream-ordered segments: cudaMallocFromPoolAsync / cudaFreeAsync on a memory pool of its own
+// (created on the current device, not the device's default pool) and a stream of its own. Every
+// call synchronises before it returns, so a segment is ready for any stream when it is handed out,
+// a refusal is reported at the call (nullopt, the error cleared, like make_cuda_source), and a
+// segment is freed only after every stream has finished with it (as cudaFree does).
+// The pool's release threshold is 0 and it is trimmed after each free: the allocator above it
+// (direct or caching) is what a trial measures, so the pool must not keep freed memory as a second
+// cache under it; that way the direct policy keeps raw cudaMalloc semantics, and memory a trial
+// gave back is back with the driver before the next trial, where cudaMemGetInfo and a new source
+// see it. `capacity` caps what the source hands out, as for make_cuda_source; the pool itself
+// has no cap of its own. Other CUDA errors throw CudaError. Throws NeedsGpu without a device.
+std::unique_ptr<SegmentSource> make_cuda_async_source(Bytes capacity);
+
+// The high-watermarks of the pool behind a make_cuda_async_source source (cudaMemPoolAttr*):
+// `reserved` is what the pool held from the driver, `used` what it had handed out (segment sizes
+// as the pool rounds them); `*_high` are the peaks since the pool was created or last reset.
+struct CudaPoolWatermarks {
+  Bytes reserved_high = 0;     // cudaMemPoolAttrReservedMemHigh
+  Bytes used_high = 0;         // cudaMemPoolAttrUsedMemHigh
+  Bytes reserved_current = 0;  // cudaMemPoolAttrReservedMemCurrent
+  Bytes used_current = 0;      // cudaMemPoolAttrUsedMemCurrent
+};
+// Both throw std::invalid_argument when `source` is not from make_cuda_async_source.
+CudaPoolWatermarks cuda_pool_watermarks(const SegmentSource& source);
+// Resets both high-watermarks to the pool's current values (the attributes set to 0).
+void reset_cuda_pool_watermarks(SegmentSource& source);
+
 // How flash_fwd runs: the plain fused kernels of kernels/cuda/flash.cu (every dtype, dropout
 // masks identical to the CPU reference), or cuDNN's fused attention graph where an engine takes the
 // shape (16-bit, no dropout, no workspace beyond what the program lists), else the kernels.

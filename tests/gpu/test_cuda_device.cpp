@@ -1,9 +1,15 @@
-// The cuda device: availability and library versions (no GPU needed), the segment source, the
-// executor and the selftest against the CPU reference (GPU needed: skipped with the reason).
+// The cuda device: availability and library versions (no GPU needed), the segment sources
+// (cudaMalloc and the cudaMallocAsync pool), the executor and the selftest against the CPU
+// reference (GPU needed: skipped with the reason).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda/gemm.h"
 #include "device/cuda_device.h"
@@ -41,6 +47,7 @@ TEST(CudaDevice, WithoutAGpuEveryEntryPointSaysSo) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is present";
   EXPECT_THROW(query_cuda_device(), NeedsGpu);
   EXPECT_THROW(make_cuda_source(GiB), NeedsGpu);
+  EXPECT_THROW(make_cuda_async_source(GiB), NeedsGpu);
   EXPECT_THROW(make_cuda_executor(1), NeedsGpu);
   try {
     run_cuda_selftest();
@@ -76,6 +83,127 @@ TEST(CudaSource, RefusesAboveCapacityAndWhenTheDeviceIsOut) {
   auto b = huge->allocate_segment(MiB);  // the failed cudaMalloc left no sticky error
   ASSERT_TRUE(b.has_value());
   huge->free_segment(*b, MiB);
+}
+
+TEST(CudaAsyncSource, WithoutAGpuSaysSoAndWatermarksNeedItsSource) {
+  try {
+    auto source = make_cuda_async_source(GiB);
+    if (!cuda_available()) FAIL() << "made a cudaMallocAsync source without a GPU";
+  } catch (const NeedsGpu& e) {
+    EXPECT_FALSE(cuda_available());
+    EXPECT_EQ(std::string(e.what()).rfind("needs a GPU: ", 0), 0u) << e.what();
+  }
+  // Watermarks belong to the pool of an async source; any other source is refused (no GPU needed).
+  auto virtual_source = make_virtual_source(GiB);
+  EXPECT_THROW(cuda_pool_watermarks(*virtual_source), std::invalid_argument);
+  EXPECT_THROW(reset_cuda_pool_watermarks(*virtual_source), std::invalid_argument);
+}
+
+TEST(CudaAsyncSource, RefusesAboveCapacityAndWhenTheDeviceIsOut) {
+  VB_REQUIRE_GPU();
+  auto source = make_cuda_async_source(64 * MiB);
+  EXPECT_EQ(source->capacity(), 64 * MiB);
+  auto a = source->allocate_segment(32 * MiB);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_NE(*a, 0u);
+  EXPECT_EQ(source->in_use(), 32 * MiB);
+  EXPECT_FALSE(source->allocate_segment(40 * MiB).has_value()) << "above capacity";
+  EXPECT_EQ(source->in_use(), 32 * MiB);
+  EXPECT_FALSE(source->allocate_segment(0).has_value());
+  auto b = source->allocate_segment(32 * MiB);  // exactly up to the capacity
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(source->in_use(), 64 * MiB);
+  EXPECT_FALSE(source->allocate_segment(512).has_value()) << "full";
+  source->free_segment(*a, 32 * MiB);
+  source->free_segment(*b, 32 * MiB);
+  EXPECT_EQ(source->in_use(), 0);
+
+  // A capacity larger than any GPU: the device refuses, and that is a result, not an error.
+  auto huge = make_cuda_async_source(Bytes{1} << 52);
+  EXPECT_FALSE(huge->allocate_segment(Bytes{1} << 51).has_value());
+  EXPECT_EQ(huge->in_use(), 0);
+  auto c = huge->allocate_segment(MiB);  // the refusal left no error behind
+  ASSERT_TRUE(c.has_value());
+  huge->free_segment(*c, MiB);
+}
+
+TEST(CudaAsyncSource, HandsOutDistinctNonOverlappingSegments) {
+  VB_REQUIRE_GPU();
+  auto source = make_cuda_async_source(GiB);
+  const std::vector<Bytes> sizes = {512, 4 * KiB, MiB, 2 * MiB, 3 * MiB, 512, 20 * MiB, 2 * MiB};
+  std::vector<std::pair<std::uintptr_t, Bytes>> segments;
+  Bytes total = 0;
+  for (Bytes size : sizes) {
+    auto address = source->allocate_segment(size);
+    ASSERT_TRUE(address.has_value()) << size << " bytes";
+    EXPECT_NE(*address, 0u);
+    segments.emplace_back(*address, size);
+    total += size;
+    EXPECT_EQ(source->in_use(), total);
+  }
+  std::vector<std::pair<std::uintptr_t, Bytes>> sorted = segments;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 1; i < sorted.size(); ++i)
+    EXPECT_GE(sorted[i].first,
+              sorted[i - 1].first + static_cast<std::uintptr_t>(sorted[i - 1].second))
+        << "segment " << i << " overlaps the one before it";
+  // Freeing one and allocating again still gives an address no live segment covers.
+  source->free_segment(segments[3].first, segments[3].second);
+  total -= segments[3].second;
+  segments.erase(segments.begin() + 3);
+  auto again = source->allocate_segment(MiB);
+  ASSERT_TRUE(again.has_value());
+  for (const auto& [address, size] : segments)
+    EXPECT_TRUE(*again + static_cast<std::uintptr_t>(MiB) <= address ||
+                address + static_cast<std::uintptr_t>(size) <= *again);
+  segments.emplace_back(*again, MiB);
+  for (const auto& [address, size] : segments) source->free_segment(address, size);
+  EXPECT_EQ(source->in_use(), 0);
+}
+
+TEST(CudaAsyncSource, WatermarksRiseWithAllocationsAndReset) {
+  VB_REQUIRE_GPU();
+  auto source = make_cuda_async_source(GiB);
+  reset_cuda_pool_watermarks(*source);
+  CudaPoolWatermarks w = cuda_pool_watermarks(*source);
+  EXPECT_EQ(w.used_high, 0);
+  EXPECT_EQ(w.used_current, 0);
+
+  auto a = source->allocate_segment(8 * MiB);
+  ASSERT_TRUE(a.has_value());
+  w = cuda_pool_watermarks(*source);
+  EXPECT_GE(w.used_current, 8 * MiB);
+  EXPECT_GE(w.used_high, 8 * MiB);
+  EXPECT_GE(w.reserved_high, w.used_high);
+  const Bytes used_after_a = w.used_high;
+
+  auto b = source->allocate_segment(16 * MiB);
+  ASSERT_TRUE(b.has_value());
+  w = cuda_pool_watermarks(*source);
+  EXPECT_GE(w.used_high, used_after_a + 16 * MiB);
+  EXPECT_GE(w.reserved_high, w.used_high);
+  const CudaPoolWatermarks peak = w;
+
+  // Freed: the highs stay, and with a release threshold of 0 the pool keeps nothing.
+  source->free_segment(*a, 8 * MiB);
+  source->free_segment(*b, 16 * MiB);
+  w = cuda_pool_watermarks(*source);
+  EXPECT_EQ(w.used_high, peak.used_high);
+  EXPECT_EQ(w.reserved_high, peak.reserved_high);
+  EXPECT_EQ(w.used_current, 0);
+  EXPECT_EQ(w.reserved_current, 0) << "freed memory went back to the driver";
+
+  // Reset: the highs drop to the current values, then rise again with the next allocation only.
+  reset_cuda_pool_watermarks(*source);
+  w = cuda_pool_watermarks(*source);
+  EXPECT_EQ(w.used_high, 0);
+  EXPECT_LT(w.reserved_high, peak.reserved_high);
+  auto c = source->allocate_segment(4 * MiB);
+  ASSERT_TRUE(c.has_value());
+  w = cuda_pool_watermarks(*source);
+  EXPECT_GE(w.used_high, 4 * MiB);
+  EXPECT_LT(w.used_high, peak.used_high);
+  source->free_segment(*c, 4 * MiB);
 }
 
 TEST(CudaSelftest, ConfigsBuildAndCoverEveryOpKind) {
