@@ -110,6 +110,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     throw UsageError(fmt::format("invalid --flash-impl '{}': use cudnn or kernels",
                                  options.flash_impl));
   const bool cudnn_attention = options.flash_impl == "cudnn";
+  if (options.cuda_memory != "malloc" && options.cuda_memory != "async")
+    throw UsageError(fmt::format("invalid --cuda-memory '{}': use malloc or async",
+                                 options.cuda_memory));
   const Formats formats = parse_formats(options.format);
   const Grid grid = make_grid(options);
   const std::vector<DeviceSpec> devices = resolve_devices(grid);
@@ -134,7 +137,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     if (progress)
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(),
                    describe_point(cfg, grid.varying).c_str());
-    const SourceFactory sources = sources_for(device);
+    const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
     const ExecutorFactory executors =
         executors_for(device, !options.no_execute, cudnn_attention);
     std::optional<Measurement> measured_row;

@@ -16,7 +16,7 @@ GpuPresence probe_gpu() { return {false, "built without CUDA"}; }
 DeviceSpec resolve_gpu_device(const RunConfig&) {
   throw UsageError("--device cuda: this build has no CUDA support");
 }
-SourceFactory gpu_sources() { return {}; }
+SourceFactory gpu_sources(bool) { return {}; }
 ExecutorFactory gpu_executors(bool) { return {}; }
 #endif
 
@@ -27,10 +27,10 @@ DeviceSpec resolve_device(const RunConfig& cfg, std::string* note) {
   return resolve_host_device(cfg, gpu.why, note);
 }
 
-SourceFactory sources_for(const DeviceSpec& device) {
+SourceFactory sources_for(const DeviceSpec& device, bool cuda_async) {
   switch (device.kind) {
     case DeviceKind::cpu: return [](Bytes capacity) { return make_host_source(capacity); };
-    case DeviceKind::cuda: return gpu_sources();
+    case DeviceKind::cuda: return gpu_sources(cuda_async);
     case DeviceKind::sim: break;
   }
   return virtual_sources();

@@ -24,14 +24,15 @@ GpuPresence probe_gpu();
 // The CUDA side (cuda_cli.cpp in CUDA builds; stubs otherwise). resolve_gpu_device measures the
 // context overhead in a child process; the factories are for use in a measuring child only.
 DeviceSpec resolve_gpu_device(const RunConfig& cfg);
-SourceFactory gpu_sources();
+// `async`: segments from cudaMallocAsync on a pool of their own, else cudaMalloc.
+SourceFactory gpu_sources(bool async);
 // `cudnn_attention`: flash attention through cuDNN's fused graphs where cuDNN takes the shape
 // (16-bit, no dropout, scratch in the program), else the plain fused kernels.
 ExecutorFactory gpu_executors(bool cudnn_attention);
 
 // Resolves cfg.device for every kind, cuda included.
 DeviceSpec resolve_device(const RunConfig& cfg, std::string* note);
-SourceFactory sources_for(const DeviceSpec& device);
+SourceFactory sources_for(const DeviceSpec& device, bool cuda_async = false);
 // `execute` false: allocation alone (--no-execute), nothing runs on the device.
 ExecutorFactory executors_for(const DeviceSpec& device, bool execute = true,
                               bool cudnn_attention = true);

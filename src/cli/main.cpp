@@ -121,6 +121,10 @@ int run(int argc, char** argv) {
                      "cuda: flash attention through cuDNN's fused graphs where cuDNN takes the "
                      "shape (cudnn), or always the plain fused kernels (kernels)")
       ->capture_default_str();
+  search->add_option("--cuda-memory", options.cuda_memory,
+                     "cuda: where segments come from: cudaMalloc (malloc) or cudaMallocAsync on "
+                     "a pool of their own (async)")
+      ->capture_default_str();
   search->add_flag("--no-execute", options.no_execute,
                    "allocate every tensor of the step but run no kernel (cpu, cuda)");
   search->footer(kExamples);

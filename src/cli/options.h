@@ -24,6 +24,7 @@ struct CliOptions {
   bool isolate = false;                        // --isolate: a child process per configuration
   bool no_execute = false;                     // --no-execute: allocate only, run no kernel
   std::string flash_impl = "cudnn";            // --flash-impl: cudnn | kernels (cuda device)
+  std::string cuda_memory = "malloc";          // --cuda-memory: malloc | async (cuda device)
 };
 
 struct Formats {

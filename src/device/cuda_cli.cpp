@@ -63,7 +63,8 @@ DeviceSpec resolve_gpu_device(const RunConfig& cfg) {
   return d;
 }
 
-SourceFactory gpu_sources() {
+SourceFactory gpu_sources(bool async) {
+  if (async) return [](Bytes capacity) { return make_cuda_async_source(capacity); };
   return [](Bytes capacity) { return make_cuda_source(capacity); };
 }
 

@@ -92,6 +92,16 @@ DeviceSpec resolve_cuda_device(const RunConfig& cfg, int ordinal) {
 
 namespace {
 
+// total - free as the driver sees it: every context, library and allocation on the device.
+std::optional<Bytes> driver_used() {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  return static_cast<Bytes>(total_bytes - free_bytes);
+}
+
 class CudaSource final : public SegmentSource {
  public:
   explicit CudaSource(Bytes capacity) : capacity_(capacity) {}
@@ -117,6 +127,7 @@ class CudaSource final : public SegmentSource {
 
   Bytes capacity() const override { return capacity_; }
   Bytes in_use() const override { return in_use_; }
+  std::optional<Bytes> device_used() const override { return driver_used(); }
 
  private:
   Bytes capacity_;
@@ -189,6 +200,7 @@ class CudaAsyncSource final : public SegmentSource {
 
   Bytes capacity() const override { return capacity_; }
   Bytes in_use() const override { return in_use_; }
+  std::optional<Bytes> device_used() const override { return driver_used(); }
 
   CudaPoolWatermarks watermarks() const {
     CudaPoolWatermarks w;
