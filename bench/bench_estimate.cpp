@@ -15,8 +15,8 @@ namespace {
 std::vector<RunConfig> grid() {
   constexpr std::array<std::string_view, 5> kPresets{"gpt2", "gpt2-xl", "llama2-7b", "llama2-13b",
                                                      "llama3-8b"};
-  constexpr std::array<std::int64_t, 10> kSeq{128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192,
-                                              16384};
+  constexpr std::array<std::int64_t, 10> kSeq{128,  256,  512,  1024, 2048,
+                                              3072, 4096, 6144, 8192, 16384};
   constexpr std::array<Precision, 4> kPrecisions{Precision::fp32, Precision::tf32, Precision::fp16,
                                                  Precision::bf16};
   struct Combo {

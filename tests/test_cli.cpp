@@ -29,8 +29,8 @@ std::string slurp(const fs::path& p) {
 }
 
 fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("vrambench-cli-" + name + "-" + std::to_string(::getpid()));
+  fs::path dir =
+      fs::temp_directory_path() / ("vrambench-cli-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   return dir;
 }
@@ -89,8 +89,10 @@ std::size_t column(const std::vector<std::string>& header, const std::string& ke
 
 TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
   const fs::path dir = scratch("estimate");
-  const CommandResult run = vrambench("estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 "
-                            "--vram 80GiB --out " + dir.string() + " --name est");
+  const CommandResult run = vrambench(
+      "estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 "
+      "--vram 80GiB --out " +
+      dir.string() + " --name est");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(table_rows(run.out).size(), 5u) << run.out;
   const auto csv = csv_of(dir / "est.csv");
@@ -109,10 +111,10 @@ TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
 }
 
 TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
-  for (const std::string args : {"estimate --sweep seq=512..100", "estimate --hidden 1000 --heads 3",
-                                 "--sweep seq=512..100", "--vram 12XB", "--preset nope",
-                                 "--dtype fp8", "--sweep dtype=fp16..bf16", "--flash-impl nope", "--cuda-memory nope",
-                                 "--format xml", "--max-batch 0"}) {
+  for (const std::string args :
+       {"estimate --sweep seq=512..100", "estimate --hidden 1000 --heads 3", "--sweep seq=512..100",
+        "--vram 12XB", "--preset nope", "--dtype fp8", "--sweep dtype=fp16..bf16",
+        "--flash-impl nope", "--cuda-memory nope", "--format xml", "--max-batch 0"}) {
     const fs::path dir = scratch("mistake");
     const CommandResult run = vrambench(args + " --out " + dir.string());
     EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;
@@ -125,8 +127,10 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
 
 TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
   const fs::path dir = scratch("search");
-  const CommandResult run = vrambench("--device sim:rtx4090 --preset gpt2 --dtype bf16 --sweep seq=512..8192 "
-                            "--out " + dir.string() + " --name s");
+  const CommandResult run = vrambench(
+      "--device sim:rtx4090 --preset gpt2 --dtype bf16 --sweep seq=512..8192 "
+      "--out " +
+      dir.string() + " --name s");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(table_rows(run.out).size(), 5u) << run.out;
   const auto doc = nlohmann::json::parse(slurp(dir / "s.json"));
@@ -150,8 +154,10 @@ TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
 
 TEST(Cli, ModelStateLargerThanTheCardIsMaxBatchZeroWithTheReason) {
   const fs::path dir = scratch("zero");
-  const CommandResult run = vrambench("--device sim:h100-80gb --preset llama2-7b --optimizer adamw "
-                            "--dtype bf16 --seq 2048 --out " + dir.string() + " --name z");
+  const CommandResult run = vrambench(
+      "--device sim:h100-80gb --preset llama2-7b --optimizer adamw "
+      "--dtype bf16 --seq 2048 --out " +
+      dir.string() + " --name z");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("model state alone exceeds capacity"), std::string::npos) << run.out;
   const auto csv = csv_of(dir / "z.csv");
@@ -162,9 +168,11 @@ TEST(Cli, ModelStateLargerThanTheCardIsMaxBatchZeroWithTheReason) {
 
 TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
   const fs::path dir = scratch("crash");
-  const CommandResult run = vrambench("--isolate --device sim:rtx4090 --preset tiny --sweep seq=64,128 "
-                            "--out " + dir.string() + " --name c",
-                            "VRAMBENCH_FAULT=abort");
+  const CommandResult run = vrambench(
+      "--isolate --device sim:rtx4090 --preset tiny --sweep seq=64,128 "
+      "--out " +
+          dir.string() + " --name c",
+      "VRAMBENCH_FAULT=abort");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto rows = table_rows(run.out);
   ASSERT_EQ(rows.size(), 2u) << run.out;
@@ -175,8 +183,10 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
 
 TEST(Cli, CpuDeviceMeasuresNextToEstAndSim) {
   const fs::path dir = scratch("cpu");
-  const CommandResult run = vrambench("--device cpu --preset tiny --vram 4MiB --sweep seq=16,32 "
-                                      "--out " + dir.string() + " --name c");
+  const CommandResult run = vrambench(
+      "--device cpu --preset tiny --vram 4MiB --sweep seq=16,32 "
+      "--out " +
+      dir.string() + " --name c");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto csv = csv_of(dir / "c.csv");
   ASSERT_EQ(csv.size(), 3u);

@@ -1,7 +1,5 @@
 // The closed-form memory model against values worked out here from the formula's terms: parameter
 // counts, bytes per parameter, Korthikanti's per-layer activations, logits and the peak moments.
-#include "estimate/estimate.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/presets.h"
+#include "estimate/estimate.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -20,7 +19,7 @@ constexpr Bytes kH100 = 81559 * MiB;
 constexpr DeviceOverhead kOverhead{512 * MiB, 32 * MiB};
 constexpr Bytes kContextAndWorkspace = 512 * MiB + 32 * MiB;
 
-constexpr Bytes kGpt2Params = 124'439'808;      // tied embeddings, 1024 positions
+constexpr Bytes kGpt2Params = 124'439'808;  // tied embeddings, 1024 positions
 constexpr Bytes kLlama2Params = 6'738'415'616;
 
 RunConfig config(std::string_view preset, std::int64_t seq) {
@@ -44,8 +43,7 @@ const Moment* find_moment(const Breakdown& b, const std::string& name) {
 TEST(EstimateModelState, ParameterCountsOfThePresets) {
   // bf16 weights are 2 bytes per parameter.
   EXPECT_EQ(analyze(config("gpt2", 1024), kOverhead).component("weights"), 2 * kGpt2Params);
-  EXPECT_EQ(analyze(config("llama2-7b", 1024), kOverhead).component("weights"),
-            2 * kLlama2Params);
+  EXPECT_EQ(analyze(config("llama2-7b", 1024), kOverhead).component("weights"), 2 * kLlama2Params);
   // Past 1024 tokens gpt2's position table grows to the sequence: 3072 more rows of 768.
   EXPECT_EQ(analyze(config("gpt2", 4096), kOverhead).component("weights"),
             2 * (kGpt2Params + 3072 * 768));
@@ -69,10 +67,10 @@ void expect_gpt2(std::int64_t S, std::int64_t expected_max_batch) {
   const Bytes fixed = 14 * P + kContextAndWorkspace;
   EXPECT_EQ(b.fixed_total(), fixed);
 
-  // Per block and token, 2 bytes each: x_in, ln1.out, qkv (3H), attn.y, x_mid, ln2.out, fc.out (4H),
-  // gelu.out (4H) = 16H elements; flash adds its fp32 log-sum-exp per head.
+  // Per block and token, 2 bytes each: x_in, ln1.out, qkv (3H), attn.y, x_mid, ln2.out, fc.out
+  // (4H), gelu.out (4H) = 16H elements; flash adds its fp32 log-sum-exp per head.
   const Bytes saved = L * S * (2 * 16 * H + 4 * A);
-  const Bytes stats = L * S * 2 * 8;  // two layer norms, fp32 mean and rstd per row
+  const Bytes stats = L * S * 2 * 8;       // two layer norms, fp32 mean and rstd per row
   const Bytes logits = 2 * S * V + 4 * S;  // logits and the fp32 log-sum-exp of the loss
   const Bytes dlogits = 2 * S * V;
   EXPECT_EQ(b.component("saved activations"), saved);
@@ -119,8 +117,8 @@ void expect_llama2(std::int64_t S) {
   EXPECT_EQ(b.component("final norm"), 2 * S * H + 4 * S);
 
   const Bytes fixed = 14 * P + kContextAndWorkspace;
-  const Bytes ce = saved + stats + 2 * S * H + (2 * S * H + 4 * S) + (2 * S * V + 4 * S) +
-                   2 * S * V + 8 * S;
+  const Bytes ce =
+      saved + stats + 2 * S * H + (2 * S * H + 4 * S) + (2 * S * V + 4 * S) + 2 * S * V + 8 * S;
   EXPECT_EQ(b.fixed_total(), fixed);
   EXPECT_EQ(b.per_sample_total(), ce);
 
@@ -138,19 +136,23 @@ void expect_llama2(std::int64_t S) {
 
   for (std::int64_t batch : {1, 2, 8}) {
     SCOPED_TRACE(batch);
-    EXPECT_EQ(b.peak(batch), std::max({fixed + batch * ce, lm_fixed + batch * lm,
-                                       end_fixed + batch * end}));
+    EXPECT_EQ(b.peak(batch),
+              std::max({fixed + batch * ce, lm_fixed + batch * lm, end_fixed + batch * end}));
   }
   EXPECT_GT(fixed, kH100);
   EXPECT_EQ(b.max_batch(kH100), 0);
   // On a 200 GiB card each moment bounds the batch; the tightest one wins.
   const Bytes big = 200 * GiB;
-  EXPECT_EQ(b.max_batch(big), std::min({(big - fixed) / ce, (big - lm_fixed) / lm,
-                                        (big - end_fixed) / end}));
+  EXPECT_EQ(b.max_batch(big),
+            std::min({(big - fixed) / ce, (big - lm_fixed) / lm, (big - end_fixed) / end}));
 }
 
-TEST(EstimateLlama2, Seq1024) { expect_llama2(1024); }
-TEST(EstimateLlama2, Seq4096) { expect_llama2(4096); }
+TEST(EstimateLlama2, Seq1024) {
+  expect_llama2(1024);
+}
+TEST(EstimateLlama2, Seq4096) {
+  expect_llama2(4096);
+}
 
 // Korthikanti et al.: a GPT block in 16-bit with dropout and eager attention saves
 // s*b*h*(34 + 5*a*s/h) bytes. The fp32 layer norm statistics (2 norms x 8 bytes per row) are
@@ -277,15 +279,15 @@ TEST(EstimateBreakdown, MaxBatchIsTheFloorAndZeroWhenFixedDoesNotFit) {
   EXPECT_EQ(b.max_batch(25), 5);
   EXPECT_EQ(b.max_batch(12), 0);  // the fixed part fits, one sample does not
   EXPECT_EQ(b.max_batch(10), 0);
-  EXPECT_EQ(b.max_batch(9), 0);   // the fixed part alone does not fit
+  EXPECT_EQ(b.max_batch(9), 0);  // the fixed part alone does not fit
   EXPECT_EQ(b.component("weights"), 10);
   EXPECT_EQ(b.component("absent"), 0);
 
   // A later moment with more fixed bytes bounds small batches: peak is the larger line, max batch
   // the smaller bound.
   b.other_moments = {{"end of backward", 20, 1}};
-  EXPECT_EQ(b.peak(1), 21);   // max(13, 21)
-  EXPECT_EQ(b.peak(10), 40);  // max(40, 30)
+  EXPECT_EQ(b.peak(1), 21);        // max(13, 21)
+  EXPECT_EQ(b.peak(10), 40);       // max(40, 30)
   EXPECT_EQ(b.max_batch(22), 2);   // min(4, 2)
   EXPECT_EQ(b.max_batch(40), 10);  // min(10, 20)
   EXPECT_EQ(b.max_batch(19), 0);   // the later moment's fixed part does not fit
@@ -434,9 +436,9 @@ TEST(EstimateAgainstProgram, PeakEqualsTheProgramsLiveTensorPeak) {
                     const Bytes allocator = batch * b.component("allocator fragmentation");
                     ASSERT_EQ(b.peak(batch) - overhead.context - allocator, live.peak)
                         << preset << " S=" << S << " " << to_string(p) << " " << to_string(att)
-                        << " " << to_string(rc) << " " << to_string(opt) << " dropout "
-                        << dropout << " " << to_string(scope) << " B=" << batch << ": estimate "
-                        << b.moment << ", program peak at op " << live.peak_op;
+                        << " " << to_string(rc) << " " << to_string(opt) << " dropout " << dropout
+                        << " " << to_string(scope) << " B=" << batch << ": estimate " << b.moment
+                        << ", program peak at op " << live.peak_op;
                     ++compared;
                   }
                 }

@@ -1,12 +1,11 @@
 // The child-process isolation of a configuration: results survive the pipe, crashes become rows.
-#include "search/isolate.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <stdexcept>
 
 #include "core/presets.h"
+#include "search/isolate.h"
 
 namespace vrambench {
 namespace {
@@ -66,8 +65,8 @@ TEST(Isolate, RunInChildReturnsTheAnswerOrWhyNot) {
 }
 
 TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
-  const Measurement m = measure_isolated(small_config(), small_device(), virtual_sources(), {}, {},
-                                         Fault::abort);
+  const Measurement m =
+      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::abort);
   EXPECT_NE(m.reason.find("crashed: signal 6"), std::string::npos) << m.reason;
   EXPECT_EQ(m.search.max_batch, 0);
   EXPECT_TRUE(m.search.trials.empty());
@@ -75,14 +74,14 @@ TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
 }
 
 TEST(Isolate, SegfaultAndNonZeroExitAreReported) {
-  const Measurement segv = measure_isolated(small_config(), small_device(), virtual_sources(), {},
-                                            {}, Fault::segfault);
+  const Measurement segv =
+      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::segfault);
   EXPECT_NE(segv.reason.find("signal 11"), std::string::npos) << segv.reason;
-  const Measurement exited = measure_isolated(small_config(), small_device(), virtual_sources(),
-                                              {}, {}, Fault::exit_nonzero);
+  const Measurement exited = measure_isolated(small_config(), small_device(), virtual_sources(), {},
+                                              {}, Fault::exit_nonzero);
   EXPECT_NE(exited.reason.find("exit code 3"), std::string::npos) << exited.reason;
-  const Measurement silent = measure_isolated(small_config(), small_device(), virtual_sources(),
-                                              {}, {}, Fault::hang_up);
+  const Measurement silent =
+      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::hang_up);
   EXPECT_NE(silent.reason.find("no result"), std::string::npos) << silent.reason;
 }
 

@@ -1,8 +1,7 @@
 // From command-line options to validated configurations.
-#include "cli/options.h"
-
 #include <gtest/gtest.h>
 
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/presets.h"
 

@@ -41,14 +41,18 @@ ReferenceTable load(const fs::path& stem) {
   const std::vector<std::string> words = split(command, ' ');
   for (std::size_t i = 0; i + 1 < words.size(); i += 2) {
     const std::string flag = words[i].substr(2);
-    if (flag == "sweep") table.options.sweeps.push_back(words[i + 1]);
-    else table.options.fields[flag] = words[i + 1];
+    if (flag == "sweep")
+      table.options.sweeps.push_back(words[i + 1]);
+    else
+      table.options.fields[flag] = words[i + 1];
   }
   std::ifstream csv(stem.string() + ".csv");
   while (std::getline(csv, line)) {
     if (line.empty() || line[0] == '#') continue;
-    if (table.header.empty()) table.header = split(line, ',');
-    else table.rows.push_back(split(line, ','));
+    if (table.header.empty())
+      table.header = split(line, ',');
+    else
+      table.rows.push_back(split(line, ','));
   }
   return table;
 }

@@ -1,12 +1,11 @@
 // The rows of the estimate and search tables.
-#include "report/result_tables.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/presets.h"
+#include "report/result_tables.h"
 
 namespace vrambench {
 namespace {

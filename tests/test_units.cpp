@@ -1,9 +1,8 @@
 // Size parsing, formatting and checked arithmetic.
-#include "core/units.h"
-
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace vrambench {
 namespace {

@@ -1,6 +1,6 @@
-// Allocator policies over a SegmentSource. A SegmentSource hands out whole segments of device memory
-// (virtual, host or cudaMalloc) up to a capacity; an Allocator serves tensor-sized requests from
-// segments with a policy: `direct` (a segment per request, like raw cudaMalloc/cudaFree) or
+// Allocator policies over a SegmentSource. A SegmentSource hands out whole segments of device
+// memory (virtual, host or cudaMalloc) up to a capacity; an Allocator serves tensor-sized requests
+// from segments with a policy: `direct` (a segment per request, like raw cudaMalloc/cudaFree) or
 // `caching` (PyTorch's CUDA caching allocator: rounding, pools, splitting, free-and-retry).
 #pragma once
 
@@ -36,7 +36,7 @@ struct AllocStats {
   // Bytes of live blocks: `direct` counts the bytes requested (tensor bytes); `caching` counts
   // block sizes after rounding, as PyTorch's allocated_bytes does (see caching.cpp).
   Bytes allocated = 0;
-  Bytes reserved = 0;        // bytes of segments held from the source
+  Bytes reserved = 0;  // bytes of segments held from the source
   Bytes allocated_peak = 0;
   Bytes reserved_peak = 0;
   std::int64_t segment_allocs = 0;  // segments requested from the source

@@ -59,7 +59,9 @@ std::string describe_point(const RunConfig& cfg, const std::vector<std::string>&
   return out;
 }
 
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) != 0; }
+bool stderr_is_terminal() {
+  return isatty(STDERR_FILENO) != 0;
+}
 
 void print_written(const ResultWriter& writer) {
   for (const std::string& path : writer.written_files()) std::printf("wrote %s\n", path.c_str());
@@ -74,10 +76,9 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   const bool at_batch = options.fields.count("batch") > 0;
 
   Table table = estimate_table(grid.varying, at_batch);
-  ResultWriter writer(options.out,
-                      options.name.empty() ? default_output_name("estimate") : options.name,
-                      table, make_provenance(argc, argv, device_label(devices)), formats.csv,
-                      formats.json);
+  ResultWriter writer(
+      options.out, options.name.empty() ? default_output_name("estimate") : options.name, table,
+      make_provenance(argc, argv, device_label(devices)), formats.csv, formats.json);
   std::int64_t smallest = INT64_MAX, largest = 0;
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
@@ -107,12 +108,12 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
 
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
   if (options.flash_impl != "cudnn" && options.flash_impl != "kernels")
-    throw UsageError(fmt::format("invalid --flash-impl '{}': use cudnn or kernels",
-                                 options.flash_impl));
+    throw UsageError(
+        fmt::format("invalid --flash-impl '{}': use cudnn or kernels", options.flash_impl));
   const bool cudnn_attention = options.flash_impl == "cudnn";
   if (options.cuda_memory != "malloc" && options.cuda_memory != "async")
-    throw UsageError(fmt::format("invalid --cuda-memory '{}': use malloc or async",
-                                 options.cuda_memory));
+    throw UsageError(
+        fmt::format("invalid --cuda-memory '{}': use malloc or async", options.cuda_memory));
   const Formats formats = parse_formats(options.format);
   const Grid grid = make_grid(options);
   const std::vector<DeviceSpec> devices = resolve_devices(grid);
@@ -123,10 +124,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   // On a real device each row also gets the sim replay of the same configuration.
   const bool with_sim = measured != "sim";
   Table table = search_table(grid.varying, measured, with_sim);
-  ResultWriter writer(options.out,
-                      options.name.empty() ? default_output_name("search") : options.name, table,
-                      make_provenance(argc, argv, device_label(devices)), formats.csv,
-                      formats.json);
+  ResultWriter writer(
+      options.out, options.name.empty() ? default_output_name("search") : options.name, table,
+      make_provenance(argc, argv, device_label(devices)), formats.csv, formats.json);
   std::vector<Measurement> results;
   nlohmann::json details = nlohmann::json::array();
   std::int64_t total_trials = 0;
@@ -138,14 +138,13 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(),
                    describe_point(cfg, grid.varying).c_str());
     const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
-    const ExecutorFactory executors =
-        executors_for(device, !options.no_execute, cudnn_attention);
+    const ExecutorFactory executors = executors_for(device, !options.no_execute, cudnn_attention);
     std::optional<Measurement> measured_row;
     try {
       // On CUDA a sticky error poisons the process: each configuration gets its own child.
       if (options.isolate || device.kind == DeviceKind::cuda)
-        measured_row = measure_isolated(cfg, device, sources, executors, limits,
-                                        fault_from_environment());
+        measured_row =
+            measure_isolated(cfg, device, sources, executors, limits, fault_from_environment());
       else
         measured_row = measure(cfg, device, sources, executors, limits);
     } catch (const UsageError&) {
@@ -179,9 +178,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
 
   if (formats.markdown) std::printf("%s", to_markdown(table).c_str());
   const ErrorSummary errors = summarize_errors(results);
-  std::string summary_line = fmt::format(
-      "{} configuration{} on {}, {} trials in {:.2f} s", results.size(),
-      results.size() == 1 ? "" : "s", device_label(devices), total_trials, seconds);
+  std::string summary_line =
+      fmt::format("{} configuration{} on {}, {} trials in {:.2f} s", results.size(),
+                  results.size() == 1 ? "" : "s", device_label(devices), total_trials, seconds);
   if (errors.compared > 0)
     summary_line += fmt::format(
         "; est vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%), {} under-estimate{}",
@@ -222,11 +221,15 @@ int run_program_command(const CliOptions& options) {
 
 int run_presets_command() {
   Table t;
-  t.columns = {{"name", "name", CellKind::text},        {"arch", "arch", CellKind::text},
+  t.columns = {{"name", "name", CellKind::text},
+               {"arch", "arch", CellKind::text},
                {"parameters", "parameters", CellKind::integer},
-               {"layers", "L", CellKind::integer},       {"hidden", "H", CellKind::integer},
-               {"heads", "A", CellKind::integer},        {"kv_heads", "KV", CellKind::integer},
-               {"ffn", "F", CellKind::integer},          {"vocab", "V", CellKind::integer},
+               {"layers", "L", CellKind::integer},
+               {"hidden", "H", CellKind::integer},
+               {"heads", "A", CellKind::integer},
+               {"kv_heads", "KV", CellKind::integer},
+               {"ffn", "F", CellKind::integer},
+               {"vocab", "V", CellKind::integer},
                {"description", "description", CellKind::text}};
   for (const Preset& p : presets()) {
     const ModelConfig& m = p.model;
@@ -235,8 +238,9 @@ int run_presets_command() {
                Cell::of_int(m.heads), Cell::of_int(m.kv_heads), Cell::of_int(m.ffn),
                Cell::of_int(m.vocab), Cell::of_text(std::string(p.description))});
   }
-  std::printf("%s\n%zu presets; use one with --preset NAME, or sweep them: --sweep preset=gpt2,llama2-7b\n",
-              to_markdown(t).c_str(), presets().size());
+  std::printf(
+      "%s\n%zu presets; use one with --preset NAME, or sweep them: --sweep preset=gpt2,llama2-7b\n",
+      to_markdown(t).c_str(), presets().size());
   return 0;
 }
 
@@ -259,9 +263,10 @@ int run_devices_command() {
                Cell::of_bytes(p.total), Cell::of_bytes(p.context_overhead),
                Cell::of_bytes(p.gemm_workspace()), Cell::of_int(p.compute_capability)});
   }
-  std::printf("Simulated devices (--device sim:PROFILE; totals as nvidia-smi reports them, "
-              "approximate, varying by board and driver):\n\n%s",
-              to_markdown(t).c_str());
+  std::printf(
+      "Simulated devices (--device sim:PROFILE; totals as nvidia-smi reports them, "
+      "approximate, varying by board and driver):\n\n%s",
+      to_markdown(t).c_str());
   return 0;
 }
 

@@ -12,12 +12,18 @@
 namespace vrambench {
 
 #ifndef VRAMBENCH_HAVE_CUDA
-GpuPresence probe_gpu() { return {false, "built without CUDA"}; }
+GpuPresence probe_gpu() {
+  return {false, "built without CUDA"};
+}
 DeviceSpec resolve_gpu_device(const RunConfig&) {
   throw UsageError("--device cuda: this build has no CUDA support");
 }
-SourceFactory gpu_sources(bool) { return {}; }
-ExecutorFactory gpu_executors(bool) { return {}; }
+SourceFactory gpu_sources(bool) {
+  return {};
+}
+ExecutorFactory gpu_executors(bool) {
+  return {};
+}
 #endif
 
 DeviceSpec resolve_device(const RunConfig& cfg, std::string* note) {
@@ -29,9 +35,12 @@ DeviceSpec resolve_device(const RunConfig& cfg, std::string* note) {
 
 SourceFactory sources_for(const DeviceSpec& device, bool cuda_async) {
   switch (device.kind) {
-    case DeviceKind::cpu: return [](Bytes capacity) { return make_host_source(capacity); };
-    case DeviceKind::cuda: return gpu_sources(cuda_async);
-    case DeviceKind::sim: break;
+    case DeviceKind::cpu:
+      return [](Bytes capacity) { return make_host_source(capacity); };
+    case DeviceKind::cuda:
+      return gpu_sources(cuda_async);
+    case DeviceKind::sim:
+      break;
   }
   return virtual_sources();
 }
@@ -39,15 +48,20 @@ SourceFactory sources_for(const DeviceSpec& device, bool cuda_async) {
 ExecutorFactory executors_for(const DeviceSpec& device, bool execute, bool cudnn_attention) {
   if (!execute) return {};
   switch (device.kind) {
-    case DeviceKind::cpu: return [] { return make_cpu_executor(1234); };
-    case DeviceKind::cuda: return gpu_executors(cudnn_attention);
-    case DeviceKind::sim: break;
+    case DeviceKind::cpu:
+      return [] { return make_cpu_executor(1234); };
+    case DeviceKind::cuda:
+      return gpu_executors(cudnn_attention);
+    case DeviceKind::sim:
+      break;
   }
   return {};
 }
 
 #ifndef VRAMBENCH_HAVE_CUDA
-Table gpu_table() { return {}; }
+Table gpu_table() {
+  return {};
+}
 
 int run_selftest() {
   std::fprintf(stderr, "vrambench: selftest needs a GPU: this build has no CUDA support\n");

@@ -1,7 +1,7 @@
 // vrambench's entry point: CLI11 wiring for every subcommand. The only file that sees argv.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -17,8 +17,8 @@
 namespace vrambench {
 namespace {
 
-constexpr std::string_view kSubcommands[] = {"search", "estimate", "program",
-                                             "presets", "devices", "selftest"};
+constexpr std::string_view kSubcommands[] = {"search",  "estimate", "program",
+                                             "presets", "devices",  "selftest"};
 
 constexpr const char* kExamples = R"(Examples:
   vrambench --sweep seq=512..8192
@@ -48,11 +48,16 @@ std::string default_text(const RunConfig& defaults, const FieldInfo& info) {
 
 std::string_view type_name(FieldKind kind) {
   switch (kind) {
-    case FieldKind::integer: return "N";
-    case FieldKind::real: return "P";
-    case FieldKind::size: return "SIZE";
-    case FieldKind::choice: return "NAME";
-    case FieldKind::text: return "NAME";
+    case FieldKind::integer:
+      return "N";
+    case FieldKind::real:
+      return "P";
+    case FieldKind::size:
+      return "SIZE";
+    case FieldKind::choice:
+      return "NAME";
+    case FieldKind::text:
+      return "NAME";
   }
   return "VALUE";
 }
@@ -101,8 +106,9 @@ std::vector<std::string> with_default_command(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   CliOptions options;
-  CLI::App app{"vrambench: the largest training batch that fits on a GPU, measured, next to the "
-               "closed-form estimate."};
+  CLI::App app{
+      "vrambench: the largest training batch that fits on a GPU, measured, next to the "
+      "closed-form estimate."};
   app.name("vrambench");
   app.set_version_flag("--version", fmt::format("vrambench {} ({})", kVersion, kGitCommit));
   app.footer(kExamples);
@@ -117,13 +123,15 @@ int run(int argc, char** argv) {
   search->add_flag("--quiet", options.quiet, "no progress line on stderr");
   search->add_flag("--isolate", options.isolate,
                    "measure each configuration in a child process (always on for cuda)");
-  search->add_option("--flash-impl", options.flash_impl,
-                     "cuda: flash attention through cuDNN's fused graphs where cuDNN takes the "
-                     "shape (cudnn), or always the plain fused kernels (kernels)")
+  search
+      ->add_option("--flash-impl", options.flash_impl,
+                   "cuda: flash attention through cuDNN's fused graphs where cuDNN takes the "
+                   "shape (cudnn), or always the plain fused kernels (kernels)")
       ->capture_default_str();
-  search->add_option("--cuda-memory", options.cuda_memory,
-                     "cuda: where segments come from: cudaMalloc (malloc) or cudaMallocAsync on "
-                     "a pool of their own (async)")
+  search
+      ->add_option("--cuda-memory", options.cuda_memory,
+                   "cuda: where segments come from: cudaMalloc (malloc) or cudaMallocAsync on "
+                   "a pool of their own (async)")
       ->capture_default_str();
   search->add_flag("--no-execute", options.no_execute,
                    "allocate every tensor of the step but run no kernel (cpu, cuda)");

@@ -18,12 +18,15 @@ Formats parse_formats(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item == "md" || item == "markdown") f.markdown = true;
-    else if (item == "csv") f.csv = true;
-    else if (item == "json") f.json = true;
+    if (item == "md" || item == "markdown")
+      f.markdown = true;
+    else if (item == "csv")
+      f.csv = true;
+    else if (item == "json")
+      f.json = true;
     else
-      throw UsageError(fmt::format("invalid --format '{}': use a list of md, csv, json (e.g. md,csv)",
-                                   text));
+      throw UsageError(
+          fmt::format("invalid --format '{}': use a list of md, csv, json (e.g. md,csv)", text));
   }
   if (!f.markdown && !f.csv && !f.json)
     throw UsageError(fmt::format("invalid --format '{}': use a list of md, csv, json", text));
@@ -56,13 +59,14 @@ Grid make_grid(const CliOptions& options) {
     } catch (const UsageError& e) {
       if (grid.configs.size() == 1) throw;
       std::string where;
-      for (const std::string& f : grid.varying) where += fmt::format(" {}={}", f, get_field(cfg, f));
+      for (const std::string& f : grid.varying)
+        where += fmt::format(" {}={}", f, get_field(cfg, f));
       throw UsageError(fmt::format("{} (at grid point{})", e.what(), where));
     }
   }
   if (options.max_batch <= 0)
-    throw UsageError(fmt::format("invalid --max-batch {}: must be a positive integer",
-                                 options.max_batch));
+    throw UsageError(
+        fmt::format("invalid --max-batch {}: must be a positive integer", options.max_batch));
   return grid;
 }
 

@@ -13,18 +13,18 @@
 namespace vrambench {
 
 struct CliOptions {
-  std::string command = "search";              // search | estimate | program | presets | devices | selftest
-  std::map<std::string, std::string> fields;   // explicit --FIELD VALUE, by canonical field name
-  std::vector<std::string> sweeps;             // --sweep, each one axis
-  std::string out = "results";                 // --out folder
-  std::string name;                            // --name base of the output files
-  std::string format = "md,csv,json";          // --format
-  std::int64_t max_batch = 65536;              // --max-batch
-  bool quiet = false;                          // --quiet: no progress line
-  bool isolate = false;                        // --isolate: a child process per configuration
-  bool no_execute = false;                     // --no-execute: allocate only, run no kernel
-  std::string flash_impl = "cudnn";            // --flash-impl: cudnn | kernels (cuda device)
-  std::string cuda_memory = "malloc";          // --cuda-memory: malloc | async (cuda device)
+  std::string command = "search";  // search | estimate | program | presets | devices | selftest
+  std::map<std::string, std::string> fields;  // explicit --FIELD VALUE, by canonical field name
+  std::vector<std::string> sweeps;            // --sweep, each one axis
+  std::string out = "results";                // --out folder
+  std::string name;                           // --name base of the output files
+  std::string format = "md,csv,json";         // --format
+  std::int64_t max_batch = 65536;             // --max-batch
+  bool quiet = false;                         // --quiet: no progress line
+  bool isolate = false;                       // --isolate: a child process per configuration
+  bool no_execute = false;                    // --no-execute: allocate only, run no kernel
+  std::string flash_impl = "cudnn";           // --flash-impl: cudnn | kernels (cuda device)
+  std::string cuda_memory = "malloc";         // --cuda-memory: malloc | async (cuda device)
 };
 
 struct Formats {

@@ -22,9 +22,8 @@ constexpr NameTable<Precision, 4> kPrecision{{{Precision::fp32, "fp32"},
                                               {Precision::bf16, "bf16"}}};
 constexpr NameTable<Attention, 2> kAttention{
     {{Attention::eager, "eager"}, {Attention::flash, "flash"}}};
-constexpr NameTable<Recompute, 3> kRecompute{{{Recompute::none, "none"},
-                                              {Recompute::selective, "selective"},
-                                              {Recompute::full, "full"}}};
+constexpr NameTable<Recompute, 3> kRecompute{
+    {{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}};
 constexpr NameTable<Optimizer, 3> kOptimizer{
     {{Optimizer::adamw, "adamw"}, {Optimizer::sgd, "sgd"}, {Optimizer::none, "none"}}};
 constexpr NameTable<Scope, 4> kScope{{{Scope::model, "model"},
@@ -59,57 +58,92 @@ void require_positive(std::int64_t value, std::string_view option) {
 
 }  // namespace
 
-std::string_view to_string(Arch v) { return name_of(kArch, v); }
-std::string_view to_string(Precision v) { return name_of(kPrecision, v); }
-std::string_view to_string(Attention v) { return name_of(kAttention, v); }
-std::string_view to_string(Recompute v) { return name_of(kRecompute, v); }
-std::string_view to_string(Optimizer v) { return name_of(kOptimizer, v); }
-std::string_view to_string(Scope v) { return name_of(kScope, v); }
-std::string_view to_string(AllocatorKind v) { return name_of(kAllocator, v); }
+std::string_view to_string(Arch v) {
+  return name_of(kArch, v);
+}
+std::string_view to_string(Precision v) {
+  return name_of(kPrecision, v);
+}
+std::string_view to_string(Attention v) {
+  return name_of(kAttention, v);
+}
+std::string_view to_string(Recompute v) {
+  return name_of(kRecompute, v);
+}
+std::string_view to_string(Optimizer v) {
+  return name_of(kOptimizer, v);
+}
+std::string_view to_string(Scope v) {
+  return name_of(kScope, v);
+}
+std::string_view to_string(AllocatorKind v) {
+  return name_of(kAllocator, v);
+}
 
-Arch parse_arch(std::string_view s) { return parse_of(kArch, s, "arch"); }
-Precision parse_precision(std::string_view s) { return parse_of(kPrecision, s, "dtype"); }
-Attention parse_attention(std::string_view s) { return parse_of(kAttention, s, "attention"); }
-Recompute parse_recompute(std::string_view s) { return parse_of(kRecompute, s, "recompute"); }
-Optimizer parse_optimizer(std::string_view s) { return parse_of(kOptimizer, s, "optimizer"); }
-Scope parse_scope(std::string_view s) { return parse_of(kScope, s, "scope"); }
-AllocatorKind parse_allocator(std::string_view s) { return parse_of(kAllocator, s, "allocator"); }
+Arch parse_arch(std::string_view s) {
+  return parse_of(kArch, s, "arch");
+}
+Precision parse_precision(std::string_view s) {
+  return parse_of(kPrecision, s, "dtype");
+}
+Attention parse_attention(std::string_view s) {
+  return parse_of(kAttention, s, "attention");
+}
+Recompute parse_recompute(std::string_view s) {
+  return parse_of(kRecompute, s, "recompute");
+}
+Optimizer parse_optimizer(std::string_view s) {
+  return parse_of(kOptimizer, s, "optimizer");
+}
+Scope parse_scope(std::string_view s) {
+  return parse_of(kScope, s, "scope");
+}
+AllocatorKind parse_allocator(std::string_view s) {
+  return parse_of(kAllocator, s, "allocator");
+}
 
 DType activation_dtype(Precision p) {
   switch (p) {
-    case Precision::fp16: return DType::f16;
-    case Precision::bf16: return DType::bf16;
+    case Precision::fp16:
+      return DType::f16;
+    case Precision::bf16:
+      return DType::bf16;
     case Precision::fp32:
-    case Precision::tf32: return DType::f32;
+    case Precision::tf32:
+      return DType::f32;
   }
   return DType::f32;
 }
 
-bool has_master_weights(Precision p) { return p == Precision::fp16 || p == Precision::bf16; }
+bool has_master_weights(Precision p) {
+  return p == Precision::fp16 || p == Precision::bf16;
+}
 
 std::int64_t layer_parameter_count(const ModelConfig& m) {
   const std::int64_t H = m.hidden, F = m.ffn, Dh = m.head_dim();
   const std::int64_t qkv_out = (m.heads + 2 * m.kv_heads) * Dh;
   if (m.arch == Arch::gpt) {
-    return 2 * H                      // ln1 weight, bias
-           + qkv_out * H + qkv_out    // qkv
-           + H * H + H                // attention output projection
-           + 2 * H                    // ln2
-           + F * H + F                // fc
-           + H * F + H;               // mlp projection
+    return 2 * H                    // ln1 weight, bias
+           + qkv_out * H + qkv_out  // qkv
+           + H * H + H              // attention output projection
+           + 2 * H                  // ln2
+           + F * H + F              // fc
+           + H * F + H;             // mlp projection
   }
-  return H                // attention rms norm
-         + qkv_out * H    // q, k, v (no bias)
-         + H * H          // output projection
-         + H              // mlp rms norm
-         + 3 * F * H;     // gate, up, down
+  return H              // attention rms norm
+         + qkv_out * H  // q, k, v (no bias)
+         + H * H        // output projection
+         + H            // mlp rms norm
+         + 3 * F * H;   // gate, up, down
 }
 
 std::int64_t parameter_count(const ModelConfig& m) {
   const std::int64_t H = m.hidden;
   std::int64_t n = m.vocab * H + m.layers * layer_parameter_count(m);
-  if (m.arch == Arch::gpt) n += m.max_positions * H + 2 * H;  // positions, final layer norm
-  else n += H;                                                  // final rms norm
+  if (m.arch == Arch::gpt)
+    n += m.max_positions * H + 2 * H;  // positions, final layer norm
+  else
+    n += H;  // final rms norm
   if (!m.tied_embeddings) n += m.vocab * H;
   return n;
 }
@@ -126,15 +160,15 @@ void validate(const RunConfig& cfg) {
   require_positive(cfg.seq, "seq");
   require_positive(cfg.batch, "batch");
   if (m.hidden % m.heads != 0)
-    throw UsageError(
-        fmt::format("invalid --heads {}: must divide --hidden {}", m.heads, m.hidden));
+    throw UsageError(fmt::format("invalid --heads {}: must divide --hidden {}", m.heads, m.hidden));
   if (m.heads % m.kv_heads != 0)
-    throw UsageError(fmt::format("invalid --kv-heads {}: must divide --heads {}", m.kv_heads,
-                                 m.heads));
+    throw UsageError(
+        fmt::format("invalid --kv-heads {}: must divide --heads {}", m.kv_heads, m.heads));
   if (m.arch == Arch::llama && m.head_dim() % 2 != 0)
-    throw UsageError(fmt::format(
-        "invalid --hidden {} / --heads {}: llama's rotary embedding needs an even head size, got {}",
-        m.hidden, m.heads, m.head_dim()));
+    throw UsageError(
+        fmt::format("invalid --hidden {} / --heads {}: llama's rotary embedding needs an even head "
+                    "size, got {}",
+                    m.hidden, m.heads, m.head_dim()));
   if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0))
     throw UsageError(fmt::format("invalid --dropout {}: must be in [0, 1)", cfg.dropout));
   if (cfg.vram < 0) throw UsageError("invalid --vram: must be positive");

@@ -48,22 +48,22 @@ bool has_master_weights(Precision p);
 struct ModelConfig {
   std::string name = "custom";  // preset name, or "custom"
   Arch arch = Arch::gpt;
-  std::int64_t hidden = 768;     // H
-  std::int64_t heads = 12;       // A
-  std::int64_t kv_heads = 12;    // grouped-query attention: key/value heads (== heads for MHA)
-  std::int64_t layers = 12;      // L
-  std::int64_t ffn = 3072;       // F
-  std::int64_t vocab = 50257;    // V
+  std::int64_t hidden = 768;          // H
+  std::int64_t heads = 12;            // A
+  std::int64_t kv_heads = 12;         // grouped-query attention: key/value heads (== heads for MHA)
+  std::int64_t layers = 12;           // L
+  std::int64_t ffn = 3072;            // F
+  std::int64_t vocab = 50257;         // V
   std::int64_t max_positions = 1024;  // learned positions (gpt only)
-  bool tied_embeddings = true;   // lm head shares the token embedding (gpt2) or not (llama)
+  bool tied_embeddings = true;        // lm head shares the token embedding (gpt2) or not (llama)
 
   std::int64_t head_dim() const { return hidden / heads; }
 };
 
 struct RunConfig {
   ModelConfig model;
-  std::int64_t seq = 1024;       // S
-  std::int64_t batch = 1;        // B: the batch a single trial or estimate uses
+  std::int64_t seq = 1024;  // S
+  std::int64_t batch = 1;   // B: the batch a single trial or estimate uses
   Precision dtype = Precision::bf16;
   Attention attention = Attention::flash;
   Recompute recompute = Recompute::none;
@@ -71,8 +71,8 @@ struct RunConfig {
   double dropout = 0.0;
   Scope scope = Scope::model;
   AllocatorKind allocator = AllocatorKind::caching;
-  std::string device = "auto";   // "auto", "sim:PROFILE", "cpu", "cuda"
-  Bytes vram = 0;                // capacity override; 0 = the device's own
+  std::string device = "auto";  // "auto", "sim:PROFILE", "cpu", "cuda"
+  Bytes vram = 0;               // capacity override; 0 = the device's own
 };
 
 // Checks every field; throws UsageError with one line naming the value and what is allowed.

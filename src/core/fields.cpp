@@ -65,7 +65,9 @@ std::int64_t parse_int(std::string_view text, std::string_view what) {
   return value;
 }
 
-std::span<const FieldInfo> fields() { return kFields; }
+std::span<const FieldInfo> fields() {
+  return kFields;
+}
 
 const FieldInfo& find_field(std::string_view name) {
   const std::string n = normalise(name);
@@ -83,34 +85,58 @@ void set_field(RunConfig& cfg, std::string_view name, std::string_view value) {
   auto custom = [&] {
     if (m.name.find("(custom)") == std::string::npos) m.name += " (custom)";
   };
-  if (n == "preset") m = find_preset(value).model;
+  if (n == "preset")
+    m = find_preset(value).model;
   else if (n == "arch") {
     // A custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
     m.arch = parse_arch(value);
     m.tied_embeddings = m.arch == Arch::gpt;
     custom();
-  }
-  else if (n == "hidden") { m.hidden = parse_int(value, what); custom(); }
-  else if (n == "heads") { m.heads = parse_int(value, what); custom(); }
-  else if (n == "kv-heads") { m.kv_heads = parse_int(value, what); custom(); }
-  else if (n == "layers") { m.layers = parse_int(value, what); custom(); }
-  else if (n == "ffn") { m.ffn = parse_int(value, what); custom(); }
-  else if (n == "vocab") { m.vocab = parse_int(value, what); custom(); }
-  else if (n == "max-positions") { m.max_positions = parse_int(value, what); custom(); }
-  else if (n == "seq") cfg.seq = parse_int(value, what);
-  else if (n == "batch") cfg.batch = parse_int(value, what);
-  else if (n == "dtype") cfg.dtype = parse_precision(value);
-  else if (n == "attention") cfg.attention = parse_attention(value);
-  else if (n == "recompute") cfg.recompute = parse_recompute(value);
-  else if (n == "optimizer") cfg.optimizer = parse_optimizer(value);
+  } else if (n == "hidden") {
+    m.hidden = parse_int(value, what);
+    custom();
+  } else if (n == "heads") {
+    m.heads = parse_int(value, what);
+    custom();
+  } else if (n == "kv-heads") {
+    m.kv_heads = parse_int(value, what);
+    custom();
+  } else if (n == "layers") {
+    m.layers = parse_int(value, what);
+    custom();
+  } else if (n == "ffn") {
+    m.ffn = parse_int(value, what);
+    custom();
+  } else if (n == "vocab") {
+    m.vocab = parse_int(value, what);
+    custom();
+  } else if (n == "max-positions") {
+    m.max_positions = parse_int(value, what);
+    custom();
+  } else if (n == "seq")
+    cfg.seq = parse_int(value, what);
+  else if (n == "batch")
+    cfg.batch = parse_int(value, what);
+  else if (n == "dtype")
+    cfg.dtype = parse_precision(value);
+  else if (n == "attention")
+    cfg.attention = parse_attention(value);
+  else if (n == "recompute")
+    cfg.recompute = parse_recompute(value);
+  else if (n == "optimizer")
+    cfg.optimizer = parse_optimizer(value);
   else if (n == "dropout") {
     cfg.dropout = parse_real(value, what);
     if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0))
       throw UsageError(fmt::format("invalid --dropout {}: must be in [0, 1)", value));
-  } else if (n == "scope") cfg.scope = parse_scope(value);
-  else if (n == "allocator") cfg.allocator = parse_allocator(value);
-  else if (n == "device") cfg.device = std::string(value);
-  else if (n == "vram") cfg.vram = parse_bytes(value, what);
+  } else if (n == "scope")
+    cfg.scope = parse_scope(value);
+  else if (n == "allocator")
+    cfg.allocator = parse_allocator(value);
+  else if (n == "device")
+    cfg.device = std::string(value);
+  else if (n == "vram")
+    cfg.vram = parse_bytes(value, what);
 }
 
 std::string get_field(const RunConfig& cfg, std::string_view name) {

@@ -24,7 +24,8 @@ const FieldInfo& find_field(std::string_view name);
 
 // Sets one field from text. "preset" replaces the whole model. Throws UsageError naming the field.
 void set_field(RunConfig& cfg, std::string_view name, std::string_view value);
-// The field's value as text that set_field reads back: "bf16", "1024", sizes as raw bytes "85899345920B".
+// The field's value as text that set_field reads back: "bf16", "1024", sizes as raw bytes
+// "85899345920B".
 std::string get_field(const RunConfig& cfg, std::string_view name);
 
 // Parses a whole positive integer (no sign, no fraction); throws UsageError naming `what`.

@@ -59,7 +59,9 @@ const std::array<Preset, 9>& preset_table() {
   return table;
 }
 
-constexpr Bytes mib(std::int64_t n) { return n * MiB; }
+constexpr Bytes mib(std::int64_t n) {
+  return n * MiB;
+}
 
 // Context overhead: ~250-450 MiB for a lazy-loading CUDA context (shared/reference/facts.md) plus
 // the cuBLASLt and cuDNN handles; 512 MiB is a typical figure, replaced by the measured baseline
@@ -96,9 +98,13 @@ std::string joined_names(const Range& range) {
 
 }  // namespace
 
-Bytes GpuProfile::gemm_workspace() const { return compute_capability >= 90 ? 32 * MiB : 4 * MiB; }
+Bytes GpuProfile::gemm_workspace() const {
+  return compute_capability >= 90 ? 32 * MiB : 4 * MiB;
+}
 
-std::span<const Preset> presets() { return preset_table(); }
+std::span<const Preset> presets() {
+  return preset_table();
+}
 
 const Preset& find_preset(std::string_view name) {
   for (const Preset& p : preset_table())
@@ -107,7 +113,9 @@ const Preset& find_preset(std::string_view name) {
                                joined_names(preset_table())));
 }
 
-std::span<const GpuProfile> gpu_profiles() { return kProfiles; }
+std::span<const GpuProfile> gpu_profiles() {
+  return kProfiles;
+}
 
 const GpuProfile& find_gpu_profile(std::string_view name) {
   if (name.starts_with("sim:")) name.remove_prefix(4);

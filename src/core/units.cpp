@@ -76,9 +76,12 @@ Bytes parse_bytes(std::string_view text, std::string_view what) {
 std::string format_bytes(Bytes bytes) {
   const double b = static_cast<double>(bytes);
   const double mag = std::fabs(b);
-  if (mag >= static_cast<double>(GiB)) return fmt::format("{:.2f} GiB", b / static_cast<double>(GiB));
-  if (mag >= static_cast<double>(MiB)) return fmt::format("{:.1f} MiB", b / static_cast<double>(MiB));
-  if (mag >= static_cast<double>(KiB)) return fmt::format("{:.1f} KiB", b / static_cast<double>(KiB));
+  if (mag >= static_cast<double>(GiB))
+    return fmt::format("{:.2f} GiB", b / static_cast<double>(GiB));
+  if (mag >= static_cast<double>(MiB))
+    return fmt::format("{:.1f} MiB", b / static_cast<double>(MiB));
+  if (mag >= static_cast<double>(KiB))
+    return fmt::format("{:.1f} KiB", b / static_cast<double>(KiB));
   return fmt::format("{} B", bytes);
 }
 

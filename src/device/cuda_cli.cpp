@@ -9,9 +9,9 @@
 
 #include "cli/gpu.h"
 #include "core/error.h"
-#include "search/isolate.h"
 #include "cuda/check.h"
 #include "device/cuda_device.h"
+#include "search/isolate.h"
 
 namespace vrambench {
 

@@ -12,14 +12,13 @@
 
 #include "alloc/allocator.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "device/executor.h"
 
 namespace vrambench {
-
 
 // A GPU is required for what was asked and there is none; what() starts with "needs a GPU: ".
 class NeedsGpu : public std::runtime_error {

@@ -12,8 +12,7 @@ DeviceSpec resolve_host_device(const RunConfig& cfg, const std::string& why_no_g
   std::string name = cfg.device;
   if (name == "auto") {
     name = fmt::format("sim:{}", kDefaultProfile);
-    if (note)
-      *note = fmt::format("device auto: no GPU ({}); using {}", why_no_gpu, name);
+    if (note) *note = fmt::format("device auto: no GPU ({}); using {}", why_no_gpu, name);
   }
   DeviceSpec spec;
   if (name == "cpu") {
@@ -33,8 +32,7 @@ DeviceSpec resolve_host_device(const RunConfig& cfg, const std::string& why_no_g
     if (cfg.vram > 0) spec.label += fmt::format(", capped at {}", format_bytes(cfg.vram));
     return spec;
   }
-  if (name == "cuda")
-    throw UsageError(fmt::format("--device cuda: no GPU ({})", why_no_gpu));
+  if (name == "cuda") throw UsageError(fmt::format("--device cuda: no GPU ({})", why_no_gpu));
   throw UsageError(fmt::format(
       "invalid --device '{}': use auto, cpu, cuda or sim:PROFILE (see `vrambench devices`)",
       cfg.device));

@@ -14,12 +14,12 @@ enum class DeviceKind { sim, cpu, cuda };
 
 struct DeviceSpec {
   DeviceKind kind = DeviceKind::sim;
-  std::string label;          // "sim:h100-80gb (H100 SXM 80GB)"
-  Bytes total = 0;            // the card's memory (or --vram): what device_peak is compared with
-  Bytes fixed_overhead = 0;   // context and library handles, held before the step
-  Bytes gemm_workspace = 0;   // cuBLASLt workspace, a tensor of the program
+  std::string label;         // "sim:h100-80gb (H100 SXM 80GB)"
+  Bytes total = 0;           // the card's memory (or --vram): what device_peak is compared with
+  Bytes fixed_overhead = 0;  // context and library handles, held before the step
+  Bytes gemm_workspace = 0;  // cuBLASLt workspace, a tensor of the program
   const GpuProfile* profile = nullptr;  // sim only
-  int trial_steps = 1;        // steps per trial: 2 on a GPU, whose second step is the steady state
+  int trial_steps = 1;  // steps per trial: 2 on a GPU, whose second step is the steady state
 
   // What the segment source may hand out to the step's tensors.
   Bytes tensor_capacity() const { return total > fixed_overhead ? total - fixed_overhead : 0; }

@@ -1,6 +1,6 @@
 // The closed-form memory model. It follows the backward of one training step symbolically, tensor
-// group by tensor group, keeping bytes for one sample (B = 1) apart from batch-independent bytes, and
-// reports the points whose live bytes can be the peak. docs/memory-model.md derives every term.
+// group by tensor group, keeping bytes for one sample (B = 1) apart from batch-independent bytes,
+// and reports the points whose live bytes can be the peak. docs/memory-model.md derives every term.
 #include "estimate/estimate.h"
 
 #include <algorithm>
@@ -35,11 +35,11 @@ constexpr std::string_view kFragmentation = "allocator fragmentation";
 // The model's sizes as Bytes (signed 64-bit) so that every product is checked.
 struct Dims {
   Bytes S, H, A, K, D, L, V, F;
-  Bytes Q;          // packed q|k|v width: (A + 2K) * D
-  Bytes e;          // element size of activations, weights and gradients
-  Bytes norm_stats; // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
+  Bytes Q;            // packed q|k|v width: (A + 2K) * D
+  Bytes e;            // element size of activations, weights and gradients
+  Bytes norm_stats;   // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
   Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
-  Bytes positions;  // rows of the learned position table (gpt), 0 for llama
+  Bytes positions;    // rows of the learned position table (gpt), 0 for llama
   // Bytes of one sample of the largest tensor the step allocates and frees again and again (an
   // attention matrix [A, S, S] with eager attention, 0 otherwise): the size of the segments the
   // caching allocator carves smaller tensors out of (see "allocator fragmentation").
@@ -91,11 +91,11 @@ Bytes square(const Dims& d, Bytes elem) {
 
 // Parameter counts of the pieces the backward writes gradients for, in the order it writes them.
 struct Params {
-  Bytes block;        // one transformer block
-  Bytes mlp;          // its MLP alone (scope mlp)
-  Bytes lm_head;      // written by the lm head backward (the tied token embedding for gpt2)
+  Bytes block;    // one transformer block
+  Bytes mlp;      // its MLP alone (scope mlp)
+  Bytes lm_head;  // written by the lm head backward (the tied token embedding for gpt2)
   Bytes final_norm;
-  Bytes embeddings;   // written by the embedding backward: untied token embedding, positions
+  Bytes embeddings;  // written by the embedding backward: untied token embedding, positions
   Bytes total;
 };
 
@@ -134,8 +134,10 @@ class Ledger {
   }
   void drop(std::string_view name) {
     if (std::find(pinned_.begin(), pinned_.end(), name) != pinned_.end()) return;
-    auto it = std::find_if(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
-    if (it == live_.end()) throw InternalError("estimate: dropping '" + std::string(name) + "' twice");
+    auto it =
+        std::find_if(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
+    if (it == live_.end())
+      throw InternalError("estimate: dropping '" + std::string(name) + "' twice");
     live_.erase(it);
   }
   // Drops `name` when it is live; for tensors that exist only in some configurations.
@@ -201,8 +203,10 @@ struct Point {
 
   std::string name() const {
     std::string out;
-    if (block >= 0) out = "block " + std::to_string(block) + " backward: ";
-    else if (!where.empty()) out = std::string(where) + ": ";
+    if (block >= 0)
+      out = "block " + std::to_string(block) + " backward: ";
+    else if (!where.empty())
+      out = std::string(where) + ": ";
     return out + std::string(op);
   }
 };
@@ -252,10 +256,10 @@ void add_block_saved(Ledger& led, const Dims& d, std::string_view component,
 
 // Which part of a block a walk covers.
 struct Part {
-  bool mlp = true;         // the MLP's linears and activation
-  bool mlp_rest = true;    // norm2 and the residual add around the MLP
-  bool attn_core = true;   // scores/softmax/values, or flash
-  bool attn_rest = true;   // norm1, qkv and output projections, rope, the residual add
+  bool mlp = true;        // the MLP's linears and activation
+  bool mlp_rest = true;   // norm2 and the residual add around the MLP
+  bool attn_core = true;  // scores/softmax/values, or flash
+  bool attn_rest = true;  // norm1, qkv and output projections, rope, the residual add
 };
 
 bool is_square(std::string_view name) {
@@ -314,7 +318,9 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
     for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
     points.push_back(std::move(p));
   };
-  auto grad = [&](Bytes params) { grads = checked_add(grads, checked_mul(params, d.e, "grads"), "grads"); };
+  auto grad = [&](Bytes params) {
+    grads = checked_add(grads, checked_mul(params, d.e, "grads"), "grads");
+  };
   const Bytes hidden = rows(d, d.H, d.e);
   const Bytes ffn = rows(d, d.F, d.e);
   const Bytes bias_h = d.biases ? d.H : 0, bias_f = d.biases ? d.F : 0, bias_q = d.biases ? d.Q : 0;
@@ -329,7 +335,8 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
   }
 
   if (part.mlp) {
-    // The gradient entering the MLP's output projection: through the dropout mask when there is one.
+    // The gradient entering the MLP's output projection: through the dropout mask when there is
+    // one.
     std::string_view d_mlp_out = "dx_out";
     if (d.dropout) {
       led.add("d.mlp.drop", kTransient, hidden);
@@ -502,7 +509,9 @@ class Walk {
  public:
   Walk(FixedState fixed, Bytes e, Bytes bin) : fixed_(fixed), e_(e), bin_(bin) {}
 
-  void grad(Bytes params) { grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads"); }
+  void grad(Bytes params) {
+    grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads");
+  }
   void add_grad_bytes(Bytes bytes) { grads_ = checked_add(grads_, bytes, "grads"); }
   void release_workspace() { fixed_.workspace = 0; }
 
@@ -559,8 +568,8 @@ FixedState fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, Byt
   const bool step = cfg.optimizer != Optimizer::none;
   FixedState f;
   f.weights = checked_mul(params, d.e, "weight bytes");
-  f.master = step && has_master_weights(cfg.dtype) ? checked_mul(params, 4, "master weight bytes")
-                                                   : 0;
+  f.master =
+      step && has_master_weights(cfg.dtype) ? checked_mul(params, 4, "master weight bytes") : 0;
   const Bytes state_per_param = cfg.optimizer == Optimizer::adamw ? 8
                                 : cfg.optimizer == Optimizer::sgd ? 4
                                                                   : 0;
@@ -686,7 +695,8 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
       block.add("attn.qkv", kScopeInputs, rows(d, d.Q, d.e));
       block.add("d.attn.y", kScopeInputs, rows(d, d.H, d.e));
       break;
-    case Scope::model: break;
+    case Scope::model:
+      break;
   }
   for (const Ledger::Entry& x : block.entries()) block.pin(x.name);
   const Ledger inputs = block;
@@ -773,8 +783,12 @@ Bytes Moment::peak(std::int64_t batch) const {
   return checked_add(fixed, checked_mul(batch, per_sample, "estimated peak"), "estimated peak");
 }
 
-Bytes Breakdown::fixed_total() const { return sum(fixed); }
-Bytes Breakdown::per_sample_total() const { return sum(per_sample); }
+Bytes Breakdown::fixed_total() const {
+  return sum(fixed);
+}
+Bytes Breakdown::per_sample_total() const {
+  return sum(per_sample);
+}
 
 Bytes Breakdown::peak(std::int64_t batch) const {
   Bytes best = Moment{moment, fixed_total(), per_sample_total()}.peak(batch);
@@ -827,8 +841,8 @@ Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
   // The allocator's share, the same at every moment, so that the tensor bytes stay apart.
   if (cfg.allocator == AllocatorKind::caching) {
     const Dims d = dims_of(cfg);
-    const Bytes frag = fragmentation(points, order.back(), d.bin,
-                                     rows(d, checked_add(2 * d.H, d.Q, "rows"), d.e));
+    const Bytes frag =
+        fragmentation(points, order.back(), d.bin, rows(d, checked_add(2 * d.H, d.Q, "rows"), d.e));
     if (frag > 0) {
       out.per_sample.push_back({std::string(kFragmentation), frag});
       for (Moment& m : out.other_moments)

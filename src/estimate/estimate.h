@@ -1,6 +1,6 @@
-// The closed-form memory model: at each moment of the step the live bytes are fixed + B * per_sample,
-// each a sum of named components; the peak is the largest over the moments that can be the peak.
-// It never reads a Program; docs/memory-model.md derives every term.
+// The closed-form memory model: at each moment of the step the live bytes are fixed + B *
+// per_sample, each a sum of named components; the peak is the largest over the moments that can be
+// the peak. It never reads a Program; docs/memory-model.md derives every term.
 #pragma once
 
 #include <cstdint>

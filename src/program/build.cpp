@@ -447,8 +447,8 @@ class Builder {
       // fp32 scratch of the fused backward: the dq accumulator [B, A, S, D] followed by the
       // softmax row sums [B, A, S] (what cuDNN's fused backward keeps besides its own workspace;
       // both 256-byte aligned whenever B*A*S is a multiple of 64). The plain kernels use the first.
-      const int scratch = tensor(pre + "attn.flash_bwd.scratch", {B_, A_, S_, D_ + 1}, DType::f32,
-                                 Role::workspace);
+      const int scratch =
+          tensor(pre + "attn.flash_bwd.scratch", {B_, A_, S_, D_ + 1}, DType::f32, Role::workspace);
       Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
                  {dqkv, scratch}, layer);
       attention_attrs(o);

@@ -1,5 +1,6 @@
-// The program of one training step: every tensor it allocates (exact bytes, role, name) and every op
-// in execution order. Allocation, simulation, CPU and CUDA execution all read this one structure.
+// The program of one training step: every tensor it allocates (exact bytes, role, name) and every
+// op in execution order. Allocation, simulation, CPU and CUDA execution all read this one
+// structure.
 #pragma once
 
 #include <cstdint>
@@ -30,64 +31,71 @@ inline constexpr int kRoleCount = 8;
 
 struct Tensor {
   int id = -1;
-  std::string name;                // "layer3.attn.probs", "wte", "layer0.mlp.fc.w.grad"
+  std::string name;  // "layer3.attn.probs", "wte", "layer0.mlp.fc.w.grad"
   std::vector<std::int64_t> shape;
   DType dtype = DType::f32;
   Role role = Role::transient;
-  Bytes bytes = 0;                 // product(shape) * dtype_size, or a library's stated size
+  Bytes bytes = 0;  // product(shape) * dtype_size, or a library's stated size
   std::int64_t elements() const;
 };
 
 // The op catalogue. Inputs and outputs are listed in the order given here; `[..]` marks optional
-// tensors, present only when the model has them (biases, positions). Shapes: M = B*S rows, H hidden,
-// A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v columns, F ffn, V vocab.
-// Unless noted, an op overwrites its outputs; `Op::accumulate` makes it add into its `grad` outputs.
-// Tensors of role workspace may follow the listed inputs or outputs of any op: the GEMM workspace
-// as the last input of linear and attention GEMM ops, an op's scratch as its last output. Kernels
-// find them by role; the positions above count only the other tensors.
+// tensors, present only when the model has them (biases, positions). Shapes: M = B*S rows, H
+// hidden, A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v columns, F ffn, V
+// vocab. Unless noted, an op overwrites its outputs; `Op::accumulate` makes it add into its `grad`
+// outputs. Tensors of role workspace may follow the listed inputs or outputs of any op: the GEMM
+// workspace as the last input of linear and attention GEMM ops, an op's scratch as its last output.
+// Kernels find them by role; the positions above count only the other tensors.
+// clang-format off: the catalogue reads as a table.
 enum class OpKind : std::uint8_t {
-  embedding_fwd,   // in: tokens[B,S] i32, wte[V,H], [wpe[P,H]] -> out: x[B,S,H]
-  embedding_bwd,   // in: dx[B,S,H], tokens -> out: dwte[V,H], [dwpe[P,H]]
-                   // (accumulate: adds into dwte only, which the tied lm head wrote first;
-                   // dwpe has no other writer and is always overwritten)
-  layernorm_fwd,   // in: x[M,H], w[H], b[H] -> out: y[M,H], mean[M] f32, rstd[M] f32
-  layernorm_bwd,   // in: dy, x, w, mean, rstd -> out: dx, dw, db
-  rmsnorm_fwd,     // in: x[M,H], w[H] -> out: y[M,H], rstd[M] f32
-  rmsnorm_bwd,     // in: dy, x, w, rstd -> out: dx, dw
-  linear_fwd,      // in: x[M,In], w[Out,In], [b[Out]] -> out: y[M,Out]   (y = x w^T + b)
-  linear_bwd,      // in: dy[M,Out], x[M,In], w[Out,In] -> out: dx[M,In], dw[Out,In], [db[Out]]
-  gelu_fwd,        // in: x -> out: y            (tanh approximation)
-  gelu_bwd,        // in: dy, x -> out: dx
-  swiglu_fwd,      // in: gate[M,F], up[M,F] -> out: y[M,F]        (silu(gate) * up)
-  swiglu_bwd,      // in: dy, gate, up -> out: dgate, dup
-  rope_fwd,        // in: qkv[B,S,Q] -> out: qkv_rot[B,S,Q]  (rotates the q and k parts, copies v)
-  rope_bwd,        // in: dqkv_rot -> out: dqkv
-  attn_scores,     // in: qkv[B,S,Q] -> out: scores[B,A,S,S] = q k^T / sqrt(D), causal (-inf above)
-  softmax_fwd,     // in: scores -> out: probs[B,A,S,S]  (row softmax)
-  softmax_bwd,     // in: dprobs, probs -> out: dscores
-  attn_values,     // in: probs[B,A,S,S], qkv -> out: y[B,S,A*D] = probs v (grouped: head a uses kv a/(A/K))
-  attn_values_bwd, // in: dy[B,S,A*D], probs, qkv -> out: dprobs[B,A,S,S], dqkv (writes v part, zeroes q,k)
-  attn_scores_bwd, // in: dscores, qkv, dqkv -> out: dqkv (writes the q and k parts of dqkv in place)
-  flash_fwd,       // in: qkv[B,S,Q] -> out: y[B,S,A*D], lse[B,A,S] f32   (causal, dropout p)
-  flash_bwd,       // in: dy, qkv, y, lse -> out: dqkv[B,S,Q]   (scratch: fp32 dq accumulator)
-  dropout_fwd,     // in: x -> out: y, mask(u8, 1 = kept)   (y = x * mask / (1 - p); seeded by Op::seed)
-  dropout_bwd,     // in: dy, mask -> out: dx
-  add,             // in: a, b -> out: c = a + b                  (residual stream, gradient sums)
-  cross_entropy_fwd,  // in: logits[M,V], targets[B,S] i32 -> out: loss[1] f32, lse[M] f32 (mean over M)
+  embedding_fwd,    // in: tokens[B,S] i32, wte[V,H], [wpe[P,H]] -> out: x[B,S,H]
+  embedding_bwd,    // in: dx[B,S,H], tokens -> out: dwte[V,H], [dwpe[P,H]]
+                    // (accumulate: adds into dwte only, which the tied lm head wrote first;
+                    // dwpe has no other writer and is always overwritten)
+  layernorm_fwd,    // in: x[M,H], w[H], b[H] -> out: y[M,H], mean[M] f32, rstd[M] f32
+  layernorm_bwd,    // in: dy, x, w, mean, rstd -> out: dx, dw, db
+  rmsnorm_fwd,      // in: x[M,H], w[H] -> out: y[M,H], rstd[M] f32
+  rmsnorm_bwd,      // in: dy, x, w, rstd -> out: dx, dw
+  linear_fwd,       // in: x[M,In], w[Out,In], [b[Out]] -> out: y[M,Out]   (y = x w^T + b)
+  linear_bwd,       // in: dy[M,Out], x[M,In], w[Out,In] -> out: dx[M,In], dw[Out,In], [db[Out]]
+  gelu_fwd,         // in: x -> out: y            (tanh approximation)
+  gelu_bwd,         // in: dy, x -> out: dx
+  swiglu_fwd,       // in: gate[M,F], up[M,F] -> out: y[M,F]        (silu(gate) * up)
+  swiglu_bwd,       // in: dy, gate, up -> out: dgate, dup
+  rope_fwd,         // in: qkv[B,S,Q] -> out: qkv_rot[B,S,Q]  (rotates the q and k parts, copies v)
+  rope_bwd,         // in: dqkv_rot -> out: dqkv
+  attn_scores,      // in: qkv[B,S,Q] -> out: scores[B,A,S,S] = q k^T / sqrt(D), causal (-inf above)
+  softmax_fwd,      // in: scores -> out: probs[B,A,S,S]  (row softmax)
+  softmax_bwd,      // in: dprobs, probs -> out: dscores
+  attn_values,      // in: probs[B,A,S,S], qkv -> out: y[B,S,A*D] = probs v (grouped: head a uses kv
+                    // a/(A/K))
+  attn_values_bwd,  // in: dy[B,S,A*D], probs, qkv -> out: dprobs[B,A,S,S], dqkv (writes v part,
+                    // zeroes q,k)
+  attn_scores_bwd,  // in: dscores, qkv, dqkv -> out: dqkv (writes the q and k parts of dqkv in
+                    // place)
+  flash_fwd,        // in: qkv[B,S,Q] -> out: y[B,S,A*D], lse[B,A,S] f32   (causal, dropout p)
+  flash_bwd,        // in: dy, qkv, y, lse -> out: dqkv[B,S,Q]   (scratch: fp32 dq accumulator)
+  dropout_fwd,      // in: x -> out: y, mask(u8, 1 = kept)   (y = x * mask / (1 - p); seeded by
+                    // Op::seed)
+  dropout_bwd,      // in: dy, mask -> out: dx
+  add,              // in: a, b -> out: c = a + b                  (residual stream, gradient sums)
+  cross_entropy_fwd,  // in: logits[M,V], targets[B,S] i32 -> out: loss[1] f32, lse[M] f32 (mean
+                      // over M)
   cross_entropy_bwd,  // in: logits, targets, lse -> out: dlogits[M,V]     (of the mean loss)
-  adamw_step,      // in: w, grad, m, v, [master] -> updates w, m, v, [master] in place; no outputs
-  sgd_step,        // in: w, grad, momentum, [master] -> updates in place; no outputs
+  adamw_step,  // in: w, grad, m, v, [master] -> updates w, m, v, [master] in place; no outputs
+  sgd_step,    // in: w, grad, momentum, [master] -> updates in place; no outputs
 };
+// clang-format on
 std::string_view to_string(OpKind k);
 
 struct Op {
   OpKind kind{};
-  std::string name;             // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
-  std::vector<int> inputs;      // tensor ids, in the catalogue's order
-  std::vector<int> outputs;     // tensor ids, in the catalogue's order
-  int layer = -1;               // block index, -1 outside blocks
-  bool recompute = false;       // a forward op replayed in backward
-  bool accumulate = false;      // add into `grad` outputs instead of overwriting (tied weights)
+  std::string name;          // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
+  std::vector<int> inputs;   // tensor ids, in the catalogue's order
+  std::vector<int> outputs;  // tensor ids, in the catalogue's order
+  int layer = -1;            // block index, -1 outside blocks
+  bool recompute = false;    // a forward op replayed in backward
+  bool accumulate = false;   // add into `grad` outputs instead of overwriting (tied weights)
   // Attributes some kinds need.
   std::int64_t heads = 0, kv_heads = 0;  // attention ops, rope
   double dropout_p = 0.0;                // dropout_fwd/bwd, flash_fwd/bwd

@@ -13,10 +13,10 @@ namespace {
 
 Column key_column(const std::string& field) {
   const FieldInfo& info = find_field(field);
-  if (info.kind == FieldKind::integer) return {std::string(info.name), std::string(info.name),
-                                               CellKind::integer};
-  if (info.kind == FieldKind::size) return {std::string(info.name) + "_bytes",
-                                            std::string(info.name), CellKind::bytes};
+  if (info.kind == FieldKind::integer)
+    return {std::string(info.name), std::string(info.name), CellKind::integer};
+  if (info.kind == FieldKind::size)
+    return {std::string(info.name) + "_bytes", std::string(info.name), CellKind::bytes};
   return {std::string(info.name), std::string(info.name), CellKind::text};
 }
 
@@ -96,7 +96,8 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
   if (with_sim) t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
   t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
-  t.columns.push_back({measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
+  t.columns.push_back(
+      {measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
   t.columns.push_back({"rel_error", "rel err", CellKind::percent});
   t.columns.push_back({"under_estimate", "under", CellKind::flag});
   t.columns.push_back({"trials", "trials", CellKind::integer});

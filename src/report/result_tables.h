@@ -2,10 +2,9 @@
 // alone (`vrambench estimate`) and for the search (estimate versus the device).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/config.h"
 #include "device/device.h"

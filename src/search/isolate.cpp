@@ -58,7 +58,8 @@ nlohmann::json components_to_json(const std::vector<Component>& components) {
 
 std::vector<Component> components_from_json(const nlohmann::json& j) {
   std::vector<Component> out;
-  for (const nlohmann::json& c : j) out.push_back({c.at(0).get<std::string>(), c.at(1).get<Bytes>()});
+  for (const nlohmann::json& c : j)
+    out.push_back({c.at(0).get<std::string>(), c.at(1).get<Bytes>()});
   return out;
 }
 
@@ -172,8 +173,7 @@ Fault fault_from_environment() {
 std::optional<std::string> run_in_child(const std::function<std::string()>& work,
                                         std::string* why) {
   int fds[2];
-  if (::pipe(fds) != 0)
-    throw InternalError(fmt::format("pipe() failed: {}", std::strerror(errno)));
+  if (::pipe(fds) != 0) throw InternalError(fmt::format("pipe() failed: {}", std::strerror(errno)));
   std::fflush(nullptr);  // nothing buffered may be written twice by the child
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -195,8 +195,8 @@ std::optional<std::string> run_in_child(const std::function<std::string()>& work
   std::string reason;
   if (!j.is_discarded() && j.is_object() && j.contains("error"))
     reason = "failed: " + j["error"].get<std::string>();
-  else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) || j.is_discarded() ||
-           !j.is_object() || !j.contains("result"))
+  else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) || j.is_discarded() || !j.is_object() ||
+           !j.contains("result"))
     reason = describe_status(status);
   else
     return j["result"].get<std::string>();
@@ -211,11 +211,17 @@ Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
   const std::optional<std::string> answer = run_in_child(
       [&]() -> std::string {
         switch (fault) {
-          case Fault::abort: std::abort();
-          case Fault::segfault: std::raise(SIGSEGV); break;
-          case Fault::exit_nonzero: ::_exit(3);
-          case Fault::hang_up: ::_exit(0);
-          case Fault::none: break;
+          case Fault::abort:
+            std::abort();
+          case Fault::segfault:
+            std::raise(SIGSEGV);
+            break;
+          case Fault::exit_nonzero:
+            ::_exit(3);
+          case Fault::hang_up:
+            ::_exit(0);
+          case Fault::none:
+            break;
         }
         return to_json(measure(cfg, device, sources, executors, limits)).dump();
       },

@@ -4,10 +4,9 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "search/measure.h"
 
@@ -16,8 +15,7 @@ namespace vrambench {
 // Runs `work` in a forked child and returns what it returned, or nullopt with *why set to how the
 // child ended (a signal, an exit code, an exception's message). The parent touches nothing that
 // `work` touches: the way to ask a CUDA question without a CUDA context in this process.
-std::optional<std::string> run_in_child(const std::function<std::string()>& work,
-                                        std::string* why);
+std::optional<std::string> run_in_child(const std::function<std::string()>& work, std::string* why);
 
 // What the child does wrong on purpose, to test the crash path without a GPU.
 enum class Fault { none, abort, segfault, exit_nonzero, hang_up };

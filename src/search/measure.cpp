@@ -28,7 +28,9 @@ Bytes Measurement::measured_peak() const {
   return next_needed && search.max_batch == 0 ? next_needed->device_peak : 0;
 }
 
-Bytes Measurement::estimated_peak() const { return estimate.peak(compared_batch()); }
+Bytes Measurement::estimated_peak() const {
+  return estimate.peak(compared_batch());
+}
 
 double Measurement::relative_error() const {
   const Bytes measured = measured_peak();
@@ -82,8 +84,8 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
   if (!m.search.hit_limit) {
     // What the first failing batch would need, replayed without a limit (sizes only).
     const Bytes unlimited = std::numeric_limits<Bytes>::max() / 4;
-    m.next_needed = run_trial(cfg, device, m.search.max_batch + 1, unlimited, virtual_sources(),
-                              nullptr);
+    m.next_needed =
+        run_trial(cfg, device, m.search.max_batch + 1, unlimited, virtual_sources(), nullptr);
     if (m.search.max_batch == 0) {
       // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
       RunConfig at = cfg;
@@ -99,9 +101,9 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
                                format_bytes(state), format_bytes(device.fixed_overhead),
                                format_bytes(device.total));
       else
-        m.reason = fmt::format("batch 1 needs {}, capacity {}",
-                               format_bytes(m.next_needed->device_peak),
-                               format_bytes(device.total));
+        m.reason =
+            fmt::format("batch 1 needs {}, capacity {}", format_bytes(m.next_needed->device_peak),
+                        format_bytes(device.total));
     }
   }
   if (m.search.non_monotone)

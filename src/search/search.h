@@ -24,16 +24,16 @@ struct SearchLimits {
 
 struct SearchResult {
   std::int64_t max_batch = 0;  // largest batch that fit (0 when batch 1 does not)
-  bool hit_limit = false;      // max_batch == limits.max_batch and it fit: the true max may be larger
-  std::vector<Probe> trials;   // in the order they ran
+  bool hit_limit = false;  // max_batch == limits.max_batch and it fit: the true max may be larger
+  std::vector<Probe> trials;  // in the order they ran
   // Set when the trials contradict monotonicity (a batch failed while a larger one fit).
   std::optional<std::pair<std::int64_t, std::int64_t>> non_monotone;  // {failed batch, larger fit}
 };
 
 // Probes `hint` (clamped to [1, limits.max_batch]) first, then expands geometrically (doubling away
-// from the hint) until one fit and one failure bracket the answer, then bisects to adjacent batches.
-// Each batch is probed at most once. With hint error e = |true max - hint| the cost is at most
-// 2*ceil(log2(e+1)) + 2 trials, plus the one past the failure; see docs/search.md.
+// from the hint) until one fit and one failure bracket the answer, then bisects to adjacent
+// batches. Each batch is probed at most once. With hint error e = |true max - hint| the cost is at
+// most 2*ceil(log2(e+1)) + 2 trials, plus the one past the failure; see docs/search.md.
 SearchResult find_max_batch(const std::function<bool(std::int64_t)>& fits, std::int64_t hint,
                             const SearchLimits& limits = {});
 

@@ -141,8 +141,7 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
           executor->execute(program, i, replay.data());
         } catch (const DeviceOutOfMemory&) {
           // A library's own scratch (cuBLASLt, cuDNN) did not fit: an OOM like any other.
-          result.oom = OomInfo{program.ops[i].name, "(library scratch)", 0,
-                               replay.free_bytes()};
+          result.oom = OomInfo{program.ops[i].name, "(library scratch)", 0, replay.free_bytes()};
           return;
         }
       }

@@ -188,7 +188,6 @@ std::vector<std::int64_t> powers_of_two(std::string_view spec, const AxisError& 
   return values;
 }
 
-
 }  // namespace
 
 Axis parse_axis(std::string_view text) {
@@ -298,8 +297,7 @@ std::vector<RunConfig> expand(const RunConfig& base, const std::vector<Axis>& ax
   std::vector<std::size_t> index(axes.size(), 0);  // an odometer; the last axis turns fastest
   for (std::int64_t point = 0; point < points; ++point) {
     RunConfig cfg = base;
-    for (const std::size_t a : apply_order)
-      set_field(cfg, names[a], axes[a].values[index[a]]);
+    for (const std::size_t a : apply_order) set_field(cfg, names[a], axes[a].values[index[a]]);
     configs.push_back(std::move(cfg));
     for (std::size_t a = axes.size(); a-- > 0;) {
       if (++index[a] < axes[a].values.size()) break;

@@ -20,8 +20,8 @@ struct Axis {
 //   seq=512..8192          inclusive, doubling
 //   seq=512..4096:+512     inclusive, additive step
 //   seq=256..8192:*4       inclusive, factor
-//   seq=512,1024,3000      list (any field: dtype=fp16,bf16  preset=gpt2,llama2-7b  vram=24GiB,80GiB)
-//   seq=[512:4096:512]     nvbench range: start:end:step, inclusive
+//   seq=512,1024,3000      list (any field: dtype=fp16,bf16  preset=gpt2,llama2-7b
+//   vram=24GiB,80GiB) seq=[512:4096:512]     nvbench range: start:end:step, inclusive
 //   seq[pow2]=[9:13]       nvbench power-of-two range: 2^9 .. 2^13
 // Ranges are for integer fields only. Every value is checked with set_field. A malformed axis
 // throws UsageError quoting the offending text and showing a valid form.
