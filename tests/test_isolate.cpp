@@ -47,6 +47,19 @@ TEST(Isolate, ChildResultEqualsInProcessResult) {
   EXPECT_TRUE(child.reason.empty()) << child.reason;
 }
 
+TEST(Isolate, ObserverSeesEveryTrialInSearchOrder) {
+  std::vector<Probe> seen;
+  const Measurement m = measure(small_config(), small_device(), virtual_sources(), {}, {},
+                                [&](std::int64_t batch, const TrialResult& r) {
+                                  seen.push_back({batch, r.fit});
+                                });
+  ASSERT_EQ(seen.size(), m.search.trials.size());
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].batch, m.search.trials[i].batch);
+    EXPECT_EQ(seen[i].fits, m.search.trials[i].fits);
+  }
+}
+
 TEST(Isolate, JsonRoundTripKeepsEveryField) {
   const RunConfig cfg = small_config();
   const Measurement m = measure(cfg, small_device(), virtual_sources(), {}, {});

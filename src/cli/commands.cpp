@@ -134,9 +134,17 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
     const DeviceSpec& device = devices[i];
+    const std::string point = describe_point(cfg, grid.varying);
     if (progress)
-      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(),
-                   describe_point(cfg, grid.varying).c_str());
+      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(), point.c_str());
+    // On slow devices (cpu, cuda) each trial updates the line.
+    int trials_so_far = 0;
+    const TrialObserver observe = [&, i](std::int64_t batch, const TrialResult& result) {
+      ++trials_so_far;
+      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s: batch %lld %s (trial %d)", i + 1,
+                   grid.configs.size(), point.c_str(), static_cast<long long>(batch),
+                   result.fit ? "fits" : "out of memory", trials_so_far);
+    };
     const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
     const ExecutorFactory executors = executors_for(device, !options.no_execute, cudnn_attention);
     std::optional<Measurement> measured_row;
@@ -144,9 +152,11 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
       // On CUDA a sticky error poisons the process: each configuration gets its own child.
       if (options.isolate || device.kind == DeviceKind::cuda)
         measured_row =
-            measure_isolated(cfg, device, sources, executors, limits, fault_from_environment());
+            measure_isolated(cfg, device, sources, executors, limits, fault_from_environment(),
+                             progress ? observe : TrialObserver{});
       else
-        measured_row = measure(cfg, device, sources, executors, limits);
+        measured_row =
+            measure(cfg, device, sources, executors, limits, progress ? observe : TrialObserver{});
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
@@ -168,7 +178,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     writer.append(row);
     table.add_row(std::move(row));
     nlohmann::json d = search_details(m, device);
-    d["point"] = describe_point(cfg, grid.varying);
+    d["point"] = point;
     details.push_back(std::move(d));
     results.push_back(std::move(m));
   }

@@ -206,7 +206,8 @@ std::optional<std::string> run_in_child(const std::function<std::string()>& work
 
 Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
                              const SourceFactory& sources, const ExecutorFactory& executors,
-                             const SearchLimits& limits, Fault fault) {
+                             const SearchLimits& limits, Fault fault,
+                             const TrialObserver& observe) {
   std::string why;
   const std::optional<std::string> answer = run_in_child(
       [&]() -> std::string {
@@ -223,7 +224,8 @@ Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
           case Fault::none:
             break;
         }
-        return to_json(measure(cfg, device, sources, executors, limits)).dump();
+        // The observer runs in the child: what it prints goes to the stderr both share.
+        return to_json(measure(cfg, device, sources, executors, limits, observe)).dump();
       },
       &why);
   if (!answer) return failed_measurement(cfg, device, why);

@@ -24,7 +24,8 @@ enum class Fault { none, abort, segfault, exit_nonzero, hang_up };
 // config, estimate and est_max_batch filled and reason "crashed: ..." (search left empty).
 Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
                              const SourceFactory& sources, const ExecutorFactory& executors,
-                             const SearchLimits& limits, Fault fault = Fault::none);
+                             const SearchLimits& limits, Fault fault = Fault::none,
+                             const TrialObserver& observe = {});
 
 // The fault named by the environment variable VRAMBENCH_FAULT (abort, segfault, exit), else none.
 Fault fault_from_environment();

@@ -64,7 +64,8 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, s
 }
 
 Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
-                    const ExecutorFactory& executors, const SearchLimits& limits) {
+                    const ExecutorFactory& executors, const SearchLimits& limits,
+                    const TrialObserver& observe) {
   Measurement m;
   m.config = cfg;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
@@ -75,6 +76,7 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
     TrialResult result =
         run_trial(cfg, device, batch, device.tensor_capacity(), sources, executor.get());
     const bool fit = result.fit;
+    if (observe) observe(batch, result);
     m.trials.emplace(batch, std::move(result));
     return fit;
   };

@@ -21,6 +21,8 @@ namespace vrambench {
 using SourceFactory = std::function<std::unique_ptr<SegmentSource>(Bytes capacity)>;
 // Returns nullptr for devices that execute nothing (sim).
 using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
+// Told about each trial of the search as it finishes (progress lines on long runs).
+using TrialObserver = std::function<void(std::int64_t batch, const TrialResult& result)>;
 
 struct Measurement {
   RunConfig config;
@@ -50,7 +52,8 @@ TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64
 Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason);
 
 Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
-                    const ExecutorFactory& executors, const SearchLimits& limits);
+                    const ExecutorFactory& executors, const SearchLimits& limits,
+                    const TrialObserver& observe = {});
 
 // The sim device's segment source: virtual addresses up to the capacity.
 SourceFactory virtual_sources();
