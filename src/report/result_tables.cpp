@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/fields.h"
+#include "search/isolate.h"
 
 namespace vrambench {
 namespace {
@@ -139,37 +140,14 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
   return row;
 }
 
-namespace {
-nlohmann::json trial_json(const TrialResult& t) {
-  nlohmann::json j;
-  j["fit"] = t.fit;
-  j["tensor_peak_bytes"] = t.tensor_peak;
-  j["reserved_peak_bytes"] = t.reserved_peak;
-  j["device_peak_bytes"] = t.device_peak;
-  if (t.driver_peak > 0) j["driver_peak_bytes"] = t.driver_peak;
-  nlohmann::json roles = nlohmann::json::object();
-  for (int r = 0; r < kRoleCount; ++r)
-    roles[std::string(to_string(static_cast<Role>(r))) + "_bytes"] =
-        t.peak_by_role[static_cast<std::size_t>(r)];
-  j["peak_by_role"] = roles;
-  if (t.oom) {
-    j["oom"] = {{"op", t.oom->op},
-                {"tensor", t.oom->tensor},
-                {"requested_bytes", t.oom->requested},
-                {"free_bytes", t.oom->free}};
-  }
-  return j;
-}
-}  // namespace
-
 nlohmann::json search_details(const Measurement& m, const DeviceSpec& device) {
   nlohmann::json j;
   j["capacity_bytes"] = device.total;
   j["fixed_overhead_bytes"] = device.fixed_overhead;
   j["tensor_capacity_bytes"] = device.tensor_capacity();
-  if (const TrialResult* t = m.at_max()) j["at_max"] = trial_json(*t);
-  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = trial_json(*t);
-  if (m.next_needed) j["max_plus_1_needed"] = trial_json(*m.next_needed);
+  if (const TrialResult* t = m.at_max()) j["at_max"] = to_json(*t);
+  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = to_json(*t);
+  if (m.next_needed) j["max_plus_1_needed"] = to_json(*m.next_needed);
   nlohmann::json log = nlohmann::json::array();
   for (const Probe& p : m.search.trials) log.push_back({{"batch", p.batch}, {"fit", p.fits}});
   j["trials"] = log;

@@ -17,39 +17,6 @@
 namespace vrambench {
 namespace {
 
-nlohmann::json trial_to_json(const TrialResult& t) {
-  nlohmann::json j{{"fit", t.fit},
-                   {"tensor_peak", t.tensor_peak},
-                   {"reserved_peak", t.reserved_peak},
-                   {"device_peak", t.device_peak},
-                   {"driver_peak", t.driver_peak},
-                   {"peak_op", t.peak_op},
-                   {"peak_by_role", t.peak_by_role}};
-  if (t.oom)
-    j["oom"] = {{"op", t.oom->op},
-                {"tensor", t.oom->tensor},
-                {"requested", t.oom->requested},
-                {"free", t.oom->free}};
-  return j;
-}
-
-TrialResult trial_from_json(const nlohmann::json& j) {
-  TrialResult t;
-  t.fit = j.at("fit").get<bool>();
-  t.tensor_peak = j.at("tensor_peak").get<Bytes>();
-  t.reserved_peak = j.at("reserved_peak").get<Bytes>();
-  t.device_peak = j.at("device_peak").get<Bytes>();
-  t.driver_peak = j.at("driver_peak").get<Bytes>();
-  t.peak_op = j.at("peak_op").get<int>();
-  t.peak_by_role = j.at("peak_by_role").get<decltype(t.peak_by_role)>();
-  if (j.contains("oom")) {
-    const nlohmann::json& o = j.at("oom");
-    t.oom = OomInfo{o.at("op").get<std::string>(), o.at("tensor").get<std::string>(),
-                    o.at("requested").get<Bytes>(), o.at("free").get<Bytes>()};
-  }
-  return t;
-}
-
 nlohmann::json components_to_json(const std::vector<Component>& components) {
   nlohmann::json j = nlohmann::json::array();
   for (const Component& c : components) j.push_back({c.name, c.bytes});
@@ -111,6 +78,47 @@ std::string describe_status(int status) {
 
 }  // namespace
 
+nlohmann::json to_json(const TrialResult& t) {
+  nlohmann::json roles = nlohmann::json::object();
+  for (int r = 0; r < kRoleCount; ++r)
+    roles[std::string(to_string(static_cast<Role>(r))) + "_bytes"] =
+        t.peak_by_role[static_cast<std::size_t>(r)];
+  nlohmann::json j{{"fit", t.fit},
+                   {"tensor_peak_bytes", t.tensor_peak},
+                   {"reserved_peak_bytes", t.reserved_peak},
+                   {"device_peak_bytes", t.device_peak},
+                   {"driver_peak_bytes", t.driver_peak},
+                   {"peak_op", t.peak_op},
+                   {"peak_by_role", roles}};
+  if (t.oom)
+    j["oom"] = {{"op", t.oom->op},
+                {"tensor", t.oom->tensor},
+                {"requested_bytes", t.oom->requested},
+                {"free_bytes", t.oom->free}};
+  return j;
+}
+
+TrialResult trial_from_json(const nlohmann::json& j) {
+  TrialResult t;
+  t.fit = j.at("fit").get<bool>();
+  t.tensor_peak = j.at("tensor_peak_bytes").get<Bytes>();
+  t.reserved_peak = j.at("reserved_peak_bytes").get<Bytes>();
+  t.device_peak = j.at("device_peak_bytes").get<Bytes>();
+  t.driver_peak = j.at("driver_peak_bytes").get<Bytes>();
+  t.peak_op = j.at("peak_op").get<int>();
+  for (int r = 0; r < kRoleCount; ++r)
+    t.peak_by_role[static_cast<std::size_t>(r)] =
+        j.at("peak_by_role")
+            .at(std::string(to_string(static_cast<Role>(r))) + "_bytes")
+            .get<Bytes>();
+  if (j.contains("oom")) {
+    const nlohmann::json& o = j.at("oom");
+    t.oom = OomInfo{o.at("op").get<std::string>(), o.at("tensor").get<std::string>(),
+                    o.at("requested_bytes").get<Bytes>(), o.at("free_bytes").get<Bytes>()};
+  }
+  return t;
+}
+
 nlohmann::json to_json(const Measurement& m) {
   nlohmann::json j;
   j["estimate_fixed"] = components_to_json(m.estimate.fixed);
@@ -129,9 +137,9 @@ nlohmann::json to_json(const Measurement& m) {
   if (m.search.non_monotone)
     j["non_monotone"] = {m.search.non_monotone->first, m.search.non_monotone->second};
   nlohmann::json trials = nlohmann::json::array();
-  for (const auto& [batch, t] : m.trials) trials.push_back({batch, trial_to_json(t)});
+  for (const auto& [batch, t] : m.trials) trials.push_back({batch, to_json(t)});
   j["trials"] = trials;
-  if (m.next_needed) j["next_needed"] = trial_to_json(*m.next_needed);
+  if (m.next_needed) j["next_needed"] = to_json(*m.next_needed);
   j["reason"] = m.reason;
   return j;
 }

@@ -30,6 +30,11 @@ Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
 // The fault named by the environment variable VRAMBENCH_FAULT (abort, segfault, exit), else none.
 Fault fault_from_environment();
 
+// A trial as JSON (raw integer bytes, peaks by role, the OOM), and back: the pipe between child
+// and parent, and the per-row details of the result files.
+nlohmann::json to_json(const TrialResult& t);
+TrialResult trial_from_json(const nlohmann::json& j);
+
 // Round trip of a Measurement through JSON (the pipe between child and parent).
 nlohmann::json to_json(const Measurement& m);
 Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg);
