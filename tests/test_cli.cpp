@@ -114,7 +114,8 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
   for (const std::string args :
        {"estimate --sweep seq=512..100", "estimate --hidden 1000 --heads 3", "--sweep seq=512..100",
         "--vram 12XB", "--preset nope", "--dtype fp8", "--sweep dtype=fp16..bf16",
-        "--flash-impl nope", "--cuda-memory nope", "--format xml", "--max-batch 0"}) {
+        "--flash-impl nope", "--cuda-memory nope", "--batch 4", "--sweep batch=1..4",
+        "--format xml", "--max-batch 0"}) {
     const fs::path dir = scratch("mistake");
     const CommandResult run = vrambench(args + " --out " + dir.string());
     EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;

@@ -116,6 +116,13 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
         fmt::format("invalid --cuda-memory '{}': use malloc or async", options.cuda_memory));
   const Formats formats = parse_formats(options.format);
   const Grid grid = make_grid(options);
+  const bool batch_given = options.fields.count("batch") > 0 ||
+                           std::any_of(grid.axes.begin(), grid.axes.end(),
+                                       [](const Axis& a) { return a.field == "batch"; });
+  if (batch_given)
+    throw UsageError(
+        "--batch: the search finds the batch; for the peak of a given batch use "
+        "`vrambench estimate --batch B` or `vrambench program --batch B`");
   const std::vector<DeviceSpec> devices = resolve_devices(grid);
   const std::string measured = devices.front().kind == DeviceKind::sim ? "sim" : "meas";
   const SearchLimits limits{options.max_batch};
