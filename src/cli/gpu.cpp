@@ -1,8 +1,6 @@
 // CUDA glue for the CLI. Built both with and without the CUDA backend.
 #include "cli/gpu.h"
 
-#include <fmt/format.h>
-
 #include <cstdio>
 
 #include "core/error.h"
