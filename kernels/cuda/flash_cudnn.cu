@@ -417,16 +417,23 @@ SdpaBackwardNodes build_sdpa_backward_nodes(const FlashShape& s, DType dtype) {
   auto probs = g.virt(f32, scores);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, nullptr, probs);
 
-  // dV = P^T dO; with grouped heads per query head first, then summed onto the kv heads.
-  auto probs_t = g.virt(io, scores_t);
-  g.reshape(probs, probs_t);
-  if (grouped) {
-    auto dv_per_head = g.virt(io, per_query_head);
-    g.matmul(probs_t, d_o, dv_per_head);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_per_head, dv);
-  } else {
-    g.matmul(probs_t, d_o, dv);
-  }
+  // out = a^T b for a kv-head gradient (dK, dV): with grouped heads computed per query head
+  // first, then summed onto the kv heads.
+  auto kv_head_gradient = [&](cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                              cudnnBackendDescriptor_t out) {
+    auto a_t = g.virt(io, scores_t);
+    g.reshape(a, a_t);
+    if (!grouped) {
+      g.matmul(a_t, b, out);
+      return;
+    }
+    auto per_head = g.virt(io, per_query_head);
+    g.matmul(a_t, b, per_head);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_head, out);
+  };
+
+  // dV = P^T dO
+  kv_head_gradient(probs, d_o, dv);
 
   // dS = scale * P * (dO V^T - softmax_sum)
   auto dprobs = g.virt(f32, scores);
@@ -439,15 +446,7 @@ SdpaBackwardNodes build_sdpa_backward_nodes(const FlashShape& s, DType dtype) {
   g.pointwise(CUDNN_POINTWISE_MUL, dscores_unscaled, scale, nullptr, dscores);
 
   // dK = dS^T Q
-  auto dscores_t = g.virt(io, scores_t);
-  g.reshape(dscores, dscores_t);
-  if (grouped) {
-    auto dk_per_head = g.virt(io, per_query_head);
-    g.matmul(dscores_t, q, dk_per_head);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_per_head, dk);
-  } else {
-    g.matmul(dscores_t, q, dk);
-  }
+  kv_head_gradient(dscores, q, dk);
 
   // dQ = dS K, accumulated in fp32, then stored in the storage type.
   auto k = g.virt(io, k_view);
