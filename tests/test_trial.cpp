@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.h"
@@ -328,6 +330,64 @@ TEST(Trial, ExecutorErrorPropagatesAfterReturningTheMemory) {
                InternalError);
   EXPECT_EQ(allocator.live_blocks(), 0u);
   EXPECT_EQ(allocator.release_calls, 1);
+}
+
+// A device whose every free fails once the executor has failed, as every CUDA call does after a
+// sticky error: the error that ends the trial must be the executor's, not a free's.
+class PoisonedSource : public SegmentSource {
+ public:
+  explicit PoisonedSource(Bytes capacity) : inner_(make_virtual_source(capacity)) {}
+  std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
+    return inner_->allocate_segment(bytes);
+  }
+  void free_segment(std::uintptr_t address, Bytes bytes) override {
+    ++free_calls;
+    if (poisoned) throw std::runtime_error("cudaErrorIllegalAddress from cudaFree");
+    inner_->free_segment(address, bytes);
+  }
+  Bytes capacity() const override { return inner_->capacity(); }
+  Bytes in_use() const override { return inner_->in_use(); }
+  bool poisoned = false;
+  int free_calls = 0;
+
+ private:
+  std::unique_ptr<SegmentSource> inner_;
+};
+
+class PoisoningExecutor : public RecordingExecutor {
+ public:
+  explicit PoisoningExecutor(PoisonedSource& source) : source_(source) {}
+  void execute(const Program& program, std::size_t op_index,
+               const std::vector<void*>& data) override {
+    RecordingExecutor::execute(program, op_index, data);
+    if (op_index == 2) {
+      source_.poisoned = true;
+      throw InternalError("illegal address in op 2");
+    }
+  }
+
+ private:
+  PoisonedSource& source_;
+};
+
+TEST(Trial, AFailingFreeDuringCleanupDoesNotHideTheErrorThatCausedIt) {
+  const Program program = tiny_program(MiB);
+  for (AllocatorKind kind : {AllocatorKind::caching, AllocatorKind::direct}) {
+    PoisonedSource source(4 * GiB);
+    PoisoningExecutor executor(source);
+    {
+      const auto allocator = make_allocator(kind, source);
+      try {
+        run_step(program, compute_liveness(program), *allocator, &executor, 0);
+        ADD_FAILURE() << "the executor's error was swallowed";
+      } catch (const InternalError& e) {
+        EXPECT_STREQ(e.what(), "illegal address in op 2");
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "a cleanup error replaced the executor's: " << e.what();
+      }
+    }  // the allocator's destructor returns what is left, quietly, without terminating
+    EXPECT_GT(source.free_calls, 0) << "cleanup never tried to return the memory";
+  }
 }
 
 // A library running out of its own scratch inside op 3, as cuBLASLt or cuDNN can on a GPU.

@@ -1,4 +1,4 @@
-// Chooses the allocator policy a run asks for.
+// Chooses the allocator policy a run asks for; returns segments quietly during cleanup.
 #include "alloc/allocator.h"
 
 #include <fmt/format.h>
@@ -6,6 +6,13 @@
 #include "core/error.h"
 
 namespace vrambench {
+
+void free_segment_quietly(SegmentSource& source, std::uintptr_t address, Bytes bytes) noexcept {
+  try {
+    source.free_segment(address, bytes);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): see the header
+  }
+}
 
 std::unique_ptr<Allocator> make_allocator(AllocatorKind kind, SegmentSource& source) {
   switch (kind) {

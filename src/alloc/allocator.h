@@ -29,6 +29,11 @@ class SegmentSource {
   virtual std::optional<Bytes> device_used() const { return std::nullopt; }
 };
 
+// free_segment for destructors and cleanup after an error: a failure is dropped, because the error
+// that led here is the one to report (after a sticky CUDA error every cudaFree fails too, and the
+// memory goes with the context), and a destructor must not throw.
+void free_segment_quietly(SegmentSource& source, std::uintptr_t address, Bytes bytes) noexcept;
+
 // A SegmentSource of virtual addresses: hands out up to `capacity` bytes, no memory behind them.
 std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity);
 

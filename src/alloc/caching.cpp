@@ -87,7 +87,8 @@ class CachingAllocator final : public Allocator {
 
   ~CachingAllocator() override {
     // Segments still holding live blocks go back too: the allocator owns every segment it took.
-    for (const auto& [address, segment] : segments_) source_.free_segment(address, segment.size);
+    for (const auto& [address, segment] : segments_)
+      free_segment_quietly(source_, address, segment.size);
   }
 
   std::optional<Block> allocate(Bytes bytes) override {

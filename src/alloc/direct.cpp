@@ -37,7 +37,8 @@ class DirectAllocator final : public Allocator {
 
   ~DirectAllocator() override {
     // Hand back what the caller still holds so the source is clean for the next allocator.
-    for (const auto& [address, live] : live_) source_.free_segment(address, live.segment_bytes);
+    for (const auto& [address, live] : live_)
+      free_segment_quietly(source_, address, live.segment_bytes);
   }
 
   std::optional<Block> allocate(Bytes bytes) override {

@@ -169,9 +169,14 @@ TrialResult run_step(const Program& program, const Liveness& liveness, Allocator
     if (!result.fit && executor) executor->synchronize();
   } catch (...) {
     // The exception is the result that matters; return the memory and let it propagate. No
-    // synchronize here: after a device error it would only throw again.
-    replay.release_all();
-    allocator.release_cached();
+    // synchronize here: after a device error it would only throw again, and so may the frees
+    // (a sticky CUDA error fails every later call): a failure there must not replace the error
+    // that caused the cleanup.
+    try {
+      replay.release_all();
+      allocator.release_cached();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is rethrown below
+    }
     throw;
   }
   replay.release_all();
