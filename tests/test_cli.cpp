@@ -182,6 +182,26 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, AHangingTrialTimesOutIntoARowAndTheSweepGoesOn) {
+  const fs::path dir = scratch("hang");
+  const CommandResult run = vrambench("--isolate --trial-timeout 0.5 --device sim:rtx4090 "
+                                      "--preset tiny --sweep seq=64,128 --out " +
+                                          dir.string() + " --name h",
+                                      "VRAMBENCH_FAULT=hang");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto rows = table_rows(run.out);
+  ASSERT_EQ(rows.size(), 2u) << run.out;
+  for (const std::string& row : rows)
+    EXPECT_NE(row.find("timeout: the trial at batch 1 ran over 0.5 s"), std::string::npos) << row;
+  EXPECT_NE(run.out.find("2 timed out"), std::string::npos) << run.out;
+  // Not a terminal: one progress line per configuration, naming it.
+  EXPECT_NE(run.err.find("[1/2] seq=64: timeout"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("[2/2] seq=128: timeout"), std::string::npos) << run.err;
+  EXPECT_EQ(vrambench("--trial-timeout 0 --preset tiny").exit_code, 2);
+  EXPECT_EQ(vrambench("--trial-timeout soon --preset tiny").exit_code, 2);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, CpuDeviceMeasuresNextToEstAndSim) {
   const fs::path dir = scratch("cpu");
   const CommandResult run = vrambench(

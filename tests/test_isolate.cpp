@@ -1,8 +1,11 @@
 // The child-process isolation of a configuration: results survive the pipe, crashes become rows.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <stdexcept>
+#include <vector>
 
 #include "core/presets.h"
 #include "search/isolate.h"
@@ -96,6 +99,61 @@ TEST(Isolate, SegfaultAndNonZeroExitAreReported) {
   const Measurement silent =
       measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::hang_up);
   EXPECT_NE(silent.reason.find("no result"), std::string::npos) << silent.reason;
+}
+
+TEST(Isolate, AHangingTrialIsStoppedAndNamed) {
+  const Measurement m = measure_isolated(small_config(), small_device(), virtual_sources(), {}, {},
+                                         Fault::hang, {}, 0.5);
+  EXPECT_EQ(m.reason, "timeout: the trial at batch 1 ran over 0.5 s");
+  EXPECT_EQ(m.search.max_batch, 0);
+  EXPECT_GT(m.est_max_batch, 0);  // the row keeps its estimate
+}
+
+TEST(Isolate, SilenceIsMeasuredBetweenMessagesNotOverTheWholeRun) {
+  // 6 messages 0.1 s apart take 0.6 s in all, longer than the limit of 0.4 s, but the child is
+  // never silent for that long.
+  std::vector<int> seen;
+  ChildWatch watch;
+  watch.silence_limit_seconds = 0.4;
+  watch.on_message = [&](const nlohmann::json& m) { seen.push_back(m.get<int>()); };
+  std::string why;
+  const auto chatty = run_in_child(
+      [](const ChildSend& send) {
+        for (int i = 0; i < 6; ++i) {
+          ::usleep(100000);
+          send(i);
+        }
+        return std::string("done");
+      },
+      watch, &why);
+  EXPECT_EQ(chatty, "done") << why;
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+
+  const auto silent = run_in_child(
+      [](const ChildSend& send) {
+        send(0);
+        ::sleep(30);
+        return std::string("too late");
+      },
+      watch, &why);
+  EXPECT_EQ(silent, std::nullopt);
+  EXPECT_EQ(why, "timeout: no word from the child for 0.4 s");
+}
+
+TEST(Isolate, IsolatedTrialsAreReportedToTheParentAsTheyFinish) {
+  std::vector<Probe> seen;
+  const Measurement m =
+      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::none,
+                       [&](std::int64_t batch, const TrialResult& r) {
+                         seen.push_back({batch, r.fit});
+                       },
+                       60);
+  ASSERT_TRUE(m.reason.empty()) << m.reason;
+  ASSERT_EQ(seen.size(), m.search.trials.size());
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].batch, m.search.trials[i].batch);
+    EXPECT_EQ(seen[i].fits, m.search.trials[i].fits);
+  }
 }
 
 }  // namespace

@@ -126,7 +126,10 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const std::vector<DeviceSpec> devices = resolve_devices(grid);
   const std::string measured = devices.front().kind == DeviceKind::sim ? "sim" : "meas";
   const SearchLimits limits{options.max_batch};
-  const bool progress = !options.quiet && stderr_is_terminal();
+  // On a terminal one line is rewritten after every trial; in a log (stderr not a terminal) a line
+  // per trial on devices that execute (seconds each) and one per configuration.
+  const bool terminal = stderr_is_terminal();
+  const bool progress = !options.quiet;
 
   // On a real device each row also gets the sim replay of the same configuration.
   const bool with_sim = measured != "sim";
@@ -142,15 +145,21 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     const RunConfig& cfg = grid.configs[i];
     const DeviceSpec& device = devices[i];
     const std::string point = describe_point(cfg, grid.varying);
-    if (progress)
+    if (progress && terminal)
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(), point.c_str());
-    // On slow devices (cpu, cuda) each trial updates the line.
     int trials_so_far = 0;
+    const auto config_start = std::chrono::steady_clock::now();
+    const auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - config_start).count();
+    };
+    const bool executes = device.kind != DeviceKind::sim && !options.no_execute;
     const TrialObserver observe = [&, i](std::int64_t batch, const TrialResult& result) {
       ++trials_so_far;
-      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s: batch %lld %s (trial %d)", i + 1,
-                   grid.configs.size(), point.c_str(), static_cast<long long>(batch),
-                   result.fit ? "fits" : "out of memory", trials_so_far);
+      if (!terminal && !executes) return;
+      std::fprintf(stderr, "%s[%zu/%zu] %s: batch %lld %s (trial %d, %.1f s)%s",
+                   terminal ? "\r\033[K" : "", i + 1, grid.configs.size(), point.c_str(),
+                   static_cast<long long>(batch), result.fit ? "fits" : "out of memory",
+                   trials_so_far, elapsed(), terminal ? "" : "\n");
     };
     const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
     const ExecutorFactory executors = executors_for(device, !options.no_execute, cudnn_attention);
@@ -160,7 +169,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
       if (options.isolate || device.kind == DeviceKind::cuda)
         measured_row =
             measure_isolated(cfg, device, sources, executors, limits, fault_from_environment(),
-                             progress ? observe : TrialObserver{});
+                             progress ? observe : TrialObserver{}, options.trial_timeout);
       else
         measured_row =
             measure(cfg, device, sources, executors, limits, progress ? observe : TrialObserver{});
@@ -172,6 +181,12 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     }
     Measurement& m = *measured_row;
     total_trials += static_cast<std::int64_t>(m.search.trials.size());
+    if (progress && !terminal)
+      std::fprintf(stderr, "[%zu/%zu] %s: %s (%zu trials, %.1f s)\n", i + 1, grid.configs.size(),
+                   point.c_str(),
+                   m.reason.empty() ? fmt::format("max batch {}", m.search.max_batch).c_str()
+                                    : m.reason.c_str(),
+                   m.search.trials.size(), elapsed());
     std::optional<Measurement> sim;
     if (with_sim) {
       sim = measure(cfg, device, virtual_sources(), {}, limits);
@@ -189,7 +204,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     details.push_back(std::move(d));
     results.push_back(std::move(m));
   }
-  if (progress) std::fprintf(stderr, "\r\033[K");
+  if (progress && terminal) std::fprintf(stderr, "\r\033[K");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -208,7 +223,13 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const auto failed = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
     return m.reason.starts_with("failed") || m.reason.starts_with("crashed");
   });
+  const auto timed_out = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
+    return m.reason.starts_with("timeout");
+  });
   if (failed > 0) summary_line += fmt::format("; {} failed (see the note column)", failed);
+  if (timed_out > 0)
+    summary_line += fmt::format("; {} timed out after {:g} s without a finished trial", timed_out,
+                                options.trial_timeout);
   std::printf("\n%s\n", summary_line.c_str());
   writer.finish({{"configurations", results.size()},
                  {"trials", total_trials},
@@ -219,6 +240,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                  {"under_estimates", errors.under_estimates},
                  {"non_monotone", errors.non_monotone},
                  {"failed", failed},
+                 {"timed_out", timed_out},
                  {"summary", summary_line},
                  {"details", details}});
   print_written(writer);

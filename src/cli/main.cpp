@@ -133,6 +133,12 @@ int run(int argc, char** argv) {
                    "cuda: where segments come from: cudaMalloc (malloc) or cudaMallocAsync on "
                    "a pool of their own (async)")
       ->capture_default_str();
+  search
+      ->add_option("--trial-timeout", options.trial_timeout,
+                   "seconds: an isolated trial (cuda, or --isolate) that runs longer is stopped "
+                   "and its row says timeout")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   search->add_flag("--no-execute", options.no_execute,
                    "allocate every tensor of the step but run no kernel (cpu, cuda)");
   search->footer(kExamples);

@@ -25,6 +25,7 @@ struct CliOptions {
   bool no_execute = false;                    // --no-execute: allocate only, run no kernel
   std::string flash_impl = "cudnn";           // --flash-impl: cudnn | kernels (cuda device)
   std::string cuda_memory = "malloc";         // --cuda-memory: malloc | async (cuda device)
+  double trial_timeout = 600;                 // --trial-timeout: seconds per isolated trial
 };
 
 struct Formats {

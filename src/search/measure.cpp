@@ -65,7 +65,7 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, s
 
 Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
                     const ExecutorFactory& executors, const SearchLimits& limits,
-                    const TrialObserver& observe) {
+                    const TrialObserver& observe, const TrialStarting& starting) {
   Measurement m;
   m.config = cfg;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
@@ -73,6 +73,7 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
   std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
 
   auto fits = [&](std::int64_t batch) {
+    if (starting) starting(batch);
     TrialResult result =
         run_trial(cfg, device, batch, device.tensor_capacity(), sources, executor.get());
     const bool fit = result.fit;

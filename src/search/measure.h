@@ -23,6 +23,8 @@ using SourceFactory = std::function<std::unique_ptr<SegmentSource>(Bytes capacit
 using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
 // Told about each trial of the search as it finishes (progress lines on long runs).
 using TrialObserver = std::function<void(std::int64_t batch, const TrialResult& result)>;
+// Told before each trial starts: a watchdog can name the trial that hangs.
+using TrialStarting = std::function<void(std::int64_t batch)>;
 
 struct Measurement {
   RunConfig config;
@@ -53,7 +55,7 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, s
 
 Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
                     const ExecutorFactory& executors, const SearchLimits& limits,
-                    const TrialObserver& observe = {});
+                    const TrialObserver& observe = {}, const TrialStarting& starting = {});
 
 // The sim device's segment source: virtual addresses up to the capacity.
 SourceFactory virtual_sources();
