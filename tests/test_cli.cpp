@@ -221,6 +221,19 @@ TEST(Cli, CpuDeviceMeasuresNextToEstAndSim) {
     EXPECT_FALSE(csv[r][est].empty());
   }
   EXPECT_EQ(csv[1][column(csv[0], "meas_peak_bytes")], csv[1][column(csv[0], "sim_peak_bytes")]);
+  // The same peaks: no difference from the sim, and the summary says so. The cpu device runs its
+  // fused attention kernel (flash is the default attention).
+  for (std::size_t r = 1; r < csv.size(); ++r) {
+    EXPECT_EQ(std::stod(csv[r][column(csv[0], "meas_vs_sim")]), 0.0);
+    EXPECT_EQ(csv[r][column(csv[0], "attention_impl")], "kernel");
+  }
+  EXPECT_NE(run.out.find("meas vs sim peak: median |diff| 0.0%, max |diff| 0.0%"),
+            std::string::npos)
+      << run.out;
+  // In a log, a line per trial of a device that executes, and one per configuration.
+  EXPECT_NE(run.err.find("[1/2] seq=16: batch "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("[2/2] seq=32: max batch " + csv[2][meas] + " ("), std::string::npos)
+      << run.err;
 
   // Allocation alone (no kernels) gives the same max batch: sizes never depend on values.
   const CommandResult alloc_only =
@@ -229,6 +242,7 @@ TEST(Cli, CpuDeviceMeasuresNextToEstAndSim) {
   ASSERT_EQ(alloc_only.exit_code, 0) << alloc_only.err;
   const auto csv_n = csv_of(dir / "n.csv");
   EXPECT_EQ(csv_n[1][column(csv_n[0], "meas_max_batch")], csv[1][meas]);
+  EXPECT_EQ(csv_n[1][column(csv_n[0], "attention_impl")], "");  // nothing ran
   fs::remove_all(dir);
 }
 

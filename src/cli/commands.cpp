@@ -137,7 +137,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   ResultWriter writer(
       options.out, options.name.empty() ? default_output_name("search") : options.name, table,
       make_provenance(argc, argv, device_label(devices)), formats.csv, formats.json);
-  std::vector<Measurement> results;
+  std::vector<Measurement> results, sims;
   nlohmann::json details = nlohmann::json::array();
   std::int64_t total_trials = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -203,6 +203,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     d["point"] = point;
     details.push_back(std::move(d));
     results.push_back(std::move(m));
+    if (sim) sims.push_back(std::move(*sim));
   }
   if (progress && terminal) std::fprintf(stderr, "\r\033[K");
   const double seconds =
@@ -218,6 +219,11 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
         "; est vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%), {} under-estimate{}",
         measured, 100 * errors.median_abs, 100 * errors.max_abs, 100 * errors.max_signed,
         errors.under_estimates, errors.under_estimates == 1 ? "" : "s");
+  const DeviceVsSim vs_sim = summarize_device_vs_sim(results, sims);
+  if (vs_sim.compared > 0)
+    summary_line += fmt::format("; {} vs sim peak: median |diff| {:.1f}%, max |diff| {:.1f}% ({:+.1f}%)",
+                                measured, 100 * vs_sim.median_abs, 100 * vs_sim.max_abs,
+                                100 * vs_sim.max_signed);
   if (errors.non_monotone > 0)
     summary_line += fmt::format("; {} non-monotone", errors.non_monotone);
   const auto failed = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
@@ -239,6 +245,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                  {"max_abs_rel_error", errors.max_abs},
                  {"under_estimates", errors.under_estimates},
                  {"non_monotone", errors.non_monotone},
+                 {"device_vs_sim_compared", vs_sim.compared},
+                 {"device_vs_sim_median_abs", vs_sim.median_abs},
+                 {"device_vs_sim_max_abs", vs_sim.max_abs},
                  {"failed", failed},
                  {"timed_out", timed_out},
                  {"summary", summary_line},

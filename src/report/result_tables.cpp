@@ -40,6 +40,11 @@ Bytes model_state(const Breakdown& b) {
 
 }  // namespace
 
+Bytes sim_peak_at(const Measurement& sim, std::int64_t batch) {
+  auto it = sim.trials.find(batch);
+  return it != sim.trials.end() && it->second.fit ? it->second.device_peak : 0;
+}
+
 std::vector<std::string> key_columns(const std::vector<std::string>& varying) {
   if (!varying.empty()) return varying;
   return {"preset", "seq"};
@@ -97,10 +102,13 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
   if (with_sim) t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
   t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
+  if (with_sim)
+    t.columns.push_back({measured + "_vs_sim", measured + " vs sim", CellKind::percent});
   t.columns.push_back(
       {measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
   t.columns.push_back({"rel_error", "rel err", CellKind::percent});
   t.columns.push_back({"under_estimate", "under", CellKind::flag});
+  if (with_sim) t.columns.push_back({"attention_impl", "attention", CellKind::text});
   t.columns.push_back({"trials", "trials", CellKind::integer});
   t.columns.push_back({"note", "note", CellKind::text});
   return t;
@@ -115,14 +123,16 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
   row.push_back(Cell::of_int(m.search.max_batch));
   row.push_back(Cell::of_int(m.compared_batch()));
   row.push_back(Cell::of_bytes(m.estimated_peak()));
-  if (sim) {
-    // The sim peak at the device's compared batch, so that the two peaks sit side by side.
-    auto it = sim->trials.find(m.compared_batch());
-    row.push_back(it != sim->trials.end() && it->second.fit ? Cell::of_bytes(it->second.device_peak)
-                                                            : Cell::none(CellKind::bytes));
-  }
+  const Bytes sim_peak = sim ? sim_peak_at(*sim, m.compared_batch()) : 0;
+  // The sim peak at the device's compared batch, so that the two peaks sit side by side.
+  if (sim) row.push_back(sim_peak > 0 ? Cell::of_bytes(sim_peak) : Cell::none(CellKind::bytes));
   const Bytes measured = m.measured_peak();
   row.push_back(measured > 0 ? Cell::of_bytes(measured) : Cell::none(CellKind::bytes));
+  if (sim)
+    row.push_back(measured > 0 && sim_peak > 0
+                      ? Cell::of_percent(static_cast<double>(measured - sim_peak) /
+                                         static_cast<double>(sim_peak))
+                      : Cell::none(CellKind::percent));
   // An OOM trial stops at the failing request; what max + 1 would need comes from its replay.
   row.push_back(m.next_needed ? Cell::of_bytes(m.next_needed->device_peak)
                               : Cell::none(CellKind::bytes));
@@ -133,6 +143,9 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
     row.push_back(Cell::none(CellKind::percent));
     row.push_back(Cell::none(CellKind::flag));
   }
+  if (sim)
+    row.push_back(m.attention_impl.empty() ? Cell::none(CellKind::text)
+                                           : Cell::of_text(m.attention_impl));
   row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
   std::string note = m.reason;
   if (m.search.hit_limit) note = fmt::format("hit --max-batch {}", m.search.max_batch);
@@ -158,27 +171,65 @@ nlohmann::json search_details(const Measurement& m, const DeviceSpec& device) {
   return j;
 }
 
-ErrorSummary summarize_errors(const std::vector<Measurement>& rows) {
-  ErrorSummary s;
+namespace {
+
+// Median and largest of |errors|, and the sign of the largest.
+struct Spread {
+  double median_abs = 0.0, max_abs = 0.0, max_signed = 0.0;
+};
+Spread spread_of(const std::vector<double>& errors) {
+  Spread s;
   std::vector<double> abs_errors;
-  for (const Measurement& m : rows) {
-    if (m.search.non_monotone) ++s.non_monotone;
-    if (m.measured_peak() <= 0) continue;
-    const double e = m.relative_error();
+  for (double e : errors) {
     abs_errors.push_back(std::fabs(e));
     if (std::fabs(e) >= s.max_abs) {
       s.max_abs = std::fabs(e);
       s.max_signed = e;
     }
-    if (m.estimated_peak() < m.measured_peak()) ++s.under_estimates;
   }
-  s.compared = static_cast<int>(abs_errors.size());
   if (!abs_errors.empty()) {
     std::sort(abs_errors.begin(), abs_errors.end());
     const std::size_t n = abs_errors.size();
     s.median_abs = n % 2 ? abs_errors[n / 2] : (abs_errors[n / 2 - 1] + abs_errors[n / 2]) / 2;
   }
   return s;
+}
+
+}  // namespace
+
+ErrorSummary summarize_errors(const std::vector<Measurement>& rows) {
+  ErrorSummary s;
+  std::vector<double> errors;
+  for (const Measurement& m : rows) {
+    if (m.search.non_monotone) ++s.non_monotone;
+    if (m.measured_peak() <= 0) continue;
+    errors.push_back(m.relative_error());
+    if (m.estimated_peak() < m.measured_peak()) ++s.under_estimates;
+  }
+  s.compared = static_cast<int>(errors.size());
+  const Spread spread = spread_of(errors);
+  s.median_abs = spread.median_abs;
+  s.max_abs = spread.max_abs;
+  s.max_signed = spread.max_signed;
+  return s;
+}
+
+DeviceVsSim summarize_device_vs_sim(const std::vector<Measurement>& rows,
+                                    const std::vector<Measurement>& sims) {
+  std::vector<double> errors;
+  for (std::size_t i = 0; i < rows.size() && i < sims.size(); ++i) {
+    const Bytes measured = rows[i].measured_peak();
+    const Bytes sim = sim_peak_at(sims[i], rows[i].compared_batch());
+    if (measured > 0 && sim > 0)
+      errors.push_back(static_cast<double>(measured - sim) / static_cast<double>(sim));
+  }
+  DeviceVsSim d;
+  d.compared = static_cast<int>(errors.size());
+  const Spread spread = spread_of(errors);
+  d.median_abs = spread.median_abs;
+  d.max_abs = spread.max_abs;
+  d.max_signed = spread.max_signed;
+  return d;
 }
 
 }  // namespace vrambench

@@ -40,6 +40,17 @@ struct ErrorSummary {
 };
 ErrorSummary summarize_errors(const std::vector<Measurement>& rows);
 
+// The sim replay's device peak at `batch`, or 0 when it has no fitting trial there.
+Bytes sim_peak_at(const Measurement& sim, std::int64_t batch);
+// How far a real device's peak is from the sim replay's at the same batch, over the rows that have
+// both: `sims[i]` is the sim of `rows[i]`. Errors are (device - sim) / sim.
+struct DeviceVsSim {
+  int compared = 0;
+  double median_abs = 0.0, max_abs = 0.0, max_signed = 0.0;
+};
+DeviceVsSim summarize_device_vs_sim(const std::vector<Measurement>& rows,
+                                    const std::vector<Measurement>& sims);
+
 // Field names shown as key columns: the varying fields, or "preset" and "seq" when nothing varies.
 std::vector<std::string> key_columns(const std::vector<std::string>& varying);
 

@@ -185,6 +185,7 @@ nlohmann::json to_json(const Measurement& m) {
   j["trials"] = trials;
   if (m.next_needed) j["next_needed"] = to_json(*m.next_needed);
   j["reason"] = m.reason;
+  j["attention_impl"] = m.attention_impl;
   return j;
 }
 
@@ -209,6 +210,7 @@ Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg)
     m.trials.emplace(t.at(0).get<std::int64_t>(), trial_from_json(t.at(1)));
   if (j.contains("next_needed")) m.next_needed = trial_from_json(j["next_needed"]);
   m.reason = j.at("reason").get<std::string>();
+  m.attention_impl = j.at("attention_impl").get<std::string>();
   return m;
 }
 

@@ -71,6 +71,7 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const Source
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
   m.est_max_batch = m.estimate.max_batch(device.total);
   std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
+  if (executor) m.attention_impl = std::string(executor->attention_impl(cfg.attention));
 
   auto fits = [&](std::int64_t batch) {
     if (starting) starting(batch);

@@ -35,6 +35,7 @@ struct Measurement {
   // The first failing batch (max + 1) replayed on an unlimited device: what it would need.
   std::optional<TrialResult> next_needed;
   std::string reason;  // why the max batch is 0, or what went wrong
+  std::string attention_impl;  // what ran the attention core (Executor::attention_impl); "" = none
 
   const TrialResult* at_max() const;   // nullptr when max batch is 0
   const TrialResult* at_next() const;  // the first failure (max + 1) as it ran, up to its OOM
