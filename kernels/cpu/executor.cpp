@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/init.h"
 #include "common/math.h"
 #include "core/error.h"
 #include "cpu/ops.h"
@@ -23,14 +24,6 @@ std::uint64_t name_hash(std::string_view name) {  // FNV-1a
     h *= 0x100000001b3ull;
   }
   return h;
-}
-
-// Standard normal from two counter-based uniforms (Box-Muller), deterministic per (stream, i).
-float normal(std::uint64_t stream, std::int64_t i) {
-  const auto idx = static_cast<std::uint64_t>(i);
-  const double u1 = (static_cast<double>(kmath::hash64(stream, 2 * idx) >> 11) + 1.0) * 0x1p-53;
-  const double u2 = static_cast<double>(kmath::hash64(stream, 2 * idx + 1) >> 11) * 0x1p-53;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -138,40 +131,9 @@ class CpuExecutor final : public Executor {
 
   void initialize(const Program& program, int tensor_id, void* data) override {
     const Tensor& t = program.tensor(tensor_id);
-    const Bound b{&t, data};
-    const std::int64_t n = t.elements();
-    std::vector<float> values(static_cast<std::size_t>(n), 0.0f);
-    switch (t.role) {
-      case Role::weight:
-        fill_weight(values, t.name, t.dtype);
-        break;
-      case Role::master_weight: {
-        std::string weight_name = t.name;
-        if (const auto at = weight_name.rfind(".master"); at != std::string::npos)
-          weight_name.erase(at, 7);
-        DType weight_dtype = DType::f32;
-        for (const Tensor& other : program.tensors)
-          if (other.name == weight_name && other.role == Role::weight) weight_dtype = other.dtype;
-        fill_weight(values, weight_name, weight_dtype);
-        break;
-      }
-      case Role::input:
-        if (fill_ && fill_(program, t, data)) return;
-        if (t.dtype == DType::i32) {
-          const std::uint64_t stream = name_hash(t.name) ^ seed_;
-          const auto vocab = static_cast<std::uint64_t>(program.config.model.vocab);
-          for (std::int64_t i = 0; i < n; ++i)
-            values[static_cast<std::size_t>(i)] =
-                static_cast<float>(kmath::hash64(stream, static_cast<std::uint64_t>(i)) % vocab);
-        } else {
-          for (std::int64_t i = 0; i < n; ++i)
-            values[static_cast<std::size_t>(i)] = normal(name_hash(t.name) ^ seed_, i);
-        }
-        break;
-      default:
-        break;  // optimizer state and anything else starts at zero
-    }
-    store(b, values, false);
+    if (t.role == Role::input && fill_ && fill_(program, t, data)) return;
+    const kmath::InitRule rule = init_rule(program, tensor_id, seed_);
+    for (std::int64_t i = 0; i < t.elements(); ++i) kmath::init_element(data, t.dtype, rule, i);
   }
 
   void execute(const Program& program, std::size_t op_index,
@@ -182,18 +144,6 @@ class CpuExecutor final : public Executor {
   }
 
  private:
-  void fill_weight(std::vector<float>& values, const std::string& name, DType dtype) const {
-    const bool bias = ends_with(name, ".b") || ends_with(name, ".bias");
-    const bool norm =
-        name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const float v = bias   ? 0.0f
-                      : norm ? 1.0f
-                             : initial_weight_value(seed_, name, static_cast<std::int64_t>(i));
-      values[i] = kmath::round_to(dtype, v);
-    }
-  }
-
   static std::vector<Bound> bind(const Program& program, const std::vector<int>& ids,
                                  const std::vector<void*>& data, const Op& op) {
     std::vector<Bound> bound;
@@ -568,8 +518,59 @@ class CpuExecutor final : public Executor {
 
 }  // namespace
 
+namespace {
+
+// Weights: N(0, 0.02) from a stream of the name and the seed; biases 0; norm weights 1.
+kmath::InitRule weight_rule(std::uint64_t seed, const std::string& name) {
+  kmath::InitRule rule;
+  const bool bias = ends_with(name, ".b") || ends_with(name, ".bias");
+  const bool norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
+  if (bias || norm) {
+    rule.kind = kmath::InitKind::constant;
+    rule.value = bias ? 0.0f : 1.0f;
+    return rule;
+  }
+  rule.kind = kmath::InitKind::normal;
+  rule.value = 0.02f;
+  rule.stream = name_hash(name) ^ (seed * 0x9E3779B97F4A7C15ull);
+  return rule;
+}
+
+}  // namespace
+
+kmath::InitRule init_rule(const Program& program, int tensor_id, std::uint64_t seed) {
+  const Tensor& t = program.tensor(tensor_id);
+  kmath::InitRule rule;
+  switch (t.role) {
+    case Role::weight:
+      return weight_rule(seed, t.name);
+    case Role::master_weight: {
+      std::string weight_name = t.name;
+      if (const auto at = weight_name.rfind(".master"); at != std::string::npos)
+        weight_name.erase(at, 7);
+      rule = weight_rule(seed, weight_name);
+      for (const Tensor& other : program.tensors)
+        if (other.name == weight_name && other.role == Role::weight)
+          rule.round_through = other.dtype;
+      return rule;
+    }
+    case Role::input:
+      rule.stream = name_hash(t.name) ^ seed;
+      if (t.dtype == DType::i32) {
+        rule.kind = kmath::InitKind::token_ids;
+        rule.vocab = static_cast<std::uint64_t>(program.config.model.vocab);
+      } else {
+        rule.kind = kmath::InitKind::normal;
+        rule.value = 1.0f;
+      }
+      return rule;
+    default:
+      return rule;  // optimizer state and anything else starts at zero
+  }
+}
+
 float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i) {
-  return 0.02f * normal(name_hash(name) ^ (seed * 0x9E3779B97F4A7C15ull), i);
+  return kmath::init_value(weight_rule(seed, name), i);
 }
 
 std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed) {

@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 
+#include "common/init.h"
 #include "device/executor.h"
 
 namespace vrambench {
@@ -42,5 +43,9 @@ std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed, InputFiller fill
 // The starting value of element i of a weight tensor named `name` under `seed` (before rounding to
 // its dtype); exposed so tests can compare against what initialize() stores.
 float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i);
+
+// The rule initialize() applies to a persistent tensor (the table above), for executors that fill
+// tensors where they live (the cuda device fills on the GPU with the same values).
+kmath::InitRule init_rule(const Program& program, int tensor_id, std::uint64_t seed);
 
 }  // namespace vrambench

@@ -1,6 +1,7 @@
 // The cuda device's Executor: runs each op of a Program with the kernels of kernels/cuda on one
 // stream. Tensors arrive as device pointers bound by the trial runner; GEMM workspace tensors are
-// found by role. Initial contents come from the cpu executor (same seed), copied to the device.
+// found by role. Initial contents follow the cpu executor's rules (same seed, same values), filled
+// on the device.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -19,6 +20,7 @@
 #include "cuda/flash.h"
 #include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
+#include "cuda/init.h"
 #include "cuda/layernorm.h"
 #include "cuda/optimizer.h"
 #include "cuda/owners.h"
@@ -93,17 +95,18 @@ AttentionShape attention_shape(const Args& a, const Tensor& qkv) {
 class CudaExecutor final : public Executor {
  public:
   CudaExecutor(std::uint64_t seed, FlashImpl flash)
-      : stream_(make_stream()), cpu_init_(make_cpu_executor(seed)), flash_impl_(flash) {}
+      : stream_(make_stream()), seed_(seed), flash_impl_(flash) {}
 
   std::string_view name() const override { return "cuda"; }
 
+  std::string_view attention_impl(Attention attention) const override {
+    if (attention == Attention::eager) return "eager";
+    return flash_impl_ == FlashImpl::cudnn ? "cudnn-sdpa" : "kernel";
+  }
+
   void initialize(const Program& program, int tensor_id, void* data) override {
     const Tensor& t = program.tensor(tensor_id);
-    host_.assign(static_cast<std::size_t>(t.bytes), 0);
-    cpu_init_->initialize(program, tensor_id, host_.data());
-    VB_CUDA_CHECK(
-        cudaMemcpyAsync(data, host_.data(), host_.size(), cudaMemcpyHostToDevice, stream_.get()));
-    VB_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // host_ is reused
+    launch_init(data, t.dtype, t.elements(), init_rule(program, tensor_id, seed_), stream_.get());
   }
 
   void execute(const Program& program, std::size_t op_index,
@@ -157,8 +160,7 @@ class CudaExecutor final : public Executor {
   void optimizer(const Args& a);
 
   Stream stream_;
-  std::unique_ptr<Executor> cpu_init_;
-  std::vector<std::uint8_t> host_;
+  std::uint64_t seed_;
   std::unique_ptr<GemmRunner> gemm_;
   FlashImpl flash_impl_;
   std::unique_ptr<CudnnFlashForward> cudnn_flash_;

@@ -1,0 +1,67 @@
+// How a persistent tensor of a step starts (weights, master weights, optimizer state, inputs): a
+// rule per tensor, chosen on the host from its role and name, and a value per element that both the
+// CPU reference and a CUDA kernel compute from the rule and the element's index, so the cpu and
+// cuda devices start a step from the same values without copying them from the host.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/math.h"
+#include "core/dtype.h"
+
+namespace vrambench::kmath {
+
+enum class InitKind : std::uint8_t {
+  zeros,      // optimizer state, and anything without a rule
+  constant,   // biases (0) and norm weights (1)
+  normal,     // scale * N(0, 1), counter-based per (stream, element)
+  token_ids,  // uniform integers in [0, vocab), stored as i32
+};
+
+struct InitRule {
+  InitKind kind = InitKind::zeros;
+  float value = 0.0f;               // constant: the value; normal: the scale
+  std::uint64_t stream = 0;         // normal, token_ids: the counter stream
+  std::uint64_t vocab = 1;          // token_ids
+  DType round_through = DType::f32;  // a master weight holds its weight's value as the weight
+                                     // stores it: rounded to this dtype first
+};
+
+// Standard normal from two counter-based uniforms (Box-Muller in double), deterministic per
+// (stream, i).
+VB_HD inline float standard_normal(std::uint64_t stream, std::int64_t i) {
+  const auto idx = static_cast<std::uint64_t>(i);
+  const double u1 = (static_cast<double>(hash64(stream, 2 * idx) >> 11) + 1.0) * 0x1p-53;
+  const double u2 = static_cast<double>(hash64(stream, 2 * idx + 1) >> 11) * 0x1p-53;
+  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+// Element i under `rule`, before it is stored in the tensor's dtype (token ids as their value).
+VB_HD inline float init_value(const InitRule& rule, std::int64_t i) {
+  float v = 0.0f;
+  switch (rule.kind) {
+    case InitKind::zeros:
+      return 0.0f;
+    case InitKind::constant:
+      v = rule.value;
+      break;
+    case InitKind::normal:
+      v = rule.value * standard_normal(rule.stream, i);
+      break;
+    case InitKind::token_ids:
+      return static_cast<float>(hash64(rule.stream, static_cast<std::uint64_t>(i)) % rule.vocab);
+  }
+  return round_to(rule.round_through, v);
+}
+
+// Writes element i of a tensor of `dtype` (i32 for token ids) under `rule`.
+VB_HD inline void init_element(void* data, DType dtype, const InitRule& rule, std::int64_t i) {
+  if (dtype == DType::i32) {
+    static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(init_value(rule, i));
+    return;
+  }
+  store(data, dtype, i, init_value(rule, i));
+}
+
+}  // namespace vrambench::kmath

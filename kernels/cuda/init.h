@@ -1,0 +1,18 @@
+// Fills a persistent tensor on the GPU with its starting values (kernels/common/init.h): the same
+// values the CPU reference writes, without generating them on the host and copying them over.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/init.h"
+#include "core/dtype.h"
+
+namespace vrambench::cuda {
+
+// Element i of `data` (n elements of `dtype`; i32 for token ids) gets kmath::init_value(rule, i).
+void launch_init(void* data, DType dtype, std::int64_t n, const kmath::InitRule& rule,
+                 cudaStream_t stream);
+
+}  // namespace vrambench::cuda
