@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "alloc/allocator.h"
 #include "common/math.h"
@@ -12,6 +14,7 @@
 #include "cpu/host_runner.h"
 #include "device/cpu_source.h"
 #include "program/program.h"
+#include "search/measure.h"
 #include "search/trial.h"
 
 namespace vrambench {
@@ -131,6 +134,68 @@ TEST(CpuDevice, Bf16WithMasterWeightsTrains) {
 }
 TEST(CpuDevice, Fp16WithMasterWeightsTrains) {
   check_16bit_training(Precision::fp16);
+}
+
+// Host memory whose "driver" also holds what the first trial loaded (as kernel modules and library
+// plans stay on a GPU): device_used() = a context of 3 MiB, 2 MiB more once a trial has run, plus
+// the segments handed out.
+class LoadingHostSource : public SegmentSource {
+ public:
+  LoadingHostSource(Bytes capacity, bool& loaded) : inner_(make_host_source(capacity)),
+                                                    loaded_(loaded) {}
+  std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
+    loaded_ = true;
+    return inner_->allocate_segment(bytes);
+  }
+  void free_segment(std::uintptr_t address, Bytes bytes) override {
+    inner_->free_segment(address, bytes);
+  }
+  Bytes capacity() const override { return inner_->capacity(); }
+  Bytes in_use() const override { return inner_->in_use(); }
+  std::optional<Bytes> device_used() const override {
+    return 3 * MiB + (loaded_ ? 2 * MiB : 0) + inner_->in_use();
+  }
+
+ private:
+  std::unique_ptr<SegmentSource> inner_;
+  bool& loaded_;
+};
+
+TEST(CpuDevice, AWarmUpTrialComesFirstAndTheFixedOverheadIsMeasuredAfterIt) {
+  RunConfig cfg = tiny_16bit(Precision::bf16);
+  DeviceSpec device;
+  device.kind = DeviceKind::cpu;
+  device.label = "cpu test";
+  device.total = 64 * MiB;
+  device.fixed_overhead = 1 * MiB;  // what was known before anything ran
+  device.gemm_workspace = 4096;
+  bool loaded = false;
+  const SourceFactory sources = [&](Bytes capacity) -> std::unique_ptr<SegmentSource> {
+    return std::make_unique<LoadingHostSource>(capacity, loaded);
+  };
+  const ExecutorFactory executors = [] { return make_cpu_executor(5); };
+  std::vector<std::int64_t> started;
+  const TrialStarting starting = [&](std::int64_t batch) { started.push_back(batch); };
+
+  const Measurement cold = measure(cfg, device, sources, executors, {}, {}, starting);
+  EXPECT_EQ(cold.fixed_overhead, 1 * MiB) << "no warm-up asked for";
+  ASSERT_FALSE(started.empty());
+
+  device.warm_up = true;
+  loaded = false;
+  started.clear();
+  const Measurement warm = measure(cfg, device, sources, executors, {}, {}, starting);
+  // Context and what the warm-up loaded, nothing of the step itself (all of it was freed).
+  EXPECT_EQ(warm.fixed_overhead, 5 * MiB);
+  // The estimate and the trials used it: the card holds 4 MiB less for the step than before.
+  EXPECT_EQ(warm.estimate.fixed_total() - cold.estimate.fixed_total(), 4 * MiB);
+  ASSERT_NE(warm.at_max(), nullptr);
+  EXPECT_GE(warm.at_max()->device_peak, warm.at_max()->reserved_peak + 5 * MiB);
+  EXPECT_LE(warm.search.max_batch, cold.search.max_batch);
+  // The warm-up ran as a trial at batch 1 before the search's first trial, and is not one of them.
+  ASSERT_GE(started.size(), 2u);
+  EXPECT_EQ(started[0], 1);
+  EXPECT_EQ(started.size(), warm.search.trials.size() + 1);
 }
 
 }  // namespace

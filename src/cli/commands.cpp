@@ -189,12 +189,16 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                    m.search.trials.size(), elapsed());
     std::optional<Measurement> sim;
     if (with_sim) {
-      sim = measure(cfg, device, virtual_sources(), {}, limits);
+      // The sim replays the same step with the fixed overhead the device measured for this row
+      // (after its warm-up), so that meas vs sim compares the allocations and nothing else.
+      DeviceSpec replayed = device;
+      if (m.fixed_overhead > 0) replayed.fixed_overhead = m.fixed_overhead;
+      sim = measure(cfg, replayed, virtual_sources(), {}, limits);
       // Make sure the sim has a trial at the device's batch, for the side-by-side peak.
       if (!sim->trials.count(m.compared_batch()))
         sim->trials.emplace(m.compared_batch(),
-                            run_trial(cfg, device, m.compared_batch(), device.tensor_capacity(),
-                                      virtual_sources(), nullptr));
+                            run_trial(cfg, replayed, m.compared_batch(),
+                                      replayed.tensor_capacity(), virtual_sources(), nullptr));
     }
     std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr);
     writer.append(row);

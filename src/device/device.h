@@ -20,6 +20,10 @@ struct DeviceSpec {
   Bytes gemm_workspace = 0;  // cuBLASLt workspace, a tensor of the program
   const GpuProfile* profile = nullptr;  // sim only
   int trial_steps = 1;  // steps per trial: 2 on a GPU, whose second step is the steady state
+  // A real device whose libraries load code and build plans on first use (cuda): the measuring
+  // process runs a warm-up trial at batch 1 first and then measures the fixed overhead itself, as
+  // the driver reports it, so what the step cannot use is counted once everything is loaded.
+  bool warm_up = false;
 
   // What the segment source may hand out to the step's tensors.
   Bytes tensor_capacity() const { return total > fixed_overhead ? total - fixed_overhead : 0; }

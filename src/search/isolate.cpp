@@ -186,6 +186,7 @@ nlohmann::json to_json(const Measurement& m) {
   if (m.next_needed) j["next_needed"] = to_json(*m.next_needed);
   j["reason"] = m.reason;
   j["attention_impl"] = m.attention_impl;
+  j["fixed_overhead_bytes"] = m.fixed_overhead;
   return j;
 }
 
@@ -211,6 +212,7 @@ Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg)
   if (j.contains("next_needed")) m.next_needed = trial_from_json(j["next_needed"]);
   m.reason = j.at("reason").get<std::string>();
   m.attention_impl = j.at("attention_impl").get<std::string>();
+  m.fixed_overhead = j.at("fixed_overhead_bytes").get<Bytes>();
   return m;
 }
 

@@ -57,20 +57,33 @@ TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64
 Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {
   Measurement m;
   m.config = cfg;
+  m.fixed_overhead = device.fixed_overhead;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
   m.est_max_batch = m.estimate.max_batch(device.total);
   m.reason = std::move(reason);
   return m;
 }
 
-Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
+DeviceSpec warm_up(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
+                   Executor* executor) {
+  DeviceSpec warmed = device;
+  run_trial(cfg, device, 1, device.tensor_capacity(), sources, executor);
+  if (const std::optional<Bytes> used = sources(0)->device_used()) warmed.fixed_overhead = *used;
+  return warmed;
+}
+
+Measurement measure(const RunConfig& cfg, const DeviceSpec& given, const SourceFactory& sources,
                     const ExecutorFactory& executors, const SearchLimits& limits,
                     const TrialObserver& observe, const TrialStarting& starting) {
+  std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
+  if (executor && given.warm_up && starting) starting(1);  // the warm-up can hang like a trial
+  const DeviceSpec device =
+      executor && given.warm_up ? warm_up(cfg, given, sources, executor.get()) : given;
   Measurement m;
   m.config = cfg;
+  m.fixed_overhead = device.fixed_overhead;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
   m.est_max_batch = m.estimate.max_batch(device.total);
-  std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg.attention));
 
   auto fits = [&](std::int64_t batch) {

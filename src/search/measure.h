@@ -36,6 +36,9 @@ struct Measurement {
   std::optional<TrialResult> next_needed;
   std::string reason;  // why the max batch is 0, or what went wrong
   std::string attention_impl;  // what ran the attention core (Executor::attention_impl); "" = none
+  // The fixed overhead the estimate and the trials used: the device's, or on a device that warms
+  // up (DeviceSpec::warm_up), what the driver reported after the warm-up in the measuring process.
+  Bytes fixed_overhead = 0;
 
   const TrialResult* at_max() const;   // nullptr when max batch is 0
   const TrialResult* at_next() const;  // the first failure (max + 1) as it ran, up to its OOM
@@ -53,6 +56,12 @@ TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64
 
 // A configuration that could not be measured: the estimate and the reason, no trials.
 Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason);
+
+// On a device that warms up, the first thing measure() does: one trial at batch 1 (its result is
+// dropped, an OOM included), then the driver's view of the memory in use with nothing allocated.
+// Returns the device with that fixed overhead (unchanged where the source has no driver view).
+DeviceSpec warm_up(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
+                   Executor* executor);
 
 Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
                     const ExecutorFactory& executors, const SearchLimits& limits,
