@@ -8,15 +8,7 @@ cd "$(dirname "$0")/.."
 bin=build/vrambench
 [ -x "$bin" ] || scripts/setup.sh
 
-# table FOLDER NAME ARGS...: the Markdown goes to FOLDER/NAME.md, CSV and JSON beside it.
-table() {
-  local folder=$1 name=$2
-  shift 2
-  mkdir -p "$folder"
-  { echo "# $name"; echo; echo '```'; echo "vrambench $*"; echo '```'; echo
-    "$bin" "$@" --quiet --out "$folder" --name "$name" | grep -v '^wrote '; } > "$folder/$name.md"
-  echo "wrote $folder/$name.{md,csv,json}"
-}
+source scripts/lib/table.sh
 
 table results/sim-h100-80gb headline-gpt2 --device sim:h100-80gb --sweep seq=512..8192
 table results/sim-h100-80gb grid-gpt2 --device sim:h100-80gb \
