@@ -400,6 +400,27 @@ class ScratchOomExecutor : public RecordingExecutor {
   }
 };
 
+// The device running out while the weights are being filled, before any op.
+class InitOomExecutor : public RecordingExecutor {
+ public:
+  void initialize(const Program&, int, void*) override {
+    throw DeviceOutOfMemory("no memory for the fill kernel");
+  }
+};
+
+TEST(Trial, OutOfMemoryWhileFillingTheWeightsIsAnOomResult) {
+  const Program program = tiny_program();
+  CountingAllocator allocator(1 << 20, 1);
+  InitOomExecutor executor;
+  const TrialResult r = run_step(program, compute_liveness(program), allocator, &executor, 0);
+  EXPECT_FALSE(r.fit);
+  ASSERT_TRUE(r.oom.has_value());
+  EXPECT_EQ(r.oom->op, "");
+  EXPECT_EQ(r.oom->tensor, "(initial values)");
+  EXPECT_TRUE(executor.executed.empty());
+  EXPECT_EQ(allocator.live_blocks(), 0u);
+}
+
 TEST(Trial, LibraryOutOfMemoryIsAnOomResultNamingTheOp) {
   const Program program = tiny_program();
   CountingAllocator allocator(1 << 20, 1);

@@ -106,7 +106,11 @@ class CudaExecutor final : public Executor {
 
   void initialize(const Program& program, int tensor_id, void* data) override {
     const Tensor& t = program.tensor(tensor_id);
-    launch_init(data, t.dtype, t.elements(), init_rule(program, tensor_id, seed_), stream_.get());
+    try {
+      launch_init(data, t.dtype, t.elements(), init_rule(program, tensor_id, seed_), stream_.get());
+    } catch (const CudaOutOfMemory& e) {
+      throw DeviceOutOfMemory(fmt::format("initialising '{}': {}", t.name, e.what()));
+    }
   }
 
   void execute(const Program& program, std::size_t op_index,

@@ -127,8 +127,15 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
   std::sort(persistent.begin(), persistent.end());
   for (int id : persistent)
     if (!replay.allocate(id, -1, result)) return;
-  if (executor)
-    for (int id : persistent) executor->initialize(program, id, replay.data(id));
+  if (executor) {
+    try {
+      for (int id : persistent) executor->initialize(program, id, replay.data(id));
+    } catch (const DeviceOutOfMemory&) {
+      // Filling the weights needed memory the device did not have: an OOM before the first op.
+      result.oom = OomInfo{"", "(initial values)", 0, replay.free_bytes()};
+      return;
+    }
+  }
   sample();
 
   for (int step = 0; step < steps; ++step) {
