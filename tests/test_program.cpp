@@ -86,6 +86,10 @@ bool is_gemm(OpKind k) {
          k == OpKind::attn_values || k == OpKind::attn_values_bwd || k == OpKind::attn_scores_bwd;
 }
 
+bool sums_rows(OpKind k) {
+  return k == OpKind::layernorm_bwd || k == OpKind::rmsnorm_bwd || k == OpKind::embedding_bwd;
+}
+
 // Every structural property a builder must keep, whatever the recipe.
 void check_invariants(const Program& p, const RunConfig& cfg, Bytes gemm_workspace) {
   const Liveness live = compute_liveness(p);
@@ -152,10 +156,12 @@ void check_invariants(const Program& p, const RunConfig& cfg, Bytes gemm_workspa
     EXPECT_EQ(p.tensor(p.output_grad_tensor).role, Role::input);
   }
 
-  // The GEMM workspace, when there is one, is the last input of every GEMM op and of nothing else.
+  // The GEMM workspace, when there is one, is the last input of every GEMM op and of every op
+  // whose kernels sum over the rows into its partials (norm and embedding backward), and of
+  // nothing else.
   for (const Op& op : p.ops) {
     const bool has_ws = !op.inputs.empty() && p.tensor(op.inputs.back()).name == "gemm.workspace";
-    EXPECT_EQ(has_ws, gemm_workspace > 0 && is_gemm(op.kind)) << op.name;
+    EXPECT_EQ(has_ws, gemm_workspace > 0 && (is_gemm(op.kind) || sums_rows(op.kind))) << op.name;
   }
 
   // Recompute ops exist exactly when the mode replays something, and only after the forward.
@@ -236,6 +242,26 @@ TEST(ProgramLiveness, WorkspaceTensorOnlyWhenAskedAndUsed) {
   cfg.scope = Scope::attention;
   cfg.attention = Attention::flash;
   EXPECT_EQ(count_ws(build_program(cfg, 32 * MiB)), 0);
+}
+
+// The norm and embedding backward keep their partial sums in the GEMM workspace, so it lives
+// until the last of them: the embedding backward in a model, the first norm's backward in a layer.
+TEST(ProgramLiveness, WorkspaceLivesUntilTheLastRowSum) {
+  for (Arch arch : {Arch::gpt, Arch::llama}) {
+    SCOPED_TRACE(to_string(arch));
+    RunConfig cfg = tiny_config(arch);
+    cfg.optimizer = Optimizer::adamw;
+    const Program model = build_program(cfg, 4 * KiB);
+    Liveness live = compute_liveness(model);
+    const auto ws = static_cast<std::size_t>(find_tensor(model, "gemm.workspace"));
+    EXPECT_EQ(live.free_after[ws], find_op(model, "embed.bwd"));
+    cfg.scope = Scope::layer;
+    const Program layer = build_program(cfg, 4 * KiB);
+    live = compute_liveness(layer);
+    const std::string norm1 = arch == Arch::gpt ? "layer0.ln1.bwd" : "layer0.attn_norm.bwd";
+    EXPECT_EQ(live.free_after[static_cast<std::size_t>(find_tensor(layer, "gemm.workspace"))],
+              find_op(layer, norm1));
+  }
 }
 
 // Bytes of one block's saved activations live right after its forward ends: 16-bit (and u8 mask)

@@ -21,9 +21,10 @@ enum class Role : std::uint8_t {
   optimizer_state,  // Adam m and v, SGD momentum (fp32); whole step
   activation,       // forward outputs saved for backward
   transient,        // short-lived: forward temporaries, activation gradients, recomputed values
-  workspace,        // library scratch: the cuBLASLt workspace (an input of every GEMM op, live
-                    // from the first to the last), or an op's own scratch listed as its output
-                    // (cuDNN workspace, fp32 accumulators), live for that op alone
+  workspace,        // scratch: the GEMM workspace (an input of every GEMM op and of the norm and
+                    // embedding backward ops, live from the first of them to the last), or an
+                    // op's own scratch listed as its output (cuDNN workspace, fp32
+                    // accumulators), live for that op alone
   input,            // tokens and targets; whole step
 };
 std::string_view to_string(Role r);
@@ -44,8 +45,10 @@ struct Tensor {
 // hidden, A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v columns, F ffn, V
 // vocab. Unless noted, an op overwrites its outputs; `Op::accumulate` makes it add into its `grad`
 // outputs. Tensors of role workspace may follow the listed inputs or outputs of any op: the GEMM
-// workspace as the last input of linear and attention GEMM ops, an op's scratch as its last output.
-// Kernels find them by role; the positions above count only the other tensors.
+// workspace as the last input of linear and attention GEMM ops and of the ops whose kernels sum
+// over the rows (layernorm_bwd, rmsnorm_bwd: dw and db; embedding_bwd: the token sort and dwpe),
+// which keep their fp32 partials there; an op's own scratch as its last output. Kernels find them
+// by role; the positions above count only the other tensors.
 // clang-format off: the catalogue reads as a table.
 enum class OpKind : std::uint8_t {
   embedding_fwd,    // in: tokens[B,S] i32, wte[V,H], [wpe[P,H]] -> out: x[B,S,H]
