@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -261,6 +262,53 @@ TEST(ProgramLiveness, WorkspaceLivesUntilTheLastRowSum) {
     const std::string norm1 = arch == Arch::gpt ? "layer0.ln1.bwd" : "layer0.attn_norm.bwd";
     EXPECT_EQ(live.free_after[static_cast<std::size_t>(find_tensor(layer, "gemm.workspace"))],
               find_op(layer, norm1));
+  }
+}
+
+// fp16: the smallest power of two that lifts 1 / (V M), the gradient of a uniform softmax row of
+// the mean loss, to fp16's smallest normal 2^-14, at most 2^16; other precisions: 1.
+TEST(ProgramLossScale, Fp16ScalesTheTypicalGradientOutOfTheSubnormals) {
+  for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16})
+    EXPECT_EQ(static_loss_scale(p, 8192, 50257), 1.0f) << to_string(p);
+  const double min_normal = std::ldexp(1.0, -14);
+  for (std::int64_t M : {1, 7, 1024, 8192, 65536})
+    for (std::int64_t V : {11, 32000, 50257, 128256}) {
+      SCOPED_TRACE(fmt::format("M={} V={}", M, V));
+      const double s = static_loss_scale(Precision::fp16, M, V);
+      int exponent = 0;
+      EXPECT_EQ(std::frexp(s, &exponent), 0.5) << "a power of two";
+      EXPECT_GE(s, 1.0);
+      EXPECT_LE(s, 65536.0);
+      const double typical = 1.0 / (static_cast<double>(V) * static_cast<double>(M));
+      if (s < 65536.0) {
+        EXPECT_GE(typical * s, min_normal);
+      }
+      if (s > 1.0) {
+        EXPECT_LT(typical * s / 2, min_normal) << "the smallest such power";
+      }
+      // The largest element, (1 - p) / M of the target, stays far inside fp16's range.
+      EXPECT_LT(s / static_cast<double>(M), 65504.0 / 1024);
+    }
+  EXPECT_EQ(static_loss_scale(Precision::fp16, 8192, 50257), 32768.0f);  // 8192 * 50257 / 2^14
+}
+
+TEST(ProgramLossScale, SetOnTheLossGradientAndTheOptimizerStepsOnly) {
+  for (Precision p : {Precision::fp16, Precision::bf16}) {
+    SCOPED_TRACE(to_string(p));
+    RunConfig cfg = tiny_config(Arch::gpt);
+    cfg.model.vocab = 4096;  // M * V = 16 * 4096 = 2^16: a scale of 4 in fp16
+    cfg.dtype = p;
+    cfg.optimizer = Optimizer::sgd;
+    const Program model = build_program(cfg, 0);
+    const float want = static_loss_scale(p, cfg.batch * cfg.seq, cfg.model.vocab);
+    EXPECT_EQ(want, p == Precision::fp16 ? 4.0f : 1.0f);
+    for (const Op& op : model.ops) {
+      const bool scaled = op.kind == OpKind::cross_entropy_bwd || op.kind == OpKind::sgd_step;
+      EXPECT_EQ(op.grad_scale, scaled ? want : 1.0f) << op.name;
+    }
+    // A layer has no loss: nothing to scale, nothing to divide.
+    cfg.scope = Scope::layer;
+    for (const Op& op : build_program(cfg, 0).ops) EXPECT_EQ(op.grad_scale, 1.0f) << op.name;
   }
 }
 

@@ -589,6 +589,8 @@ class Builder {
 
   void build_model() {
     const ModelConfig& m = cfg_.model;
+    // The loss's gradient and the optimizer's division agree on one scale.
+    loss_scale_ = static_loss_scale(cfg_.dtype, M_, V_);
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 
@@ -642,7 +644,8 @@ class Builder {
 
     // Backward.
     const int dlogits = grad_of(logits);
-    op(OpKind::cross_entropy_bwd, "ce.bwd", {logits, targets, lse}, {dlogits}, -1);
+    op(OpKind::cross_entropy_bwd, "ce.bwd", {logits, targets, lse}, {dlogits}, -1).grad_scale =
+        loss_scale_;
     const int dfinal_out = grad_of(final_out);
     // Tied: the lm head is the first writer of wte.grad; embedding_bwd accumulates into it.
     gemm(OpKind::linear_bwd, "lm_head.bwd", {dlogits, final_out, lm.w}, {dfinal_out, lm.grad}, -1);
@@ -714,7 +717,8 @@ class Builder {
         in.push_back(param.momentum);
       }
       if (param.master >= 0) in.push_back(param.master);
-      op(kind, p_.tensor(param.w).name + ".step", std::move(in), {}, param.layer);
+      op(kind, p_.tensor(param.w).name + ".step", std::move(in), {}, param.layer).grad_scale =
+          loss_scale_;
     }
   }
 
@@ -723,6 +727,7 @@ class Builder {
   std::int64_t B_ = 0, S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, M_ = 0;
   DType act_ = DType::f32;
   bool gpt_ = true, eager_ = false, dropout_ = false;
+  float loss_scale_ = 1.0f;  // model scope: static_loss_scale; other scopes have no loss
   Program p_;
   int workspace_ = -1;
   std::vector<Param> params_;
