@@ -1,10 +1,11 @@
-// cuBLASLt plans, descriptors and execution; the bias-gradient column reduction.
+// cuBLASLt plans, descriptors and execution; the bias gradient.
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "cuda/check.h"
 #include "cuda/gemm.h"
+#include "cuda/reduce.h"
 
 namespace vrambench::cuda {
 
@@ -263,22 +264,10 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
                                  stream));
 }
 
-namespace {
-template <typename T>
-__global__ void bias_grad_kernel(T* db, const T* dy, std::int64_t rows, std::int64_t cols,
-                                 bool accumulate) {
-  VB_GRID_STRIDE(col, cols) bias_grad_body(col, db, dy, rows, cols, accumulate);
-}
-}  // namespace
-
 void launch_bias_grad(DType dtype, void* db, const void* dy, std::int64_t rows, std::int64_t cols,
-                      bool accumulate, cudaStream_t stream) {
-  dispatch_float(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    bias_grad_kernel<T><<<grid_for(cols, 128), 128, 0, stream>>>(
-        static_cast<T*>(db), static_cast<const T*>(dy), rows, cols, accumulate);
-  });
-  VB_CHECK_LAUNCH("bias_grad_kernel");
+                      bool accumulate, void* workspace, Bytes workspace_bytes,
+                      cudaStream_t stream) {
+  launch_column_sum(dtype, db, dy, rows, cols, accumulate, workspace, workspace_bytes, stream);
 }
 
 }  // namespace vrambench::cuda

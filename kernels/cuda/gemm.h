@@ -109,16 +109,9 @@ class GemmRunner {
   std::map<std::tuple<decltype(GemmPlan{}.key()), int, bool, Bytes, Alignments>, Entry> cache_;
 };
 
-// db[o] = sum over rows of dy[rows, cols] (column o); added to db when accumulate.
-template <typename T>
-__host__ __device__ inline void bias_grad_body(std::int64_t col, T* db, const T* dy,
-                                               std::int64_t rows, std::int64_t cols,
-                                               bool accumulate) {
-  float sum = 0.0f;
-  for (std::int64_t r = 0; r < rows; ++r) sum += to_f32(dy[r * cols + col]);
-  db[col] = from_f32<T>(sum + (accumulate ? to_f32(db[col]) : 0.0f));
-}
+// db[o] = sum over rows of dy[rows, cols] (column o); added to db when accumulate. A two-stage
+// column sum (cuda/reduce.h) with its fp32 partials in `workspace`, the op's GEMM workspace.
 void launch_bias_grad(DType dtype, void* db, const void* dy, std::int64_t rows, std::int64_t cols,
-                      bool accumulate, cudaStream_t stream);
+                      bool accumulate, void* workspace, Bytes workspace_bytes, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

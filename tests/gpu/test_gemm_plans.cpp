@@ -261,18 +261,5 @@ TEST(GemmPlans, PointerAlignment) {
   EXPECT_EQ(pointer_alignment(nullptr), 256u);
 }
 
-TEST(GemmPlans, BiasGradBody) {
-  const std::int64_t rows = 7, cols = 5;
-  const auto dy = random_floats(rows * cols, 20);
-  std::vector<float> db(cols, 1.0f);
-  for (std::int64_t col = 0; col < cols; ++col)
-    bias_grad_body(col, db.data(), dy.data(), rows, cols, true);
-  for (std::int64_t col = 0; col < cols; ++col) {
-    double sum = 1.0;
-    for (std::int64_t r = 0; r < rows; ++r) sum += dy[r * cols + col];
-    EXPECT_NEAR(db[col], sum, 1e-5);
-  }
-}
-
 }  // namespace
 }  // namespace vrambench::cuda
