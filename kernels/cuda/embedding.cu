@@ -99,9 +99,11 @@ void token_table_grad(DType dtype, void* dwte, const void* dx, const std::int32_
     return;
   }
   const std::int64_t tiles = ceil_div(hidden, kColumnThreads);
-  if (vocab > 0x7fffffff || tiles > 65535)
-    throw std::invalid_argument("embedding backward: a " + std::to_string(vocab) + " x " +
-                                std::to_string(hidden) + " table exceeds the grid");
+  // Row indices and offsets are int32; the table's rows are gridDim.x, its column tiles gridDim.y.
+  if (rows > 0x7fffffff || vocab > 0x7fffffff || tiles > 65535)
+    throw std::invalid_argument("embedding backward: " + std::to_string(rows) + " rows into a " +
+                                std::to_string(vocab) + " x " + std::to_string(hidden) +
+                                " table exceed the sort's int32 indices or the grid");
   auto* counts = static_cast<std::int32_t*>(workspace);
   std::int32_t* offsets = counts + vocab;
   std::int32_t* sorted = offsets + vocab + 1;
