@@ -364,7 +364,7 @@ TEST(CpuKernelsCrossEntropy, UniformLogitsGiveLogVAndGradientMatches) {
   };
   objective();
   Vec dlogits(M * V);
-  cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V);
+  cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V, 1.0f);
   // Each row of the gradient of a softmax cross-entropy sums to zero.
   for (std::int64_t m = 0; m < M; ++m) {
     double sum = 0.0;
@@ -372,6 +372,12 @@ TEST(CpuKernelsCrossEntropy, UniformLogitsGiveLogVAndGradientMatches) {
     EXPECT_NEAR(sum, 0.0, 1e-7);
   }
   expect_gradient("dlogits", logits, dlogits, objective);
+  // With a loss scale the gradient is that of the scaled loss: every element times the scale.
+  objective();  // lse of the unperturbed logits again
+  cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V, 1.0f);
+  Vec scaled(M * V);
+  cpu::cross_entropy_bwd(scaled.data(), logits.data(), targets.data(), lse.data(), M, V, 1024.0f);
+  for (std::int64_t i = 0; i < M * V; ++i) EXPECT_FLOAT_EQ(scaled[i], 1024.0f * dlogits[i]) << i;
 }
 
 TEST(CpuKernelsAdd, SumsAndIsLinear) {
@@ -403,6 +409,38 @@ TEST(CpuKernelsOptimizer, AdamwOneStepByHand) {
   EXPECT_NEAR(w[1], -0.5 + 0.0005 + 0.01, 1e-6);
   EXPECT_NEAR(m[1], -0.04, 1e-7);
   EXPECT_NEAR(v[1], 0.001 * 0.16, 1e-8);  // 1 - beta2 is inexact in fp32
+}
+
+// A loss-scaled gradient, divided by its scale first, gives the same step as the unscaled one.
+TEST(CpuKernelsOptimizer, StepsDivideTheLossScaleOut) {
+  const Vec g = {0.1f, -0.4f, 3e-6f};
+  Vec scaled_g(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) scaled_g[i] = g[i] * 32768.0f;
+  kmath::AdamParams p;
+  p.lr = 0.01f;
+  p.weight_decay = 0.1f;
+  kmath::AdamParams ps = p;
+  ps.grad_scale = 32768.0f;
+  Vec w = {1.0f, -0.5f, 0.25f}, m(3, 0.0f), v(3, 0.0f);
+  Vec ws = w, ms = m, vs = v;
+  cpu::adamw_step(w.data(), g.data(), m.data(), v.data(), 3, p);
+  cpu::adamw_step(ws.data(), scaled_g.data(), ms.data(), vs.data(), 3, ps);
+  EXPECT_EQ(ws, w);
+  EXPECT_EQ(ms, m);
+  EXPECT_EQ(vs, v);
+  kmath::SgdParams q;
+  kmath::SgdParams qs = q;
+  qs.grad_scale = 32768.0f;
+  Vec w2 = {1.0f, -0.5f, 0.25f}, buf(3, 0.2f);
+  Vec w2s = w2, bufs = buf;
+  cpu::sgd_step(w2.data(), g.data(), buf.data(), 3, q);
+  cpu::sgd_step(w2s.data(), scaled_g.data(), bufs.data(), 3, qs);
+  EXPECT_EQ(w2s, w2);
+  EXPECT_EQ(bufs, buf);
+  // Without dividing, the scaled step would differ.
+  Vec w3 = {1.0f, -0.5f, 0.25f}, buf3(3, 0.2f);
+  cpu::sgd_step(w3.data(), scaled_g.data(), buf3.data(), 3, q);
+  EXPECT_NE(w3, w2);
 }
 
 TEST(CpuKernelsOptimizer, SgdOneStepByHand) {

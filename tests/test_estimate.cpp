@@ -125,9 +125,10 @@ void expect_llama2(std::int64_t S) {
   // The lm head backward frees logits and lse, writes its V x H gradient and dx of the final norm.
   const Bytes lm_fixed = fixed + 2 * V * H;
   const Bytes lm = ce - (2 * S * V + 4 * S) + 2 * S * H;
-  // The embedding backward: every gradient (16 bytes per parameter in all), no GEMM workspace,
-  // only the tokens and the gradient of the embedding output per sample.
-  const Bytes end_fixed = 16 * P + 512 * MiB;
+  // The embedding backward: every gradient (16 bytes per parameter in all) and the GEMM workspace,
+  // where it sorts the rows by token; only the tokens and the gradient of the embedding output
+  // per sample.
+  const Bytes end_fixed = 16 * P + kContextAndWorkspace;
   const Bytes end = 8 * S + 2 * S * H;
   const Moment* lm_head = find_moment(b, "lm head linear backward");
   ASSERT_NE(lm_head, nullptr);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -86,6 +87,10 @@ bool is_gemm(OpKind k) {
          k == OpKind::attn_values || k == OpKind::attn_values_bwd || k == OpKind::attn_scores_bwd;
 }
 
+bool sums_rows(OpKind k) {
+  return k == OpKind::layernorm_bwd || k == OpKind::rmsnorm_bwd || k == OpKind::embedding_bwd;
+}
+
 // Every structural property a builder must keep, whatever the recipe.
 void check_invariants(const Program& p, const RunConfig& cfg, Bytes gemm_workspace) {
   const Liveness live = compute_liveness(p);
@@ -152,10 +157,12 @@ void check_invariants(const Program& p, const RunConfig& cfg, Bytes gemm_workspa
     EXPECT_EQ(p.tensor(p.output_grad_tensor).role, Role::input);
   }
 
-  // The GEMM workspace, when there is one, is the last input of every GEMM op and of nothing else.
+  // The GEMM workspace, when there is one, is the last input of every GEMM op and of every op
+  // whose kernels sum over the rows into its partials (norm and embedding backward), and of
+  // nothing else.
   for (const Op& op : p.ops) {
     const bool has_ws = !op.inputs.empty() && p.tensor(op.inputs.back()).name == "gemm.workspace";
-    EXPECT_EQ(has_ws, gemm_workspace > 0 && is_gemm(op.kind)) << op.name;
+    EXPECT_EQ(has_ws, gemm_workspace > 0 && (is_gemm(op.kind) || sums_rows(op.kind))) << op.name;
   }
 
   // Recompute ops exist exactly when the mode replays something, and only after the forward.
@@ -236,6 +243,73 @@ TEST(ProgramLiveness, WorkspaceTensorOnlyWhenAskedAndUsed) {
   cfg.scope = Scope::attention;
   cfg.attention = Attention::flash;
   EXPECT_EQ(count_ws(build_program(cfg, 32 * MiB)), 0);
+}
+
+// The norm and embedding backward keep their partial sums in the GEMM workspace, so it lives
+// until the last of them: the embedding backward in a model, the first norm's backward in a layer.
+TEST(ProgramLiveness, WorkspaceLivesUntilTheLastRowSum) {
+  for (Arch arch : {Arch::gpt, Arch::llama}) {
+    SCOPED_TRACE(to_string(arch));
+    RunConfig cfg = tiny_config(arch);
+    cfg.optimizer = Optimizer::adamw;
+    const Program model = build_program(cfg, 4 * KiB);
+    Liveness live = compute_liveness(model);
+    const auto ws = static_cast<std::size_t>(find_tensor(model, "gemm.workspace"));
+    EXPECT_EQ(live.free_after[ws], find_op(model, "embed.bwd"));
+    cfg.scope = Scope::layer;
+    const Program layer = build_program(cfg, 4 * KiB);
+    live = compute_liveness(layer);
+    const std::string norm1 = arch == Arch::gpt ? "layer0.ln1.bwd" : "layer0.attn_norm.bwd";
+    EXPECT_EQ(live.free_after[static_cast<std::size_t>(find_tensor(layer, "gemm.workspace"))],
+              find_op(layer, norm1));
+  }
+}
+
+// fp16: the smallest power of two that lifts 1 / (V M), the gradient of a uniform softmax row of
+// the mean loss, to fp16's smallest normal 2^-14, at most 2^16; other precisions: 1.
+TEST(ProgramLossScale, Fp16ScalesTheTypicalGradientOutOfTheSubnormals) {
+  for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16})
+    EXPECT_EQ(static_loss_scale(p, 8192, 50257), 1.0f) << to_string(p);
+  const double min_normal = std::ldexp(1.0, -14);
+  for (std::int64_t M : {1, 7, 1024, 8192, 65536})
+    for (std::int64_t V : {11, 32000, 50257, 128256}) {
+      SCOPED_TRACE(fmt::format("M={} V={}", M, V));
+      const double s = static_loss_scale(Precision::fp16, M, V);
+      int exponent = 0;
+      EXPECT_EQ(std::frexp(s, &exponent), 0.5) << "a power of two";
+      EXPECT_GE(s, 1.0);
+      EXPECT_LE(s, 65536.0);
+      const double typical = 1.0 / (static_cast<double>(V) * static_cast<double>(M));
+      if (s < 65536.0) {
+        EXPECT_GE(typical * s, min_normal);
+      }
+      if (s > 1.0) {
+        EXPECT_LT(typical * s / 2, min_normal) << "the smallest such power";
+      }
+      // The largest element, (1 - p) / M of the target, stays far inside fp16's range.
+      EXPECT_LT(s / static_cast<double>(M), 65504.0 / 1024);
+    }
+  EXPECT_EQ(static_loss_scale(Precision::fp16, 8192, 50257), 32768.0f);  // 8192 * 50257 / 2^14
+}
+
+TEST(ProgramLossScale, SetOnTheLossGradientAndTheOptimizerStepsOnly) {
+  for (Precision p : {Precision::fp16, Precision::bf16}) {
+    SCOPED_TRACE(to_string(p));
+    RunConfig cfg = tiny_config(Arch::gpt);
+    cfg.model.vocab = 4096;  // M * V = 16 * 4096 = 2^16: a scale of 4 in fp16
+    cfg.dtype = p;
+    cfg.optimizer = Optimizer::sgd;
+    const Program model = build_program(cfg, 0);
+    const float want = static_loss_scale(p, cfg.batch * cfg.seq, cfg.model.vocab);
+    EXPECT_EQ(want, p == Precision::fp16 ? 4.0f : 1.0f);
+    for (const Op& op : model.ops) {
+      const bool scaled = op.kind == OpKind::cross_entropy_bwd || op.kind == OpKind::sgd_step;
+      EXPECT_EQ(op.grad_scale, scaled ? want : 1.0f) << op.name;
+    }
+    // A layer has no loss: nothing to scale, nothing to divide.
+    cfg.scope = Scope::layer;
+    for (const Op& op : build_program(cfg, 0).ops) EXPECT_EQ(op.grad_scale, 1.0f) << op.name;
+  }
 }
 
 // Bytes of one block's saved activations live right after its forward ends: 16-bit (and u8 mask)

@@ -201,14 +201,18 @@ VB_HD inline bool keep(std::uint64_t seed, std::uint64_t index, float p) {
 struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   int step = 1;  // 1-based step number for bias correction
+  // Static loss scale: the gradients arrive multiplied by it (fp16 training, Op::grad_scale) and
+  // are divided by it in fp32 before the update. A power of two, so the division is exact.
+  float grad_scale = 1.0f;
   VB_HD float bias_correction1() const { return 1.0f - powf(beta1, static_cast<float>(step)); }
   VB_HD float bias_correction2() const { return 1.0f - powf(beta2, static_cast<float>(step)); }
 };
 // AdamW (Loshchilov & Hutter, as torch.optim.AdamW): decoupled decay w -= lr wd w, then the
 // bias-corrected Adam step. The corrections are per step, not per element: loops over a tensor
 // pass them in precomputed (bc1 = 1 - beta1^step, bc2 = 1 - beta2^step).
-VB_HD inline void adamw_update(float* w, float g, float* m, float* v, const AdamParams& p,
+VB_HD inline void adamw_update(float* w, float scaled_g, float* m, float* v, const AdamParams& p,
                                float bc1, float bc2) {
+  const float g = scaled_g / p.grad_scale;
   *w -= p.lr * p.weight_decay * *w;
   *m = p.beta1 * *m + (1.0f - p.beta1) * g;
   *v = p.beta2 * *v + (1.0f - p.beta2) * g * g;
@@ -222,10 +226,12 @@ VB_HD inline void adamw_update(float* w, float g, float* m, float* v, const Adam
 
 struct SgdParams {
   float lr = 1e-3f, momentum = 0.9f, weight_decay = 0.0f;
+  float grad_scale = 1.0f;  // static loss scale, divided out as in AdamParams
 };
 // SGD with momentum (torch's form without dampening: buf = mu buf + g, w -= lr buf) and the same
 // decoupled weight decay as AdamW, so that both recipes treat decay alike.
-VB_HD inline void sgd_update(float* w, float g, float* momentum_buf, const SgdParams& p) {
+VB_HD inline void sgd_update(float* w, float scaled_g, float* momentum_buf, const SgdParams& p) {
+  const float g = scaled_g / p.grad_scale;
   *w -= p.lr * p.weight_decay * *w;
   *momentum_buf = p.momentum * *momentum_buf + g;
   *w -= p.lr * *momentum_buf;

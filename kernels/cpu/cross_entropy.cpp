@@ -33,8 +33,8 @@ void cross_entropy_fwd(float* loss, float* lse, const float* logits, const std::
 }
 
 void cross_entropy_bwd(float* dlogits, const float* logits, const std::int32_t* targets,
-                       const float* lse, std::int64_t M, std::int64_t V) {
-  const double inv_m = 1.0 / static_cast<double>(M);
+                       const float* lse, std::int64_t M, std::int64_t V, float grad_scale) {
+  const double inv_m = static_cast<double>(grad_scale) / static_cast<double>(M);
   for (std::int64_t m = 0; m < M; ++m) {
     const std::int64_t t = checked_target(targets[m], V);
     for (std::int64_t v = 0; v < V; ++v) {

@@ -459,7 +459,8 @@ class CpuExecutor final : public Executor {
         const auto targets = load_ids(a.in[1]);
         const auto lse = load(a.in[2]);
         auto dlogits = zeros_like(a.out[0]);
-        cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V);
+        cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V,
+                               op.grad_scale);
         a.store_out(0, dlogits);
         return;
       }
@@ -495,6 +496,7 @@ class CpuExecutor final : public Executor {
       p.eps = op.adam_eps;
       p.weight_decay = op.weight_decay;
       p.step = step;
+      p.grad_scale = op.grad_scale;
       cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, p);
       store(a.in[2], m, false);
       store(a.in[3], v, false);
@@ -504,6 +506,7 @@ class CpuExecutor final : public Executor {
       p.lr = op.lr;
       p.momentum = op.momentum;
       p.weight_decay = op.weight_decay;
+      p.grad_scale = op.grad_scale;
       cpu::sgd_step(param.data(), grad.data(), momentum.data(), n, p);
       store(a.in[2], momentum, false);
     }

@@ -1,49 +1,61 @@
-// Cross-entropy kernels.
+// Cross-entropy kernels: a block per row; the loss summed per block and added atomically.
 #include "cuda/check.h"
 #include "cuda/cross_entropy.h"
+#include "cuda/reduce.h"
 
 namespace vrambench::cuda {
 namespace {
+
 template <typename T>
-__global__ void cross_entropy_lse_kernel(float* lse, const T* logits, std::int64_t M,
-                                         std::int64_t V) {
-  VB_GRID_STRIDE(row, M) cross_entropy_lse_body(row, lse, logits, V);
+__global__ void __launch_bounds__(kVocabThreads)
+    cross_entropy_fwd_kernel(float* loss, float* lse, const T* logits, const std::int32_t* targets,
+                             std::int64_t M, std::int64_t V) {
+  __shared__ float scratch[32];
+  const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
+  float block_loss = 0.0f;  // lane 0's sum over the block's rows
+  VB_BLOCK_ROWS(row, M) {
+    const float mx = block_max(cross_entropy_max_part(row, lane, lanes, logits, V), scratch);
+    const float sum = block_sum(cross_entropy_sum_part(row, lane, lanes, logits, V, mx), scratch);
+    if (lane == 0) {
+      const float row_lse = mx + logf(sum);
+      lse[row] = row_lse;
+      block_loss += cross_entropy_row_loss(row, row_lse, logits, targets, V);
+    }
+  }
+  // The mean: each block adds its share into the loss the launcher zeroed.
+  if (lane == 0) atomicAdd(loss, block_loss / static_cast<float>(M));
 }
+
 template <typename T>
-__global__ void cross_entropy_loss_kernel(float* loss, const float* lse, const T* logits,
-                                          const std::int32_t* targets, std::int64_t M,
-                                          std::int64_t V) {
-  if (blockIdx.x == 0 && threadIdx.x == 0)
-    cross_entropy_loss_body(loss, lse, logits, targets, M, V);
+__global__ void __launch_bounds__(kVocabThreads)
+    cross_entropy_bwd_kernel(T* dlogits, const T* logits, const std::int32_t* targets,
+                             const float* lse, std::int64_t M, std::int64_t V, float scale) {
+  VB_BLOCK_ROWS(row, M)
+  cross_entropy_bwd_body(row, threadIdx.x, blockDim.x, dlogits, logits, targets, lse, V, scale);
 }
-template <typename T>
-__global__ void cross_entropy_bwd_kernel(T* dlogits, const T* logits, const std::int32_t* targets,
-                                         const float* lse, std::int64_t M, std::int64_t V) {
-  VB_GRID_STRIDE(i, M * V) cross_entropy_bwd_body(i, dlogits, logits, targets, lse, M, V);
-}
+
 }  // namespace
 
 void launch_cross_entropy_fwd(DType dtype, float* loss, float* lse, const void* logits,
                               const std::int32_t* targets, std::int64_t M, std::int64_t V,
                               cudaStream_t stream) {
+  VB_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), stream));
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_lse_kernel<T>
-        <<<grid_for(M, 128), 128, 0, stream>>>(lse, static_cast<const T*>(logits), M, V);
-    VB_CHECK_LAUNCH("cross_entropy_lse_kernel");
-    cross_entropy_loss_kernel<T>
-        <<<1, 1, 0, stream>>>(loss, lse, static_cast<const T*>(logits), targets, M, V);
-    VB_CHECK_LAUNCH("cross_entropy_loss_kernel");
+    cross_entropy_fwd_kernel<T><<<row_grid(M), kVocabThreads, 0, stream>>>(
+        loss, lse, static_cast<const T*>(logits), targets, M, V);
   });
+  VB_CHECK_LAUNCH("cross_entropy_fwd_kernel");
 }
 
 void launch_cross_entropy_bwd(DType dtype, void* dlogits, const void* logits,
                               const std::int32_t* targets, const float* lse, std::int64_t M,
-                              std::int64_t V, cudaStream_t stream) {
+                              std::int64_t V, float grad_scale, cudaStream_t stream) {
+  const float scale = grad_scale / static_cast<float>(M);
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_bwd_kernel<T><<<grid_for(M * V, 256), 256, 0, stream>>>(
-        static_cast<T*>(dlogits), static_cast<const T*>(logits), targets, lse, M, V);
+    cross_entropy_bwd_kernel<T><<<row_grid(M), kVocabThreads, 0, stream>>>(
+        static_cast<T*>(dlogits), static_cast<const T*>(logits), targets, lse, M, V, scale);
   });
   VB_CHECK_LAUNCH("cross_entropy_bwd_kernel");
 }

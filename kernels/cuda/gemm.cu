@@ -1,10 +1,12 @@
-// cuBLASLt plans, descriptors and execution; the bias-gradient column reduction.
+// cuBLASLt plans, descriptors and execution (with the alignments the operands really have); the
+// bias gradient.
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "cuda/check.h"
 #include "cuda/gemm.h"
+#include "cuda/reduce.h"
 
 namespace vrambench::cuda {
 
@@ -212,12 +214,29 @@ std::uint32_t pointer_alignment(const void* p) {
   return static_cast<std::uint32_t>(lowest < 256 ? lowest : 256);
 }
 
+std::uint32_t operand_alignment(const void* p, std::int64_t ld, std::int64_t batch,
+                                std::int64_t stride, std::int64_t element_bytes) {
+  std::uint32_t align = pointer_alignment(p);
+  auto limit_by = [&](std::int64_t elements) {
+    const auto bytes = static_cast<std::uint64_t>(elements * element_bytes);
+    if (bytes == 0) return;
+    const std::uint64_t lowest = bytes & (~bytes + 1);
+    if (lowest < align) align = static_cast<std::uint32_t>(lowest);
+  };
+  limit_by(ld);
+  if (batch > 1) limit_by(stride);
+  return align;
+}
+
 GemmRunner::GemmRunner() : handle_(make_cublaslt_handle()) {}
 
 void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const void* b, void* c,
                      const void* bias, void* workspace, Bytes workspace_bytes,
                      cudaStream_t stream) {
-  const Alignments align{pointer_alignment(a), pointer_alignment(b), pointer_alignment(c),
+  const std::int64_t es = dtype_size(gemm_storage(math));
+  const Alignments align{operand_alignment(a, plan.lda, plan.batch, plan.stride_a, es),
+                         operand_alignment(b, plan.ldb, plan.batch, plan.stride_b, es),
+                         operand_alignment(c, plan.ldc, plan.batch, plan.stride_c, es),
                          pointer_alignment(bias)};
   const auto key =
       std::tuple(plan.key(), static_cast<int>(math), bias != nullptr, workspace_bytes, align);
@@ -263,22 +282,10 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
                                  stream));
 }
 
-namespace {
-template <typename T>
-__global__ void bias_grad_kernel(T* db, const T* dy, std::int64_t rows, std::int64_t cols,
-                                 bool accumulate) {
-  VB_GRID_STRIDE(col, cols) bias_grad_body(col, db, dy, rows, cols, accumulate);
-}
-}  // namespace
-
 void launch_bias_grad(DType dtype, void* db, const void* dy, std::int64_t rows, std::int64_t cols,
-                      bool accumulate, cudaStream_t stream) {
-  dispatch_float(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    bias_grad_kernel<T><<<grid_for(cols, 128), 128, 0, stream>>>(
-        static_cast<T*>(db), static_cast<const T*>(dy), rows, cols, accumulate);
-  });
-  VB_CHECK_LAUNCH("bias_grad_kernel");
+                      bool accumulate, void* workspace, Bytes workspace_bytes,
+                      cudaStream_t stream) {
+  launch_column_sum(dtype, db, dy, rows, cols, accumulate, workspace, workspace_bytes, stream);
 }
 
 }  // namespace vrambench::cuda

@@ -89,6 +89,17 @@ GemmDescriptors make_gemm_descriptors(const GemmPlan& plan, GemmMath math, bool 
 // Per-head attention operands start D elements apart, so they are often less than 16-byte aligned,
 // and the heuristic must be told, or it picks kernels that refuse (or fault on) such pointers.
 std::uint32_t pointer_alignment(const void* p);
+// What cuBLASLt may assume of an operand (bytes; a power of two, at most 256): an algorithm reads
+// column j of a layout at p + j * ld elements, and batch b at p + b * stride, so the alignment is
+// the least of the pointer's, ld's and (batched) the stride's in bytes. cuBLASLt states what each
+// algorithm needs "for buffer pointer, leading dimension, and possibly other strides"
+// (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*_BYTES) and its heuristic leaves out the ones that need more
+// than the preference says, so the preference must count the leading dimension too: the lm head's
+// y and dy have ld = V = 50257, odd, so their columns are only 2-byte aligned in 16-bit (4 in
+// fp32) even when the pointer is 256-byte aligned, and an algorithm that assumed 16 bytes could
+// fault or refuse.
+std::uint32_t operand_alignment(const void* p, std::int64_t ld, std::int64_t batch,
+                                std::int64_t stride, std::int64_t element_bytes);
 
 // Runs plans on one cuBLASLt handle, caching descriptors and the chosen algorithm per plan.
 class GemmRunner {
@@ -109,16 +120,9 @@ class GemmRunner {
   std::map<std::tuple<decltype(GemmPlan{}.key()), int, bool, Bytes, Alignments>, Entry> cache_;
 };
 
-// db[o] = sum over rows of dy[rows, cols] (column o); added to db when accumulate.
-template <typename T>
-__host__ __device__ inline void bias_grad_body(std::int64_t col, T* db, const T* dy,
-                                               std::int64_t rows, std::int64_t cols,
-                                               bool accumulate) {
-  float sum = 0.0f;
-  for (std::int64_t r = 0; r < rows; ++r) sum += to_f32(dy[r * cols + col]);
-  db[col] = from_f32<T>(sum + (accumulate ? to_f32(db[col]) : 0.0f));
-}
+// db[o] = sum over rows of dy[rows, cols] (column o); added to db when accumulate. A two-stage
+// column sum (cuda/reduce.h) with its fp32 partials in `workspace`, the op's GEMM workspace.
 void launch_bias_grad(DType dtype, void* db, const void* dy, std::int64_t rows, std::int64_t cols,
-                      bool accumulate, cudaStream_t stream);
+                      bool accumulate, void* workspace, Bytes workspace_bytes, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

@@ -1,6 +1,7 @@
 // AdamW and SGD with momentum (kmath::adamw_update / sgd_update), element-wise and in place.
 // With fp32 master weights (mixed precision) the update is applied to the master copy and the
-// weight is its rounding to the storage type; otherwise the weight itself is fp32.
+// weight is its rounding to the storage type; otherwise the weight itself is fp32. The gradients
+// are divided by params.grad_scale (the static loss scale of fp16 training) in fp32 first.
 #pragma once
 
 #include <cuda_runtime.h>

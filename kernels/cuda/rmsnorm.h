@@ -1,5 +1,7 @@
 // RMSNorm over the last dimension: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) saved
-// (fp32) per row; backward gives dx per row and dw per column.
+// (fp32) per row; backward gives dx per row and dw per column. As LayerNorm (cuda/layernorm.h): a
+// block of kRowThreads per row whose thread `lane` of `lanes` owns columns lane, lane + lanes, ...;
+// dw a two-stage column sum through fp32 partials in the GEMM workspace.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,40 +10,77 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/units.h"
+#include "cuda/reduce.h"
 #include "cuda/types.h"
 
 namespace vrambench::cuda {
 
+// Lane's part of sum_h x[row, h]^2.
 template <typename T>
-__host__ __device__ inline void rmsnorm_fwd_body(std::int64_t row, T* y, float* rstd, const T* x,
-                                                 const T* w, std::int64_t H, float eps) {
+__host__ __device__ inline float rmsnorm_sq_part(std::int64_t row, std::int64_t lane,
+                                                 std::int64_t lanes, const T* x, std::int64_t H) {
   const T* xr = x + row * H;
-  float sq = 0.0f;
-  for (std::int64_t h = 0; h < H; ++h) sq += to_f32(xr[h]) * to_f32(xr[h]);
-  const float rs = 1.0f / sqrtf(sq / static_cast<float>(H) + eps);
+  float sum = 0.0f;
+  for (std::int64_t h = lane; h < H; h += lanes) sum += to_f32(xr[h]) * to_f32(xr[h]);
+  return sum;
+}
+__host__ __device__ inline float rmsnorm_rstd(float sq_sum, std::int64_t H, float eps) {
+  return 1.0f / sqrtf(sq_sum / static_cast<float>(H) + eps);
+}
+// y[row, h] = x * rstd * w over the lane's columns.
+template <typename T>
+__host__ __device__ inline void rmsnorm_fwd_write(std::int64_t row, std::int64_t lane,
+                                                  std::int64_t lanes, T* y, const T* x, const T* w,
+                                                  std::int64_t H, float rstd) {
+  const T* xr = x + row * H;
   T* yr = y + row * H;
-  for (std::int64_t h = 0; h < H; ++h) yr[h] = from_f32<T>(to_f32(xr[h]) * rs * to_f32(w[h]));
-  rstd[row] = rs;
+  for (std::int64_t h = lane; h < H; h += lanes)
+    yr[h] = from_f32<T>(to_f32(xr[h]) * rstd * to_f32(w[h]));
 }
 
+// Lane's part of sum_h g * x * rstd with g = dy * w.
 template <typename T>
-__host__ __device__ inline void rmsnorm_bwd_dx_body(std::int64_t row, T* dx, const T* dy,
-                                                    const T* x, const T* w, const float* rstd,
-                                                    std::int64_t H) {
+__host__ __device__ inline float rmsnorm_dx_part(std::int64_t row, std::int64_t lane,
+                                                 std::int64_t lanes, const T* dy, const T* x,
+                                                 const T* w, float rstd, std::int64_t H) {
   const T* xr = x + row * H;
   const T* dyr = dy + row * H;
-  const float rs = rstd[row];
-  float mean_gx = 0.0f;
-  for (std::int64_t h = 0; h < H; ++h)
-    mean_gx += to_f32(dyr[h]) * to_f32(w[h]) * to_f32(xr[h]) * rs;
-  mean_gx /= static_cast<float>(H);
+  float sum = 0.0f;
+  for (std::int64_t h = lane; h < H; h += lanes)
+    sum += to_f32(dyr[h]) * to_f32(w[h]) * to_f32(xr[h]) * rstd;
+  return sum;
+}
+// dx = rstd * (g - x * rstd * mean_h (g x rstd)) over the lane's columns.
+template <typename T>
+__host__ __device__ inline void rmsnorm_dx_write(std::int64_t row, std::int64_t lane,
+                                                 std::int64_t lanes, T* dx, const T* dy, const T* x,
+                                                 const T* w, float rstd, std::int64_t H,
+                                                 float mean_gx) {
+  const T* xr = x + row * H;
+  const T* dyr = dy + row * H;
   T* dxr = dx + row * H;
-  for (std::int64_t h = 0; h < H; ++h) {
+  for (std::int64_t h = lane; h < H; h += lanes) {
     const float g = to_f32(dyr[h]) * to_f32(w[h]);
-    dxr[h] = from_f32<T>(rs * (g - to_f32(xr[h]) * rs * mean_gx));
+    dxr[h] = from_f32<T>(rstd * (g - to_f32(xr[h]) * rstd * mean_gx));
   }
 }
 
+// Stage 1: sum over rows [chunk * chunk_rows, ...) of dy * x * rstd into partial[chunk, h].
+template <typename T>
+__host__ __device__ inline void rmsnorm_dw_partial_body(std::int64_t h, std::int64_t chunk,
+                                                        float* partial, const T* dy, const T* x,
+                                                        const float* rstd, std::int64_t M,
+                                                        std::int64_t H, std::int64_t chunk_rows) {
+  const std::int64_t begin = chunk * chunk_rows;
+  const std::int64_t end = begin + chunk_rows < M ? begin + chunk_rows : M;
+  float sw = 0.0f;
+  for (std::int64_t m = begin; m < end; ++m)
+    sw += to_f32(dy[m * H + h]) * to_f32(x[m * H + h]) * rstd[m];
+  partial[chunk * H + h] = sw;
+}
+
+// One pass, without partials: column h over all rows, added to dw when accumulate.
 template <typename T>
 __host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, T* dw, const T* dy, const T* x,
                                                     const float* rstd, std::int64_t M,
@@ -53,8 +92,11 @@ __host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, T* dw, const
 
 void launch_rmsnorm_fwd(DType dtype, void* y, float* rstd, const void* x, const void* w,
                         std::int64_t M, std::int64_t H, float eps, cudaStream_t stream);
+// The dw partials go into `workspace` (the GEMM workspace); without room for two chunks of them
+// (column_chunks(M, H, 1, workspace_bytes)) one pass runs.
 void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const void* x,
                         const void* w, const float* rstd, std::int64_t M, std::int64_t H,
-                        bool accumulate, cudaStream_t stream);
+                        bool accumulate, void* workspace, Bytes workspace_bytes,
+                        cudaStream_t stream);
 
 }  // namespace vrambench::cuda

@@ -196,7 +196,7 @@ void CudaExecutor::run(const Args& a) {
       launch_embedding_bwd(dt, a.out[0].data, two ? a.out[1].data : nullptr, cptr(a.in[0]),
                            ids(a.in[1]), tokens.elements(), tokens.shape[1], dwte.shape[1],
                            dwte.shape[0], two ? a.out[1].tensor->shape.at(0) : 0,
-                           a.accumulate(a.out[0]), st);
+                           a.accumulate(a.out[0]), a.workspace, a.workspace_bytes, st);
       return;
     }
     case OpKind::layernorm_fwd:
@@ -207,10 +207,10 @@ void CudaExecutor::run(const Args& a) {
       return;
     case OpKind::layernorm_bwd:
       a.expect(5, 5, 2, 3);
-      launch_layernorm_bwd(dt, a.out[0].data, a.out[1].data,
-                           a.out.size() == 3 ? a.out[2].data : nullptr, cptr(a.in[0]),
-                           cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
-                           last_dim(a.in[1]), a.accumulate(a.out[1]), st);
+      launch_layernorm_bwd(
+          dt, a.out[0].data, a.out[1].data, a.out.size() == 3 ? a.out[2].data : nullptr,
+          cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
+          last_dim(a.in[1]), a.accumulate(a.out[1]), a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::rmsnorm_fwd:
       a.expect(2, 2, 2, 2);
@@ -221,7 +221,7 @@ void CudaExecutor::run(const Args& a) {
       a.expect(4, 4, 2, 2);
       launch_rmsnorm_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
                          cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
-                         a.accumulate(a.out[1]), st);
+                         a.accumulate(a.out[1]), a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::linear_fwd: {
       a.expect(2, 3, 1, 1);
@@ -244,7 +244,8 @@ void CudaExecutor::run(const Args& a) {
       run_gemm(a, plan_linear_bwd_dw(M, In, Out, a.accumulate(a.out[1])), cptr(a.in[1]),
                cptr(a.in[0]), a.out[1].data);
       if (a.out.size() == 3)
-        launch_bias_grad(dt, a.out[2].data, cptr(a.in[0]), M, Out, a.accumulate(a.out[2]), st);
+        launch_bias_grad(dt, a.out[2].data, cptr(a.in[0]), M, Out, a.accumulate(a.out[2]),
+                         a.workspace, a.workspace_bytes, st);
       return;
     }
     case OpKind::gelu_fwd:
@@ -339,7 +340,7 @@ void CudaExecutor::run(const Args& a) {
     case OpKind::cross_entropy_bwd:
       a.expect(3, 3, 1, 1);
       launch_cross_entropy_bwd(dt, a.out[0].data, cptr(a.in[0]), ids(a.in[1]), f32(a.in[2]),
-                               rows(a.in[0]), last_dim(a.in[0]), st);
+                               rows(a.in[0]), last_dim(a.in[0]), op.grad_scale, st);
       return;
     case OpKind::adamw_step:
     case OpKind::sgd_step:
@@ -476,6 +477,7 @@ void CudaExecutor::optimizer(const Args& a) {
     p.eps = op.adam_eps;
     p.weight_decay = op.weight_decay;
     p.step = step;
+    p.grad_scale = op.grad_scale;
     launch_adamw(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), f32(a.in[3]),
                  master, p, n, stream_.get());
   } else {
@@ -483,6 +485,7 @@ void CudaExecutor::optimizer(const Args& a) {
     p.lr = op.lr;
     p.momentum = op.momentum;
     p.weight_decay = op.weight_decay;
+    p.grad_scale = op.grad_scale;
     launch_sgd(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), master, p, n,
                stream_.get());
   }

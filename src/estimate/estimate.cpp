@@ -651,9 +651,9 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
     record_block(walk, d, whole, "block", 0, led, {}, 0, block_ledger());
   }
 
-  // The last GEMM has run; the embedding backward writes the untied table and the positions.
+  // The last GEMM has run; the embedding backward writes the untied table and the positions. It
+  // sorts the rows by token in the GEMM workspace, which therefore lives until it has run.
   walk.add_grad_bytes(block_grads);
-  walk.release_workspace();
   led.add("dx0", kTransient, hidden);
   if (d.dropout) {
     led.add("d.embed.out", kTransient, hidden);
@@ -663,6 +663,7 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
   }
   walk.grad(p.embeddings);
   walk.at("embedding backward", led);
+  walk.release_workspace();
   led.drop_if("dx0");
   led.drop_if("d.embed.out");
   walk.at(end_of_step(cfg), led);
@@ -709,7 +710,8 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
                                  : cfg.scope == Scope::mlp ? "mlp backward"
                                                            : "attention backward";
   record_block(walk, d, part, where, -1, outside, {}, 0, std::move(block));
-  // Parameter gradients stay to the end of the step; the workspace went with the last GEMM.
+  // Parameter gradients stay to the end of the step; the workspace went with the last op that
+  // lists it (the last GEMM, or layer scope's first norm backward).
   walk.grad(params);
   walk.release_workspace();
   walk.at(end_of_step(cfg), inputs);

@@ -15,7 +15,8 @@ namespace vrambench {
 // What the device adds beyond the program's own tensors.
 struct DeviceOverhead {
   Bytes context = 0;         // CUDA context, module images, library handles
-  Bytes gemm_workspace = 0;  // cuBLASLt workspace (a tensor of the program)
+  Bytes gemm_workspace = 0;  // GEMM workspace (a tensor of the program: cuBLASLt's scratch and
+                             // the partial sums of the norm and embedding backward)
 };
 
 struct Component {

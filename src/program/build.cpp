@@ -167,8 +167,9 @@ class Builder {
     return tensor(std::move(name), std::move(shape), dtype, Role::transient);
   }
 
-  // One cuBLASLt workspace for the whole step, created by the first GEMM so that a program without
-  // GEMMs (flash attention scope) lists no unused tensor.
+  // One GEMM workspace for the whole step (cuBLASLt's scratch, and the row sums' partials),
+  // created by the first op that lists it so that a program without such ops (flash attention
+  // scope) lists no unused tensor.
   int workspace() {
     if (workspace_ < 0)
       workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
@@ -247,6 +248,14 @@ class Builder {
            int layer, bool recompute = false) {
     if (gemm_workspace_ > 0) inputs.push_back(workspace());
     return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
+  }
+  // Ops whose kernels sum over the rows (norm backward: dw, db; embedding backward) keep their
+  // fp32 partials in the GEMM workspace, their last input too: what a run uses is what the
+  // program lists. So the workspace lives until the last of them, not only the last GEMM.
+  Op& row_sum(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+              int layer) {
+    if (gemm_workspace_ > 0) inputs.push_back(workspace());
+    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer);
   }
 
   static void push_if(std::vector<int>& list, const Param& p) {
@@ -524,10 +533,10 @@ class Builder {
   void norm_bwd(const std::string& name, int dy, int x, const Param& w, const Param& b, int mean,
                 int rstd, int dx, int layer) {
     if (gpt_)
-      op(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
-         layer);
+      row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
+              layer);
     else
-      op(OpKind::rmsnorm_bwd, name + ".bwd", {dy, x, w.w, rstd}, {dx, w.grad}, layer);
+      row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, x, w.w, rstd}, {dx, w.grad}, layer);
   }
 
   // Gradient of the block input from the gradient of its output.
@@ -580,6 +589,8 @@ class Builder {
 
   void build_model() {
     const ModelConfig& m = cfg_.model;
+    // The loss's gradient and the optimizer's division agree on one scale.
+    loss_scale_ = static_loss_scale(cfg_.dtype, M_, V_);
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 
@@ -633,7 +644,8 @@ class Builder {
 
     // Backward.
     const int dlogits = grad_of(logits);
-    op(OpKind::cross_entropy_bwd, "ce.bwd", {logits, targets, lse}, {dlogits}, -1);
+    op(OpKind::cross_entropy_bwd, "ce.bwd", {logits, targets, lse}, {dlogits}, -1).grad_scale =
+        loss_scale_;
     const int dfinal_out = grad_of(final_out);
     // Tied: the lm head is the first writer of wte.grad; embedding_bwd accumulates into it.
     gemm(OpKind::linear_bwd, "lm_head.bwd", {dlogits, final_out, lm.w}, {dfinal_out, lm.grad}, -1);
@@ -656,7 +668,7 @@ class Builder {
     std::vector<int> embed_grads{wte.grad};
     push_grad_if(embed_grads, wpe);
     Op& embed_bwd =
-        op(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
+        row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
     embed_bwd.accumulate = m.tied_embeddings;
   }
 
@@ -705,7 +717,8 @@ class Builder {
         in.push_back(param.momentum);
       }
       if (param.master >= 0) in.push_back(param.master);
-      op(kind, p_.tensor(param.w).name + ".step", std::move(in), {}, param.layer);
+      op(kind, p_.tensor(param.w).name + ".step", std::move(in), {}, param.layer).grad_scale =
+          loss_scale_;
     }
   }
 
@@ -714,6 +727,7 @@ class Builder {
   std::int64_t B_ = 0, S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, M_ = 0;
   DType act_ = DType::f32;
   bool gpt_ = true, eager_ = false, dropout_ = false;
+  float loss_scale_ = 1.0f;  // model scope: static_loss_scale; other scopes have no loss
   Program p_;
   int workspace_ = -1;
   std::vector<Param> params_;

@@ -93,6 +93,18 @@ std::string_view to_string(OpKind k) {
   return "?";
 }
 
+float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t vocab) {
+  if (precision != Precision::fp16 || rows < 1 || vocab < 1) return 1.0f;
+  constexpr double kMinNormal = 0x1p-14;  // fp16's smallest normal
+  constexpr double kMaxScale = 0x1p16;    // GradScaler's init_scale
+  // Doubles: rows * vocab can pass 2^53 only far beyond any sequence this models; the scale then
+  // just reaches the cap.
+  const double wanted = static_cast<double>(rows) * static_cast<double>(vocab) * kMinNormal;
+  double scale = 1.0;
+  while (scale < wanted && scale < kMaxScale) scale *= 2.0;
+  return static_cast<float>(scale);
+}
+
 std::int64_t Tensor::elements() const {
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;

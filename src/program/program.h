@@ -21,9 +21,10 @@ enum class Role : std::uint8_t {
   optimizer_state,  // Adam m and v, SGD momentum (fp32); whole step
   activation,       // forward outputs saved for backward
   transient,        // short-lived: forward temporaries, activation gradients, recomputed values
-  workspace,        // library scratch: the cuBLASLt workspace (an input of every GEMM op, live
-                    // from the first to the last), or an op's own scratch listed as its output
-                    // (cuDNN workspace, fp32 accumulators), live for that op alone
+  workspace,        // scratch: the GEMM workspace (an input of every GEMM op and of the norm and
+                    // embedding backward ops, live from the first of them to the last), or an
+                    // op's own scratch listed as its output (cuDNN workspace, fp32
+                    // accumulators), live for that op alone
   input,            // tokens and targets; whole step
 };
 std::string_view to_string(Role r);
@@ -44,8 +45,10 @@ struct Tensor {
 // hidden, A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v columns, F ffn, V
 // vocab. Unless noted, an op overwrites its outputs; `Op::accumulate` makes it add into its `grad`
 // outputs. Tensors of role workspace may follow the listed inputs or outputs of any op: the GEMM
-// workspace as the last input of linear and attention GEMM ops, an op's scratch as its last output.
-// Kernels find them by role; the positions above count only the other tensors.
+// workspace as the last input of linear and attention GEMM ops and of the ops whose kernels sum
+// over the rows (layernorm_bwd, rmsnorm_bwd: dw and db; embedding_bwd: the token sort and dwpe),
+// which keep their fp32 partials there; an op's own scratch as its last output. Kernels find them
+// by role; the positions above count only the other tensors.
 // clang-format off: the catalogue reads as a table.
 enum class OpKind : std::uint8_t {
   embedding_fwd,    // in: tokens[B,S] i32, wte[V,H], [wpe[P,H]] -> out: x[B,S,H]
@@ -81,9 +84,11 @@ enum class OpKind : std::uint8_t {
   add,              // in: a, b -> out: c = a + b                  (residual stream, gradient sums)
   cross_entropy_fwd,  // in: logits[M,V], targets[B,S] i32 -> out: loss[1] f32, lse[M] f32 (mean
                       // over M)
-  cross_entropy_bwd,  // in: logits, targets, lse -> out: dlogits[M,V]     (of the mean loss)
+  cross_entropy_bwd,  // in: logits, targets, lse -> out: dlogits[M,V]  (of grad_scale x the
+                      // mean loss)
   adamw_step,  // in: w, grad, m, v, [master] -> updates w, m, v, [master] in place; no outputs
-  sgd_step,    // in: w, grad, momentum, [master] -> updates in place; no outputs
+               // (grad is divided by grad_scale first)
+  sgd_step,    // in: w, grad, momentum, [master] -> updates in place; no outputs (likewise)
 };
 // clang-format on
 std::string_view to_string(OpKind k);
@@ -101,6 +106,10 @@ struct Op {
   double dropout_p = 0.0;                // dropout_fwd/bwd, flash_fwd/bwd
   std::uint64_t seed = 0;                // dropout: same seed in a recompute gives the same mask
   float eps = 1e-5f;                     // layernorm / rmsnorm
+  // Static loss scale (static_loss_scale): cross_entropy_bwd writes the gradient of grad_scale
+  // times the loss, so every gradient of the backward carries the factor, and the optimizer ops
+  // divide it out. 1 unless the recipe scales.
+  float grad_scale = 1.0f;
   // Optimizer hyper-parameters.
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f, weight_decay = 0.0f;
   float momentum = 0.9f;
@@ -132,6 +141,14 @@ struct Liveness {
   std::vector<int> persistent;  // allocated before the first op, freed after the step
 };
 Liveness compute_liveness(const Program& program);
+
+// The static loss scale of a recipe whose loss is the mean over `rows` rows of a `vocab`-way
+// cross-entropy (docs/memory-model.md, "Loss scaling"). fp16 only: the gradient of the mean loss,
+// (softmax - onehot) / rows, has elements of about 1 / (vocab rows), below fp16's normal range
+// (2^-14) at realistic sizes. The scale is the smallest power of two that lifts 1 / (vocab rows)
+// to 2^-14, at most 2^16 (PyTorch GradScaler's initial scale); 1 for fp32, tf32 and bf16, whose
+// exponent range holds the unscaled gradient.
+float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t vocab);
 
 // Builds the program of one training step for cfg at cfg.batch (see build.cpp for the layout).
 // The workspace sizes come from `gemm_workspace` (cuBLASLt scratch, one tensor for the whole step).

@@ -261,17 +261,22 @@ TEST(GemmPlans, PointerAlignment) {
   EXPECT_EQ(pointer_alignment(nullptr), 256u);
 }
 
-TEST(GemmPlans, BiasGradBody) {
-  const std::int64_t rows = 7, cols = 5;
-  const auto dy = random_floats(rows * cols, 20);
-  std::vector<float> db(cols, 1.0f);
-  for (std::int64_t col = 0; col < cols; ++col)
-    bias_grad_body(col, db.data(), dy.data(), rows, cols, true);
-  for (std::int64_t col = 0; col < cols; ++col) {
-    double sum = 1.0;
-    for (std::int64_t r = 0; r < rows; ++r) sum += dy[r * cols + col];
-    EXPECT_NEAR(db[col], sum, 1e-5);
-  }
+// The alignment cuBLASLt is told: the pointer's, and that of every column (ld) and batch (stride).
+TEST(GemmPlans, OperandAlignmentCountsLeadingDimensionAndStride) {
+  alignas(256) static char buffer[1024];
+  // The lm head's y and dy: ld = V = 50257, odd. A 256-byte aligned buffer still has columns
+  // only 2 (16-bit) or 4 (fp32) bytes apart from 16-byte boundaries.
+  EXPECT_EQ(operand_alignment(buffer, 50257, 1, 0, 2), 2u);
+  EXPECT_EQ(operand_alignment(buffer, 50257, 1, 0, 4), 4u);
+  // gpt2's other GEMMs: ld 768, 2304, 3072 elements are all multiples of 256 bytes in bf16.
+  for (std::int64_t ld : {768, 2304, 3072}) EXPECT_EQ(operand_alignment(buffer, ld, 1, 0, 2), 256u);
+  // ld 24 bf16 = 48 bytes: 16.
+  EXPECT_EQ(operand_alignment(buffer, 24, 1, 0, 2), 16u);
+  // The pointer bounds it too (a per-head offset of 24 bf16 elements).
+  EXPECT_EQ(operand_alignment(buffer + 48, 768, 1, 0, 2), 16u);
+  // A batch stride counts only when batched.
+  EXPECT_EQ(operand_alignment(buffer, 768, 4, 1001, 2), 2u);
+  EXPECT_EQ(operand_alignment(buffer, 768, 1, 1001, 2), 256u);
 }
 
 }  // namespace

@@ -1,12 +1,19 @@
 // Runs the __host__ __device__ bodies of the CUDA kernels over their whole grid on the CPU and
-// compares with plain references written independently here (double math). No GPU needed.
+// compares with plain references written independently here (double math) or with the CPU
+// reference kernels (kernels/cpu). Row bodies run with several lane counts, their parts added as
+// the GPU's block reductions add them. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "cpu/attention.h"
+#include "cpu/cross_entropy.h"
+#include "cpu/embedding.h"
+#include "cpu/norm.h"
 #include "cpu/rope.h"
 #include "cuda/activation.h"
 #include "cuda/add.h"
@@ -15,9 +22,11 @@
 #include "cuda/embedding.h"
 #include "cuda/layernorm.h"
 #include "cuda/optimizer.h"
+#include "cuda/reduce.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
 #include "cuda/softmax.h"
+#include "program/program.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -176,7 +185,277 @@ TYPED_TEST(Bodies, RopeMatchesCpuReferenceAndBackwardInverts) {
   expect_near_all(to_double(back), to_double(in), 3 * tolerance<T>(), "rope inverse");
 }
 
-TYPED_TEST(Bodies, EmbeddingForwardAndBackward) {
+// ---- row bodies: the GPU adds the lanes' parts with a block reduction; here in lane order ------
+
+template <typename F>
+float lanes_sum(std::int64_t lanes, F part) {
+  float sum = 0.0f;
+  for (std::int64_t lane = 0; lane < lanes; ++lane) sum += part(lane);
+  return sum;
+}
+template <typename F>
+float lanes_max(std::int64_t lanes, F part) {
+  float mx = -INFINITY;
+  for (std::int64_t lane = 0; lane < lanes; ++lane) mx = std::max(mx, part(lane));
+  return mx;
+}
+
+// Storage values as the floats the CPU reference reads.
+template <typename T>
+std::vector<float> as_floats(const std::vector<T>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_f32(v[i]);
+  return out;
+}
+std::vector<double> widen(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// Lane counts that split a row unevenly (more lanes than columns included).
+constexpr std::int64_t kLaneCounts[] = {1, 4, 7, 32};
+
+TYPED_TEST(Bodies, LayerNormRowsMatchTheCpuReferenceForAnyLaneCount) {
+  using T = TypeParam;
+  const std::int64_t M = 5, H = 19;
+  const auto x = to_storage<T>(random_floats(M * H, 13, -3, 3));
+  const auto w = to_storage<T>(random_floats(H, 14, 0.5f, 1.5f));
+  const auto b = to_storage<T>(random_floats(H, 15));
+  const auto dy = to_storage<T>(random_floats(M * H, 16));
+  std::vector<float> want_y(M * H), want_mean(M), want_rstd(M), want_dx(M * H), want_dw(H),
+      want_db(H);
+  const auto xf = as_floats(x), wf = as_floats(w), bf = as_floats(b), dyf = as_floats(dy);
+  cpu::layernorm_fwd(want_y.data(), want_mean.data(), want_rstd.data(), xf.data(), wf.data(),
+                     bf.data(), M, H, 1e-5f);
+  cpu::layernorm_bwd(want_dx.data(), want_dw.data(), want_db.data(), dyf.data(), xf.data(),
+                     wf.data(), want_mean.data(), want_rstd.data(), M, H);
+  for (std::int64_t lanes : kLaneCounts) {
+    SCOPED_TRACE(lanes);
+    std::vector<T> y(M * H, from_f32<T>(NAN)), dx(M * H, from_f32<T>(NAN));
+    std::vector<float> mean(M), rstd(M);
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float mu =
+          lanes_sum(lanes,
+                    [&](std::int64_t l) { return layernorm_sum_part(m, l, lanes, x.data(), H); }) /
+          static_cast<float>(H);
+      const float rs = layernorm_rstd(
+          lanes_sum(
+              lanes,
+              [&](std::int64_t l) { return layernorm_var_part(m, l, lanes, x.data(), H, mu); }),
+          H, 1e-5f);
+      for (std::int64_t l = 0; l < lanes; ++l)
+        layernorm_fwd_write(m, l, lanes, y.data(), x.data(), w.data(), b.data(), H, mu, rs);
+      mean[m] = mu;
+      rstd[m] = rs;
+      float sg = 0, sgx = 0;
+      float part_g = 0, part_gx = 0;
+      for (std::int64_t l = 0; l < lanes; ++l) {
+        layernorm_dx_parts(m, l, lanes, dy.data(), x.data(), w.data(), mu, rs, H, &part_g,
+                           &part_gx);
+        sg += part_g;
+        sgx += part_gx;
+      }
+      for (std::int64_t l = 0; l < lanes; ++l)
+        layernorm_dx_write(m, l, lanes, dx.data(), dy.data(), x.data(), w.data(), mu, rs, H,
+                           sg / static_cast<float>(H), sgx / static_cast<float>(H));
+    }
+    expect_near_all(widen(mean), widen(want_mean), 1e-5, "mean");
+    expect_near_all(widen(rstd), widen(want_rstd), 1e-5, "rstd");
+    expect_near_all(to_double(y), widen(want_y), tolerance<T>(), "y");
+    expect_near_all(to_double(dx), widen(want_dx), 2 * tolerance<T>(), "dx");
+  }
+  // dw, db: one pass, and two stages over chunks of several sizes, with and without accumulate.
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate);
+    const std::vector<float> old = random_floats(H, 17);
+    std::vector<double> wdw(H), wdb(H);
+    for (std::int64_t h = 0; h < H; ++h) {
+      wdw[h] = want_dw[h] + (accumulate ? to_f32(from_f32<T>(old[h])) : 0.0);
+      wdb[h] = want_db[h] + (accumulate ? to_f32(from_f32<T>(old[h])) : 0.0);
+    }
+    std::vector<T> dw = to_storage<T>(old), db = to_storage<T>(old);
+    over(H, [&](std::int64_t h) {
+      layernorm_bwd_dw_body(h, dw.data(), db.data(), dy.data(), x.data(), want_mean.data(),
+                            want_rstd.data(), M, H, accumulate);
+    });
+    expect_near_all(to_double(dw), wdw, 2 * tolerance<T>(), "dw one pass");
+    expect_near_all(to_double(db), wdb, 2 * tolerance<T>(), "db one pass");
+    for (std::int64_t chunk_rows : {1, 2, 4}) {
+      SCOPED_TRACE(chunk_rows);
+      const std::int64_t chunks = ceil_div(M, chunk_rows);
+      std::vector<float> partial(2 * chunks * H, NAN);
+      for (std::int64_t k = 0; k < chunks; ++k)
+        over(H, [&](std::int64_t h) {
+          layernorm_dw_partial_body(h, k, partial.data(), dy.data(), x.data(), want_mean.data(),
+                                    want_rstd.data(), M, H, chunk_rows, chunks, true);
+        });
+      dw = to_storage<T>(old);
+      db = to_storage<T>(old);
+      for (std::int64_t h = 0; h < H; ++h) {
+        const float sw = lanes_sum(3, [&](std::int64_t l) {
+          return column_finish_part(h, l, 3, partial.data(), chunks, H);
+        });
+        const float sb = lanes_sum(3, [&](std::int64_t l) {
+          return column_finish_part(h, l, 3, partial.data() + chunks * H, chunks, H);
+        });
+        column_store(h, dw.data(), sw, accumulate);
+        column_store(h, db.data(), sb, accumulate);
+      }
+      expect_near_all(to_double(dw), wdw, 2 * tolerance<T>(), "dw two stages");
+      expect_near_all(to_double(db), wdb, 2 * tolerance<T>(), "db two stages");
+    }
+  }
+}
+
+TYPED_TEST(Bodies, RmsNormRowsMatchTheCpuReferenceForAnyLaneCount) {
+  using T = TypeParam;
+  const std::int64_t M = 4, H = 13;
+  const auto x = to_storage<T>(random_floats(M * H, 18));
+  const auto w = to_storage<T>(random_floats(H, 19, 0.5f, 1.5f));
+  const auto dy = to_storage<T>(random_floats(M * H, 20));
+  const auto xf = as_floats(x), wf = as_floats(w), dyf = as_floats(dy);
+  std::vector<float> want_y(M * H), want_rstd(M), want_dx(M * H), want_dw(H);
+  cpu::rmsnorm_fwd(want_y.data(), want_rstd.data(), xf.data(), wf.data(), M, H, 1e-6f);
+  cpu::rmsnorm_bwd(want_dx.data(), want_dw.data(), dyf.data(), xf.data(), wf.data(),
+                   want_rstd.data(), M, H);
+  for (std::int64_t lanes : kLaneCounts) {
+    SCOPED_TRACE(lanes);
+    std::vector<T> y(M * H, from_f32<T>(NAN)), dx(M * H, from_f32<T>(NAN));
+    std::vector<float> rstd(M);
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float rs = rmsnorm_rstd(
+          lanes_sum(lanes,
+                    [&](std::int64_t l) { return rmsnorm_sq_part(m, l, lanes, x.data(), H); }),
+          H, 1e-6f);
+      for (std::int64_t l = 0; l < lanes; ++l)
+        rmsnorm_fwd_write(m, l, lanes, y.data(), x.data(), w.data(), H, rs);
+      rstd[m] = rs;
+      const float mean_gx =
+          lanes_sum(lanes,
+                    [&](std::int64_t l) {
+                      return rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(), w.data(), rs, H);
+                    }) /
+          static_cast<float>(H);
+      for (std::int64_t l = 0; l < lanes; ++l)
+        rmsnorm_dx_write(m, l, lanes, dx.data(), dy.data(), x.data(), w.data(), rs, H, mean_gx);
+    }
+    expect_near_all(widen(rstd), widen(want_rstd), 1e-5, "rstd");
+    expect_near_all(to_double(y), widen(want_y), tolerance<T>(), "y");
+    expect_near_all(to_double(dx), widen(want_dx), 2 * tolerance<T>(), "dx");
+  }
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate);
+    const std::vector<float> old = random_floats(H, 21);
+    std::vector<double> wdw(H);
+    for (std::int64_t h = 0; h < H; ++h)
+      wdw[h] = want_dw[h] + (accumulate ? to_f32(from_f32<T>(old[h])) : 0.0);
+    std::vector<T> dw = to_storage<T>(old);
+    over(H, [&](std::int64_t h) {
+      rmsnorm_bwd_dw_body(h, dw.data(), dy.data(), x.data(), want_rstd.data(), M, H, accumulate);
+    });
+    expect_near_all(to_double(dw), wdw, 2 * tolerance<T>(), "dw one pass");
+    for (std::int64_t chunk_rows : {1, 3}) {
+      const std::int64_t chunks = ceil_div(M, chunk_rows);
+      std::vector<float> partial(chunks * H, NAN);
+      for (std::int64_t k = 0; k < chunks; ++k)
+        over(H, [&](std::int64_t h) {
+          rmsnorm_dw_partial_body(h, k, partial.data(), dy.data(), x.data(), want_rstd.data(), M, H,
+                                  chunk_rows);
+        });
+      dw = to_storage<T>(old);
+      for (std::int64_t h = 0; h < H; ++h)
+        column_store(h, dw.data(),
+                     lanes_sum(2,
+                               [&](std::int64_t l) {
+                                 return column_finish_part(h, l, 2, partial.data(), chunks, H);
+                               }),
+                     accumulate);
+      expect_near_all(to_double(dw), wdw, 2 * tolerance<T>(), "dw two stages");
+    }
+  }
+}
+
+// ---- column sums ------------------------------------------------------------------------------
+
+TYPED_TEST(Bodies, ColumnSumTwoStagesAndOnePassMatchAPlainSum) {
+  using T = TypeParam;
+  const std::int64_t rows = 37, cols = 9;
+  const auto in = to_storage<T>(random_floats(rows * cols, 22));
+  const std::vector<float> old = random_floats(cols, 23);
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate);
+    std::vector<double> want(cols, 0.0);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      for (std::int64_t r = 0; r < rows; ++r) want[c] += to_f32(in[r * cols + c]);
+      if (accumulate) want[c] += to_f32(from_f32<T>(old[c]));
+    }
+    std::vector<T> out = to_storage<T>(old);
+    over(cols, [&](std::int64_t c) {
+      column_sum_body(c, out.data(), in.data(), rows, cols, accumulate);
+    });
+    expect_near_all(to_double(out), want, tolerance<T>(), "one pass");
+    for (std::int64_t chunk_rows : {1, 5, 16, 37}) {
+      for (std::int64_t lanes : {1, 3, 16}) {
+        SCOPED_TRACE(chunk_rows * 100 + lanes);
+        const std::int64_t chunks = ceil_div(rows, chunk_rows);
+        std::vector<float> partial(chunks * cols, NAN);
+        for (std::int64_t k = 0; k < chunks; ++k)
+          over(cols, [&](std::int64_t c) {
+            column_sum_partial_body(c, k, partial.data(), in.data(), rows, cols, chunk_rows);
+          });
+        out = to_storage<T>(old);
+        for (std::int64_t c = 0; c < cols; ++c)
+          column_store(c, out.data(),
+                       lanes_sum(lanes,
+                                 [&](std::int64_t l) {
+                                   return column_finish_part(c, l, lanes, partial.data(), chunks,
+                                                             cols);
+                                 }),
+                       accumulate);
+        expect_near_all(to_double(out), want, tolerance<T>(), "two stages");
+      }
+    }
+  }
+}
+
+TEST(ColumnChunks, EveryChunkHasRowsAndThePartialsFitTheWorkspace) {
+  for (std::int64_t rows : {0, 1, 3, 15, 16, 17, 100, 4096, 8192, 65536, 1 << 22})
+    for (std::int64_t cols : {1, 5, 768, 3072, 4096, 786432})
+      for (std::int64_t outputs : {1, 2})
+        for (Bytes ws : {Bytes{0}, Bytes{4096}, 4 * MiB, 32 * MiB}) {
+          const ColumnChunks c = column_chunks(rows, cols, outputs, ws);
+          SCOPED_TRACE(::testing::Message()
+                       << rows << " x " << cols << " x " << outputs << ", workspace " << ws << ": "
+                       << c.count << " chunks of " << c.rows);
+          const std::int64_t all = std::max<std::int64_t>(rows, 1);
+          ASSERT_GE(c.count, 1);
+          ASSERT_LE(c.count, kMaxColumnChunks);
+          if (c.count == 1) {
+            EXPECT_EQ(c.rows, all);
+            continue;
+          }
+          EXPECT_LE(c.count * outputs * cols * 4, ws);
+          EXPECT_GE(c.count * c.rows, all);        // every row in some chunk
+          EXPECT_LT((c.count - 1) * c.rows, all);  // and no chunk empty
+          EXPECT_GE(c.rows, 1);
+        }
+}
+
+TEST(ColumnChunks, RealisticShapesSpreadOverManyChunks) {
+  // gpt2 at B*S = 8192 rows: LayerNorm dw and db, a bias of 3072, on both workspace sizes.
+  for (Bytes ws : {4 * MiB, 32 * MiB}) {
+    EXPECT_GE(column_chunks(8192, 768, 2, ws).count, 256) << ws;
+    EXPECT_GE(column_chunks(8192, 3072, 1, ws).count, 128) << ws;
+  }
+  // Nothing to gain: three rows, or columns that fill the GPU alone (dwpe of S*H columns).
+  EXPECT_EQ(column_chunks(3, 5, 1, 32 * MiB).count, 1);
+  EXPECT_EQ(column_chunks(8, 1024 * 768, 1, 32 * MiB).count, 1);
+  // No workspace: one pass.
+  EXPECT_EQ(column_chunks(8192, 768, 2, 0).count, 1);
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+TYPED_TEST(Bodies, EmbeddingForward) {
   using T = TypeParam;
   const std::int64_t B = 2, S = 3, H = 4, V = 5, P = 6, M = B * S;
   const std::vector<std::int32_t> tokens = {1, 4, 1, 0, 4, 4};
@@ -191,190 +470,223 @@ TYPED_TEST(Bodies, EmbeddingForwardAndBackward) {
       ASSERT_NEAR(to_f32(x[m * H + h]),
                   double(to_f32(wte[tokens[m] * H + h])) + to_f32(wpe[(m % S) * H + h]),
                   tolerance<T>() * 4);
-  const auto dx = to_storage<T>(random_floats(M * H, 12));
-  std::vector<T> dwte(V * H, from_f32<T>(0)), dwpe(P * H, from_f32<T>(0));
-  over(H, [&](std::int64_t h) {
-    embedding_bwd_body(h, dwte.data(), dwpe.data(), dx.data(), tokens.data(), M, S, H);
-  });
-  std::vector<double> want_te(V * H, 0.0), want_pe(P * H, 0.0);
-  for (std::int64_t m = 0; m < M; ++m)
-    for (std::int64_t h = 0; h < H; ++h) {
-      want_te[tokens[m] * H + h] += to_f32(dx[m * H + h]);
-      want_pe[(m % S) * H + h] += to_f32(dx[m * H + h]);
+}
+
+// The launcher's token sort, run body by body: counts, their exclusive prefix sum (the offsets
+// kernel's job, done here by a loop), the scatter, then a bucket sum per (token, column).
+template <typename T>
+void sorted_token_grad(std::vector<T>& dwte, const std::vector<T>& dx,
+                       const std::vector<std::int32_t>& tokens, std::int64_t H, std::int64_t V,
+                       bool accumulate, std::int64_t pass) {
+  const auto M = static_cast<std::int64_t>(tokens.size());
+  std::vector<std::int32_t> counts(V), offsets(V + 1), sorted(pass, -1);
+  for (std::int64_t first = 0; first < M; first += pass) {
+    const std::int64_t n = std::min(pass, M - first);
+    std::fill(counts.begin(), counts.end(), 0);
+    over(n,
+         [&](std::int64_t i) { embedding_count_body(i, counts.data(), tokens.data(), first, V); });
+    std::int32_t run = 0;
+    for (std::int64_t v = 0; v < V; ++v) {
+      offsets[v] = run;
+      run += counts[v];
+      counts[v] = 0;
     }
-  expect_near_all(to_double(dwte), want_te, 4 * tolerance<T>(), "dwte");
-  expect_near_all(to_double(dwpe), want_pe, 4 * tolerance<T>(), "dwpe");
-}
-
-// Finite-difference check of a row-normalisation backward: L = sum(y * r) for a fixed r.
-template <typename Fwd>
-std::vector<double> numeric_grad_x(std::vector<float> x, const std::vector<float>& r, Fwd fwd) {
-  std::vector<double> g(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const float keep = x[i];
-    const float h = 1e-2f;
-    x[i] = keep + h;
-    const double lp = fwd(x, r);
-    x[i] = keep - h;
-    const double lm = fwd(x, r);
-    x[i] = keep;
-    g[i] = (lp - lm) / (2.0 * h);
-  }
-  return g;
-}
-
-TEST(BodiesF32, LayerNormForwardAndBackward) {
-  const std::int64_t M = 3, H = 16;
-  const auto x = random_floats(M * H, 13);
-  const auto w = random_floats(H, 14, 0.5f, 1.5f);
-  const auto b = random_floats(H, 15);
-  const auto r = random_floats(M * H, 16);
-  std::vector<float> y(M * H), mean(M), rstd(M);
-  over(M, [&](std::int64_t m) {
-    layernorm_fwd_body(m, y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), H,
-                       1e-5f);
-  });
-  for (std::int64_t m = 0; m < M; ++m) {
-    double mu = 0, var = 0;
-    for (std::int64_t h = 0; h < H; ++h) mu += x[m * H + h];
-    mu /= H;
-    for (std::int64_t h = 0; h < H; ++h) var += (x[m * H + h] - mu) * (x[m * H + h] - mu);
-    var /= H;
-    EXPECT_NEAR(mean[m], mu, 1e-5);
-    EXPECT_NEAR(rstd[m], 1 / std::sqrt(var + 1e-5), 1e-4);
-    for (std::int64_t h = 0; h < H; ++h)
-      EXPECT_NEAR(y[m * H + h], (x[m * H + h] - mu) / std::sqrt(var + 1e-5) * w[h] + b[h], 1e-4);
-  }
-  std::vector<float> dx(M * H), dw(H), db(H);
-  over(M, [&](std::int64_t m) {
-    layernorm_bwd_dx_body(m, dx.data(), r.data(), x.data(), w.data(), mean.data(), rstd.data(), H);
-  });
-  over(H, [&](std::int64_t h) {
-    layernorm_bwd_dw_body(h, dw.data(), db.data(), r.data(), x.data(), mean.data(), rstd.data(), M,
-                          H, false);
-  });
-  auto loss = [&](const std::vector<float>& xs, const std::vector<float>& rs) {
-    std::vector<float> ys(M * H), mu(M), rsd(M);
-    for (std::int64_t m = 0; m < M; ++m)
-      layernorm_fwd_body(m, ys.data(), mu.data(), rsd.data(), xs.data(), w.data(), b.data(), H,
-                         1e-5f);
-    double l = 0;
-    for (std::int64_t i = 0; i < M * H; ++i) l += double(ys[i]) * rs[i];
-    return l;
-  };
-  const auto g = numeric_grad_x(x, r, loss);
-  for (std::int64_t i = 0; i < M * H; ++i) EXPECT_NEAR(dx[i], g[i], 2e-2) << i;
-  for (std::int64_t h = 0; h < H; ++h) {
-    double sw = 0, sb = 0;
-    for (std::int64_t m = 0; m < M; ++m) {
-      sw += r[m * H + h] * (x[m * H + h] - mean[m]) * rstd[m];
-      sb += r[m * H + h];
-    }
-    EXPECT_NEAR(dw[h], sw, 1e-4);
-    EXPECT_NEAR(db[h], sb, 1e-4);
-  }
-  // accumulate adds into what is there
-  std::vector<float> dw2(H, 1.0f), db2(H, 1.0f);
-  over(H, [&](std::int64_t h) {
-    layernorm_bwd_dw_body(h, dw2.data(), db2.data(), r.data(), x.data(), mean.data(), rstd.data(),
-                          M, H, true);
-  });
-  for (std::int64_t h = 0; h < H; ++h) EXPECT_NEAR(dw2[h], dw[h] + 1.0f, 1e-5);
-}
-
-TEST(BodiesF32, RmsNormForwardAndBackward) {
-  const std::int64_t M = 4, H = 12;
-  const auto x = random_floats(M * H, 17);
-  const auto w = random_floats(H, 18, 0.5f, 1.5f);
-  const auto r = random_floats(M * H, 19);
-  std::vector<float> y(M * H), rstd(M);
-  over(M, [&](std::int64_t m) {
-    rmsnorm_fwd_body(m, y.data(), rstd.data(), x.data(), w.data(), H, 1e-6f);
-  });
-  for (std::int64_t m = 0; m < M; ++m) {
-    double sq = 0;
-    for (std::int64_t h = 0; h < H; ++h) sq += double(x[m * H + h]) * x[m * H + h];
-    const double rs = 1 / std::sqrt(sq / H + 1e-6);
-    EXPECT_NEAR(rstd[m], rs, 1e-4);
-    for (std::int64_t h = 0; h < H; ++h) EXPECT_NEAR(y[m * H + h], x[m * H + h] * rs * w[h], 1e-4);
-  }
-  std::vector<float> dx(M * H), dw(H);
-  over(M, [&](std::int64_t m) {
-    rmsnorm_bwd_dx_body(m, dx.data(), r.data(), x.data(), w.data(), rstd.data(), H);
-  });
-  over(H, [&](std::int64_t h) {
-    rmsnorm_bwd_dw_body(h, dw.data(), r.data(), x.data(), rstd.data(), M, H, false);
-  });
-  auto loss = [&](const std::vector<float>& xs, const std::vector<float>& rs) {
-    std::vector<float> ys(M * H), rsd(M);
-    for (std::int64_t m = 0; m < M; ++m)
-      rmsnorm_fwd_body(m, ys.data(), rsd.data(), xs.data(), w.data(), H, 1e-6f);
-    double l = 0;
-    for (std::int64_t i = 0; i < M * H; ++i) l += double(ys[i]) * rs[i];
-    return l;
-  };
-  const auto g = numeric_grad_x(x, r, loss);
-  for (std::int64_t i = 0; i < M * H; ++i) EXPECT_NEAR(dx[i], g[i], 2e-2) << i;
-  for (std::int64_t h = 0; h < H; ++h) {
-    double sw = 0;
-    for (std::int64_t m = 0; m < M; ++m) sw += r[m * H + h] * x[m * H + h] * rstd[m];
-    EXPECT_NEAR(dw[h], sw, 1e-4);
+    offsets[V] = run;
+    over(n, [&](std::int64_t i) {
+      embedding_scatter_body(i, sorted.data(), counts.data(), offsets.data(), tokens.data(), first,
+                             V);
+    });
+    for (std::int64_t v = 0; v < V; ++v)
+      over(H, [&](std::int64_t h) {
+        embedding_bucket_body(v, h, dwte.data(), dx.data(), sorted.data(), offsets.data(), H,
+                              accumulate || first > 0);
+      });
   }
 }
 
-TYPED_TEST(Bodies, CausalMaskSoftmaxAndBackward) {
+TYPED_TEST(Bodies, EmbeddingBackwardBySortedTokensMatchesTheCpuReference) {
   using T = TypeParam;
-  const std::int64_t blocks = 3, S = 7, rows = blocks * S, n = rows * S;
-  auto scores = to_storage<T>(random_floats(n, 20, -4, 4));
-  over(n, [&](std::int64_t i) { causal_mask_body(i, scores.data(), S); });
-  std::vector<T> probs(n), ds(n);
-  over(rows, [&](std::int64_t r) { softmax_fwd_body(r, probs.data(), scores.data(), S); });
-  const auto dp = to_storage<T>(random_floats(n, 21));
-  over(rows, [&](std::int64_t r) { softmax_bwd_body(r, ds.data(), dp.data(), probs.data(), S); });
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t q = r % S;
-    double mx = -1e30, sum = 0;
-    for (std::int64_t c = 0; c <= q; ++c) mx = std::max(mx, double(to_f32(scores[r * S + c])));
-    for (std::int64_t c = 0; c <= q; ++c) sum += std::exp(to_f32(scores[r * S + c]) - mx);
-    double dot = 0;
-    for (std::int64_t c = 0; c < S; ++c) {
-      const double p = c <= q ? std::exp(to_f32(scores[r * S + c]) - mx) / sum : 0.0;
-      if (c > q) ASSERT_TRUE(std::isinf(to_f32(scores[r * S + c])));
-      ASSERT_NEAR(to_f32(probs[r * S + c]), p, tolerance<T>());
-      dot += double(to_f32(dp[r * S + c])) * to_f32(probs[r * S + c]);
+  const std::int64_t B = 3, S = 4, H = 5, V = 7, P = 6, M = B * S;
+  const std::vector<std::int32_t> tokens = {1, 4, 1, 0, 4, 4, 6, 1, 1, 4, 0, 2};  // 3, 5 unused
+  const auto dx = to_storage<T>(random_floats(M * H, 12));
+  std::vector<float> want_te(V * H), want_pe(P * H);
+  const auto dxf = as_floats(dx);
+  cpu::embedding_bwd(want_te.data(), want_pe.data(), dxf.data(), tokens.data(), B, S, V, P, H);
+  const std::vector<float> old = random_floats(V * H, 24);
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate);
+    std::vector<double> want(V * H);
+    for (std::int64_t i = 0; i < V * H; ++i)
+      want[i] = want_te[i] + (accumulate ? to_f32(from_f32<T>(old[i])) : 0.0);
+    // One pass holds every row; a workspace of two rows makes six passes, each after the first
+    // adding to dwte as stored (the only extra rounding).
+    for (Bytes ws : {Bytes{4096}, embedding_sort_bytes(2, V)}) {
+      const std::int64_t pass = embedding_sort_rows(M, V, ws);
+      SCOPED_TRACE(pass);
+      ASSERT_GE(pass, 1);
+      std::vector<T> dwte = to_storage<T>(old);
+      sorted_token_grad(dwte, dx, tokens, H, V, accumulate, pass);
+      expect_near_all(to_double(dwte), want, (pass < M ? 6 : 2) * tolerance<T>(), "dwte");
     }
-    for (std::int64_t c = 0; c < S; ++c) {
-      const double p = to_f32(probs[r * S + c]);
-      ASSERT_NEAR(to_f32(ds[r * S + c]), p * (to_f32(dp[r * S + c]) - dot), 2 * tolerance<T>());
+    // Without room for the sort: one thread per column, adding in the storage type.
+    std::vector<T> dwte = accumulate ? to_storage<T>(old) : std::vector<T>(V * H, from_f32<T>(0));
+    over(H, [&](std::int64_t h) {
+      embedding_dwte_column_body(h, dwte.data(), dx.data(), tokens.data(), M, H, V);
+    });
+    expect_near_all(to_double(dwte), want, 8 * tolerance<T>(), "dwte without the sort");
+  }
+  // Positions: dx as [B, S*H] summed over the batch; rows S.. of dwpe are zero (the launcher
+  // clears them).
+  std::vector<T> dwpe(S * H, from_f32<T>(NAN));
+  over(S * H, [&](std::int64_t c) { column_sum_body(c, dwpe.data(), dx.data(), B, S * H, false); });
+  const std::vector<float> want_first_rows(want_pe.begin(), want_pe.begin() + S * H);
+  expect_near_all(to_double(dwpe), widen(want_first_rows), 2 * tolerance<T>(), "dwpe");
+  for (std::int64_t i = S * H; i < P * H; ++i) ASSERT_EQ(want_pe[i], 0.0f);
+}
+
+TEST(EmbeddingSort, PassesFitTheWorkspace) {
+  const std::int64_t V = 50257;
+  // gpt2's vocabulary: 8192 rows sort in one pass in either workspace.
+  EXPECT_EQ(embedding_sort_rows(8192, V, 4 * MiB), 8192);
+  EXPECT_EQ(embedding_sort_rows(8192, V, 32 * MiB), 8192);
+  // Counts and offsets alone do not fit: no sort.
+  EXPECT_EQ(embedding_sort_rows(8192, V, embedding_sort_bytes(0, V)), 0);
+  EXPECT_EQ(embedding_sort_rows(8192, V, 0), 0);
+  for (std::int64_t rows : {1, 100, 8192, 1 << 24})
+    for (Bytes ws : {embedding_sort_bytes(1, V), 4 * MiB, 32 * MiB}) {
+      const std::int64_t pass = embedding_sort_rows(rows, V, ws);
+      EXPECT_GE(pass, 1);
+      EXPECT_LE(pass, rows);
+      EXPECT_LE(embedding_sort_bytes(pass, V), ws);
+      if (pass < rows) EXPECT_GT(embedding_sort_bytes(pass + 1, V), ws);  // as many as fit
     }
+}
+
+// ---- softmax ----------------------------------------------------------------------------------
+
+TYPED_TEST(Bodies, CausalMaskSoftmaxAndBackwardMatchTheCpuReference) {
+  using T = TypeParam;
+  const std::int64_t blocks = 3, S = 7, rows = blocks * S + 1, n = rows * S;
+  auto scores = to_storage<T>(random_floats(n, 25, -4, 4));
+  over(blocks * S * S, [&](std::int64_t i) { causal_mask_body(i, scores.data(), S); });
+  for (std::int64_t c = 0; c < S; ++c)  // a fully masked last row: zeros, not NaN
+    scores[(rows - 1) * S + c] = from_f32<T>(-INFINITY);
+  for (std::int64_t r = 0; r < blocks * S; ++r)
+    for (std::int64_t c = 0; c < S; ++c)
+      ASSERT_EQ(std::isinf(to_f32(scores[r * S + c])), c > r % S) << r << " " << c;
+  const auto dp = to_storage<T>(random_floats(n, 26));
+  const auto sf = as_floats(scores), dpf = as_floats(dp);
+  std::vector<float> want_p(n), want_ds(n);
+  cpu::softmax_fwd(want_p.data(), sf.data(), rows, S);
+  for (std::int64_t lanes : kLaneCounts) {
+    SCOPED_TRACE(lanes);
+    std::vector<T> probs(n, from_f32<T>(NAN)), ds(n, from_f32<T>(NAN));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float mx = lanes_max(
+          lanes, [&](std::int64_t l) { return softmax_max_part(r, l, lanes, scores.data(), S); });
+      const float sum = lanes_sum(lanes, [&](std::int64_t l) {
+        return softmax_sum_part(r, l, lanes, scores.data(), S, mx);
+      });
+      for (std::int64_t l = 0; l < lanes; ++l)
+        softmax_fwd_write(r, l, lanes, probs.data(), scores.data(), S, mx, sum);
+    }
+    expect_near_all(to_double(probs), widen(want_p), tolerance<T>(), "probs");
+    // The backward from the probabilities as stored.
+    const auto pf = as_floats(probs);
+    cpu::softmax_bwd(want_ds.data(), dpf.data(), pf.data(), rows, S);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float dot = lanes_sum(lanes, [&](std::int64_t l) {
+        return softmax_dot_part(r, l, lanes, dp.data(), probs.data(), S);
+      });
+      for (std::int64_t l = 0; l < lanes; ++l)
+        softmax_bwd_write(r, l, lanes, ds.data(), dp.data(), probs.data(), S, dot);
+    }
+    expect_near_all(to_double(ds), widen(want_ds), 2 * tolerance<T>(), "dscores");
   }
 }
 
-TYPED_TEST(Bodies, CrossEntropy) {
+// ---- cross-entropy ----------------------------------------------------------------------------
+
+// lse per row from the bodies, as the forward kernel combines them.
+template <typename T>
+std::vector<float> lse_of(const std::vector<T>& logits, std::int64_t rows, std::int64_t V,
+                          std::int64_t lanes) {
+  std::vector<float> lse(rows);
+  for (std::int64_t m = 0; m < rows; ++m) {
+    const float mx = lanes_max(lanes, [&](std::int64_t l) {
+      return cross_entropy_max_part(m, l, lanes, logits.data(), V);
+    });
+    lse[m] = mx + std::log(lanes_sum(lanes, [&](std::int64_t l) {
+               return cross_entropy_sum_part(m, l, lanes, logits.data(), V, mx);
+             }));
+  }
+  return lse;
+}
+
+TYPED_TEST(Bodies, CrossEntropyMatchesTheCpuReference) {
   using T = TypeParam;
   const std::int64_t M = 6, V = 11;
-  const auto logits = to_storage<T>(random_floats(M * V, 22, -3, 3));
+  const auto logits = to_storage<T>(random_floats(M * V, 27, -3, 3));
   const std::vector<std::int32_t> targets = {0, 10, 3, 3, 7, 1};
-  std::vector<float> lse(M), loss(1);
-  over(M, [&](std::int64_t m) { cross_entropy_lse_body(m, lse.data(), logits.data(), V); });
-  cross_entropy_loss_body(loss.data(), lse.data(), logits.data(), targets.data(), M, V);
-  std::vector<T> dl(M * V);
-  over(M * V, [&](std::int64_t i) {
-    cross_entropy_bwd_body(i, dl.data(), logits.data(), targets.data(), lse.data(), M, V);
-  });
-  double want_loss = 0;
-  for (std::int64_t m = 0; m < M; ++m) {
-    double sum = 0;
-    for (std::int64_t v = 0; v < V; ++v) sum += std::exp(double(to_f32(logits[m * V + v])));
-    const double l = std::log(sum);
-    EXPECT_NEAR(lse[m], l, 1e-5);
-    want_loss += l - to_f32(logits[m * V + targets[m]]);
-    for (std::int64_t v = 0; v < V; ++v) {
-      const double g = (std::exp(to_f32(logits[m * V + v]) - l) - (v == targets[m])) / M;
-      ASSERT_NEAR(to_f32(dl[m * V + v]), g, tolerance<T>());
+  const auto lf = as_floats(logits);
+  std::vector<float> want_loss(1), want_lse(M), want_dl(M * V);
+  cpu::cross_entropy_fwd(want_loss.data(), want_lse.data(), lf.data(), targets.data(), M, V);
+  for (std::int64_t lanes : kLaneCounts) {
+    SCOPED_TRACE(lanes);
+    const std::vector<float> lse = lse_of(logits, M, V, lanes);
+    expect_near_all(widen(lse), widen(want_lse), 1e-6, "lse");
+    float loss = 0;
+    for (std::int64_t m = 0; m < M; ++m)
+      loss += cross_entropy_row_loss(m, lse[m], logits.data(), targets.data(), V);
+    EXPECT_NEAR(loss / M, want_loss[0], 1e-5);
+    for (float scale : {1.0f, 8.0f}) {
+      cpu::cross_entropy_bwd(want_dl.data(), lf.data(), targets.data(), want_lse.data(), M, V,
+                             scale);
+      std::vector<T> dl(M * V, from_f32<T>(NAN));
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t l = 0; l < lanes; ++l)
+          cross_entropy_bwd_body(m, l, lanes, dl.data(), logits.data(), targets.data(), lse.data(),
+                                 V, scale / static_cast<float>(M));
+      expect_near_all(to_double(dl), widen(want_dl), tolerance<T>(), "dlogits");
     }
   }
-  EXPECT_NEAR(loss[0], want_loss / M, 1e-5);
+  const std::vector<std::int32_t> outside = {11};
+  EXPECT_TRUE(std::isnan(cross_entropy_row_loss(0, 1.0f, logits.data(), outside.data(), V)));
+}
+
+// gpt2's vocabulary at 8192 rows in fp16: the gradient of the mean loss, about 1 / (V M) per
+// element, is below fp16's smallest subnormal, so without a loss scale every element but the
+// target's rounds to zero and the row no longer sums to zero. With the recipe's scale none does.
+TEST(BodiesF16, CrossEntropyGradientSurvivesInFp16WithTheLossScale) {
+  const std::int64_t M = 8192, V = 50257, rows = 8;  // rows of the M checked: any row alike
+  const auto logits = to_storage<__half>(random_floats(rows * V, 28, -4, 4));
+  std::vector<std::int32_t> targets(rows);
+  for (std::int64_t m = 0; m < rows; ++m) targets[m] = static_cast<std::int32_t>(m * 6007 % V);
+  const std::vector<float> lse = lse_of(logits, rows, V, 1);
+  const float scale = static_loss_scale(Precision::fp16, M, V);
+  EXPECT_GT(scale, 1.0f);
+  auto lost_rows = [&](float grad_scale) {
+    std::vector<__half> dl(rows * V);
+    for (std::int64_t m = 0; m < rows; ++m)
+      cross_entropy_bwd_body(m, 0, 1, dl.data(), logits.data(), targets.data(), lse.data(), V,
+                             grad_scale / static_cast<float>(M));
+    int lost = 0;
+    for (std::int64_t m = 0; m < rows; ++m) {
+      std::int64_t zeros = 0;
+      double sum = 0;
+      for (std::int64_t v = 0; v < V; ++v) {
+        const float g = to_f32(dl[m * V + v]);
+        zeros += v != targets[m] && g == 0.0f;
+        sum += g;
+      }
+      // The scaled row sums to zero up to fp16 rounding of its V elements.
+      const bool sums_to_zero = std::fabs(sum) < 1e-2 * grad_scale / static_cast<double>(M);
+      lost += zeros == V - 1 || !sums_to_zero;
+    }
+    return lost;
+  };
+  EXPECT_EQ(lost_rows(1.0f), rows) << "without the scale the softmax part of every row is lost";
+  EXPECT_EQ(lost_rows(scale), 0);
 }
 
 TYPED_TEST(Bodies, AdamWWithAndWithoutMaster) {
@@ -402,6 +714,19 @@ TYPED_TEST(Bodies, AdamWWithAndWithoutMaster) {
     EXPECT_NEAR(master[i], param, 1e-5);
     EXPECT_NEAR(to_f32(w[i]), param, tolerance<T>() * (1 + std::fabs(param)));
   }
+  // Loss-scaled gradients with the scale in the parameters: the very same update.
+  std::vector<T> w2 = to_storage<T>(wf), scaled(n);
+  for (std::int64_t i = 0; i < n; ++i) scaled[i] = from_f32<T>(to_f32(grad[i]) * 1024.0f);
+  std::vector<float> m2(n, 0.1f), v2(n, 0.2f), master2(n);
+  for (std::int64_t i = 0; i < n; ++i) master2[i] = wf[i];
+  AdamWParams ps = p;
+  ps.grad_scale = 1024.0f;
+  over(n, [&](std::int64_t i) {
+    adamw_body(i, w2.data(), scaled.data(), m2.data(), v2.data(), master2.data(), ps);
+  });
+  EXPECT_EQ(master2, master);
+  EXPECT_EQ(m2, m);
+  EXPECT_EQ(v2, v);
 }
 
 TYPED_TEST(Bodies, SgdMomentum) {
@@ -419,6 +744,16 @@ TYPED_TEST(Bodies, SgdMomentum) {
     EXPECT_NEAR(mom[i], buf, 1e-6);
     EXPECT_NEAR(to_f32(w[i]), w0[i] - 0.1 * buf, tolerance<T>() * (1 + std::fabs(w0[i])));
   }
+  // Loss-scaled gradients with the scale in the parameters: the very same update.
+  auto w2 = to_storage<T>(wf);
+  std::vector<T> scaled(n);
+  for (std::int64_t i = 0; i < n; ++i) scaled[i] = from_f32<T>(to_f32(grad[i]) * 4096.0f);
+  std::vector<float> mom2(n, 0.5f);
+  SgdParams ps = p;
+  ps.grad_scale = 4096.0f;
+  over(n, [&](std::int64_t i) { sgd_body(i, w2.data(), scaled.data(), mom2.data(), nullptr, ps); });
+  EXPECT_EQ(mom2, mom);
+  for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(to_f32(w2[i]), to_f32(w[i]));
 }
 
 }  // namespace
