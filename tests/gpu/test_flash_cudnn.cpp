@@ -431,6 +431,14 @@ TEST(CudnnSdpaGpuChunks, ChunkedBatchesMatchTheCpuReference) {
   EXPECT_EQ(sdpa.cached_graphs(), 4u) << "chunks of 2 and of 1, forward and backward";
 }
 
+TEST(CudnnSdpaGpuChunks, BatchAboveTheGridLimitRuns) {
+  VB_REQUIRE_GPU();
+  // 70000 batch rows: two graphs of 35000, one after the other on the same workspace.
+  CudnnSdpa sdpa;
+  expect_matches_reference(sdpa, {70000, 8, 1, 1, 64}, DType::bf16);
+  EXPECT_EQ(sdpa.cached_graphs(), 2u) << "one chunk shape, forward and backward";
+}
+
 TEST(CudnnSdpaGpuCache, PlanCacheStaysBounded) {
   VB_REQUIRE_GPU();
   CudnnSdpa sdpa(2);
