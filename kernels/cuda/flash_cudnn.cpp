@@ -103,8 +103,18 @@ Bytes sdpa_frontend_workspace_bytes(const SdpaShape& s, SdpaPass pass) {
   return checked_mul(checked_mul(rows, s.head_dim + 1, "sdpa workspace"), 4, "sdpa workspace");
 }
 
-Bytes sdpa_program_scratch_bytes(const SdpaShape& s, SdpaPass pass) {
-  return sdpa_frontend_workspace_bytes(s, pass);
+Bytes sdpa_program_scratch_bytes(const SdpaShape& s, DType dtype, SdpaPass pass) {
+  if (pass == SdpaPass::forward) return kSdpaEngineWorkspace;
+  const char* what = "sdpa workspace";
+  Bytes total = sdpa_frontend_workspace_bytes(s, pass);
+  if (s.kv_heads < s.heads) {
+    const Bytes per_query_head =
+        checked_mul(checked_mul(checked_mul(s.batch, s.heads, what), s.seq, what),
+                    checked_mul(s.head_dim, dtype_size(dtype), what), what);
+    total = checked_add(total, checked_mul(2, per_query_head, what), what);
+  }
+  total = checked_add(total, checked_mul(8, s.batch, what), what);
+  return checked_add(total, kSdpaEngineWorkspace, what);
 }
 
 // ---- graphs ------------------------------------------------------------------------------------

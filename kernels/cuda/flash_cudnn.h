@@ -68,8 +68,10 @@ std::int64_t sdpa_v_column(const SdpaShape& s);    // (A + K) * D
 // ---- batch chunks (pure) -----------------------------------------------------------------------
 
 // cuDNN's fused attention kernels put the batch on a CUDA grid dimension (y or z) that holds at
-// most 65535 blocks; above it the launch fails (PyTorch keeps batches above 65535 away from cuDNN
-// for this reason; the frontend does not check it). Larger batches run as chunks of at most this.
+// most 65535 blocks, and the frontend does not check it: on an H100 with cuDNN 9.14 the backward
+// at B = 65536 fails to launch (CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) where B = 65535 runs,
+// and PyTorch keeps batches above 65535 away from cuDNN for the same reason. Larger batches run
+// as chunks of at most this.
 inline constexpr std::int64_t kSdpaMaxBatch = 65535;
 struct SdpaChunk {
   std::int64_t first = 0, batch = 0;
@@ -84,14 +86,25 @@ std::vector<SdpaChunk> sdpa_batch_chunks(std::int64_t batch, std::int64_t max_ba
 
 // What the frontend itself keeps at the front of the workspace, ahead of the engine's own part:
 // for the backward, the fp32 dQ accumulator [B,A,S,D] followed by the fp32 softmax sums
-// (dO . O per query row) [B,A,S], packed without padding; nothing for the forward. Per chunk,
-// so at most this for the whole batch.
+// (dO . O per query row) [B,A,S], packed without padding; nothing for the forward. Linear in the
+// batch, so a chunk never needs more than the whole batch.
 Bytes sdpa_frontend_workspace_bytes(const SdpaShape& s, SdpaPass pass);
-// The scratch (role workspace) the step program should list for the op, which cuDNN may use in
-// full: sdpa_frontend_workspace_bytes plus the engines' own workspace, which is zero for the
-// fused flash engines of cuDNN 9 on sm80/sm90 (tests/gpu/test_flash_cudnn.cpp measures it against
-// this on the GPU). Forward: 0. Backward: 4 * B * A * S * (D + 1).
-Bytes sdpa_program_scratch_bytes(const SdpaShape& s, SdpaPass pass);
+
+// What the engines asked for beyond that on an H100 with cuDNN 9.14 (every forward and backward
+// measured by tests/gpu/test_flash_cudnn.cpp, which checks the formula below on each GPU it runs).
+inline constexpr Bytes kSdpaEngineWorkspace = 256;
+
+// The scratch (role workspace) the step program must list for the op so that cuDNN can run it
+// (graph.get_workspace_size() of every chunk's plan at most this):
+//   forward:  kSdpaEngineWorkspace
+//   backward: sdpa_frontend_workspace_bytes                     4 B A S (D + 1)
+//           + with grouped-query heads (K < A), dK and dV per query head in the storage type,
+//             which the engine sums over each group             2 B A S D dtype_size
+//           + two int32 sequence lengths per batch row that the frontend adds for cuDNN <= 9.15
+//             when S is not a multiple of 128                   8 B
+//           + kSdpaEngineWorkspace
+// The last two are small and kept whatever the cuDNN version, so the formula is an upper bound.
+Bytes sdpa_program_scratch_bytes(const SdpaShape& s, DType dtype, SdpaPass pass);
 
 // The op lists less workspace than cuDNN's plan needs; the run is refused, never moved elsewhere.
 class CudnnWorkspaceTooSmall : public std::runtime_error {
