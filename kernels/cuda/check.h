@@ -85,13 +85,13 @@ void check_launch(const char* kernel, const char* file, int line);
   } while (0)
 
 // For cudnn-frontend calls that return an error_t; works without the frontend's headers here.
-#define VB_CUDNN_FE_CHECK(call)                                                              \
-  do {                                                                                       \
-    auto vb_fe_status_ = (call);                                                             \
-    if (vb_fe_status_.is_bad())                                                              \
-      ::vrambench::cuda::throw_cudnn_frontend(static_cast<int>(vb_fe_status_.get_code()),    \
+#define VB_CUDNN_FE_CHECK(call)                                                             \
+  do {                                                                                      \
+    auto vb_fe_status_ = (call);                                                            \
+    if (vb_fe_status_.is_bad())                                                             \
+      ::vrambench::cuda::throw_cudnn_frontend(static_cast<int>(vb_fe_status_.get_code()),   \
                                               vb_fe_status_.get_message(), #call, __FILE__, \
-                                              __LINE__);                                     \
+                                              __LINE__);                                    \
   } while (0)
 
 // After every kernel launch: `kernel<<<grid, block, 0, stream>>>(...); VB_CHECK_LAUNCH("kernel");`

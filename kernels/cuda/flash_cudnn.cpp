@@ -98,8 +98,8 @@ std::vector<SdpaChunk> sdpa_batch_chunks(std::int64_t batch, std::int64_t max_ba
 Bytes sdpa_frontend_workspace_bytes(const SdpaShape& s, SdpaPass pass) {
   if (pass == SdpaPass::forward) return 0;
   // CompositeSDPABackwardNode: dQ_accum [B,A,S,D] then softmax_sum [B,A,S,1], fp32, back to back.
-  const Bytes rows = checked_mul(checked_mul(s.batch, s.heads, "sdpa workspace"), s.seq,
-                                 "sdpa workspace");
+  const Bytes rows =
+      checked_mul(checked_mul(s.batch, s.heads, "sdpa workspace"), s.seq, "sdpa workspace");
   return checked_mul(checked_mul(rows, s.head_dim + 1, "sdpa workspace"), 4, "sdpa workspace");
 }
 
@@ -162,11 +162,9 @@ void check_key(const SdpaKey& k) {
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 TensorPtr input(fe::graph::Graph& g, const char* name, SdpaUid uid, const SdpaLayout& l) {
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim(l.dims)
-                      .set_stride(l.strides));
+  return g.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(l.dims).set_stride(
+          l.strides));
 }
 void output(const TensorPtr& t, SdpaUid uid, const SdpaLayout& l) {
   t->set_output(true).set_uid(uid).set_dim(l.dims).set_stride(l.strides);
@@ -234,8 +232,7 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaKey& key, int sm_version 
       output(dv, kDV, sdpa_kv_layout(s));
     }
   } catch (const std::exception& e) {
-    throw_cudnn_frontend(static_cast<int>(fe::error_code_t::GRAPH_NOT_SUPPORTED),
-                         std::string(e.what()) + " (" + describe(key) + ")",
+    throw_cudnn_frontend(static_cast<int>(fe::error_code_t::GRAPH_NOT_SUPPORTED), e.what(),
                          key.pass == SdpaPass::forward ? "graph.sdpa" : "graph.sdpa_backward",
                          __FILE__, __LINE__);
   }
@@ -274,6 +271,13 @@ std::shared_ptr<BuiltGraph> build(const SdpaKey& key, cudnnHandle_t handle) {
     built->workspace = workspace;
   } catch (const CudaError& e) {
     rethrow_for(e, key);
+  } catch (const std::invalid_argument&) {
+    throw;  // ours: a key outside what the graphs describe
+  } catch (const std::exception& e) {
+    // The frontend throws from a few places instead of returning an error_t.
+    throw_cudnn_frontend(static_cast<int>(fe::error_code_t::GRAPH_NOT_SUPPORTED),
+                         std::string(e.what()) + " (" + describe(key) + ")", "building the graph",
+                         __FILE__, __LINE__);
   }
   return built;
 }
@@ -336,16 +340,17 @@ struct CudnnSdpa::Impl {
       if (g->workspace > listed)
         throw CudnnWorkspaceTooSmall(
             "cuDNN " + std::string(key.pass == SdpaPass::forward ? "sdpa" : "sdpa_backward") +
-                " needs " + std::to_string(g->workspace) + " bytes of workspace, the program lists " +
-                std::to_string(listed) + " for op '" + op + "' (" + describe(k) + ")",
+                " needs " + std::to_string(g->workspace) +
+                " bytes of workspace, the program lists " + std::to_string(listed) + " for op '" +
+                op + "' (" + describe(k) + ")",
             g->workspace, listed);
       out.emplace_back(chunk, std::move(g));
     }
     return out;
   }
 
-  void execute(const BuiltGraph& g, const SdpaKey& key, std::unordered_map<std::int64_t, void*>& pack,
-               void* workspace) {
+  void execute(const BuiltGraph& g, const SdpaKey& key,
+               std::unordered_map<std::int64_t, void*>& pack, void* workspace) {
     try {
       VB_CUDNN_FE_CHECK(g.graph->execute(handle.get(), pack, workspace));
     } catch (const CudaError& e) {
@@ -435,9 +440,9 @@ void CudnnSdpa::backward(void* dqkv, const void* dy, const void* qkv, const void
     char* in = at(qkv, o.qkv);
     char* out = at(dqkv, o.qkv);
     std::unordered_map<std::int64_t, void*> pack{
-        {kQ, in},           {kK, in + k_col},    {kV, in + v_col},          {kO, at(y, o.y)},
-        {kDO, at(dy, o.y)}, {kStats, at(lse, o.lse)}, {kDQ, out},          {kDK, out + k_col},
-        {kDV, out + v_col},
+        {kQ, in},         {kK, in + k_col},   {kV, in + v_col},
+        {kO, at(y, o.y)}, {kDO, at(dy, o.y)}, {kStats, at(lse, o.lse)},
+        {kDQ, out},       {kDK, out + k_col}, {kDV, out + v_col},
     };
     if (key.dropout_p > 0.0f) {
       pack[kSeed] = &rng.seed;

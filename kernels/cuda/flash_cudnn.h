@@ -30,7 +30,7 @@ namespace vrambench::cuda {
 struct SdpaShape {
   std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
   std::int64_t width() const { return (heads + 2 * kv_heads) * head_dim; }  // qkv columns
-  float scale() const;                                                       // 1 / sqrt(D)
+  float scale() const;                                                      // 1 / sqrt(D)
   bool operator==(const SdpaShape&) const = default;
 };
 
@@ -80,7 +80,8 @@ struct SdpaChunk {
 // Contiguous chunks covering [0, batch), each at most max_batch, as even as can be (so at most
 // two distinct chunk sizes: at most two cached graphs per op). Throws std::invalid_argument for
 // batch < 1 or max_batch < 1.
-std::vector<SdpaChunk> sdpa_batch_chunks(std::int64_t batch, std::int64_t max_batch = kSdpaMaxBatch);
+std::vector<SdpaChunk> sdpa_batch_chunks(std::int64_t batch,
+                                         std::int64_t max_batch = kSdpaMaxBatch);
 
 // ---- workspace (pure) --------------------------------------------------------------------------
 

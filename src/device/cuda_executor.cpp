@@ -161,7 +161,7 @@ class CudaExecutor final : public Executor {
   std::vector<std::uint8_t> host_;
   std::unique_ptr<GemmRunner> gemm_;
   FlashImpl flash_impl_;
-  std::unique_ptr<CudnnSdpa> cudnn_sdpa_;  // the executor's one cuDNN handle and plan cache
+  std::unique_ptr<CudnnSdpa> cudnn_sdpa_;       // the executor's one cuDNN handle and plan cache
   std::unordered_map<std::string, int> steps_;  // optimizer steps per weight, as the cpu executor
 };
 
@@ -436,9 +436,8 @@ void CudaExecutor::cudnn_flash(const Args& a, const AttentionShape& s, DType dt)
     cudnn_sdpa_->forward(a.out[0].data, f32(a.out[1]), cptr(a.in[0]), key, rng, a.workspace,
                          a.workspace_bytes, op.name, stream_.get());
   else
-    cudnn_sdpa_->backward(a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]),
-                          f32(a.in[3]), key, rng, a.workspace, a.workspace_bytes, op.name,
-                          stream_.get());
+    cudnn_sdpa_->backward(a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]),
+                          key, rng, a.workspace, a.workspace_bytes, op.name, stream_.get());
 }
 
 // In place on the weight, its state and its master copy (the last input when there is one).

@@ -173,8 +173,8 @@ std::vector<SelftestRow> run_cuda_selftest() {
         cuda::CudnnSdpa probe(4);
         const Bytes fwd_ws = probe.workspace_bytes({shape, dt, p, cuda::SdpaPass::forward});
         const Bytes bwd_ws = probe.workspace_bytes({shape, dt, p, cuda::SdpaPass::backward});
-        flash_note = fmt::format("cuDNN sdpa (workspace {} B forward, {} B backward)", fwd_ws,
-                                 bwd_ws);
+        flash_note =
+            fmt::format("cuDNN sdpa (workspace {} B forward, {} B backward)", fwd_ws, bwd_ws);
       } catch (const std::exception& e) {
         throw InternalError(fmt::format("selftest '{}': cuDNN cannot run its flash attention: {}",
                                         sc.label, e.what()));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -234,9 +235,9 @@ TEST(CudnnSdpaValidate, RejectedVariantsAreReportedWithTheFrontendsMessage) {
 
 TEST(CudnnFrontendErrors, AllocationFailuresAreOutOfMemory) {
   // What the frontend's own checks put in error_t when a cuDNN or CUDA call fails.
-  EXPECT_TRUE(is_out_of_memory_frontend(
-      11, "cudnnBackendExecute(...) failed with message: , and code: "
-          "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"));
+  EXPECT_TRUE(is_out_of_memory_frontend(11,
+                                        "cudnnBackendExecute(...) failed with message: , and code: "
+                                        "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"));
   EXPECT_TRUE(is_out_of_memory_frontend(11, "... code: CUDNN_STATUS_ALLOC_FAILED"));
   EXPECT_TRUE(is_out_of_memory_frontend(10, "cudaMalloc(...) failed with out of memory"));
   EXPECT_FALSE(is_out_of_memory_frontend(5, "hidden_dim should be multiple of 8"));
@@ -263,12 +264,12 @@ TEST(CudnnFrontendErrors, AllocationFailuresAreOutOfMemory) {
 
 // ---- on a GPU ----------------------------------------------------------------------------------
 
-#define VB_REQUIRE_GPU()                   \
-  do {                                     \
-    std::string vb_why_;                   \
-    if (!cuda_available(&vb_why_)) {       \
-      GTEST_SKIP() << vb_why_;             \
-    }                                      \
+#define VB_REQUIRE_GPU()             \
+  do {                               \
+    std::string vb_why_;             \
+    if (!cuda_available(&vb_why_)) { \
+      GTEST_SKIP() << vb_why_;       \
+    }                                \
   } while (0)
 
 // Deterministic values in [-1, 1), rounded to `dt` so that the GPU and the CPU read the same.
@@ -406,8 +407,8 @@ void check_backward(CudnnSdpa& sdpa, const SdpaShape& s, DType dt) {
   VB_CUDA_CHECK(cudaDeviceSynchronize());
   const double ratio = worst_ratio(download(d_dqkv, n.qkv, dt), dqkv_ref, tolerance(dt, true));
   EXPECT_LE(ratio, 1.0) << "dqkv";
-  std::printf("  %s: worst error / tolerance dqkv %.3g; workspace %lld B\n",
-              describe(bwd).c_str(), ratio, static_cast<long long>(ws));
+  std::printf("  %s: worst error / tolerance dqkv %.3g; workspace %lld B\n", describe(bwd).c_str(),
+              ratio, static_cast<long long>(ws));
 }
 
 void expect_matches_reference(CudnnSdpa& sdpa, const SdpaShape& s, DType dt) {
@@ -419,6 +420,9 @@ struct Variant {
   DType dtype;
   std::int64_t heads, kv_heads, head_dim;
 };
+void PrintTo(const Variant& v, std::ostream* os) {  // names in ctest without padding bytes
+  *os << dtype_name(v.dtype) << " A=" << v.heads << " K=" << v.kv_heads << " D=" << v.head_dim;
+}
 class CudnnSdpaGpu : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(CudnnSdpaGpu, ForwardAndBackwardMatchTheCpuReference) {
@@ -511,8 +515,9 @@ std::vector<FlashOp> flash_ops(const Program& p) {
     Bytes listed = 0;
     for (int id : op.outputs)
       if (p.tensor(id).role == Role::workspace) listed += p.tensor(id).bytes;
-    out.push_back({i, {s, p.tensor(op.outputs.at(0)).dtype, static_cast<float>(op.dropout_p),
-                       fwd ? SdpaPass::forward : SdpaPass::backward},
+    out.push_back({i,
+                   {s, p.tensor(op.outputs.at(0)).dtype, static_cast<float>(op.dropout_p),
+                    fwd ? SdpaPass::forward : SdpaPass::backward},
                    listed});
   }
   return out;
@@ -558,8 +563,8 @@ TEST(CudnnSdpaGpuWorkspace, TooLittleIsRefusedNamingBothSizes) {
   DeviceBuffer workspace(static_cast<std::size_t>(needed));
   try {
     // Never dereferenced: refused before anything runs.
-    sdpa.backward(nullptr, nullptr, nullptr, nullptr, nullptr, bwd, {}, workspace.get(),
-                  needed - 1, "layer0.attn.flash.bwd", nullptr);
+    sdpa.backward(nullptr, nullptr, nullptr, nullptr, nullptr, bwd, {}, workspace.get(), needed - 1,
+                  "layer0.attn.flash.bwd", nullptr);
     FAIL() << "ran with less workspace than the plan needs";
   } catch (const CudnnWorkspaceTooSmall& e) {
     EXPECT_EQ(e.needed(), needed);
@@ -614,7 +619,8 @@ TEST(CudnnSdpaGpuDropout, ForwardAndBackwardShareOneMask) {
   const SdpaShape s{1, 40, 2, 1, 64};  // S <= D for the one-hot v rows; grouped-query heads
   const Sizes n = sizes(s);
   const cpu::AttnShape c = cpu_shape(s);
-  const SdpaKey fwd = key_of(s, dt, SdpaPass::forward, p), bwd = key_of(s, dt, SdpaPass::backward, p);
+  const SdpaKey fwd = key_of(s, dt, SdpaPass::forward, p),
+                bwd = key_of(s, dt, SdpaPass::backward, p);
   const SdpaRng rng{12345, 0};
   CudnnSdpa sdpa;
   const Bytes fwd_ws = sdpa.workspace_bytes(fwd), bwd_ws = sdpa.workspace_bytes(bwd);
@@ -674,14 +680,15 @@ TEST(CudnnSdpaGpuDropout, ForwardAndBackwardShareOneMask) {
   const float scale = s.scale();
   auto score = [&](std::int64_t a, std::int64_t i, std::int64_t j) {
     const float* q = &qkv[static_cast<std::size_t>(i * s.width() + a * s.head_dim)];
-    const float* k =
-        &qkv[static_cast<std::size_t>(j * s.width() + sdpa_k_column(s) + c.kv_head(a) * s.head_dim)];
+    const float* k = &qkv[static_cast<std::size_t>(j * s.width() + sdpa_k_column(s) +
+                                                   c.kv_head(a) * s.head_dim)];
     float dot = 0;
     for (std::int64_t d = 0; d < s.head_dim; ++d) dot += q[d] * k[d];
     return scale * dot;
   };
   auto v_row = [&](const std::vector<float>& t, std::int64_t a, std::int64_t j) {
-    return &t[static_cast<std::size_t>(j * s.width() + sdpa_v_column(s) + c.kv_head(a) * s.head_dim)];
+    return &t[static_cast<std::size_t>(j * s.width() + sdpa_v_column(s) +
+                                       c.kv_head(a) * s.head_dim)];
   };
   std::vector<float> no_dropout_y(n.y), lse(n.lse), y_ref(n.y, 0.0f);
   cpu::flash_fwd(no_dropout_y.data(), lse.data(), qkv.data(), c, 0.0f, 0);
@@ -692,7 +699,8 @@ TEST(CudnnSdpaGpuDropout, ForwardAndBackwardShareOneMask) {
                          mask[static_cast<std::size_t>((a * s.seq + i) * s.seq + j)];
         const float* v = v_row(qkv, a, j);
         for (std::int64_t d = 0; d < s.head_dim; ++d)
-          y_ref[static_cast<std::size_t>(i * s.heads * s.head_dim + a * s.head_dim + d)] += pm * v[d];
+          y_ref[static_cast<std::size_t>(i * s.heads * s.head_dim + a * s.head_dim + d)] +=
+              pm * v[d];
       }
   EXPECT_LE(worst_ratio(y_got, y_ref, tolerance(dt, false)), 1.0) << "y with dropout";
   EXPECT_LE(worst_ratio(lse_got, lse, {1e-3, 1e-3}), 1.0) << "lse with dropout";
@@ -712,10 +720,10 @@ TEST(CudnnSdpaGpuDropout, ForwardAndBackwardShareOneMask) {
         for (std::int64_t d = 0; d < s.head_dim; ++d) dprob += dy[yi + d] * v[d];
         const float dscore = scale * prob * (m * dprob - delta);
         const std::size_t qi = static_cast<std::size_t>(i * s.width() + a * s.head_dim);
-        const std::size_t kj = static_cast<std::size_t>(j * s.width() + sdpa_k_column(s) +
-                                                        c.kv_head(a) * s.head_dim);
-        const std::size_t vj = static_cast<std::size_t>(j * s.width() + sdpa_v_column(s) +
-                                                        c.kv_head(a) * s.head_dim);
+        const std::size_t kj =
+            static_cast<std::size_t>(j * s.width() + sdpa_k_column(s) + c.kv_head(a) * s.head_dim);
+        const std::size_t vj =
+            static_cast<std::size_t>(j * s.width() + sdpa_v_column(s) + c.kv_head(a) * s.head_dim);
         for (std::int64_t d = 0; d < s.head_dim; ++d) {
           const auto dd = static_cast<std::size_t>(d);
           dqkv_ref[qi + dd] += dscore * qkv[kj + dd];
@@ -743,7 +751,8 @@ void run_op(const Program& p, std::size_t index, FlashImpl impl) {
   std::vector<void*> data;
   for (const Tensor& t : p.tensors) {
     buffers.emplace_back(static_cast<std::size_t>(t.bytes));
-    if (t.bytes > 0) VB_CUDA_CHECK(cudaMemset(buffers.back().get(), 0, static_cast<std::size_t>(t.bytes)));
+    if (t.bytes > 0)
+      VB_CUDA_CHECK(cudaMemset(buffers.back().get(), 0, static_cast<std::size_t>(t.bytes)));
     data.push_back(buffers.back().get());
   }
   auto gpu = make_cuda_executor(1, impl);
@@ -753,9 +762,8 @@ void run_op(const Program& p, std::size_t index, FlashImpl impl) {
 
 TEST(CudnnSdpaGpuExecutor, CudnnRunsTheProgramsFlashOps) {
   VB_REQUIRE_GPU();
-  for (const RunConfig& cfg :
-       {flash_config(Arch::llama, Precision::bf16, 8, 2, 64, 100, 2, 0.0),
-        flash_config(Arch::gpt, Precision::fp16, 4, 4, 128, 72, 3, 0.1)}) {
+  for (const RunConfig& cfg : {flash_config(Arch::llama, Precision::bf16, 8, 2, 64, 100, 2, 0.0),
+                               flash_config(Arch::gpt, Precision::fp16, 4, 4, 128, 72, 3, 0.1)}) {
     const Program p = build_program(cfg, gemm_workspace_bytes(90));
     const std::vector<FlashOp> ops = flash_ops(p);
     ASSERT_EQ(ops.size(), 2u);
@@ -769,9 +777,8 @@ TEST(CudnnSdpaGpuExecutor, CudnnRunsTheProgramsFlashOps) {
 TEST(CudnnSdpaGpuExecutor, Fp32BackwardFailsInsteadOfFallingBackToTheKernels) {
   VB_REQUIRE_GPU();
   for (Precision precision : {Precision::fp32, Precision::tf32}) {
-    const Program p =
-        build_program(flash_config(Arch::llama, precision, 4, 2, 64, 64, 2, 0.0),
-                      gemm_workspace_bytes(90));
+    const Program p = build_program(flash_config(Arch::llama, precision, 4, 2, 64, 64, 2, 0.0),
+                                    gemm_workspace_bytes(90));
     for (const FlashOp& f : flash_ops(p)) {
       SCOPED_TRACE(describe(f.key));
       if (f.key.pass == SdpaPass::backward) {
