@@ -1,4 +1,4 @@
-// Typed errors for CUDA, cuBLASLt and cuDNN failures (see check.h).
+// Typed errors for CUDA, cuBLASLt, cuDNN and cudnn-frontend failures (see check.h).
 #include <utility>
 
 #include "cuda/check.h"
@@ -14,6 +14,8 @@ const char* library_name(Library l) {
       return "cuBLASLt";
     case Library::cudnn:
       return "cuDNN";
+    case Library::cudnn_frontend:
+      return "cuDNN frontend";
   }
   return "?";
 }
@@ -76,6 +78,49 @@ void throw_cudnn(cudnnStatus_t s, const char* call, const char* file, int line) 
   if (is_out_of_memory(s))
     throw CudaOutOfMemory(Library::cudnn, code, call, file, line, cudnnGetErrorString(s), text);
   throw CudaError(Library::cudnn, code, call, file, line, cudnnGetErrorString(s), text);
+}
+
+bool is_out_of_memory_frontend(int code, const std::string& message) {
+  // CUDA_API_FAILED (10) carries cudaGetErrorString ("out of memory"); CUDNN_BACKEND_API_FAILED
+  // (11) the status name (CUDNN_STATUS_INTERNAL_ERROR_{DEVICE,HOST}_ALLOCATION_FAILED, or the
+  // older CUDNN_STATUS_ALLOC_FAILED). Other codes may quote either when they pass a failure on.
+  if (code == 0) return false;  // OK
+  for (const char* marker : {"ALLOCATION_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "out of memory",
+                             "cudaErrorMemoryAllocation"})
+    if (message.find(marker) != std::string::npos) return true;
+  return false;
+}
+
+const char* frontend_error_name(int code) {
+  // cudnn_frontend::error_code_t in its declaration order (flash_cudnn.cpp checks the order
+  // against the frontend's headers at compile time).
+  static const char* const names[] = {"OK",
+                                      "ATTRIBUTE_NOT_SET",
+                                      "SHAPE_DEDUCTION_FAILED",
+                                      "INVALID_TENSOR_NAME",
+                                      "INVALID_VARIANT_PACK",
+                                      "GRAPH_NOT_SUPPORTED",
+                                      "GRAPH_EXECUTION_PLAN_CREATION_FAILED",
+                                      "GRAPH_EXECUTION_FAILED",
+                                      "HEURISTIC_QUERY_FAILED",
+                                      "UNSUPPORTED_GRAPH_FORMAT",
+                                      "CUDA_API_FAILED",
+                                      "CUDNN_BACKEND_API_FAILED",
+                                      "INVALID_CUDA_DEVICE",
+                                      "HANDLE_ERROR",
+                                      "INVALID_VALUE",
+                                      "NVRTC_COMPILATION_FAILED"};
+  if (code < 0 || code >= static_cast<int>(sizeof(names) / sizeof(names[0]))) return "?";
+  return names[code];
+}
+
+void throw_cudnn_frontend(int code, const std::string& message, const char* call, const char* file,
+                          int line) {
+  const std::string text = message.empty() ? "(the frontend gave no message)" : message;
+  if (is_out_of_memory_frontend(code, message))
+    throw CudaOutOfMemory(Library::cudnn_frontend, code, call, file, line,
+                          frontend_error_name(code), text);
+  throw CudaError(Library::cudnn_frontend, code, call, file, line, frontend_error_name(code), text);
 }
 
 void check_launch(const char* kernel, const char* file, int line) {

@@ -1,6 +1,6 @@
-// Error checks for the CUDA runtime, cuBLASLt and cuDNN: each failing call throws a typed error
-// that names the call, file:line, the library's error name and string. Out-of-memory is its own
-// type, because a trial that runs out of memory is a result, not a crash.
+// Error checks for the CUDA runtime, cuBLASLt, cuDNN and cuDNN's frontend: each failing call throws
+// a typed error that names the call, file:line, the library's error name and string. Out-of-memory
+// is its own type, because a trial that runs out of memory is a result, not a crash.
 #pragma once
 
 #include <cublasLt.h>
@@ -12,7 +12,7 @@
 
 namespace vrambench::cuda {
 
-enum class Library { cuda, cublas, cudnn };
+enum class Library { cuda, cublas, cudnn, cudnn_frontend };
 
 class CudaError : public std::runtime_error {
  public:
@@ -34,8 +34,8 @@ class CudaError : public std::runtime_error {
   std::string error_name_, error_string_;
 };
 
-// A device allocation failed: cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED or cuDNN's
-// device-allocation failure.
+// A device allocation failed: cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED, cuDNN's
+// allocation failures, or a frontend error that wraps one of them.
 class CudaOutOfMemory : public CudaError {
  public:
   using CudaError::CudaError;
@@ -44,11 +44,19 @@ class CudaOutOfMemory : public CudaError {
 bool is_out_of_memory(cudaError_t e);
 bool is_out_of_memory(cublasStatus_t s);
 bool is_out_of_memory(cudnnStatus_t s);
+// A cudnn-frontend error_t (its code as an int, its message) reports an allocation failure: the
+// frontend wraps a failed cuDNN or CUDA call into CUDNN_BACKEND_API_FAILED / CUDA_API_FAILED with
+// the status name or the CUDA error string in the message, so the message is what tells.
+bool is_out_of_memory_frontend(int code, const std::string& message);
+// The name of a cudnn_frontend::error_code_t value ("GRAPH_NOT_SUPPORTED"), "?" when unknown.
+const char* frontend_error_name(int code);
 
 // Throw CudaOutOfMemory or CudaError for a failed status; never returns.
 [[noreturn]] void throw_cuda(cudaError_t e, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas(cublasStatus_t s, const char* call, const char* file, int line);
 [[noreturn]] void throw_cudnn(cudnnStatus_t s, const char* call, const char* file, int line);
+[[noreturn]] void throw_cudnn_frontend(int code, const std::string& message, const char* call,
+                                       const char* file, int line);
 
 // Checks the last kernel launch (bad configuration, no device); clears the error it reports.
 void check_launch(const char* kernel, const char* file, int line);
@@ -74,6 +82,16 @@ void check_launch(const char* kernel, const char* file, int line);
     const cudnnStatus_t vb_status_ = (call);                                 \
     if (vb_status_ != CUDNN_STATUS_SUCCESS)                                  \
       ::vrambench::cuda::throw_cudnn(vb_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// For cudnn-frontend calls that return an error_t; works without the frontend's headers here.
+#define VB_CUDNN_FE_CHECK(call)                                                             \
+  do {                                                                                      \
+    auto vb_fe_status_ = (call);                                                            \
+    if (vb_fe_status_.is_bad())                                                             \
+      ::vrambench::cuda::throw_cudnn_frontend(static_cast<int>(vb_fe_status_.get_code()),   \
+                                              vb_fe_status_.get_message(), #call, __FILE__, \
+                                              __LINE__);                                    \
   } while (0)
 
 // After every kernel launch: `kernel<<<grid, block, 0, stream>>>(...); VB_CHECK_LAUNCH("kernel");`

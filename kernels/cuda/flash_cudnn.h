@@ -1,155 +1,221 @@
-// Causal fused attention through cuDNN's backend graph API, forward and backward: the
-// scaled-dot-product patterns (matmuls, scale, causal select, softmax with log-sum-exp stats; and
-// their gradients from those stats) built node by node, the operation graph finalised, an engine
-// picked by heuristics, the execution plan and its workspace cached by shape, and run with a
-// uid -> pointer variant pack. 16-bit storage only (what cuDNN's fused attention engines take).
-// Tensor and operation nodes finalise without a device; heuristics and plans need one.
+// Causal fused attention through cuDNN's own frontend (cudnn-frontend's graph API): its sdpa node
+// (attn_scale, causal mask, log-sum-exp saved as stats, optional dropout) and its sdpa_backward
+// node, over the packed layout of the step program: qkv[B,S,(A+2K)*D] (q of head a at column a*D,
+// k of kv head k at (A+k)*D, v at (A+K+k)*D), y[B,S,A*D], lse[B,A,S] fp32, dqkv laid out as qkv.
+// Graphs are validated, lowered, planned by heuristics (mode A, then FALLBACK) and cached by shape
+// in one bounded cache; a run uses only the workspace its op lists, and batches above what cuDNN's
+// kernels take run in chunks. No frontend header is included here: flash_cudnn.cpp alone compiles
+// them.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
-#include <tuple>
+#include <list>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/units.h"
-#include "cuda/flash.h"
-#include "cuda/owners.h"
 
 namespace vrambench::cuda {
 
-// Fixed uids of the graph's tensors that the variant pack binds.
-enum SdpaUid : std::int64_t {
-  kSdpaQ = 1,
-  kSdpaK = 2,  // as K^T [B, K, D, S]
-  kSdpaV = 3,
-  kSdpaO = 4,
-  kSdpaStats = 5,   // log-sum-exp [B, A, S, 1] fp32
-  kSdpaScale = 6,   // by value: 1 / sqrt(D)
-  kSdpaNegInf = 7,  // by value: -inf for the masked scores
+// One fused attention over the packed tensors.
+struct SdpaShape {
+  std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  std::int64_t width() const { return (heads + 2 * kv_heads) * head_dim; }  // qkv columns
+  float scale() const;                                                      // 1 / sqrt(D)
+  bool operator==(const SdpaShape&) const = default;
 };
 
-// Dims and strides (elements) of the graph's non-virtual tensors over packed qkv[B,S,(A+2K)D],
-// y[B,S,A*D] and lse[B,A,S].
+enum class SdpaPass { forward, backward };
+
+// Everything a built graph depends on, so the key of the plan cache. The dropout probability is a
+// constant of the graph (0: a graph without dropout); the seed is not (it is passed by value).
+struct SdpaKey {
+  SdpaShape shape;
+  DType dtype = DType::bf16;
+  float dropout_p = 0.0f;
+  SdpaPass pass = SdpaPass::forward;
+  bool operator==(const SdpaKey&) const = default;
+};
+struct SdpaKeyHash {
+  std::size_t operator()(const SdpaKey& k) const;
+};
+// "sdpa_backward B=2 S=100 A=8 K=2 D=64 bf16 dropout 0.1", for messages.
+std::string describe(const SdpaKey& k);
+
+// ---- layouts (pure) ----------------------------------------------------------------------------
+
+// Dims and strides (elements) of a [b, h, s, d] view, as the frontend's tensors take them.
 struct SdpaLayout {
   std::vector<std::int64_t> dims, strides;
 };
-SdpaLayout sdpa_q_layout(const FlashShape& s);
-SdpaLayout sdpa_kt_layout(const FlashShape& s);
-SdpaLayout sdpa_v_layout(const FlashShape& s);
-SdpaLayout sdpa_o_layout(const FlashShape& s);
-SdpaLayout sdpa_stats_layout(const FlashShape& s);
+SdpaLayout sdpa_q_layout(const SdpaShape& s);      // [B, A, S, D] in the rows of qkv (and dqkv)
+SdpaLayout sdpa_kv_layout(const SdpaShape& s);     // [B, K, S, D] in the rows of qkv; k or v by
+                                                   // the pointer (sdpa_k_column / sdpa_v_column)
+SdpaLayout sdpa_o_layout(const SdpaShape& s);      // [B, A, S, D] in the rows of y (and dy)
+SdpaLayout sdpa_stats_layout(const SdpaShape& s);  // [B, A, S, 1] of lse, fp32
+std::int64_t sdpa_k_column(const SdpaShape& s);    // A * D
+std::int64_t sdpa_v_column(const SdpaShape& s);    // (A + K) * D
 
-// Every finalised node of a graph; `ops` are the operation nodes in graph order.
-struct SdpaNodes {
-  std::vector<BackendDescriptor> tensors;
-  std::vector<BackendDescriptor> descriptors;  // matmul / pointwise / reduction descriptors
-  std::vector<BackendDescriptor> ops;
+// ---- batch chunks (pure) -----------------------------------------------------------------------
+
+// cuDNN's fused attention kernels put the batch on a CUDA grid dimension (y or z) that holds at
+// most 65535 blocks, and the frontend does not check it: on an H100 with cuDNN 9.14 the backward
+// at B = 65536 fails to launch (CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) where B = 65535 runs,
+// and PyTorch keeps batches above 65535 away from cuDNN for the same reason. Larger batches run
+// as chunks of at most this.
+inline constexpr std::int64_t kSdpaMaxBatch = 65535;
+struct SdpaChunk {
+  std::int64_t first = 0, batch = 0;
+  bool operator==(const SdpaChunk&) const = default;
 };
-using SdpaForwardNodes = SdpaNodes;
-using SdpaBackwardNodes = SdpaNodes;
-// Builds and finalises the nodes (no handle, no device). dtype is f16 or bf16.
-SdpaForwardNodes build_sdpa_forward_nodes(const FlashShape& s, DType dtype);
-// Finalises the operation graph over the nodes; handle may be null where cuDNN allows it.
-BackendDescriptor make_sdpa_operation_graph(const SdpaNodes& nodes, cudnnHandle_t handle);
+// Contiguous chunks covering [0, batch), each at most max_batch, as even as can be (so at most
+// two distinct chunk sizes: at most two cached graphs per op). Throws std::invalid_argument for
+// batch < 1 or max_batch < 1.
+std::vector<SdpaChunk> sdpa_batch_chunks(std::int64_t batch,
+                                         std::int64_t max_batch = kSdpaMaxBatch);
 
-// ---- backward ---------------------------------------------------------------------------------
+// ---- workspace (pure) --------------------------------------------------------------------------
 
-// Fixed uids of the backward graph's tensors. Q, K^T, V^T and O are views into qkv and y as in the
-// forward; dQ, dK, dV are the same views into dqkv. softmax_sum and dQ_accum are fp32 tensors the
-// engines need in global memory (cuDNN's own frontend puts them in its workspace); here they are
-// carved out of the program's flash_bwd scratch tensor, before the plan's workspace.
-enum SdpaBwdUid : std::int64_t {
-  kSdpaBwdQ = 21,
-  kSdpaBwdKt = 22,  // K^T [B, K, D, S]
-  kSdpaBwdVt = 23,  // V^T [B, K, D, S]
-  kSdpaBwdO = 24,
-  kSdpaBwdDO = 25,
-  kSdpaBwdStats = 26,  // log-sum-exp of the forward [B, A, S, 1] fp32
-  kSdpaBwdDQ = 27,
-  kSdpaBwdDK = 28,
-  kSdpaBwdDV = 29,
-  kSdpaBwdScale = 30,       // by value: 1 / sqrt(D)
-  kSdpaBwdNegInf = 31,      // by value: -inf for the masked scores
-  kSdpaBwdOne = 32,         // by value: 1, the dropout scale of a graph without dropout
-  kSdpaBwdSoftmaxSum = 33,  // sum_d dO * O per query row [B, A, S, 1] fp32
-  kSdpaBwdDQAccum = 34,     // fp32 dQ accumulator [B, A, S, D]
-};
+// What the frontend itself keeps at the front of the workspace, ahead of the engine's own part:
+// for the backward, the fp32 dQ accumulator [B,A,S,D] followed by the fp32 softmax sums
+// (dO . O per query row) [B,A,S], packed without padding; nothing for the forward. Linear in the
+// batch, so a chunk never needs more than the whole batch.
+Bytes sdpa_frontend_workspace_bytes(const SdpaShape& s, SdpaPass pass);
 
-// K^T and V^T of the backward (the frontend's backend mapping: both enter as [B, K, D, S]), the
-// k-row view [B, K, S, D] that dK and dV use over dqkv, and the fp32 scratch tensors.
-SdpaLayout sdpa_vt_layout(const FlashShape& s);
-SdpaLayout sdpa_k_layout(const FlashShape& s);
-SdpaLayout sdpa_softmax_sum_layout(const FlashShape& s);
-SdpaLayout sdpa_dq_accum_layout(const FlashShape& s);
+// What the engines asked for beyond that on an H100 with cuDNN 9.14 (every forward and backward
+// measured by tests/gpu/test_flash_cudnn.cpp, which checks the formula below on each GPU it runs).
+inline constexpr Bytes kSdpaEngineWorkspace = 256;
 
-// Where the backward's fp32 tensors and the plan's workspace sit in the flash_bwd scratch tensor:
-// offsets aligned to 256 bytes; `total` is what the scratch must hold for cuDNN to run.
-struct SdpaBackwardScratch {
-  Bytes dq_accum_offset = 0, softmax_sum_offset = 0, workspace_offset = 0, total = 0;
-};
-SdpaBackwardScratch sdpa_backward_scratch(const FlashShape& s, Bytes plan_workspace);
+// The scratch (role workspace) the step program must list for the op so that cuDNN can run it
+// (graph.get_workspace_size() of every chunk's plan at most this):
+//   forward:  kSdpaEngineWorkspace
+//   backward: sdpa_frontend_workspace_bytes                     4 B A S (D + 1)
+//           + with grouped-query heads (K < A), dK and dV per query head in the storage type,
+//             which the engine sums over each group             2 B A S D dtype_size
+//           + two int32 sequence lengths per batch row that the frontend adds for cuDNN <= 9.15
+//             when S is not a multiple of 128                   8 B
+//           + kSdpaEngineWorkspace
+// The last two are small and kept whatever the cuDNN version, so the formula is an upper bound.
+Bytes sdpa_program_scratch_bytes(const SdpaShape& s, DType dtype, SdpaPass pass);
 
-// Builds and finalises the backward nodes (no handle, no device). dtype is f16 or bf16. With
-// K < A heads, dK and dV are computed per query head and summed over each group by a reduction.
-SdpaBackwardNodes build_sdpa_backward_nodes(const FlashShape& s, DType dtype);
-
-// Runs the forward on one cuDNN handle, plans cached by shape.
-class CudnnFlashForward {
+// The op lists less workspace than cuDNN's plan needs; the run is refused, never moved elsewhere.
+class CudnnWorkspaceTooSmall : public std::runtime_error {
  public:
-  CudnnFlashForward();  // creates the cuDNN handle: needs a device
-  cudnnHandle_t handle() const { return handle_.get(); }
-  // Whether an engine takes this shape (false for dropout, fp32, or no engine); builds the plan.
-  bool supports(const FlashShape& s, DType dtype);
-  Bytes workspace_bytes(const FlashShape& s, DType dtype);
-  void run(const FlashShape& s, DType dtype, void* y, float* lse, const void* qkv, void* workspace,
-           Bytes workspace_bytes, cudaStream_t stream);
+  CudnnWorkspaceTooSmall(const std::string& what, Bytes needed, Bytes listed)
+      : std::runtime_error(what), needed_(needed), listed_(listed) {}
+  Bytes needed() const { return needed_; }
+  Bytes listed() const { return listed_; }
 
  private:
-  struct Plan {
-    SdpaForwardNodes nodes;
-    BackendDescriptor graph, engine_config, plan;
-    Bytes workspace = 0;
-    bool ok = false;
-  };
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
-  Plan& plan_for(const FlashShape& s, DType dtype);
-
-  CudnnHandle handle_;
-  std::map<Key, Plan> plans_;
+  Bytes needed_, listed_;
 };
 
-// Runs the backward on one cuDNN handle, plans cached by shape. The scratch is the program's
-// flash_bwd scratch tensor: cuDNN runs only when sdpa_backward_scratch(...).total fits in it.
-class CudnnFlashBackward {
+// ---- the plan cache (pure) ---------------------------------------------------------------------
+
+// Least-recently-used map of at most `capacity` entries: built graphs hold device code and host
+// memory, and a search visits many batch sizes, so the cache must not grow with the search.
+template <typename Key, typename Value, typename Hash = std::hash<Key>>
+class LruCache {
  public:
-  CudnnFlashBackward();  // creates the cuDNN handle: needs a device
-  // Runs on a handle owned elsewhere (the forward's), which must outlive this object: one handle
-  // per process is what the device's fixed overhead accounts for.
-  explicit CudnnFlashBackward(cudnnHandle_t shared);
-  // Whether an engine takes this shape (false for dropout, fp32, or no engine); builds the plan.
-  bool supports(const FlashShape& s, DType dtype);
-  // Scratch bytes the run needs: fp32 dQ accumulator, softmax sums and the plan's workspace.
-  Bytes scratch_bytes(const FlashShape& s, DType dtype);
-  void run(const FlashShape& s, DType dtype, void* dqkv, const void* dy, const void* qkv,
-           const void* y, const float* lse, void* scratch, Bytes scratch_bytes,
-           cudaStream_t stream);
+  explicit LruCache(std::size_t capacity) : capacity_(capacity) {
+    if (capacity == 0) throw std::invalid_argument("LruCache: capacity must be at least 1");
+  }
+  // The entry for `key` (now the most recently used), or nullptr.
+  Value* find(const Key& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    items_.splice(items_.begin(), items_, it->second);
+    return &it->second->second;
+  }
+  // Inserts (or replaces) the entry for `key` as the most recently used, then drops the least
+  // recently used entries beyond the capacity.
+  Value& insert(const Key& key, Value value) {
+    if (auto it = index_.find(key); it != index_.end()) {
+      items_.erase(it->second);
+      index_.erase(it);
+    }
+    items_.emplace_front(key, std::move(value));
+    index_.emplace(key, items_.begin());
+    while (items_.size() > capacity_) {
+      index_.erase(items_.back().first);
+      items_.pop_back();
+    }
+    return items_.front().second;
+  }
+  std::size_t size() const { return items_.size(); }
+  std::size_t capacity() const { return capacity_; }
 
  private:
-  struct Plan {
-    SdpaBackwardNodes nodes;
-    BackendDescriptor graph, engine_config, plan;
-    Bytes workspace = 0;
-    bool ok = false;
-  };
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
-  Plan& plan_for(const FlashShape& s, DType dtype);
+  using Items = std::list<std::pair<Key, Value>>;  // most recently used first
+  std::size_t capacity_;
+  Items items_;
+  std::unordered_map<Key, typename Items::iterator, Hash> index_;
+};
 
-  CudnnHandle owned_;  // empty when the handle is shared
-  cudnnHandle_t handle_ = nullptr;
-  std::map<Key, Plan> plans_;
+// ---- graphs without a device -------------------------------------------------------------------
+
+// Builds the graph of `key` for a GPU of compute capability `sm_version` (90 for 9.0) and runs the
+// frontend's validate(), which needs no device. Throws CudaError (Library::cudnn_frontend) with the
+// frontend's message when it rejects the graph, std::invalid_argument for a dtype that is not a
+// floating storage type.
+void validate_sdpa_graph(const SdpaKey& key, int sm_version);
+
+// ---- running on the GPU ------------------------------------------------------------------------
+
+// Dropout's random numbers: cuDNN's Philox generator at (seed, offset), both passed by value. The
+// forward and the backward of one attention pass the same pair, so they drop the same
+// probabilities. (Not the CPU reference's generator: masks differ from the plain kernels'.)
+struct SdpaRng {
+  std::int64_t seed = 0, offset = 0;
+};
+
+// Runs sdpa / sdpa_backward on one cuDNN handle (one per executor), plans cached by SdpaKey in an
+// LruCache. Every failure throws: CudaOutOfMemory when cuDNN, the frontend or CUDA could not
+// allocate, CudnnWorkspaceTooSmall when the op lists less workspace than the plan needs, CudaError
+// (Library::cudnn_frontend, the frontend's message) when cuDNN cannot take the graph (dtype, head
+// size, no engine), std::invalid_argument for shapes outside what is described above.
+class CudnnSdpa {
+ public:
+  static constexpr std::size_t kDefaultCacheCapacity = 64;
+
+  // Creates the cuDNN handle: needs a device. max_batch is the largest chunk a graph is built for
+  // (tests lower it to run the chunked path on small batches).
+  explicit CudnnSdpa(std::size_t cache_capacity = kDefaultCacheCapacity,
+                     std::int64_t max_batch = kSdpaMaxBatch);
+  ~CudnnSdpa();
+  CudnnSdpa(CudnnSdpa&&) noexcept;
+  CudnnSdpa& operator=(CudnnSdpa&&) noexcept;
+  CudnnSdpa(const CudnnSdpa&) = delete;
+  CudnnSdpa& operator=(const CudnnSdpa&) = delete;
+
+  cudnnHandle_t handle() const;
+  // Builds (or finds) the plans of every batch chunk of `key`; the most workspace any needs
+  // (graph.get_workspace_size(): the frontend's part and the engine's).
+  Bytes workspace_bytes(const SdpaKey& key);
+
+  // y[B,S,A*D] and lse[B,A,S] from qkv. `workspace` is the op's scratch tensor (may be null when
+  // workspace_bytes is 0); `op` names the op in errors.
+  void forward(void* y, float* lse, const void* qkv, const SdpaKey& key, SdpaRng rng,
+               void* workspace, Bytes workspace_bytes, const std::string& op, cudaStream_t stream);
+  // dqkv (all of it) from dy, qkv, y and lse of the forward.
+  void backward(void* dqkv, const void* dy, const void* qkv, const void* y, const float* lse,
+                const SdpaKey& key, SdpaRng rng, void* workspace, Bytes workspace_bytes,
+                const std::string& op, cudaStream_t stream);
+
+  std::size_t cached_graphs() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace vrambench::cuda

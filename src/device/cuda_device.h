@@ -92,9 +92,11 @@ CudaPoolWatermarks cuda_pool_watermarks(const SegmentSource& source);
 // Resets both high-watermarks to the pool's current values (the attributes set to 0).
 void reset_cuda_pool_watermarks(SegmentSource& source);
 
-// How flash_fwd runs: the plain fused kernels of kernels/cuda/flash.cu (every dtype, dropout
-// masks identical to the CPU reference), or cuDNN's fused attention graph where an engine takes the
-// shape (16-bit, no dropout, no workspace beyond what the program lists), else the kernels.
+// How flash_fwd and flash_bwd run: the plain fused kernels of kernels/cuda/flash.cu (every dtype,
+// dropout masks identical to the CPU reference), or cuDNN's fused attention through its frontend
+// (kernels/cuda/flash_cudnn.h: 16-bit storage, dropout from cuDNN's own generator, the op's scratch
+// as its workspace). cudnn never falls back to the kernels: where cuDNN cannot run an op (fp32,
+// a shape it rejects, too little listed workspace) the op fails with cuDNN's message.
 enum class FlashImpl { kernels, cudnn };
 
 // Runs every OpKind on the GPU; an allocation failure inside a library throws DeviceOutOfMemory,

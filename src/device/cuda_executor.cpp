@@ -160,15 +160,14 @@ class CudaExecutor final : public Executor {
 
   void run(const Args& a);
   void attention(const Args& a);
-  bool cudnn_flash(const Args& a, const FlashShape& f, DType dt);
+  void cudnn_flash(const Args& a, const AttentionShape& s, DType dt);
   void optimizer(const Args& a);
 
   Stream stream_;
   std::uint64_t seed_;
   std::unique_ptr<GemmRunner> gemm_;
   FlashImpl flash_impl_;
-  std::unique_ptr<CudnnFlashForward> cudnn_flash_;
-  std::unique_ptr<CudnnFlashBackward> cudnn_flash_bwd_;
+  std::unique_ptr<CudnnSdpa> cudnn_sdpa_;       // the executor's one cuDNN handle and plan cache
   std::unordered_map<std::string, int> steps_;  // optimizer steps per weight, as the cpu executor
 };
 
@@ -301,10 +300,13 @@ void CudaExecutor::run(const Args& a) {
       else
         a.expect(4, 4, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
+      if (flash_impl_ == FlashImpl::cudnn) {  // cuDNN runs it or the op fails: no fallback
+        cudnn_flash(a, s, dt);
+        return;
+      }
       FlashShape f{s.batch,    s.seq,      s.heads,
                    s.kv_heads, s.head_dim, static_cast<float>(op.dropout_p),
                    op.seed};
-      if (flash_impl_ == FlashImpl::cudnn && cudnn_flash(a, f, dt)) return;
       if (fwd)
         launch_flash_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), f, st);
       else
@@ -422,37 +424,27 @@ void CudaExecutor::attention(const Args& a) {
   }
 }
 
-// flash_fwd / flash_bwd through cuDNN's fused attention; false when the plain kernels must run it:
-// no cuDNN handle here (then the kernels run every later flash op too), no engine for the shape,
-// or more scratch than the op's workspace tensor holds (the forward's cuDNN workspace, the
-// backward's fp32 dQ accumulator, softmax sums and cuDNN workspace), since a run may use only
-// the memory its program lists.
-bool CudaExecutor::cudnn_flash(const Args& a, const FlashShape& f, DType dt) {
-  const bool fwd = a.op.kind == OpKind::flash_fwd;
-  cudaStream_t st = stream_.get();
-  try {
-    if (!cudnn_flash_) cudnn_flash_ = std::make_unique<CudnnFlashForward>();
-    if (!fwd && !cudnn_flash_bwd_)  // the forward's handle: one cuDNN handle per process
-      cudnn_flash_bwd_ = std::make_unique<CudnnFlashBackward>(cudnn_flash_->handle());
-  } catch (const CudaOutOfMemory&) {
-    throw;
-  } catch (const CudaError&) {
-    flash_impl_ = FlashImpl::kernels;  // no usable cuDNN here: the kernels do the same op
-    return false;
-  }
-  if (fwd) {
-    if (!cudnn_flash_->supports(f, dt) || cudnn_flash_->workspace_bytes(f, dt) > a.workspace_bytes)
-      return false;
-    cudnn_flash_->run(f, dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), a.workspace,
-                      a.workspace_bytes, st);
-    return true;
-  }
-  if (!cudnn_flash_bwd_->supports(f, dt) ||
-      cudnn_flash_bwd_->scratch_bytes(f, dt) > a.workspace_bytes)
-    return false;
-  cudnn_flash_bwd_->run(f, dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]),
-                        f32(a.in[3]), a.workspace, a.workspace_bytes, st);
-  return true;
+// flash_fwd / flash_bwd through cuDNN's fused attention (cudnn-frontend's sdpa nodes). Nothing
+// else runs the op when cuDNN cannot: an unsupported dtype or shape, no plan, or a plan that needs
+// more workspace than the op lists (a run may use only the memory its program lists) all throw,
+// with cuDNN's or the frontend's message; an allocation failure inside them is CudaOutOfMemory,
+// which execute() turns into DeviceOutOfMemory. The op's scratch tensor is cuDNN's workspace.
+void CudaExecutor::cudnn_flash(const Args& a, const AttentionShape& s, DType dt) {
+  const Op& op = a.op;
+  const bool fwd = op.kind == OpKind::flash_fwd;
+  if (!cudnn_sdpa_) cudnn_sdpa_ = std::make_unique<CudnnSdpa>();
+  const SdpaKey key{{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim},
+                    dt,
+                    static_cast<float>(op.dropout_p),
+                    fwd ? SdpaPass::forward : SdpaPass::backward};
+  // The forward and the backward of one attention carry the same seed, so they drop alike.
+  const SdpaRng rng{static_cast<std::int64_t>(op.seed), 0};
+  if (fwd)
+    cudnn_sdpa_->forward(a.out[0].data, f32(a.out[1]), cptr(a.in[0]), key, rng, a.workspace,
+                         a.workspace_bytes, op.name, stream_.get());
+  else
+    cudnn_sdpa_->backward(a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]),
+                          key, rng, a.workspace, a.workspace_bytes, op.name, stream_.get());
 }
 
 // In place on the weight, its state and its master copy (the last input when there is one).

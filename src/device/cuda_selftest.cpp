@@ -159,19 +159,25 @@ std::vector<SelftestRow> run_cuda_selftest() {
             cudaMemcpy(device_ptr[u], host[u].data(), host[u].size(), cudaMemcpyHostToDevice));
     };
 
-    // Which implementation the flash_fwd rows measured: cuDNN only where it has an engine.
+    // With FlashImpl::cudnn the flash rows measure cuDNN or the config fails: its plans are built
+    // here (a handle of its own), so a shape cuDNN cannot take stops the selftest with cuDNN's
+    // message before any op runs, and the rows say what cuDNN's workspace was.
     std::string flash_note;
     if (sc.flash == FlashImpl::cudnn) {
-      flash_note = "cuDNN engine";
+      const RunConfig& c = sc.cfg;
+      const cuda::SdpaShape shape{c.batch, c.seq, c.model.heads, c.model.kv_heads,
+                                  c.model.head_dim()};
+      const DType dt = activation_dtype(c.dtype);
+      const auto p = static_cast<float>(c.dropout);
       try {
-        cuda::CudnnFlashForward probe;
-        const RunConfig& c = sc.cfg;
-        const cuda::FlashShape f{
-            c.batch, c.seq, c.model.heads, c.model.kv_heads, c.model.head_dim(), 0.0f, 0};
-        if (!probe.supports(f, activation_dtype(c.dtype)))
-          flash_note = "no cuDNN engine for this shape: the fused kernels ran";
-      } catch (const cuda::CudaError& e) {
-        flash_note = std::string("no cuDNN handle: the fused kernels ran (") + e.what() + ")";
+        cuda::CudnnSdpa probe(4);
+        const Bytes fwd_ws = probe.workspace_bytes({shape, dt, p, cuda::SdpaPass::forward});
+        const Bytes bwd_ws = probe.workspace_bytes({shape, dt, p, cuda::SdpaPass::backward});
+        flash_note =
+            fmt::format("cuDNN sdpa (workspace {} B forward, {} B backward)", fwd_ws, bwd_ws);
+      } catch (const std::exception& e) {
+        throw InternalError(fmt::format("selftest '{}': cuDNN cannot run its flash attention: {}",
+                                        sc.label, e.what()));
       }
     }
 
@@ -207,7 +213,8 @@ std::vector<SelftestRow> run_cuda_selftest() {
       row.worst_ratio = c.worst;
       row.passed = c.worst <= 1.0;
       row.note = fmt::format("rtol {:g}, atol {:g}", tol.rtol, tol.atol);
-      if (op.kind == OpKind::flash_fwd && !flash_note.empty()) row.note += "; " + flash_note;
+      if ((op.kind == OpKind::flash_fwd || op.kind == OpKind::flash_bwd) && !flash_note.empty())
+        row.note += "; " + flash_note;
     }
     for (auto& [kind, row] : by_kind) rows.push_back(row);
   }
