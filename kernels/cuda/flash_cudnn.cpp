@@ -2,6 +2,7 @@
 // planning, the bounded plan cache, batch chunks and execution. The only file that compiles the
 // frontend's headers (they are heavy): host C++, built by the C++ compiler, not nvcc.
 #include "cuda/flash_cudnn.h"
+#include "program/program.h"
 
 #include <cudnn_frontend.h>
 
@@ -104,17 +105,9 @@ Bytes sdpa_frontend_workspace_bytes(const SdpaShape& s, SdpaPass pass) {
 }
 
 Bytes sdpa_program_scratch_bytes(const SdpaShape& s, DType dtype, SdpaPass pass) {
-  if (pass == SdpaPass::forward) return kSdpaEngineWorkspace;
-  const char* what = "sdpa workspace";
-  Bytes total = sdpa_frontend_workspace_bytes(s, pass);
-  if (s.kv_heads < s.heads) {
-    const Bytes per_query_head =
-        checked_mul(checked_mul(checked_mul(s.batch, s.heads, what), s.seq, what),
-                    checked_mul(s.head_dim, dtype_size(dtype), what), what);
-    total = checked_add(total, checked_mul(2, per_query_head, what), what);
-  }
-  total = checked_add(total, checked_mul(8, s.batch, what), what);
-  return checked_add(total, kSdpaEngineWorkspace, what);
+  // One formula, the step program's: what the program lists is what cuDNN may use.
+  if (pass == SdpaPass::forward) return flash_fwd_scratch_bytes();
+  return flash_bwd_scratch_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, dtype);
 }
 
 // ---- graphs ------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/units.h"
+#include "program/program.h"
 
 namespace vrambench::cuda {
 
@@ -91,20 +92,11 @@ std::vector<SdpaChunk> sdpa_batch_chunks(std::int64_t batch,
 // batch, so a chunk never needs more than the whole batch.
 Bytes sdpa_frontend_workspace_bytes(const SdpaShape& s, SdpaPass pass);
 
-// What the engines asked for beyond that on an H100 with cuDNN 9.14 (every forward and backward
-// measured by tests/gpu/test_flash_cudnn.cpp, which checks the formula below on each GPU it runs).
-inline constexpr Bytes kSdpaEngineWorkspace = 256;
-
-// The scratch (role workspace) the step program must list for the op so that cuDNN can run it
-// (graph.get_workspace_size() of every chunk's plan at most this):
-//   forward:  kSdpaEngineWorkspace
-//   backward: sdpa_frontend_workspace_bytes                     4 B A S (D + 1)
-//           + with grouped-query heads (K < A), dK and dV per query head in the storage type,
-//             which the engine sums over each group             2 B A S D dtype_size
-//           + two int32 sequence lengths per batch row that the frontend adds for cuDNN <= 9.15
-//             when S is not a multiple of 128                   8 B
-//           + kSdpaEngineWorkspace
-// The last two are small and kept whatever the cuDNN version, so the formula is an upper bound.
+// The scratch (role workspace) the step program lists for the op, which cuDNN may use as its
+// workspace (graph.get_workspace_size() of every chunk's plan at most this): the program's
+// flash_fwd_scratch_bytes / flash_bwd_scratch_bytes (src/program/program.h, where the formula and
+// its measured parts are), which tests/gpu/test_flash_cudnn.cpp checks on every GPU it runs.
+inline constexpr Bytes kSdpaEngineWorkspace = kFlashEngineScratch;
 Bytes sdpa_program_scratch_bytes(const SdpaShape& s, DType dtype, SdpaPass pass);
 
 // The op lists less workspace than cuDNN's plan needs; the run is refused, never moved elsewhere.

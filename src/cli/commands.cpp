@@ -107,10 +107,10 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
 }
 
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
-  if (options.flash_impl != "cudnn" && options.flash_impl != "kernels")
-    throw UsageError(
-        fmt::format("invalid --flash-impl '{}': use cudnn or kernels", options.flash_impl));
-  const bool cudnn_attention = options.flash_impl == "cudnn";
+  if (options.flash_impl != "auto" && options.flash_impl != "cudnn" &&
+      options.flash_impl != "kernels")
+    throw UsageError(fmt::format("invalid --flash-impl '{}': use auto, cudnn or kernels",
+                                 options.flash_impl));
   if (options.cuda_memory != "malloc" && options.cuda_memory != "async")
     throw UsageError(
         fmt::format("invalid --cuda-memory '{}': use malloc or async", options.cuda_memory));
@@ -162,7 +162,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                    trials_so_far, elapsed(), terminal ? "" : "\n");
     };
     const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
-    const ExecutorFactory executors = executors_for(device, !options.no_execute, cudnn_attention);
+    const ExecutorFactory executors = executors_for(device, !options.no_execute, options.flash_impl);
     std::optional<Measurement> measured_row;
     try {
       // On CUDA a sticky error poisons the process: each configuration gets its own child.

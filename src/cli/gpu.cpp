@@ -19,7 +19,7 @@ DeviceSpec resolve_gpu_device(const RunConfig&) {
 SourceFactory gpu_sources(bool) {
   return {};
 }
-ExecutorFactory gpu_executors(bool) {
+ExecutorFactory gpu_executors(const std::string&) {
   return {};
 }
 #endif
@@ -43,13 +43,14 @@ SourceFactory sources_for(const DeviceSpec& device, bool cuda_async) {
   return virtual_sources();
 }
 
-ExecutorFactory executors_for(const DeviceSpec& device, bool execute, bool cudnn_attention) {
+ExecutorFactory executors_for(const DeviceSpec& device, bool execute,
+                              const std::string& flash_impl) {
   if (!execute) return {};
   switch (device.kind) {
     case DeviceKind::cpu:
       return [] { return make_cpu_executor(1234); };
     case DeviceKind::cuda:
-      return gpu_executors(cudnn_attention);
+      return gpu_executors(flash_impl);
     case DeviceKind::sim:
       break;
   }

@@ -26,16 +26,16 @@ GpuPresence probe_gpu();
 DeviceSpec resolve_gpu_device(const RunConfig& cfg);
 // `async`: segments from cudaMallocAsync on a pool of their own, else cudaMalloc.
 SourceFactory gpu_sources(bool async);
-// `cudnn_attention`: flash attention through cuDNN's fused graphs where cuDNN takes the shape
-// (16-bit, no dropout, scratch in the program), else the plain fused kernels.
-ExecutorFactory gpu_executors(bool cudnn_attention);
+// `flash_impl` ("auto", "cudnn" or "kernels", checked by the caller): what runs flash attention,
+// see FlashImpl in device/cuda_device.h; cuDNN never falls back to the kernels.
+ExecutorFactory gpu_executors(const std::string& flash_impl);
 
 // Resolves cfg.device for every kind, cuda included.
 DeviceSpec resolve_device(const RunConfig& cfg, std::string* note);
 SourceFactory sources_for(const DeviceSpec& device, bool cuda_async = false);
 // `execute` false: allocation alone (--no-execute), nothing runs on the device.
 ExecutorFactory executors_for(const DeviceSpec& device, bool execute = true,
-                              bool cudnn_attention = true);
+                              const std::string& flash_impl = "auto");
 
 // `vrambench devices`: the detected GPUs as a table (empty when there are none).
 Table gpu_table();

@@ -125,8 +125,9 @@ int run(int argc, char** argv) {
                    "measure each configuration in a child process (always on for cuda)");
   search
       ->add_option("--flash-impl", options.flash_impl,
-                   "cuda: flash attention through cuDNN's fused graphs where cuDNN takes the "
-                   "shape (cudnn), or always the plain fused kernels (kernels)")
+                   "cuda: flash attention through cuDNN's fused attention (cudnn: an op cuDNN "
+                   "cannot run fails the row, no fallback), the fused kernels (kernels), or "
+                   "cudnn for fp16/bf16 and kernels for fp32/tf32 (auto)")
       ->capture_default_str();
   search
       ->add_option("--cuda-memory", options.cuda_memory,

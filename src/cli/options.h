@@ -23,7 +23,7 @@ struct CliOptions {
   bool quiet = false;                         // --quiet: no progress line
   bool isolate = false;                       // --isolate: a child process per configuration
   bool no_execute = false;                    // --no-execute: allocate only, run no kernel
-  std::string flash_impl = "cudnn";           // --flash-impl: cudnn | kernels (cuda device)
+  std::string flash_impl = "auto";            // --flash-impl: auto | cudnn | kernels (cuda device)
   std::string cuda_memory = "malloc";         // --cuda-memory: malloc | async (cuda device)
   double trial_timeout = 600;                 // --trial-timeout: seconds per isolated trial
 };

@@ -69,8 +69,8 @@ SourceFactory gpu_sources(bool async) {
   return [](Bytes capacity) { return make_cuda_source(capacity); };
 }
 
-ExecutorFactory gpu_executors(bool cudnn_attention) {
-  const FlashImpl flash = cudnn_attention ? FlashImpl::cudnn : FlashImpl::kernels;
+ExecutorFactory gpu_executors(const std::string& flash_impl) {
+  const FlashImpl flash = parse_flash_impl(flash_impl);
   return [flash] { return make_cuda_executor(1234, flash); };
 }
 

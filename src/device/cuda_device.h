@@ -97,7 +97,13 @@ void reset_cuda_pool_watermarks(SegmentSource& source);
 // (kernels/cuda/flash_cudnn.h: 16-bit storage, dropout from cuDNN's own generator, the op's scratch
 // as its workspace). cudnn never falls back to the kernels: where cuDNN cannot run an op (fp32,
 // a shape it rejects, too little listed workspace) the op fails with cuDNN's message.
-enum class FlashImpl { kernels, cudnn };
+// automatic: cudnn for 16-bit storage, kernels for fp32/tf32 (cuDNN has no fp32 attention
+// backward), chosen from the recipe before anything runs, never after a failure.
+enum class FlashImpl { kernels, cudnn, automatic };
+// What `impl` runs flash attention with for activations stored as `storage`: kernels or cudnn.
+FlashImpl resolve_flash_impl(FlashImpl impl, DType storage);
+// "auto" / "cudnn" / "kernels"; throws std::invalid_argument naming the value and the choices.
+FlashImpl parse_flash_impl(const std::string& text);
 
 // Runs every OpKind on the GPU; an allocation failure inside a library throws DeviceOutOfMemory,
 // any other CUDA failure cuda::CudaError (a std::runtime_error). Initial contents are those of the

@@ -99,9 +99,11 @@ class CudaExecutor final : public Executor {
 
   std::string_view name() const override { return "cuda"; }
 
-  std::string_view attention_impl(Attention attention) const override {
-    if (attention == Attention::eager) return "eager";
-    return flash_impl_ == FlashImpl::cudnn ? "cudnn-sdpa" : "kernel";
+  std::string_view attention_impl(const RunConfig& cfg) const override {
+    if (cfg.attention == Attention::eager) return "eager";
+    return resolve_flash_impl(flash_impl_, activation_dtype(cfg.dtype)) == FlashImpl::cudnn
+               ? "cudnn-sdpa"
+               : "kernel";
   }
 
   void initialize(const Program& program, int tensor_id, void* data) override {
@@ -300,7 +302,7 @@ void CudaExecutor::run(const Args& a) {
       else
         a.expect(4, 4, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
-      if (flash_impl_ == FlashImpl::cudnn) {  // cuDNN runs it or the op fails: no fallback
+      if (resolve_flash_impl(flash_impl_, dt) == FlashImpl::cudnn) {  // cuDNN or fail: no fallback
         cudnn_flash(a, s, dt);
         return;
       }
@@ -484,6 +486,18 @@ void CudaExecutor::optimizer(const Args& a) {
 }
 
 }  // namespace
+
+FlashImpl resolve_flash_impl(FlashImpl impl, DType storage) {
+  if (impl != FlashImpl::automatic) return impl;
+  return storage == DType::f16 || storage == DType::bf16 ? FlashImpl::cudnn : FlashImpl::kernels;
+}
+
+FlashImpl parse_flash_impl(const std::string& text) {
+  if (text == "auto") return FlashImpl::automatic;
+  if (text == "cudnn") return FlashImpl::cudnn;
+  if (text == "kernels") return FlashImpl::kernels;
+  throw std::invalid_argument("invalid --flash-impl '" + text + "': use auto, cudnn or kernels");
+}
 
 std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed, FlashImpl flash) {
   std::string why;

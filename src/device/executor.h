@@ -24,10 +24,10 @@ class Executor {
                        const std::vector<void*>& data) = 0;
   // Waits for queued work (CUDA); no-op elsewhere.
   virtual void synchronize() {}
-  // What runs the attention core of a program with this attention: "eager" (score GEMMs and a
-  // softmax), "kernel" (the fused kernels) or "cudnn-sdpa" (cuDNN's fused attention).
-  virtual std::string_view attention_impl(Attention attention) const {
-    return attention == Attention::eager ? "eager" : "kernel";
+  // What runs the attention core of `cfg`'s program: "eager" (score GEMMs and a softmax),
+  // "kernel" (the fused kernels) or "cudnn-sdpa" (cuDNN's fused attention).
+  virtual std::string_view attention_impl(const RunConfig& cfg) const {
+    return cfg.attention == Attention::eager ? "eager" : "kernel";
   }
 };
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "program/program.h"
 
 namespace vrambench {
 namespace {
@@ -37,6 +38,7 @@ struct Dims {
   Bytes S, H, A, K, D, L, V, F;
   Bytes Q;            // packed q|k|v width: (A + 2K) * D
   Bytes e;            // element size of activations, weights and gradients
+  DType act = DType::f32;  // their storage type
   Bytes norm_stats;   // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
   Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
   Bytes positions;    // rows of the learned position table (gpt), 0 for llama
@@ -63,7 +65,8 @@ Dims dims_of(const RunConfig& cfg) {
   d.V = m.vocab;
   d.F = m.ffn;
   d.Q = checked_mul(m.heads + 2 * m.kv_heads, d.D, "qkv width");
-  d.e = dtype_size(activation_dtype(cfg.dtype));
+  d.act = activation_dtype(cfg.dtype);
+  d.e = dtype_size(d.act);
   d.gpt = m.arch == Arch::gpt;
   d.norm_stats = d.gpt ? 8 : 4;
   d.norm_params = d.gpt ? 2 * d.H : d.H;
@@ -296,6 +299,7 @@ struct BlockPoint {
   Shares live;
   Bytes grads = 0;
   Bytes large = 0;  // per-sample bytes of tensors at least Dims::bin large (see Point::large)
+  Bytes scratch = 0;  // fixed bytes of the op's own scratch (workspace) at this point
 };
 
 // Per-sample bytes of the ledger's tensors that are at least `bin` large (none when bin is 0).
@@ -313,8 +317,9 @@ Bytes large_bytes(const Ledger& led, Bytes bin) {
 std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Part& part) {
   std::vector<BlockPoint> points;
   Bytes grads = 0;
+  Bytes scratch_fixed = 0;  // an op's scratch that does not grow with the batch
   auto at = [&](std::string_view op) {
-    BlockPoint p{op, {}, grads, large_bytes(led, d.bin)};
+    BlockPoint p{op, {}, grads, large_bytes(led, d.bin), scratch_fixed};
     for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
     points.push_back(std::move(p));
   };
@@ -448,11 +453,15 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
       led.drop("attn.qkv");
     } else {
       led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-      // FlashAttention's backward keeps fp32 scratch for the op's duration: the dq accumulator
-      // [B, A, S, D] and the softmax row sums [B, A, S].
-      led.add("flash.scratch", kTransient,
-              rows(d, checked_mul(d.A, d.D + 1, "heads x (head + 1)"), 4));
+      // FlashAttention's backward keeps scratch for the op's duration, what cuDNN asks for: per
+      // sample an fp32 dq accumulator [S, A, D] and softmax row sums [S, A], dK and dV per query
+      // head with grouped-query heads, two int32 sequence lengths; and 256 bytes of its own.
+      const Bytes per_sample_scratch = flash_bwd_scratch_bytes(1, d.S, d.A, d.K, d.D, d.act) -
+                                       flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
+      led.add("flash.scratch", kTransient, per_sample_scratch);
+      scratch_fixed = flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
       at("flash attention backward");
+      scratch_fixed = 0;
       led.drop("flash.scratch");
       led.drop("d.attn.y");
       led.drop("attn.qkv");
@@ -519,7 +528,8 @@ class Walk {
   // `extra_large` bytes are in tensors at least Dims::bin large) and gradient bytes that only this
   // point holds (the block in backward).
   void at(std::string_view op, const Ledger& led, const Shares& extra = {}, Bytes extra_large = 0,
-          Bytes extra_grads = 0, std::string_view where = {}, std::int64_t block = -1) {
+          Bytes extra_grads = 0, std::string_view where = {}, std::int64_t block = -1,
+          Bytes extra_workspace = 0) {
     Point p;
     p.where = where;
     p.block = block;
@@ -529,7 +539,7 @@ class Walk {
     add_to(p.fixed, kOptimizerState, fixed_.optimizer);
     add_to(p.fixed, kGradients, checked_add(grads_, extra_grads, "grads"));
     add_to(p.fixed, kContext, fixed_.context);
-    add_to(p.fixed, kWorkspace, fixed_.workspace);
+    add_to(p.fixed, kWorkspace, checked_add(fixed_.workspace, extra_workspace, "workspace"));
     for (const Ledger::Entry& x : led.entries()) add_to(p.per_sample, x.component, x.bytes);
     for (const Share& c : extra) add_to(p.per_sample, c.name, c.bytes);
     p.fixed_total = sum(p.fixed);
@@ -557,7 +567,7 @@ void record_block(Walk& walk, const Dims& d, const Part& part, std::string_view 
     Shares live = others;
     for (const Share& c : p.live) add_to(live, c.name, c.bytes);
     walk.at(p.op, outside, live, checked_add(others_large, p.large, "large tensor bytes"), p.grads,
-            where, index);
+            where, index, p.scratch);
   }
 }
 

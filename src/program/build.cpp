@@ -343,8 +343,11 @@ class Builder {
                            {core.y}, layer, pass.replay));
     } else {
       core.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, saved(pass));
-      Op& o =
-          op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse}, layer, pass.replay);
+      // The engine's own scratch, live for the op alone (see flash_fwd_scratch_bytes).
+      const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
+                                 {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
+      Op& o = op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse, scratch}, layer,
+                 pass.replay);
       attention_attrs(o);
       dropout_attrs(o, layer, DropoutSite::attn_probs);
     }
@@ -453,11 +456,12 @@ class Builder {
   int attention_bwd(const std::string& pre, int layer, int qkv, Core core, int dy) {
     const int dqkv = grad_of(qkv);
     if (!eager_) {
-      // fp32 scratch of the fused backward: the dq accumulator [B, A, S, D] followed by the
-      // softmax row sums [B, A, S] (what cuDNN's fused backward keeps besides its own workspace;
-      // both 256-byte aligned whenever B*A*S is a multiple of 64). The plain kernels use the first.
+      // The fused backward's scratch: what cuDNN asks for (see flash_bwd_scratch_bytes): an fp32
+      // dq accumulator [B, A, S, D] and softmax row sums [B, A, S] first, which is all the plain
+      // kernels use, then dK and dV per query head with grouped-query heads, and small change.
       const int scratch =
-          tensor(pre + "attn.flash_bwd.scratch", {B_, A_, S_, D_ + 1}, DType::f32, Role::workspace);
+          tensor(pre + "attn.flash_bwd.scratch", {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)},
+                 DType::u8, Role::workspace);
       Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
                  {dqkv, scratch}, layer);
       attention_attrs(o);

@@ -125,6 +125,23 @@ int Program::add_tensor(std::string name, std::vector<std::int64_t> shape, DType
   return tensors.back().id;
 }
 
+Bytes flash_fwd_scratch_bytes() {
+  return kFlashEngineScratch;
+}
+
+Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t heads,
+                              std::int64_t kv_heads, std::int64_t head_dim, DType storage) {
+  constexpr std::string_view what = "flash attention backward scratch";
+  const Bytes rows = checked_mul(checked_mul(batch, heads, what), seq, what);
+  Bytes total = checked_mul(checked_mul(rows, head_dim + 1, what), 4, what);
+  if (kv_heads < heads) {
+    const Bytes per_query_head = checked_mul(checked_mul(rows, head_dim, what), dtype_size(storage), what);
+    total = checked_add(total, checked_mul(2, per_query_head, what), what);
+  }
+  total = checked_add(total, checked_mul(8, batch, what), what);
+  return checked_add(total, kFlashEngineScratch, what);
+}
+
 Op& Program::add_op(OpKind kind, std::string name, std::vector<int> inputs,
                     std::vector<int> outputs) {
   for (int id : inputs)

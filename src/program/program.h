@@ -76,8 +76,10 @@ enum class OpKind : std::uint8_t {
                     // zeroes q,k)
   attn_scores_bwd,  // in: dscores, qkv, dqkv -> out: dqkv (writes the q and k parts of dqkv in
                     // place)
-  flash_fwd,        // in: qkv[B,S,Q] -> out: y[B,S,A*D], lse[B,A,S] f32   (causal, dropout p)
-  flash_bwd,        // in: dy, qkv, y, lse -> out: dqkv[B,S,Q]   (scratch: fp32 dq accumulator)
+  flash_fwd,        // in: qkv[B,S,Q] -> out: y[B,S,A*D], lse[B,A,S] f32   (causal, dropout p;
+                    // scratch: flash_fwd_scratch_bytes)
+  flash_bwd,        // in: dy, qkv, y, lse -> out: dqkv[B,S,Q]   (scratch: flash_bwd_scratch_bytes,
+                    // an fp32 dq accumulator and row sums first)
   dropout_fwd,      // in: x -> out: y, mask(u8, 1 = kept)   (y = x * mask / (1 - p); seeded by
                     // Op::seed)
   dropout_bwd,      // in: dy, mask -> out: dx
@@ -149,6 +151,22 @@ Liveness compute_liveness(const Program& program);
 // to 2^-14, at most 2^16 (PyTorch GradScaler's initial scale); 1 for fp32, tf32 and bf16, whose
 // exponent range holds the unscaled gradient.
 float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t vocab);
+
+// The scratch (role workspace) of the fused attention ops, in bytes: what cuDNN's fused attention
+// graphs ask for as their workspace (graph.get_workspace_size(), measured on an H100 with cuDNN
+// 9.14, see docs/memory-model.md), which the fused kernels' needs stay within.
+//   forward:  256 (the engine's own)
+//   backward: 4 B A S (D + 1)          fp32 dq accumulator [B,A,S,D] and softmax sums [B,A,S]
+//           + 2 B A S D storage_bytes  with grouped-query heads (K < A): dK and dV per query head,
+//                                      which the engine sums over each group
+//           + 8 B                      two int32 sequence lengths per sample (cuDNN <= 9.15 when S
+//                                      is not a multiple of 128; kept always, an upper bound)
+//           + 256
+// Throws InternalError when a product overflows 64 bits.
+inline constexpr Bytes kFlashEngineScratch = 256;
+Bytes flash_fwd_scratch_bytes();
+Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t heads,
+                              std::int64_t kv_heads, std::int64_t head_dim, DType storage);
 
 // Builds the program of one training step for cfg at cfg.batch (see build.cpp for the layout).
 // The workspace sizes come from `gemm_workspace` (cuBLASLt scratch, one tensor for the whole step).

@@ -84,7 +84,7 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& given, const SourceF
   m.fixed_overhead = device.fixed_overhead;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
   m.est_max_batch = m.estimate.max_batch(device.total);
-  if (executor) m.attention_impl = std::string(executor->attention_impl(cfg.attention));
+  if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
 
   auto fits = [&](std::int64_t batch) {
     if (starting) starting(batch);
