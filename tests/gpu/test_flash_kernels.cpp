@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -113,6 +114,10 @@ struct Case {
   std::int64_t B, S, A, K, D;
   float p;
 };
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << dtype_name(c.dtype) << " B=" << c.B << " S=" << c.S << " A=" << c.A << " K=" << c.K
+      << " D=" << c.D << " p=" << c.p;
+}
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::string(dtype_name(c.dtype)) + "_B" + std::to_string(c.B) + "_S" +
