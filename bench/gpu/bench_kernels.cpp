@@ -118,25 +118,73 @@ BENCHMARK(BM_SoftmaxForward)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// flash_fwd over qkv[B, S, (A + 2K) D]. Args: B, S, A, K, D.
+// Fused causal attention over qkv[B, S, (A + 2K) D]. Args: B, S, A, K, D, dtype. The counter is
+// the useful (causal) work: 2 B A D S (S + 1) flops forward (q k^T and p v), 2.5 times that
+// backward (the scores again, dP, dV, dK, dQ). Inputs are a constant fill: timing does not depend
+// on the values.
+struct FlashBenchBuffers {
+  FlashBenchBuffers(const FlashShape& f, DType dt)
+      : es(static_cast<std::size_t>(dtype_size(dt))),
+        qkv(es * static_cast<std::size_t>(f.batch * f.seq * f.width())),
+        dqkv(qkv.bytes()),
+        y(es * static_cast<std::size_t>(f.batch * f.seq * f.heads * f.head_dim)),
+        dy(y.bytes()),
+        lse(4 * static_cast<std::size_t>(f.batch * f.heads * f.seq)),
+        scratch(static_cast<std::size_t>(flash_bwd_scratch_bytes(f))) {
+    VB_CUDA_CHECK(cudaMemset(qkv.get(), 0x3c, qkv.bytes()));  // 0.0115 in f32 and bf16, 1.06 in f16
+    VB_CUDA_CHECK(cudaMemset(dy.get(), 0x3c, dy.bytes()));
+  }
+  std::size_t es;
+  DeviceBuffer qkv, dqkv, y, dy, lse, scratch;
+};
+FlashShape flash_bench_shape(const benchmark::State& state) {
+  return FlashShape{
+      state.range(0), state.range(1), state.range(2), state.range(3), state.range(4), 0.0f, 1};
+}
+double flash_forward_flops(const FlashShape& f) {
+  return 2.0 * double(f.batch) * double(f.heads) * double(f.head_dim) * double(f.seq) *
+         double(f.seq + 1);
+}
+
 void BM_FlashForward(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
-  FlashShape f{
-      state.range(0), state.range(1), state.range(2), state.range(3), state.range(4), 0.0f, 1};
-  const DType dt = DType::bf16;
-  const auto es = static_cast<std::size_t>(dtype_size(dt));
+  const FlashShape f = flash_bench_shape(state);
+  const DType dt = dtype_arg(state.range(5));
   Stream stream = make_stream();
-  DeviceBuffer qkv(es * static_cast<std::size_t>(f.batch * f.seq * f.width())),
-      y(es * static_cast<std::size_t>(f.batch * f.seq * f.heads * f.head_dim)),
-      lse(4 * static_cast<std::size_t>(f.batch * f.heads * f.seq));
-  VB_CUDA_CHECK(cudaMemset(qkv.get(), 0, qkv.bytes()));
+  FlashBenchBuffers b(f, dt);
   time_with_events(state, stream.get(), [&] {
-    launch_flash_fwd(dt, y.get(), lse.as<float>(), qkv.get(), f, stream.get());
+    launch_flash_fwd(dt, b.y.get(), b.lse.as<float>(), b.qkv.get(), f, stream.get());
   });
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flash_forward_flops(f), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_FlashForward)
-    ->Args({1, 1024, 12, 12, 64})
-    ->Args({1, 2048, 32, 8, 128})
+    ->Args({8, 1024, 12, 12, 64, 2})  // gpt2, bf16
+    ->Args({8, 1024, 12, 12, 64, 0})  // gpt2, fp32 (the fp32/tf32 recipes)
+    ->Args({1, 2048, 32, 8, 128, 2})  // llama-like grouped-query heads
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_FlashBackward(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const FlashShape f = flash_bench_shape(state);
+  const DType dt = dtype_arg(state.range(5));
+  Stream stream = make_stream();
+  FlashBenchBuffers b(f, dt);
+  launch_flash_fwd(dt, b.y.get(), b.lse.as<float>(), b.qkv.get(), f, stream.get());
+  time_with_events(state, stream.get(), [&] {
+    launch_flash_bwd(dt, b.dqkv.get(), b.scratch.get(), static_cast<Bytes>(b.scratch.bytes()),
+                     b.dy.get(), b.qkv.get(), b.y.get(), b.lse.as<float>(), f, stream.get());
+  });
+  state.counters["TFLOP/s"] = benchmark::Counter(2.5 * flash_forward_flops(f),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_FlashBackward)
+    ->Args({8, 1024, 12, 12, 64, 2})
+    ->Args({8, 1024, 12, 12, 64, 0})
+    ->Args({1, 2048, 32, 8, 128, 2})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

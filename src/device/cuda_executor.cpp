@@ -312,8 +312,8 @@ void CudaExecutor::run(const Args& a) {
       if (fwd)
         launch_flash_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), f, st);
       else
-        launch_flash_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]),
-                         f32(a.in[3]), f, st);
+        launch_flash_bwd(dt, a.out[0].data, a.workspace, a.workspace_bytes, cptr(a.in[0]),
+                         cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f, st);
       return;
     }
     case OpKind::dropout_fwd:
