@@ -583,21 +583,36 @@ TEST(ProgramShapes, GroupedQueryAttentionPacksFewerKeyValueHeads) {
     }
 }
 
-TEST(ProgramShapes, FlashBackwardHasFp32Scratch) {
-  RunConfig cfg = tiny_config(Arch::gpt);
-  cfg.attention = Attention::flash;
-  const Program p = build_program(cfg, 0);
-  const Op& bwd = p.ops[static_cast<std::size_t>(find_op(p, "layer0.attn.flash.bwd"))];
-  ASSERT_EQ(bwd.outputs.size(), 2u);
-  const Tensor& scratch = p.tensor(bwd.outputs.back());
-  EXPECT_EQ(scratch.name, "layer0.attn.flash_bwd.scratch");
-  EXPECT_EQ(scratch.role, Role::workspace);
-  // B=2, A=4, S=8, D=4: the fp32 dq accumulator (2*4*8*4) and the row sums (2*4*8).
-  EXPECT_EQ(scratch.bytes, (2 * 4 * 8 * 4 + 2 * 4 * 8) * 4);
-  // Workspace scratch lives for its op alone.
-  const Liveness live = compute_liveness(p);
-  EXPECT_EQ(live.alloc_at[static_cast<std::size_t>(scratch.id)],
-            live.free_after[static_cast<std::size_t>(scratch.id)]);
+TEST(ProgramShapes, FlashOpsListTheScratchCudnnAsksFor) {
+  for (Arch arch : {Arch::gpt, Arch::llama}) {
+    RunConfig cfg = tiny_config(arch);
+    cfg.attention = Attention::flash;
+    cfg.dtype = Precision::bf16;
+    const Program p = build_program(cfg, 0);
+    const Liveness live = compute_liveness(p);
+    const Op& fwd = p.ops[static_cast<std::size_t>(find_op(p, "layer0.attn.flash"))];
+    const Op& bwd = p.ops[static_cast<std::size_t>(find_op(p, "layer0.attn.flash.bwd"))];
+    ASSERT_EQ(fwd.outputs.size(), 3u);
+    ASSERT_EQ(bwd.outputs.size(), 2u);
+    const Tensor& fwd_scratch = p.tensor(fwd.outputs.back());
+    const Tensor& bwd_scratch = p.tensor(bwd.outputs.back());
+    EXPECT_EQ(fwd_scratch.name, "layer0.attn.flash.scratch");
+    EXPECT_EQ(bwd_scratch.name, "layer0.attn.flash_bwd.scratch");
+    // The engine's own 256 bytes in the forward.
+    EXPECT_EQ(fwd_scratch.bytes, 256);
+    // B=2, A=4, S=8, D=4: the fp32 dq accumulator and row sums (4 B A S (D + 1)), two int32
+    // sequence lengths per sample, the engine's 256; llama's 2 kv heads for 4 query heads add dK
+    // and dV per query head in bf16 (2 B A S D 2).
+    const Bytes gqa = arch == Arch::llama ? 2 * (2 * 4 * 8 * 4) * 2 : 0;
+    EXPECT_EQ(bwd_scratch.bytes, 4 * (2 * 4 * 8 * (4 + 1)) + 8 * 2 + 256 + gqa);
+    for (const Tensor* t : {&fwd_scratch, &bwd_scratch}) {
+      EXPECT_EQ(t->role, Role::workspace);
+      // Workspace scratch lives for its op alone.
+      EXPECT_EQ(live.alloc_at[static_cast<std::size_t>(t->id)],
+                live.free_after[static_cast<std::size_t>(t->id)])
+          << t->name;
+    }
+  }
 }
 
 TEST(ProgramPrint, ListsEveryOpAndMarksThePeak) {
