@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/units.h"
+#include "cuda/lru_cache.h"
 #include "program/program.h"
 
 namespace vrambench::cuda {
@@ -109,48 +110,6 @@ class CudnnWorkspaceTooSmall : public std::runtime_error {
 
  private:
   Bytes needed_, listed_;
-};
-
-// ---- the plan cache (pure) ---------------------------------------------------------------------
-
-// Least-recently-used map of at most `capacity` entries: built graphs hold device code and host
-// memory, and a search visits many batch sizes, so the cache must not grow with the search.
-template <typename Key, typename Value, typename Hash = std::hash<Key>>
-class LruCache {
- public:
-  explicit LruCache(std::size_t capacity) : capacity_(capacity) {
-    if (capacity == 0) throw std::invalid_argument("LruCache: capacity must be at least 1");
-  }
-  // The entry for `key` (now the most recently used), or nullptr.
-  Value* find(const Key& key) {
-    auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
-    items_.splice(items_.begin(), items_, it->second);
-    return &it->second->second;
-  }
-  // Inserts (or replaces) the entry for `key` as the most recently used, then drops the least
-  // recently used entries beyond the capacity.
-  Value& insert(const Key& key, Value value) {
-    if (auto it = index_.find(key); it != index_.end()) {
-      items_.erase(it->second);
-      index_.erase(it);
-    }
-    items_.emplace_front(key, std::move(value));
-    index_.emplace(key, items_.begin());
-    while (items_.size() > capacity_) {
-      index_.erase(items_.back().first);
-      items_.pop_back();
-    }
-    return items_.front().second;
-  }
-  std::size_t size() const { return items_.size(); }
-  std::size_t capacity() const { return capacity_; }
-
- private:
-  using Items = std::list<std::pair<Key, Value>>;  // most recently used first
-  std::size_t capacity_;
-  Items items_;
-  std::unordered_map<Key, typename Items::iterator, Hash> index_;
 };
 
 // ---- graphs without a device -------------------------------------------------------------------

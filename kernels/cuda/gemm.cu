@@ -240,8 +240,8 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
                          pointer_alignment(bias)};
   const auto key =
       std::tuple(plan.key(), static_cast<int>(math), bias != nullptr, workspace_bytes, align);
-  auto it = cache_.find(key);
-  if (it == cache_.end()) {
+  Entry* cached = cache_.find(key);
+  if (cached == nullptr) {
     Entry entry{make_gemm_descriptors(plan, math, bias != nullptr), {}, 0};
     cublasLtMatmulPreference_t pref_raw = nullptr;
     VB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
@@ -270,9 +270,9 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
                                " GEMM (batch " + std::to_string(plan.batch) + ")");
     entry.algo = result.algo;
     entry.workspace_needed = static_cast<Bytes>(result.workspaceSize);
-    it = cache_.emplace(key, std::move(entry)).first;
+    cached = &cache_.insert(key, std::move(entry));
   }
-  Entry& e = it->second;
+  Entry& e = *cached;
   if (bias != nullptr)
     VB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         e.desc.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

@@ -8,12 +8,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
 #include <tuple>
 
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/units.h"
+#include "cuda/lru_cache.h"
 #include "cuda/owners.h"
 #include "cuda/types.h"
 
@@ -117,7 +117,13 @@ class GemmRunner {
   };
   CublasLtHandle handle_;
   using Alignments = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
-  std::map<std::tuple<decltype(GemmPlan{}.key()), int, bool, Bytes, Alignments>, Entry> cache_;
+  using Key = std::tuple<decltype(GemmPlan{}.key()), int, bool, Bytes, Alignments>;
+  LruCache<Key, Entry, TupleHash> cache_{kGemmPlanCacheEntries};
+
+ public:
+  // Plans kept: every GEMM of a few trials' steps, whatever the number of batch sizes searched.
+  static constexpr std::size_t kGemmPlanCacheEntries = 512;
+  std::size_t cached_plans() const { return cache_.size(); }
 };
 
 // db[o] = sum over rows of dy[rows, cols] (column o); added to db when accumulate. A two-stage

@@ -3,11 +3,19 @@
 // pointer offsets) and compared with the op's definition; descriptors are created and read back.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/lru_cache.h"
+#include "cuda/owners.h"
+#include "device/cuda_device.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -277,6 +285,70 @@ TEST(GemmPlans, OperandAlignmentCountsLeadingDimensionAndStride) {
   // A batch stride counts only when batched.
   EXPECT_EQ(operand_alignment(buffer, 768, 4, 1001, 2), 2u);
   EXPECT_EQ(operand_alignment(buffer, 768, 1, 1001, 2), 256u);
+}
+
+}  // namespace
+}  // namespace vrambench::cuda
+
+namespace vrambench::cuda {
+namespace {
+
+// The plan caches are bounded: least recently used first out, whatever the key's shape.
+TEST(PlanCache, KeepsTheMostRecentlyUsedWithinItsCapacity) {
+  using Key = std::tuple<std::tuple<bool, std::int64_t, float>, int>;
+  LruCache<Key, int, TupleHash> cache(3);
+  for (int i = 0; i < 3; ++i) cache.insert({{i % 2 == 0, i, 1.0f}, i}, i);
+  ASSERT_NE(cache.find({{true, 0, 1.0f}, 0}), nullptr);  // 0 is now the most recent
+  cache.insert({{true, 3, 1.0f}, 3}, 3);                  // evicts 1, the least recent
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.find({{false, 1, 1.0f}, 1}), nullptr);
+  ASSERT_NE(cache.find({{true, 0, 1.0f}, 0}), nullptr);
+  EXPECT_EQ(*cache.find({{true, 0, 1.0f}, 0}), 0);
+  EXPECT_EQ(*cache.find({{true, 3, 1.0f}, 3}), 3);
+  // Keys that differ in one nested field hash apart (no collision among these few).
+  const TupleHash hash;
+  EXPECT_NE(hash(Key{{true, 5, 1.0f}, 0}), hash(Key{{true, 5, 0.5f}, 0}));
+  EXPECT_NE(hash(Key{{true, 5, 1.0f}, 0}), hash(Key{{false, 5, 1.0f}, 0}));
+  EXPECT_NE(hash(Key{{true, 5, 1.0f}, 0}), hash(Key{{true, 5, 1.0f}, 1}));
+}
+
+// More distinct GEMMs than the cache holds: it stays at its bound, and a plan evicted and built
+// again still computes the right product.
+TEST(GemmRunnerCache, StaysBoundedAndRebuildsEvictedPlans) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  const std::size_t shapes = GemmRunner::kGemmPlanCacheEntries + 88;
+  const std::int64_t In = 8, Out = 8, max_M = static_cast<std::int64_t>(shapes);
+  std::vector<float> x(static_cast<std::size_t>(max_M * In)), w(static_cast<std::size_t>(Out * In));
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  DeviceBuffer dx(x.size() * 4), dw(w.size() * 4), dy(static_cast<std::size_t>(max_M * Out) * 4),
+      ws(static_cast<std::size_t>(4 * MiB));
+  ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw.get(), w.data(), w.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  GemmRunner runner;
+  auto product = [&](std::int64_t M) {
+    runner.run(plan_linear_fwd(M, In, Out), GemmMath::fp32, dw.get(), dx.get(), dy.get(), nullptr,
+               ws.get(), 4 * MiB, nullptr);
+    std::vector<float> y(static_cast<std::size_t>(M * Out));
+    EXPECT_EQ(cudaMemcpy(y.data(), dy.get(), y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    double worst = 0;
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t o = 0; o < Out; ++o) {
+        double want = 0;
+        for (std::int64_t k = 0; k < In; ++k)
+          want += double(x[static_cast<std::size_t>(m * In + k)]) *
+                  double(w[static_cast<std::size_t>(o * In + k)]);
+        worst = std::max(worst, std::fabs(want - y[static_cast<std::size_t>(m * Out + o)]));
+      }
+    return worst;
+  };
+  for (std::int64_t M = 1; M <= max_M; ++M) product(M);
+  EXPECT_EQ(runner.cached_plans(), GemmRunner::kGemmPlanCacheEntries);
+  EXPECT_LT(product(1), 1e-4) << "M=1 was evicted and built again";
+  EXPECT_EQ(runner.cached_plans(), GemmRunner::kGemmPlanCacheEntries);
 }
 
 }  // namespace
