@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/require_gpu.h"
 #include "cpu/executor.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
@@ -22,11 +23,6 @@
 namespace vrambench {
 namespace {
 
-#define VB_REQUIRE_GPU()                                    \
-  do {                                                      \
-    std::string vb_why_;                                    \
-    if (!cuda_available(&vb_why_)) GTEST_SKIP() << vb_why_; \
-  } while (0)
 
 TEST(CudaDevice, AvailabilityExplainsItselfWhenFalse) {
   std::string why;

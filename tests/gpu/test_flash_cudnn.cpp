@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/require_gpu.h"
 #include "core/config.h"
 #include "cpu/attention.h"
 #include "cuda/check.h"
@@ -264,13 +265,6 @@ TEST(CudnnFrontendErrors, AllocationFailuresAreOutOfMemory) {
 
 // ---- on a GPU ----------------------------------------------------------------------------------
 
-#define VB_REQUIRE_GPU()             \
-  do {                               \
-    std::string vb_why_;             \
-    if (!cuda_available(&vb_why_)) { \
-      GTEST_SKIP() << vb_why_;       \
-    }                                \
-  } while (0)
 
 // Deterministic values in [-1, 1), rounded to `dt` so that the GPU and the CPU read the same.
 float round_to(float v, DType dt) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/require_gpu.h"
 #include "cpu/attention.h"
 #include "cuda/check.h"
 #include "cuda/flash.h"
@@ -187,8 +188,7 @@ void forward_and_backward(const Case& c, unsigned seed) {
 class FlashKernels : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashKernels, MatchTheCpuReferenceOnAGpu) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  VB_REQUIRE_GPU();
   const Case c = GetParam();
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("input seed " + std::to_string(seed));
@@ -215,8 +215,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // B * A = 70400 blocks in the first grid dimension for the forward and dQ, as many for dK/dV.
 TEST(FlashKernelsGrid, MoreThan65535Blocks) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  VB_REQUIRE_GPU();
   const Case c{DType::bf16, 1100, 2, 64, 64, 32, 0.0f};
   const FlashShape s{c.B, c.S, c.A, c.K, c.D, c.p, 0};
   ASSERT_GT(flash_launch(FlashKernel::forward, s).blocks, 65535);

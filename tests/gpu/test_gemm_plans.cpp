@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpu/require_gpu.h"
 #include "cuda/gemm.h"
 #include "cuda/lru_cache.h"
 #include "cuda/owners.h"
@@ -315,8 +316,7 @@ TEST(PlanCache, KeepsTheMostRecentlyUsedWithinItsCapacity) {
 // More distinct GEMMs than the cache holds: it stays at its bound, and a plan evicted and built
 // again still computes the right product.
 TEST(GemmRunnerCache, StaysBoundedAndRebuildsEvictedPlans) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  VB_REQUIRE_GPU();
   const std::size_t shapes = GemmRunner::kGemmPlanCacheEntries + 88;
   const std::int64_t In = 8, Out = 8, max_M = static_cast<std::int64_t>(shapes);
   std::vector<float> x(static_cast<std::size_t>(max_M * In)), w(static_cast<std::size_t>(Out * In));

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gpu/require_gpu.h"
 #include "cuda/check.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
@@ -54,8 +55,7 @@ using HalfTypes = ::testing::Types<__nv_bfloat16, __half>;
 TYPED_TEST_SUITE(LmHeadGemm, HalfTypes);
 
 TYPED_TEST(LmHeadGemm, ForwardAndBackwardAtVocabulary50257) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  VB_REQUIRE_GPU();
   using T = TypeParam;
   const GemmMath math = std::is_same_v<T, __half> ? GemmMath::fp16 : GemmMath::bf16;
   const double rtol = std::is_same_v<T, __half> ? 2e-3 : 1.6e-2;

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gpu/require_gpu.h"
 #include "cpu/attention.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/optimizer.h"
@@ -28,11 +29,6 @@
 namespace vrambench::cuda {
 namespace {
 
-#define VB_REQUIRE_GPU()                                    \
-  do {                                                      \
-    std::string vb_why_;                                    \
-    if (!cuda_available(&vb_why_)) GTEST_SKIP() << vb_why_; \
-  } while (0)
 
 template <typename T>
 constexpr DType dtype_of() {
