@@ -194,9 +194,7 @@ TEST(Cli, AHangingTrialTimesOutIntoARowAndTheSweepGoesOn) {
   for (const std::string& row : rows)
     EXPECT_NE(row.find("timeout: the trial at batch 1 ran over 0.5 s"), std::string::npos) << row;
   EXPECT_NE(run.out.find("2 timed out"), std::string::npos) << run.out;
-  // Not a terminal: one progress line per configuration, naming it.
-  EXPECT_NE(run.err.find("[1/2] seq=64: timeout"), std::string::npos) << run.err;
-  EXPECT_NE(run.err.find("[2/2] seq=128: timeout"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err, "") << "stderr is not a terminal: no progress line";
   EXPECT_EQ(vrambench("--trial-timeout 0 --preset tiny").exit_code, 2);
   EXPECT_EQ(vrambench("--trial-timeout soon --preset tiny").exit_code, 2);
   fs::remove_all(dir);
@@ -230,10 +228,6 @@ TEST(Cli, CpuDeviceMeasuresNextToEstAndSim) {
   EXPECT_NE(run.out.find("meas vs sim peak: median |diff| 0.0%, max |diff| 0.0%"),
             std::string::npos)
       << run.out;
-  // In a log, a line per trial of a device that executes, and one per configuration.
-  EXPECT_NE(run.err.find("[1/2] seq=16: batch "), std::string::npos) << run.err;
-  EXPECT_NE(run.err.find("[2/2] seq=32: max batch " + csv[2][meas] + " ("), std::string::npos)
-      << run.err;
 
   // Allocation alone (no kernels) gives the same max batch: sizes never depend on values.
   const CommandResult alloc_only =

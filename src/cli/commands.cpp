@@ -126,10 +126,8 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const std::vector<DeviceSpec> devices = resolve_devices(grid);
   const std::string measured = devices.front().kind == DeviceKind::sim ? "sim" : "meas";
   const SearchLimits limits{options.max_batch};
-  // On a terminal one line is rewritten after every trial; in a log (stderr not a terminal) a line
-  // per trial on devices that execute (seconds each) and one per configuration.
-  const bool terminal = stderr_is_terminal();
-  const bool progress = !options.quiet;
+  // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
+  const bool progress = !options.quiet && stderr_is_terminal();
 
   // On a real device each row also gets the sim replay of the same configuration.
   const bool with_sim = measured != "sim";
@@ -145,21 +143,18 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     const RunConfig& cfg = grid.configs[i];
     const DeviceSpec& device = devices[i];
     const std::string point = describe_point(cfg, grid.varying);
-    if (progress && terminal)
+    if (progress)
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(), point.c_str());
     int trials_so_far = 0;
     const auto config_start = std::chrono::steady_clock::now();
     const auto elapsed = [&] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - config_start).count();
     };
-    const bool executes = device.kind != DeviceKind::sim && !options.no_execute;
     const TrialObserver observe = [&, i](std::int64_t batch, const TrialResult& result) {
       ++trials_so_far;
-      if (!terminal && !executes) return;
-      std::fprintf(stderr, "%s[%zu/%zu] %s: batch %lld %s (trial %d, %.1f s)%s",
-                   terminal ? "\r\033[K" : "", i + 1, grid.configs.size(), point.c_str(),
-                   static_cast<long long>(batch), result.fit ? "fits" : "out of memory",
-                   trials_so_far, elapsed(), terminal ? "" : "\n");
+      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s: batch %lld %s (trial %d, %.1f s)", i + 1,
+                   grid.configs.size(), point.c_str(), static_cast<long long>(batch),
+                   result.fit ? "fits" : "out of memory", trials_so_far, elapsed());
     };
     const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
     const ExecutorFactory executors = executors_for(device, !options.no_execute, options.flash_impl);
@@ -181,12 +176,6 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     }
     Measurement& m = *measured_row;
     total_trials += static_cast<std::int64_t>(m.search.trials.size());
-    if (progress && !terminal)
-      std::fprintf(stderr, "[%zu/%zu] %s: %s (%zu trials, %.1f s)\n", i + 1, grid.configs.size(),
-                   point.c_str(),
-                   m.reason.empty() ? fmt::format("max batch {}", m.search.max_batch).c_str()
-                                    : m.reason.c_str(),
-                   m.search.trials.size(), elapsed());
     std::optional<Measurement> sim;
     if (with_sim) {
       // The sim replays the same step with the fixed overhead the device measured for this row
@@ -209,7 +198,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     results.push_back(std::move(m));
     if (sim) sims.push_back(std::move(*sim));
   }
-  if (progress && terminal) std::fprintf(stderr, "\r\033[K");
+  if (progress) std::fprintf(stderr, "\r\033[K");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
