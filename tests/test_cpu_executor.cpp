@@ -62,6 +62,31 @@ TEST(CpuExecutor, LinearStoresRoundedToBf16AndIgnoresWorkspace) {
     }
 }
 
+// Weights start N(0, 0.02): the sample moments of 200000 draws are within a few standard errors
+// of it (the error of the mean is 0.02 / sqrt(n) ~ 4.5e-5), values are bounded by the Irwin-Hall
+// construction (|v| <= 6 * 0.02), and the tails are there (beyond 3 sigma: about 0.3%).
+TEST(CpuExecutor, WeightsStartNormalWithStandardDeviationPointZeroTwo) {
+  const std::int64_t n = 200000;
+  double sum = 0, squares = 0, largest = 0;
+  std::int64_t beyond_three_sigma = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = initial_weight_value(9, "layer0.mlp.fc.w", i);
+    sum += v;
+    squares += v * v;
+    largest = std::max(largest, std::fabs(v));
+    beyond_three_sigma += std::fabs(v) > 0.06;
+  }
+  const double mean = sum / n, sd = std::sqrt(squares / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 2.5e-4);
+  EXPECT_NEAR(sd, 0.02, 2e-4);
+  EXPECT_LE(largest, 0.12 + 1e-6);
+  EXPECT_GT(largest, 0.07);
+  EXPECT_NEAR(static_cast<double>(beyond_three_sigma) / n, 0.0027, 0.001);
+  // Another stream (name) draws other values.
+  EXPECT_NE(initial_weight_value(9, "layer0.mlp.fc.w", 0),
+            initial_weight_value(9, "layer0.mlp.proj.w", 0));
+}
+
 TEST(CpuExecutor, GeluStoresRoundedToFp16) {
   Program p;
   const int x = p.add_tensor("x", {16}, DType::f16, Role::input);

@@ -4,7 +4,6 @@
 // cuda devices start a step from the same values without copying them from the host.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "common/math.h"
@@ -21,20 +20,22 @@ enum class InitKind : std::uint8_t {
 
 struct InitRule {
   InitKind kind = InitKind::zeros;
-  float value = 0.0f;               // constant: the value; normal: the scale
-  std::uint64_t stream = 0;         // normal, token_ids: the counter stream
-  std::uint64_t vocab = 1;          // token_ids
+  float value = 0.0f;                // constant: the value; normal: the scale
+  std::uint64_t stream = 0;          // normal, token_ids: the counter stream
+  std::uint64_t vocab = 1;           // token_ids
   DType round_through = DType::f32;  // a master weight holds its weight's value as the weight
                                      // stores it: rounded to this dtype first
 };
 
-// Standard normal from two counter-based uniforms (Box-Muller in double), deterministic per
-// (stream, i).
+// An approximately standard normal value, deterministic per (stream, i) and bit-identical on the
+// host and the GPU: the Irwin-Hall sum of twelve uniforms of 24 bits each (mean 6, variance 1),
+// summed as integers and converted once, so no transcendental function (whose last bit differs
+// between libraries) is involved. Bounded to [-6, 6], which a weight initialisation never misses.
 VB_HD inline float standard_normal(std::uint64_t stream, std::int64_t i) {
-  const auto idx = static_cast<std::uint64_t>(i);
-  const double u1 = (static_cast<double>(hash64(stream, 2 * idx) >> 11) + 1.0) * 0x1p-53;
-  const double u2 = static_cast<double>(hash64(stream, 2 * idx + 1) >> 11) * 0x1p-53;
-  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  const auto first = static_cast<std::uint64_t>(i) * 12;
+  std::uint64_t sum = 0;
+  for (std::uint64_t k = 0; k < 12; ++k) sum += hash64(stream, first + k) >> 40;
+  return static_cast<float>(static_cast<double>(sum) * 0x1p-24 - 6.0);
 }
 
 // Element i under `rule`, before it is stored in the tensor's dtype (token ids as their value).
