@@ -18,18 +18,18 @@ import re
 import sys
 import time
 
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
-                           "torch_reference.json")
+DEFAULT_OUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                            "tests", "data", "torch_reference.json"))
 
 # The versions the committed JSON was measured with; another version may legitimately differ.
 PINNED = "torch==2.15.0 transformers==5.23.0 peft==0.21.2"
 
 EXAMPLES = f"""
 examples:
-  measure everything and (re)write tests/data/torch_reference.json (about 20 minutes on 2 cores):
-    /work/venv-torch/bin/python scripts/torch_reference.py
+  measure everything and (re)write tests/data/torch_reference.json (about 40 minutes on 2 cores):
+    ~/venv-torch/bin/python scripts/torch_reference.py
   re-measure and compare with the committed JSON, exit 1 on any byte of difference:
-    /work/venv-torch/bin/python scripts/torch_reference.py --check
+    ~/venv-torch/bin/python scripts/torch_reference.py --check
   only some rows: every space-separated term is a regular expression that must match one
   field of the row id in full (field=value, as printed in the progress lines):
     scripts/torch_reference.py --check --only 'model=gpt2 seq=1024'
@@ -38,8 +38,8 @@ examples:
   row id fields: model dtype attention checkpointing dropout seq optimizer adapter loop batch
 
 setup (torch is never needed by the build or the tests; keep it out of the repository):
-  python3 -m venv /work/venv-torch
-  /work/venv-torch/bin/pip install {PINNED}
+  python3 -m venv ~/venv-torch
+  ~/venv-torch/bin/pip install {PINNED}
 """
 
 
@@ -58,8 +58,8 @@ except ImportError as e:
         torch = None  # --help works without torch
     else:
         fail(f"{e.name or e} is not importable ({e}); install into a virtual environment outside the "
-             f"repository: python3 -m venv /work/venv-torch && /work/venv-torch/bin/pip install "
-             f"{PINNED}, then run /work/venv-torch/bin/python scripts/torch_reference.py")
+             f"repository: python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install "
+             f"{PINNED}, then run ~/venv-torch/bin/python scripts/torch_reference.py")
 
 # ---------------------------------------------------------------------------------------------
 # The grid.
@@ -89,8 +89,8 @@ SEQS = [512, 2048]
 OPTIMIZERS = ["adamw", "none"]
 BATCHES = [1, 2, 4]
 
-# The team's earlier per-sample activation figures are for gpt2 at S=1024; these rows sit beside
-# them (dtype, attention, checkpointing, dropout).
+# The project's earlier per-sample activation figures are for gpt2 at S=1024; these rows sit
+# beside them (dtype, attention, checkpointing, dropout).
 COMPARISON_S1024 = [
     ("fp32", "eager", "off", 0.0),
     ("fp32", "eager", "off", 0.1),
