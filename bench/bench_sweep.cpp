@@ -25,14 +25,14 @@ std::vector<RunConfig> hundred_configs() {
 void BM_SimSweep100(benchmark::State& state) {
   const std::vector<RunConfig> grid = hundred_configs();
   const GpuProfile& profile = find_gpu_profile("h100-80gb");
-  DeviceSpec device;
+  DeviceInfo device;
   device.total = profile.total;
   device.fixed_overhead = profile.context_overhead;
   device.gemm_workspace = profile.gemm_workspace();
   std::int64_t trials = 0;
   for (auto _ : state) {
     for (const RunConfig& cfg : grid) {
-      const Measurement m = measure(cfg, device, virtual_sources(), {}, {});
+      const Measurement m = measure(cfg, simulated(device), {});
       trials += static_cast<std::int64_t>(m.search.trials.size());
       benchmark::DoNotOptimize(m.search.max_batch);
     }

@@ -9,9 +9,10 @@
 
 #include "common/math.h"
 #include "core/error.h"
-#include "cpu/executor.h"
-#include "cpu/host_runner.h"
-#include "device/cpu_source.h"
+#include "device/cpu_executor.h"
+#include "device/host_runner.h"
+#include "device/init.h"
+#include "device/sources.h"
 
 namespace vrambench {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "common/math.h"
 #include "core/presets.h"
-#include "cpu/executor.h"
-#include "cpu/host_runner.h"
+#include "device/cpu_executor.h"
+#include "device/host_runner.h"
 #include "program/program.h"
 
 namespace vrambench {

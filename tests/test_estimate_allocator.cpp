@@ -35,8 +35,7 @@ GridError grid_error(AllocatorKind allocator) {
         cfg.recompute = recompute;
         cfg.allocator = allocator;
         cfg.device = "sim:h100-80gb";
-        const DeviceSpec device = resolve_host_device(cfg, "", nullptr);
-        const Measurement m = measure(cfg, device, virtual_sources(), {}, {});
+        const Measurement m = measure(cfg, make_device(cfg), {});
         const double err = m.relative_error();
         SCOPED_TRACE(to_string(attention));
         EXPECT_GT(m.search.max_batch, 0) << "S=" << S << " " << to_string(recompute);

@@ -1,6 +1,5 @@
 // The child-process isolation of a configuration: results survive the pipe, crashes become rows.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -22,8 +21,8 @@ RunConfig small_config() {
   return cfg;
 }
 
-DeviceSpec small_device() {
-  DeviceSpec d;
+DeviceInfo small_device() {
+  DeviceInfo d;
   d.kind = DeviceKind::sim;
   d.label = "sim test";
   d.total = 64 * MiB;
@@ -34,8 +33,8 @@ DeviceSpec small_device() {
 
 TEST(Isolate, ChildResultEqualsInProcessResult) {
   const RunConfig cfg = small_config();
-  const Measurement direct = measure(cfg, small_device(), virtual_sources(), {}, {});
-  const Measurement child = measure_isolated(cfg, small_device(), virtual_sources(), {}, {});
+  const Measurement direct = measure(cfg, simulated(small_device()), {});
+  const Measurement child = measure_isolated(cfg, simulated(small_device()), {});
   ASSERT_GT(direct.search.max_batch, 0);
   EXPECT_EQ(child.search.max_batch, direct.search.max_batch);
   EXPECT_EQ(child.search.trials.size(), direct.search.trials.size());
@@ -52,7 +51,7 @@ TEST(Isolate, ChildResultEqualsInProcessResult) {
 
 TEST(Isolate, ObserverSeesEveryTrialInSearchOrder) {
   std::vector<Probe> seen;
-  const Measurement m = measure(small_config(), small_device(), virtual_sources(), {}, {},
+  const Measurement m = measure(small_config(), simulated(small_device()), {},
                                 [&](std::int64_t batch, const TrialResult& r) {
                                   seen.push_back({batch, r.fit});
                                 });
@@ -65,24 +64,14 @@ TEST(Isolate, ObserverSeesEveryTrialInSearchOrder) {
 
 TEST(Isolate, JsonRoundTripKeepsEveryField) {
   const RunConfig cfg = small_config();
-  const Measurement m = measure(cfg, small_device(), virtual_sources(), {}, {});
+  const Measurement m = measure(cfg, simulated(small_device()), {});
   const Measurement back = measurement_from_json(to_json(m), cfg);
   EXPECT_EQ(to_json(back), to_json(m));
 }
 
-TEST(Isolate, RunInChildReturnsTheAnswerOrWhyNot) {
-  std::string why;
-  EXPECT_EQ(run_in_child([] { return std::string("forty-two"); }, &why), "forty-two");
-  EXPECT_EQ(run_in_child([]() -> std::string { throw std::runtime_error("no driver"); }, &why),
-            std::nullopt);
-  EXPECT_EQ(why, "failed: no driver");
-  EXPECT_EQ(run_in_child([]() -> std::string { std::abort(); }, &why), std::nullopt);
-  EXPECT_NE(why.find("signal 6"), std::string::npos) << why;
-}
-
 TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
   const Measurement m =
-      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::abort);
+      measure_isolated(small_config(), simulated(small_device()), {}, Fault::abort);
   EXPECT_NE(m.reason.find("crashed: signal 6"), std::string::npos) << m.reason;
   EXPECT_EQ(m.search.max_batch, 0);
   EXPECT_TRUE(m.search.trials.empty());
@@ -91,63 +80,32 @@ TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
 
 TEST(Isolate, SegfaultAndNonZeroExitAreReported) {
   const Measurement segv =
-      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::segfault);
+      measure_isolated(small_config(), simulated(small_device()), {}, Fault::segfault);
   EXPECT_NE(segv.reason.find("signal 11"), std::string::npos) << segv.reason;
-  const Measurement exited = measure_isolated(small_config(), small_device(), virtual_sources(), {},
-                                              {}, Fault::exit_nonzero);
+  const Measurement exited =
+      measure_isolated(small_config(), simulated(small_device()), {}, Fault::exit_nonzero);
   EXPECT_NE(exited.reason.find("exit code 3"), std::string::npos) << exited.reason;
   const Measurement silent =
-      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::hang_up);
+      measure_isolated(small_config(), simulated(small_device()), {}, Fault::hang_up);
   EXPECT_NE(silent.reason.find("no result"), std::string::npos) << silent.reason;
 }
 
 TEST(Isolate, AHangingTrialIsStoppedAndNamed) {
-  const Measurement m = measure_isolated(small_config(), small_device(), virtual_sources(), {}, {},
-                                         Fault::hang, {}, 0.5);
+  const Measurement m =
+      measure_isolated(small_config(), simulated(small_device()), {}, Fault::hang, {}, 0.5);
   EXPECT_EQ(m.reason, "timeout: the trial at batch 1 ran over 0.5 s");
   EXPECT_EQ(m.search.max_batch, 0);
   EXPECT_GT(m.est_max_batch, 0);  // the row keeps its estimate
 }
 
-TEST(Isolate, SilenceIsMeasuredBetweenMessagesNotOverTheWholeRun) {
-  // 6 messages 0.1 s apart take 0.6 s in all, longer than the limit of 0.4 s, but the child is
-  // never silent for that long.
-  std::vector<int> seen;
-  ChildWatch watch;
-  watch.silence_limit_seconds = 0.4;
-  watch.on_message = [&](const nlohmann::json& m) { seen.push_back(m.get<int>()); };
-  std::string why;
-  const auto chatty = run_in_child(
-      [](const ChildSend& send) {
-        for (int i = 0; i < 6; ++i) {
-          ::usleep(100000);
-          send(i);
-        }
-        return std::string("done");
-      },
-      watch, &why);
-  EXPECT_EQ(chatty, "done") << why;
-  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4, 5}));
-
-  const auto silent = run_in_child(
-      [](const ChildSend& send) {
-        send(0);
-        ::sleep(30);
-        return std::string("too late");
-      },
-      watch, &why);
-  EXPECT_EQ(silent, std::nullopt);
-  EXPECT_EQ(why, "timeout: no word from the child for 0.4 s");
-}
-
 TEST(Isolate, IsolatedTrialsAreReportedToTheParentAsTheyFinish) {
   std::vector<Probe> seen;
-  const Measurement m =
-      measure_isolated(small_config(), small_device(), virtual_sources(), {}, {}, Fault::none,
-                       [&](std::int64_t batch, const TrialResult& r) {
-                         seen.push_back({batch, r.fit});
-                       },
-                       60);
+  const Measurement m = measure_isolated(
+      small_config(), simulated(small_device()), {}, Fault::none,
+      [&](std::int64_t batch, const TrialResult& r) {
+        seen.push_back({batch, r.fit});
+      },
+      60);
   ASSERT_TRUE(m.reason.empty()) << m.reason;
   ASSERT_EQ(seen.size(), m.search.trials.size());
   for (std::size_t i = 0; i < seen.size(); ++i) {

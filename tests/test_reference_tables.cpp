@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/gpu.h"
 #include "cli/options.h"
+#include "device/device.h"
 #include "search/measure.h"
 
 namespace vrambench {
@@ -77,8 +77,7 @@ TEST_P(ReferenceTables, EveryRowIsReproduced) {
                     est_peak = column(table, "est_peak_bytes");
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     const RunConfig& cfg = grid.configs[r];
-    const DeviceSpec device = resolve_device(cfg, nullptr);
-    const Measurement m = measure(cfg, device, virtual_sources(), {}, {});
+    const Measurement m = measure(cfg, make_device(cfg), {});
     const std::vector<std::string>& row = table.rows[r];
     SCOPED_TRACE(GetParam() + std::string(" row ") + std::to_string(r + 1));
     EXPECT_EQ(std::to_string(m.est_max_batch), row[est]);

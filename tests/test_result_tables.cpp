@@ -10,9 +10,9 @@
 namespace vrambench {
 namespace {
 
-DeviceSpec h100() {
+DeviceInfo h100() {
   const GpuProfile& p = find_gpu_profile("h100-80gb");
-  DeviceSpec d;
+  DeviceInfo d;
   d.total = p.total;
   d.fixed_overhead = p.context_overhead;
   d.gemm_workspace = p.gemm_workspace();
@@ -32,7 +32,7 @@ TEST(ResultTables, ModelStateIsSixteenBytesPerParameterForMixedAdamW) {
   cfg.model = find_preset("gpt2").model;
   cfg.dtype = Precision::bf16;
   cfg.optimizer = Optimizer::adamw;
-  const DeviceSpec d = h100();
+  const DeviceInfo d = h100();
   const Breakdown b = analyze(cfg, {d.fixed_overhead, d.gemm_workspace});
   const Table t = estimate_table({}, false);
   const std::vector<Cell> row = estimate_row(cfg, b, {}, d, false);
@@ -46,10 +46,10 @@ TEST(ResultTables, SearchRowComparesAtTheMaxBatch) {
   RunConfig cfg;
   cfg.model = find_preset("tiny").model;
   cfg.seq = 64;
-  DeviceSpec d;
+  DeviceInfo d;
   d.total = 64 * MiB;
   d.fixed_overhead = 8 * MiB;
-  const Measurement m = measure(cfg, d, virtual_sources(), {}, {});
+  const Measurement m = measure(cfg, simulated(d), {});
   ASSERT_GT(m.search.max_batch, 0);
   const Table t = search_table({"seq"}, "sim");
   const std::vector<Cell> row = search_row(m, {"seq"});
@@ -69,13 +69,13 @@ TEST(ResultTables, SearchRowComparesAtTheMaxBatch) {
 TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrors) {
   RunConfig cfg;
   cfg.model = find_preset("tiny").model;
-  DeviceSpec d;
+  DeviceInfo d;
   d.total = 64 * MiB;
   d.fixed_overhead = 8 * MiB;
   std::vector<Measurement> rows;
   for (std::int64_t seq : {32, 64, 128}) {
     cfg.seq = seq;
-    rows.push_back(measure(cfg, d, virtual_sources(), {}, {}));
+    rows.push_back(measure(cfg, simulated(d), {}));
   }
   const ErrorSummary s = summarize_errors(rows);
   ASSERT_EQ(s.compared, 3);

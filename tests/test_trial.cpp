@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "device/sources.h"
 #include "search/search.h"
 #include "search/trial.h"
 

@@ -11,10 +11,11 @@
 #include <map>
 #include <optional>
 
-#include "cli/gpu.h"
 #include "core/error.h"
 #include "core/fields.h"
 #include "core/presets.h"
+#include "device/device.h"
+#include "device/gpu.h"
 #include "estimate/estimate.h"
 #include "program/print.h"
 #include "program/program.h"
@@ -26,18 +27,18 @@
 namespace vrambench {
 namespace {
 
-// Resolves the device of every grid point up front, so a bad device fails before any output.
-// Each distinct (device, vram) is resolved once: on a GPU that takes a child process and a context.
-std::vector<DeviceSpec> resolve_devices(const Grid& grid) {
-  std::vector<DeviceSpec> devices;
-  std::map<std::pair<std::string, Bytes>, DeviceSpec> resolved;
+// Makes the device of every grid point up front, so a bad device fails before any output. Each
+// distinct (device, vram) is made once: on a GPU that takes a child process and a context.
+std::vector<Device> make_devices(const Grid& grid, const DeviceOptions& options) {
+  std::vector<Device> devices;
+  std::map<std::pair<std::string, Bytes>, Device> made;
   std::string note;
   for (const RunConfig& cfg : grid.configs) {
     const std::pair<std::string, Bytes> key{cfg.device, cfg.vram};
-    auto it = resolved.find(key);
-    if (it == resolved.end()) {
+    auto it = made.find(key);
+    if (it == made.end()) {
       std::string this_note;
-      it = resolved.emplace(key, resolve_device(cfg, &this_note)).first;
+      it = made.emplace(key, make_device(cfg, options, &this_note)).first;
       if (note.empty()) note = this_note;
     }
     devices.push_back(it->second);
@@ -46,10 +47,22 @@ std::vector<DeviceSpec> resolve_devices(const Grid& grid) {
   return devices;
 }
 
-std::string device_label(const std::vector<DeviceSpec>& devices) {
-  for (const DeviceSpec& d : devices)
-    if (d.label != devices.front().label) return "several (see the device and vram columns)";
-  return devices.front().label;
+std::string device_label(const std::vector<Device>& devices) {
+  for (const Device& d : devices)
+    if (d.info.label != devices.front().info.label)
+      return "several (see the device and vram columns)";
+  return devices.front().info.label;
+}
+
+template <typename E>
+E choice_of(std::span<const std::pair<std::string_view, E>> names, const std::string& text,
+            std::string_view option) {
+  std::string allowed;
+  for (const auto& [name, value] : names) {
+    if (name == text) return value;
+    allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", name);
+  }
+  throw UsageError(fmt::format("invalid --{} '{}': use {}", option, text, allowed));
 }
 
 std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
@@ -63,6 +76,28 @@ bool stderr_is_terminal() {
   return isatty(STDERR_FILENO) != 0;
 }
 
+// `vrambench devices`: the detected GPUs (none without one).
+Table gpu_table() {
+  Table t;
+  t.columns = {{"device", "device", CellKind::text},
+               {"name", "name", CellKind::text},
+               {"compute_capability", "cc", CellKind::text},
+               {"total_bytes", "total", CellKind::bytes},
+               {"free_bytes", "free", CellKind::bytes},
+               {"driver", "driver", CellKind::integer},
+               {"cuda_runtime", "CUDA runtime", CellKind::text},
+               {"cublaslt", "cuBLASLt", CellKind::text},
+               {"cudnn", "cuDNN", CellKind::text}};
+  for (const CudaDeviceInfo& d : list_gpus())
+    t.add_row({Cell::of_text(fmt::format("cuda:{}", d.ordinal)), Cell::of_text(d.name),
+               Cell::of_text(fmt::format("{}.{}", d.cc_major, d.cc_minor)),
+               Cell::of_bytes(d.total_memory), Cell::of_bytes(d.free_memory),
+               Cell::of_int(d.driver_version), Cell::of_text(d.libraries.runtime_text()),
+               Cell::of_text(d.libraries.cublaslt_text()),
+               Cell::of_text(d.libraries.cudnn_text())});
+  return t;
+}
+
 void print_written(const ResultWriter& writer) {
   for (const std::string& path : writer.written_files()) std::printf("wrote %s\n", path.c_str());
 }
@@ -72,7 +107,7 @@ void print_written(const ResultWriter& writer) {
 int run_estimate_command(const CliOptions& options, int argc, const char* const* argv) {
   const Formats formats = parse_formats(options.format);
   const Grid grid = make_grid(options);
-  const std::vector<DeviceSpec> devices = resolve_devices(grid);
+  const std::vector<Device> devices = make_devices(grid, {});
   const bool at_batch = options.fields.count("batch") > 0;
 
   Table table = estimate_table(grid.varying, at_batch);
@@ -82,7 +117,7 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   std::int64_t smallest = INT64_MAX, largest = 0;
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
-    const DeviceSpec& device = devices[i];
+    const DeviceInfo& device = devices[i].info;
     const Breakdown breakdown =
         analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
     std::vector<Cell> row = estimate_row(cfg, breakdown, grid.varying, device, at_batch);
@@ -107,13 +142,10 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
 }
 
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
-  if (options.flash_impl != "auto" && options.flash_impl != "cudnn" &&
-      options.flash_impl != "kernels")
-    throw UsageError(fmt::format("invalid --flash-impl '{}': use auto, cudnn or kernels",
-                                 options.flash_impl));
-  if (options.cuda_memory != "malloc" && options.cuda_memory != "async")
-    throw UsageError(
-        fmt::format("invalid --cuda-memory '{}': use malloc or async", options.cuda_memory));
+  DeviceOptions device_options;
+  device_options.execute = !options.no_execute;
+  device_options.flash = choice_of(flash_impl_names(), options.flash_impl, "flash-impl");
+  device_options.memory = choice_of(cuda_memory_names(), options.cuda_memory, "cuda-memory");
   const Formats formats = parse_formats(options.format);
   const Grid grid = make_grid(options);
   const bool batch_given = options.fields.count("batch") > 0 ||
@@ -123,8 +155,8 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     throw UsageError(
         "--batch: the search finds the batch; for the peak of a given batch use "
         "`vrambench estimate --batch B` or `vrambench program --batch B`");
-  const std::vector<DeviceSpec> devices = resolve_devices(grid);
-  const std::string measured = devices.front().kind == DeviceKind::sim ? "sim" : "meas";
+  const std::vector<Device> devices = make_devices(grid, device_options);
+  const std::string measured = devices.front().info.kind == DeviceKind::sim ? "sim" : "meas";
   const SearchLimits limits{options.max_batch};
   // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
   const bool progress = !options.quiet && stderr_is_terminal();
@@ -141,7 +173,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
-    const DeviceSpec& device = devices[i];
+    const Device& device = devices[i];
     const std::string point = describe_point(cfg, grid.varying);
     if (progress)
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(), point.c_str());
@@ -156,23 +188,20 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                    grid.configs.size(), point.c_str(), static_cast<long long>(batch),
                    result.fit ? "fits" : "out of memory", trials_so_far, elapsed());
     };
-    const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
-    const ExecutorFactory executors = executors_for(device, !options.no_execute, options.flash_impl);
     std::optional<Measurement> measured_row;
     try {
       // On CUDA a sticky error poisons the process: each configuration gets its own child.
-      if (options.isolate || device.kind == DeviceKind::cuda)
+      if (options.isolate || device.info.kind == DeviceKind::cuda)
         measured_row =
-            measure_isolated(cfg, device, sources, executors, limits, fault_from_environment(),
+            measure_isolated(cfg, device, limits, fault_from_environment(),
                              progress ? observe : TrialObserver{}, options.trial_timeout);
       else
-        measured_row =
-            measure(cfg, device, sources, executors, limits, progress ? observe : TrialObserver{});
+        measured_row = measure(cfg, device, limits, progress ? observe : TrialObserver{});
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
       // A broken configuration becomes a failed row; the sweep goes on.
-      measured_row = failed_measurement(cfg, device, fmt::format("failed: {}", e.what()));
+      measured_row = failed_measurement(cfg, device.info, fmt::format("failed: {}", e.what()));
     }
     Measurement& m = *measured_row;
     total_trials += static_cast<std::int64_t>(m.search.trials.size());
@@ -180,19 +209,20 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     if (with_sim) {
       // The sim replays the same step with the fixed overhead the device measured for this row
       // (after its warm-up), so that meas vs sim compares the allocations and nothing else.
-      DeviceSpec replayed = device;
-      if (m.fixed_overhead > 0) replayed.fixed_overhead = m.fixed_overhead;
-      sim = measure(cfg, replayed, virtual_sources(), {}, limits);
+      DeviceInfo replayed_info = device.info;
+      if (m.fixed_overhead > 0) replayed_info.fixed_overhead = m.fixed_overhead;
+      const Device replayed = simulated(replayed_info);
+      sim = measure(cfg, replayed, limits);
       // Make sure the sim has a trial at the device's batch, for the side-by-side peak.
       if (!sim->trials.count(m.compared_batch()))
-        sim->trials.emplace(m.compared_batch(),
-                            run_trial(cfg, replayed, m.compared_batch(),
-                                      replayed.tensor_capacity(), virtual_sources(), nullptr));
+        sim->trials.emplace(
+            m.compared_batch(),
+            run_trial(cfg, replayed, m.compared_batch(), replayed.info.tensor_capacity(), nullptr));
     }
     std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr);
     writer.append(row);
     table.add_row(std::move(row));
-    nlohmann::json d = search_details(m, device);
+    nlohmann::json d = search_details(m, device.info);
     d["point"] = point;
     details.push_back(std::move(d));
     results.push_back(std::move(m));
@@ -214,9 +244,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
         errors.under_estimates, errors.under_estimates == 1 ? "" : "s");
   const DeviceVsSim vs_sim = summarize_device_vs_sim(results, sims);
   if (vs_sim.compared > 0)
-    summary_line += fmt::format("; {} vs sim peak: median |diff| {:.1f}%, max |diff| {:.1f}% ({:+.1f}%)",
-                                measured, 100 * vs_sim.median_abs, 100 * vs_sim.max_abs,
-                                100 * vs_sim.max_signed);
+    summary_line += fmt::format(
+        "; {} vs sim peak: median |diff| {:.1f}%, max |diff| {:.1f}% ({:+.1f}%)", measured,
+        100 * vs_sim.median_abs, 100 * vs_sim.max_abs, 100 * vs_sim.max_signed);
   if (errors.non_monotone > 0)
     summary_line += fmt::format("; {} non-monotone", errors.non_monotone);
   const auto failed = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
@@ -254,8 +284,8 @@ int run_program_command(const CliOptions& options) {
   if (grid.configs.size() != 1)
     throw UsageError("`vrambench program` shows one configuration: drop --sweep");
   const RunConfig& cfg = grid.configs.front();
-  const DeviceSpec device = resolve_device(cfg, nullptr);
-  const Program program = build_program(cfg, device.gemm_workspace);
+  const Device device = make_device(cfg);
+  const Program program = build_program(cfg, device.info.gemm_workspace);
   std::printf("%s", format_program(program, compute_liveness(program)).c_str());
   return 0;
 }
@@ -309,6 +339,40 @@ int run_devices_command() {
       "approximate, varying by board and driver):\n\n%s",
       to_markdown(t).c_str());
   return 0;
+}
+
+int run_selftest_command() {
+  std::vector<SelftestRow> rows;
+  try {
+    rows = run_gpu_selftest();
+  } catch (const NeedsGpu& e) {
+    std::fprintf(stderr, "vrambench: selftest %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vrambench: selftest failed: %s\n", e.what());
+    return 1;
+  }
+  Table t;
+  t.columns = {{"config", "config", CellKind::text},
+               {"op", "op", CellKind::text},
+               {"dtype", "dtype", CellKind::text},
+               {"ops", "ops", CellKind::integer},
+               {"max_abs_error", "max abs error", CellKind::text},
+               {"worst_ratio", "x tolerance", CellKind::text},
+               {"passed", "passed", CellKind::flag},
+               {"tolerance", "tolerance", CellKind::text}};
+  bool all = true;
+  for (const SelftestRow& r : rows) {
+    all = all && r.passed;
+    t.add_row({Cell::of_text(r.config), Cell::of_text(r.op),
+               Cell::of_text(std::string(dtype_name(r.dtype))), Cell::of_int(r.ops),
+               Cell::of_text(fmt::format("{:.3g}", r.max_abs_error)),
+               Cell::of_text(fmt::format("{:.3g}", r.worst_ratio)), Cell::of_flag(r.passed),
+               Cell::of_text(r.note)});
+  }
+  std::printf("%s\n", to_markdown(t).c_str());
+  std::printf("selftest: %s\n", all ? "every op matches the CPU reference" : "FAILED");
+  return all ? 0 : 1;
 }
 
 }  // namespace vrambench

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/gpu.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/fields.h"
@@ -181,7 +180,7 @@ int run(int argc, char** argv) {
   if (program->parsed()) return run_program_command(options);
   if (app.got_subcommand("presets")) return run_presets_command();
   if (app.got_subcommand("devices")) return run_devices_command();
-  if (app.got_subcommand("selftest")) return run_selftest();
+  if (app.got_subcommand("selftest")) return run_selftest_command();
   return 2;
 }
 

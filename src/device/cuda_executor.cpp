@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "cpu/executor.h"
 #include "cuda/activation.h"
 #include "cuda/add.h"
 #include "cuda/check.h"
@@ -28,6 +27,7 @@
 #include "cuda/rope.h"
 #include "cuda/softmax.h"
 #include "device/cuda_device.h"
+#include "device/init.h"
 
 namespace vrambench {
 namespace {
@@ -486,18 +486,6 @@ void CudaExecutor::optimizer(const Args& a) {
 }
 
 }  // namespace
-
-FlashImpl resolve_flash_impl(FlashImpl impl, DType storage) {
-  if (impl != FlashImpl::automatic) return impl;
-  return storage == DType::f16 || storage == DType::bf16 ? FlashImpl::cudnn : FlashImpl::kernels;
-}
-
-FlashImpl parse_flash_impl(const std::string& text) {
-  if (text == "auto") return FlashImpl::automatic;
-  if (text == "cudnn") return FlashImpl::cudnn;
-  if (text == "kernels") return FlashImpl::kernels;
-  throw std::invalid_argument("invalid --flash-impl '" + text + "': use auto, cudnn or kernels");
-}
 
 std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed, FlashImpl flash) {
   std::string why;

@@ -69,7 +69,7 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
 }
 
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
-                               const std::vector<std::string>& varying, const DeviceSpec& device,
+                               const std::vector<std::string>& varying, const DeviceInfo& device,
                                bool at_batch) {
   std::vector<Cell> row;
   for (const std::string& f : key_columns(varying)) row.push_back(key_cell(cfg, f));
@@ -153,14 +153,13 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
   return row;
 }
 
-nlohmann::json search_details(const Measurement& m, const DeviceSpec& device) {
+nlohmann::json search_details(const Measurement& m, const DeviceInfo& device) {
   nlohmann::json j;
   j["capacity_bytes"] = device.total;
   j["fixed_overhead_bytes"] = m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead;
   j["device_fixed_overhead_bytes"] = device.fixed_overhead;  // as resolved before any warm-up
-  j["tensor_capacity_bytes"] =
-      std::max<Bytes>(0, device.total - (m.fixed_overhead > 0 ? m.fixed_overhead
-                                                              : device.fixed_overhead));
+  j["tensor_capacity_bytes"] = std::max<Bytes>(
+      0, device.total - (m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead));
   if (const TrialResult* t = m.at_max()) j["at_max"] = to_json(*t);
   if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = to_json(*t);
   if (m.next_needed) j["max_plus_1_needed"] = to_json(*m.next_needed);
