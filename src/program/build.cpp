@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "program/program.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
@@ -743,7 +744,9 @@ Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
   validate(cfg);
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
-  return Builder(cfg, gemm_workspace).build();
+  Program program = Builder(cfg, gemm_workspace).build();
+  for (const Op& op : program.ops) check_op(program, op);
+  return program;
 }
 
 }  // namespace vrambench
