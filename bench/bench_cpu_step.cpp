@@ -21,7 +21,7 @@ void BM_CpuStepTiny(benchmark::State& state) {
   cfg.attention = state.range(1) != 0 ? Attention::flash : Attention::eager;
   cfg.recompute = Recompute::none;
   cfg.optimizer = Optimizer::adamw;
-  cfg.device = "cpu";
+  cfg.device = parse_device("cpu");
   const Program program = build_program(cfg, 0);
   auto executor = make_cpu_executor(1);
   HostRunner run(program, *executor);

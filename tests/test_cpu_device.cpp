@@ -31,7 +31,7 @@ RunConfig tiny_16bit(Precision dtype) {
   cfg.attention = Attention::eager;
   cfg.optimizer = Optimizer::adamw;
   cfg.dropout = 0.1;
-  cfg.device = "cpu";
+  cfg.device = parse_device("cpu");
   return cfg;
 }
 

@@ -294,11 +294,15 @@ TEST(EstimateBreakdown, MaxBatchIsTheFloorAndZeroWhenFixedDoesNotFit) {
   EXPECT_EQ(b.max_batch(19), 0);   // the later moment's fixed part does not fit
 }
 
-TEST(EstimateBreakdown, RejectsInvalidShapes) {
+// The shapes the formulas cannot take never reach them: validate() refuses them first, once per
+// configuration, and analyze() takes what it let through.
+TEST(EstimateBreakdown, InvalidShapesAreRefusedBeforeTheEstimate) {
   RunConfig cfg = config("gpt2", 1024);
   cfg.model.heads = 5;  // does not divide 768
-  EXPECT_THROW(analyze(cfg, kOverhead), UsageError);
+  EXPECT_THROW(validate(cfg), UsageError);
   cfg = config("gpt2", std::int64_t{1} << 40);  // S x S attention bytes overflow 64 bits
+  EXPECT_THROW(validate(cfg), UsageError);
+  cfg.attention = Attention::eager;  // the estimate's own products are checked too
   EXPECT_THROW(analyze(cfg, kOverhead), UsageError);
 }
 

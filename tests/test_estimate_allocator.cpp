@@ -34,7 +34,7 @@ GridError grid_error(AllocatorKind allocator) {
         cfg.attention = attention;
         cfg.recompute = recompute;
         cfg.allocator = allocator;
-        cfg.device = "sim:h100-80gb";
+        cfg.device = parse_device("sim:h100-80gb");
         const Measurement m = measure(cfg, make_device(cfg), {});
         const double err = m.relative_error();
         SCOPED_TRACE(to_string(attention));

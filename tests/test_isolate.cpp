@@ -16,7 +16,7 @@ RunConfig small_config() {
   RunConfig cfg;
   cfg.model = find_preset("tiny").model;
   cfg.seq = 64;
-  cfg.device = "sim:rtx4060";
+  cfg.device = parse_device("sim:rtx4060");
   cfg.vram = 1 * GiB;
   return cfg;
 }

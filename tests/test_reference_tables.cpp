@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/options.h"
+#include "core/fields.h"
 #include "device/device.h"
 #include "search/measure.h"
 
@@ -42,9 +43,9 @@ ReferenceTable load(const fs::path& stem) {
   for (std::size_t i = 0; i + 1 < words.size(); i += 2) {
     const std::string flag = words[i].substr(2);
     if (flag == "sweep")
-      table.options.sweeps.push_back(words[i + 1]);
+      table.options.sweeps.push_back(parse_axis(words[i + 1]));
     else
-      table.options.fields[flag] = words[i + 1];
+      table.options.fields[flag] = parse_field(find_field(flag), words[i + 1]);
   }
   std::ifstream csv(stem.string() + ".csv");
   while (std::getline(csv, line)) {

@@ -31,10 +31,10 @@ namespace {
 // distinct (device, vram) is made once: on a GPU that takes a child process and a context.
 std::vector<Device> make_devices(const Grid& grid, const DeviceOptions& options) {
   std::vector<Device> devices;
-  std::map<std::pair<std::string, Bytes>, Device> made;
+  std::map<std::pair<DeviceChoice, Bytes>, Device> made;
   std::string note;
   for (const RunConfig& cfg : grid.configs) {
-    const std::pair<std::string, Bytes> key{cfg.device, cfg.vram};
+    const std::pair<DeviceChoice, Bytes> key{cfg.device, cfg.vram};
     auto it = made.find(key);
     if (it == made.end()) {
       std::string this_note;
@@ -54,21 +54,11 @@ std::string device_label(const std::vector<Device>& devices) {
   return devices.front().info.label;
 }
 
-template <typename E>
-E choice_of(std::span<const std::pair<std::string_view, E>> names, const std::string& text,
-            std::string_view option) {
-  std::string allowed;
-  for (const auto& [name, value] : names) {
-    if (name == text) return value;
-    allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", name);
-  }
-  throw UsageError(fmt::format("invalid --{} '{}': use {}", option, text, allowed));
-}
-
 std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
   std::string out;
   for (const std::string& f : key_columns(varying))
-    out += fmt::format("{}{}={}", out.empty() ? "" : " ", f, get_field(cfg, f));
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", f,
+                       field_text(find_field(f), get_field(cfg, find_field(f))));
   return out;
 }
 
@@ -105,7 +95,7 @@ void print_written(const ResultWriter& writer) {
 }  // namespace
 
 int run_estimate_command(const CliOptions& options, int argc, const char* const* argv) {
-  const Formats formats = parse_formats(options.format);
+  const Formats& formats = options.formats;
   const Grid grid = make_grid(options);
   const std::vector<Device> devices = make_devices(grid, {});
   const bool at_batch = options.fields.count("batch") > 0;
@@ -142,11 +132,7 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
 }
 
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
-  DeviceOptions device_options;
-  device_options.execute = !options.no_execute;
-  device_options.flash = choice_of(flash_impl_names(), options.flash_impl, "flash-impl");
-  device_options.memory = choice_of(cuda_memory_names(), options.cuda_memory, "cuda-memory");
-  const Formats formats = parse_formats(options.format);
+  const Formats& formats = options.formats;
   const Grid grid = make_grid(options);
   const bool batch_given = options.fields.count("batch") > 0 ||
                            std::any_of(grid.axes.begin(), grid.axes.end(),
@@ -155,7 +141,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     throw UsageError(
         "--batch: the search finds the batch; for the peak of a given batch use "
         "`vrambench estimate --batch B` or `vrambench program --batch B`");
-  const std::vector<Device> devices = make_devices(grid, device_options);
+  const std::vector<Device> devices = make_devices(grid, options.device);
   const std::string measured = devices.front().info.kind == DeviceKind::sim ? "sim" : "meas";
   const SearchLimits limits{options.max_batch};
   // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.

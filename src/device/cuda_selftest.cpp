@@ -43,7 +43,7 @@ RunConfig small(Arch arch, Precision precision, Attention attention, Optimizer o
   c.optimizer = optimizer;
   c.dropout = dropout;
   c.scope = Scope::model;
-  c.device = "cuda";
+  c.device = parse_device("cuda");
   return c;
 }
 

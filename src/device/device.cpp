@@ -12,10 +12,10 @@
 namespace vrambench {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, FlashImpl>, 3> kFlashImplNames{
-    {{"auto", FlashImpl::automatic}, {"cudnn", FlashImpl::cudnn}, {"kernels", FlashImpl::kernels}}};
-constexpr std::array<std::pair<std::string_view, CudaMemory>, 2> kCudaMemoryNames{
-    {{"malloc", CudaMemory::malloc}, {"async", CudaMemory::async}}};
+constexpr std::array<std::pair<FlashImpl, std::string_view>, 3> kFlashImplNames{
+    {{FlashImpl::automatic, "auto"}, {FlashImpl::cudnn, "cudnn"}, {FlashImpl::kernels, "kernels"}}};
+constexpr std::array<std::pair<CudaMemory, std::string_view>, 2> kCudaMemoryNames{
+    {{CudaMemory::malloc, "malloc"}, {CudaMemory::async, "async"}}};
 
 }  // namespace
 
@@ -24,11 +24,13 @@ FlashImpl resolve_flash_impl(FlashImpl impl, DType storage) {
   return storage == DType::f16 || storage == DType::bf16 ? FlashImpl::cudnn : FlashImpl::kernels;
 }
 
-std::span<const std::pair<std::string_view, FlashImpl>> flash_impl_names() {
+template <>
+EnumNames<FlashImpl> enum_names<FlashImpl>() {
   return kFlashImplNames;
 }
 
-std::span<const std::pair<std::string_view, CudaMemory>> cuda_memory_names() {
+template <>
+EnumNames<CudaMemory> enum_names<CudaMemory>() {
   return kCudaMemoryNames;
 }
 

@@ -8,10 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <string>
-#include <string_view>
-#include <utility>
 
 #include "alloc/allocator.h"
 #include "core/config.h"
@@ -53,9 +50,11 @@ FlashImpl resolve_flash_impl(FlashImpl impl, DType storage);
 // Where cuda segments come from: cudaMalloc, or cudaMallocAsync on a pool of their own.
 enum class CudaMemory { malloc, async };
 
-// The names --flash-impl and --cuda-memory take.
-std::span<const std::pair<std::string_view, FlashImpl>> flash_impl_names();
-std::span<const std::pair<std::string_view, CudaMemory>> cuda_memory_names();
+// The names --flash-impl and --cuda-memory take (core/config.h's enum_names).
+template <>
+EnumNames<FlashImpl> enum_names<FlashImpl>();
+template <>
+EnumNames<CudaMemory> enum_names<CudaMemory>();
 
 // How a device that runs ops runs them; sim runs nothing and ignores these.
 struct DeviceOptions {
@@ -86,7 +85,7 @@ struct Device {
 // Resolves cfg.device: "sim:PROFILE", "cpu", "cuda", or "auto" (the GPU when there is one, else
 // the default simulated card; then `note` says which and why). --vram (cfg.vram) replaces the
 // total. On cuda the GPU is asked in a child process, so this process keeps no CUDA context.
-// Throws UsageError for an unknown device or profile, or cuda without a GPU.
+// Throws UsageError for cuda without a GPU.
 Device make_device(const RunConfig& cfg, const DeviceOptions& options = {},
                    std::string* note = nullptr);
 

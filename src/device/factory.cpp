@@ -2,8 +2,6 @@
 // layer that knows whether the build has CUDA: with it, the cuda parts (device/cuda_device.h) are
 // put together here, asked in child processes where a CUDA context must not stay in this one;
 // without it, every GPU question answers "built without CUDA".
-#include "device/device.h"
-
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +11,7 @@
 #include "core/presets.h"
 #include "device/child_process.h"
 #include "device/cpu_executor.h"
+#include "device/device.h"
 #include "device/gpu.h"
 #include "device/sources.h"
 #ifdef VRAMBENCH_HAVE_CUDA
@@ -86,19 +85,23 @@ Device cuda_device(const RunConfig&, const DeviceOptions&) {
 }  // namespace
 
 Device make_device(const RunConfig& cfg, const DeviceOptions& options, std::string* note) {
-  std::string name = cfg.device;
-  if (name == "cuda" || name == "auto") {
-    const GpuPresence gpu = probe_gpu();
-    if (gpu.available) return cuda_device(cfg, options);
-    if (name == "cuda") throw UsageError(fmt::format("--device cuda: no GPU ({})", gpu.why));
-    name = fmt::format("sim:{}", kDefaultProfile);
-    if (note) *note = fmt::format("device auto: no GPU ({}); using {}", gpu.why, name);
+  using Kind = DeviceChoice::Kind;
+  switch (cfg.device.kind) {
+    case Kind::sim:
+      return sim_device(find_gpu_profile(cfg.device.profile), cfg.vram);
+    case Kind::cpu:
+      return cpu_device(cfg.vram, options);
+    case Kind::cuda:
+    case Kind::automatic:
+      break;
   }
-  if (name == "cpu") return cpu_device(cfg.vram, options);
-  if (name.starts_with("sim:")) return sim_device(find_gpu_profile(name), cfg.vram);
-  throw UsageError(fmt::format(
-      "invalid --device '{}': use auto, cpu, cuda or sim:PROFILE (see `vrambench devices`)",
-      cfg.device));
+  const GpuPresence gpu = probe_gpu();
+  if (gpu.available) return cuda_device(cfg, options);
+  if (cfg.device.kind == Kind::cuda)
+    throw UsageError(fmt::format("--device cuda: no GPU ({})", gpu.why));
+  const GpuProfile& fallback = find_gpu_profile(kDefaultProfile);
+  if (note) *note = fmt::format("device auto: no GPU ({}); using sim:{}", gpu.why, fallback.name);
+  return sim_device(fallback, cfg.vram);
 }
 
 #ifdef VRAMBENCH_HAVE_CUDA

@@ -36,10 +36,10 @@ constexpr std::string_view kFragmentation = "allocator fragmentation";
 // The model's sizes as Bytes (signed 64-bit) so that every product is checked.
 struct Dims {
   Bytes S, H, A, K, D, L, V, F;
-  Bytes Q;            // packed q|k|v width: (A + 2K) * D
-  Bytes e;            // element size of activations, weights and gradients
+  Bytes Q;                 // packed q|k|v width: (A + 2K) * D
+  Bytes e;                 // element size of activations, weights and gradients
   DType act = DType::f32;  // their storage type
-  Bytes norm_stats;   // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
+  Bytes norm_stats;        // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
   Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
   Bytes positions;    // rows of the learned position table (gpt), 0 for llama
   // Bytes of one sample of the largest tensor the step allocates and frees again and again (an
@@ -298,7 +298,7 @@ struct BlockPoint {
   std::string_view op;
   Shares live;
   Bytes grads = 0;
-  Bytes large = 0;  // per-sample bytes of tensors at least Dims::bin large (see Point::large)
+  Bytes large = 0;    // per-sample bytes of tensors at least Dims::bin large (see Point::large)
   Bytes scratch = 0;  // fixed bytes of the op's own scratch (workspace) at this point
 };
 
@@ -830,8 +830,6 @@ Bytes Breakdown::component(const std::string& name) const {
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  // Rejects shapes the formulas cannot take (heads not dividing hidden, sizes past 64 bits).
-  validate(cfg);
   std::vector<Point> points =
       cfg.scope == Scope::model ? walk_model(cfg, overhead) : walk_scope(cfg, overhead);
   const std::vector<std::size_t> order = envelope(points);

@@ -56,6 +56,8 @@ struct Breakdown {
   Bytes component(const std::string& name) const;
 };
 
+// `cfg` has passed validate() (heads dividing hidden, sizes within 64 bits); the bytes of larger
+// batches are checked as they are formed.
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead);
 
 }  // namespace vrambench

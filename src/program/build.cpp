@@ -461,8 +461,8 @@ class Builder {
       // dq accumulator [B, A, S, D] and softmax row sums [B, A, S] first, which is all the plain
       // kernels use, then dK and dV per query head with grouped-query heads, and small change.
       const int scratch =
-          tensor(pre + "attn.flash_bwd.scratch", {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)},
-                 DType::u8, Role::workspace);
+          tensor(pre + "attn.flash_bwd.scratch",
+                 {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)}, DType::u8, Role::workspace);
       Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
                  {dqkv, scratch}, layer);
       attention_attrs(o);
@@ -741,7 +741,6 @@ class Builder {
 }  // namespace
 
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
-  validate(cfg);
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
   Program program = Builder(cfg, gemm_workspace).build();

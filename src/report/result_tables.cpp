@@ -23,10 +23,10 @@ Column key_column(const std::string& field) {
 
 Cell key_cell(const RunConfig& cfg, const std::string& field) {
   const FieldInfo& info = find_field(field);
-  const std::string value = get_field(cfg, field);
-  if (info.kind == FieldKind::integer) return Cell::of_int(std::stoll(value));
-  if (info.kind == FieldKind::size) return Cell::of_bytes(std::stoll(value));
-  return Cell::of_text(value);
+  const FieldValue value = get_field(cfg, info);
+  if (info.kind == FieldKind::integer) return Cell::of_int(std::get<std::int64_t>(value));
+  if (info.kind == FieldKind::size) return Cell::of_bytes(std::get<std::int64_t>(value));
+  return Cell::of_text(field_text(info, value));
 }
 
 // Weights, master weights, gradients and optimizer state: the fixed bytes at the end of the step
