@@ -159,8 +159,8 @@ bool has_master_weights(Precision p) {
 }
 
 std::int64_t layer_parameter_count(const ModelConfig& m) {
-  const std::int64_t H = m.hidden, F = m.ffn, Dh = m.head_dim();
-  const std::int64_t qkv_out = (m.heads + 2 * m.kv_heads) * Dh;
+  const std::int64_t H = m.hidden, F = m.ffn;
+  const std::int64_t qkv_out = qkv_width(m);
   if (m.arch == Arch::gpt) {
     return 2 * H                    // ln1 weight, bias
            + qkv_out * H + qkv_out  // qkv

@@ -2,6 +2,7 @@
 // batch, precision, attention, recompute, optimizer, scope, allocator, device capacity).
 #pragma once
 
+#include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <span>
@@ -89,6 +90,22 @@ struct ModelConfig {
   std::int64_t head_dim() const { return hidden / heads; }
   bool operator==(const ModelConfig&) const = default;
 };
+
+// The sub-formulas both the step program and the closed-form estimate need, written once.
+//
+// Columns of the packed q|k|v projection: `heads` query heads, then `kv_heads` key and `kv_heads`
+// value heads, each `head_dim` wide: (A + 2K) * D.
+constexpr std::int64_t qkv_width(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
+  return (heads + 2 * kv_heads) * head_dim;
+}
+inline std::int64_t qkv_width(const ModelConfig& m) {
+  return qkv_width(m.heads, m.kv_heads, m.head_dim());
+}
+// Rows of the learned position table a step of `seq` tokens has: the model's, or one per position
+// when the sequence is longer (so long sequences stay buildable); none for llama (rotary).
+inline std::int64_t position_rows(const ModelConfig& m, std::int64_t seq) {
+  return m.arch == Arch::gpt ? std::max(m.max_positions, seq) : 0;
+}
 
 struct RunConfig {
   ModelConfig model;

@@ -116,7 +116,7 @@ class Builder {
     A_ = m.heads;
     K_ = m.kv_heads;
     D_ = m.head_dim();
-    Q_ = (A_ + 2 * K_) * D_;
+    Q_ = qkv_width(A_, K_, D_);
     F_ = m.ffn;
     V_ = m.vocab;
     M_ = checked_mul(B_, S_, "batch x seq");
@@ -601,8 +601,7 @@ class Builder {
 
     const Param wte = weight("wte", {V_, H_}, -1);
     Param wpe;
-    // Positions past the model's table get their own rows, so long sequences stay buildable.
-    if (gpt_) wpe = weight("wpe", {std::max(m.max_positions, S_), H_}, -1);
+    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1);
     std::vector<BlockWeights> weights;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
     Param final_w, final_b;

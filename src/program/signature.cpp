@@ -154,7 +154,7 @@ QkvShape qkv_shape(const Op& op, const Tensor& qkv) {
   if (qkv.shape.size() != 3) fail(op, fmt::format("'{}' must be [B,S,Q]", qkv.name));
   if (op.heads <= 0 || op.kv_heads <= 0 || op.heads % op.kv_heads != 0)
     fail(op, "heads must be a multiple of kv_heads");
-  const std::int64_t columns_per_head = op.heads + 2 * op.kv_heads;
+  const std::int64_t columns_per_head = qkv_width(op.heads, op.kv_heads, 1);
   if (qkv.shape[2] % columns_per_head != 0)
     fail(op, fmt::format("'{}' has {} columns, not (A + 2K) * D", qkv.name, qkv.shape[2]));
   return {qkv.shape[0], qkv.shape[1], op.heads, op.kv_heads, qkv.shape[2] / columns_per_head};

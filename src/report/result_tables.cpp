@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/fields.h"
+#include "estimate/json.h"
 #include "search/isolate.h"
 
 namespace vrambench {
@@ -27,15 +28,6 @@ Cell key_cell(const RunConfig& cfg, const std::string& field) {
   if (info.kind == FieldKind::integer) return Cell::of_int(std::get<std::int64_t>(value));
   if (info.kind == FieldKind::size) return Cell::of_bytes(std::get<std::int64_t>(value));
   return Cell::of_text(field_text(info, value));
-}
-
-// Weights, master weights, gradients and optimizer state: the fixed bytes at the end of the step
-// (where the whole model state is live, and the GEMM workspace no longer is) less the context.
-Bytes model_state(const Breakdown& b) {
-  Bytes end_of_step = b.fixed_total();
-  for (const Moment& m : b.other_moments)
-    if (m.name == "optimizer step" || m.name == "end of step") end_of_step = m.fixed;
-  return end_of_step - b.component("CUDA context");
 }
 
 }  // namespace
@@ -84,7 +76,7 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
     row.push_back(max_batch > 0 ? Cell::of_bytes(breakdown.peak(max_batch))
                                 : Cell::none(CellKind::bytes));
   }
-  row.push_back(Cell::of_bytes(model_state(breakdown)));
+  row.push_back(Cell::of_bytes(breakdown.model_state));
   row.push_back(Cell::of_bytes(breakdown.fixed_total()));
   row.push_back(Cell::of_bytes(breakdown.per_sample_total()));
   row.push_back(Cell::of_bytes(device.total));
@@ -167,8 +159,8 @@ nlohmann::json search_details(const Measurement& m, const DeviceInfo& device) {
   for (const Probe& p : m.search.trials) log.push_back({{"batch", p.batch}, {"fit", p.fits}});
   j["trials"] = log;
   nlohmann::json est;
-  for (const Component& c : m.estimate.fixed) est["fixed"][c.name] = c.bytes;
-  for (const Component& c : m.estimate.per_sample) est["per_sample"][c.name] = c.bytes;
+  for (const Component& c : m.estimate.fixed) est["fixed"][to_string(c.kind)] = c.bytes;
+  for (const Component& c : m.estimate.per_sample) est["per_sample"][to_string(c.kind)] = c.bytes;
   j["estimate_bytes"] = est;
   return j;
 }

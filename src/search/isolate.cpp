@@ -9,20 +9,21 @@
 #include <vector>
 
 #include "device/child_process.h"
+#include "estimate/json.h"
 
 namespace vrambench {
 namespace {
 
 nlohmann::json components_to_json(const std::vector<Component>& components) {
   nlohmann::json j = nlohmann::json::array();
-  for (const Component& c : components) j.push_back({c.name, c.bytes});
+  for (const Component& c : components) j.push_back({c.kind, c.bytes});
   return j;
 }
 
 std::vector<Component> components_from_json(const nlohmann::json& j) {
   std::vector<Component> out;
   for (const nlohmann::json& c : j)
-    out.push_back({c.at(0).get<std::string>(), c.at(1).get<Bytes>()});
+    out.push_back({c.at(0).get<MemoryComponent>(), c.at(1).get<Bytes>()});
   return out;
 }
 
@@ -74,6 +75,7 @@ nlohmann::json to_json(const Measurement& m) {
   j["estimate_fixed"] = components_to_json(m.estimate.fixed);
   j["estimate_per_sample"] = components_to_json(m.estimate.per_sample);
   j["estimate_moment"] = m.estimate.moment;
+  j["estimate_model_state"] = m.estimate.model_state;
   nlohmann::json moments = nlohmann::json::array();
   for (const Moment& mo : m.estimate.other_moments)
     moments.push_back({mo.name, mo.fixed, mo.per_sample});
@@ -102,6 +104,7 @@ Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg)
   m.estimate.fixed = components_from_json(j.at("estimate_fixed"));
   m.estimate.per_sample = components_from_json(j.at("estimate_per_sample"));
   m.estimate.moment = j.at("estimate_moment").get<std::string>();
+  m.estimate.model_state = j.at("estimate_model_state").get<Bytes>();
   for (const nlohmann::json& mo : j.at("estimate_other_moments"))
     m.estimate.other_moments.push_back(
         {mo.at(0).get<std::string>(), mo.at(1).get<Bytes>(), mo.at(2).get<Bytes>()});
