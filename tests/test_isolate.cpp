@@ -8,6 +8,7 @@
 
 #include "core/presets.h"
 #include "search/isolate.h"
+#include "search/json.h"
 
 namespace vrambench {
 namespace {
@@ -46,6 +47,7 @@ TEST(Isolate, ChildResultEqualsInProcessResult) {
   ASSERT_NE(child.at_next(), nullptr);
   ASSERT_TRUE(child.at_next()->oom.has_value());
   EXPECT_EQ(child.at_next()->oom->tensor, direct.at_next()->oom->tensor);
+  EXPECT_EQ(child.failure, Failure::none);
   EXPECT_TRUE(child.reason.empty()) << child.reason;
 }
 
@@ -65,14 +67,16 @@ TEST(Isolate, ObserverSeesEveryTrialInSearchOrder) {
 TEST(Isolate, JsonRoundTripKeepsEveryField) {
   const RunConfig cfg = small_config();
   const Measurement m = measure(cfg, simulated(small_device()), {});
-  const Measurement back = measurement_from_json(to_json(m), cfg);
-  EXPECT_EQ(to_json(back), to_json(m));
+  const Measurement back = measurement_from_json(nlohmann::json(m), cfg);
+  EXPECT_TRUE(back == m);
 }
 
 TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
   const Measurement m =
       measure_isolated(small_config(), simulated(small_device()), {}, Fault::abort);
-  EXPECT_NE(m.reason.find("crashed: signal 6"), std::string::npos) << m.reason;
+  EXPECT_EQ(m.failure, Failure::crashed);
+  EXPECT_NE(m.reason.find("signal 6"), std::string::npos) << m.reason;
+  EXPECT_EQ(m.note().rfind("crashed: signal 6", 0), 0u) << m.note();
   EXPECT_EQ(m.search.max_batch, 0);
   EXPECT_TRUE(m.search.trials.empty());
   EXPECT_GT(m.est_max_batch, 0);  // the estimate is still there for the row
@@ -81,19 +85,24 @@ TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
 TEST(Isolate, SegfaultAndNonZeroExitAreReported) {
   const Measurement segv =
       measure_isolated(small_config(), simulated(small_device()), {}, Fault::segfault);
+  EXPECT_EQ(segv.failure, Failure::crashed);
   EXPECT_NE(segv.reason.find("signal 11"), std::string::npos) << segv.reason;
   const Measurement exited =
       measure_isolated(small_config(), simulated(small_device()), {}, Fault::exit_nonzero);
-  EXPECT_NE(exited.reason.find("exit code 3"), std::string::npos) << exited.reason;
+  EXPECT_EQ(exited.failure, Failure::crashed);
+  EXPECT_EQ(exited.reason, "exit code 3");
   const Measurement silent =
       measure_isolated(small_config(), simulated(small_device()), {}, Fault::hang_up);
+  EXPECT_EQ(silent.failure, Failure::crashed);
   EXPECT_NE(silent.reason.find("no result"), std::string::npos) << silent.reason;
 }
 
 TEST(Isolate, AHangingTrialIsStoppedAndNamed) {
   const Measurement m =
       measure_isolated(small_config(), simulated(small_device()), {}, Fault::hang, {}, 0.5);
-  EXPECT_EQ(m.reason, "timeout: the trial at batch 1 ran over 0.5 s");
+  EXPECT_EQ(m.failure, Failure::timeout);
+  EXPECT_EQ(m.reason, "the trial at batch 1 ran over 0.5 s");
+  EXPECT_EQ(m.note(), "timeout: the trial at batch 1 ran over 0.5 s");
   EXPECT_EQ(m.search.max_batch, 0);
   EXPECT_GT(m.est_max_batch, 0);  // the row keeps its estimate
 }
@@ -106,7 +115,7 @@ TEST(Isolate, IsolatedTrialsAreReportedToTheParentAsTheyFinish) {
         seen.push_back({batch, r.fit});
       },
       60);
-  ASSERT_TRUE(m.reason.empty()) << m.reason;
+  ASSERT_EQ(m.failure, Failure::none) << m.note();
   ASSERT_EQ(seen.size(), m.search.trials.size());
   for (std::size_t i = 0; i < seen.size(); ++i) {
     EXPECT_EQ(seen[i].batch, m.search.trials[i].batch);

@@ -126,7 +126,7 @@ Program tiny_program(std::int64_t unit = 1, std::int64_t batch = 1) {
 }
 
 Bytes role_bytes(const TrialResult& r, Role role) {
-  return r.peak_by_role[static_cast<std::size_t>(role)];
+  return r.peak_by_role[role];
 }
 
 TEST(Trial, FitReportsHandComputedPeaks) {
@@ -159,7 +159,7 @@ TEST(Trial, TensorPeakAgreesWithTheLiveProfile) {
   EXPECT_EQ(r.tensor_peak, profile.peak);
   EXPECT_EQ(r.peak_op, profile.peak_op);
   Bytes sum = 0;
-  for (Bytes b : r.peak_by_role) sum += b;
+  for (Bytes b : r.peak_by_role.bytes) sum += b;
   EXPECT_EQ(sum, r.tensor_peak);
 }
 

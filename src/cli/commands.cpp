@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -43,7 +42,7 @@ std::vector<Device> make_devices(const Grid& grid, const DeviceOptions& options)
     }
     devices.push_back(it->second);
   }
-  if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+  if (!note.empty()) fmt::print(stderr, "{}\n", note);
   return devices;
 }
 
@@ -89,7 +88,7 @@ Table gpu_table() {
 }
 
 void print_written(const ResultWriter& writer) {
-  for (const std::string& path : writer.written_files()) std::printf("wrote %s\n", path.c_str());
+  for (const std::string& path : writer.written_files()) fmt::print("wrote {}\n", path);
 }
 
 }  // namespace
@@ -117,12 +116,12 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
     smallest = std::min(smallest, max_batch);
     largest = std::max(largest, max_batch);
   }
-  if (formats.markdown) std::printf("%s", to_markdown(table).c_str());
+  if (formats.markdown) fmt::print("{}", to_markdown(table));
   const std::string summary_line = fmt::format(
       "{} configuration{} on {}: estimated max batch {}", grid.configs.size(),
       grid.configs.size() == 1 ? "" : "s", device_label(devices),
       smallest == largest ? std::to_string(largest) : fmt::format("{}..{}", smallest, largest));
-  std::printf("\n%s\n", summary_line.c_str());
+  fmt::print("\n{}\n", summary_line);
   writer.finish({{"configurations", grid.configs.size()},
                  {"min_est_max_batch", smallest},
                  {"max_est_max_batch", largest},
@@ -161,8 +160,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     const RunConfig& cfg = grid.configs[i];
     const Device& device = devices[i];
     const std::string point = describe_point(cfg, grid.varying);
-    if (progress)
-      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(), point.c_str());
+    if (progress) fmt::print(stderr, "\r\033[K[{}/{}] {}", i + 1, grid.configs.size(), point);
     int trials_so_far = 0;
     const auto config_start = std::chrono::steady_clock::now();
     const auto elapsed = [&] {
@@ -170,9 +168,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     };
     const TrialObserver observe = [&, i](std::int64_t batch, const TrialResult& result) {
       ++trials_so_far;
-      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s: batch %lld %s (trial %d, %.1f s)", i + 1,
-                   grid.configs.size(), point.c_str(), static_cast<long long>(batch),
-                   result.fit ? "fits" : "out of memory", trials_so_far, elapsed());
+      fmt::print(stderr, "\r\033[K[{}/{}] {}: batch {} {} (trial {}, {:.1f} s)", i + 1,
+                 grid.configs.size(), point, batch, result.fit ? "fits" : "out of memory",
+                 trials_so_far, elapsed());
     };
     std::optional<Measurement> measured_row;
     try {
@@ -187,7 +185,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
       throw;
     } catch (const std::exception& e) {
       // A broken configuration becomes a failed row; the sweep goes on.
-      measured_row = failed_measurement(cfg, device.info, fmt::format("failed: {}", e.what()));
+      measured_row = failed_measurement(cfg, device.info, Failure::failed, e.what());
     }
     Measurement& m = *measured_row;
     total_trials += static_cast<std::int64_t>(m.search.trials.size());
@@ -214,11 +212,11 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     results.push_back(std::move(m));
     if (sim) sims.push_back(std::move(*sim));
   }
-  if (progress) std::fprintf(stderr, "\r\033[K");
+  if (progress) fmt::print(stderr, "\r\033[K");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (formats.markdown) std::printf("%s", to_markdown(table).c_str());
+  if (formats.markdown) fmt::print("{}", to_markdown(table));
   const ErrorSummary errors = summarize_errors(results);
   std::string summary_line =
       fmt::format("{} configuration{} on {}, {} trials in {:.2f} s", results.size(),
@@ -236,16 +234,16 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   if (errors.non_monotone > 0)
     summary_line += fmt::format("; {} non-monotone", errors.non_monotone);
   const auto failed = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
-    return m.reason.starts_with("failed") || m.reason.starts_with("crashed");
+    return m.failure == Failure::failed || m.failure == Failure::crashed;
   });
   const auto timed_out = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
-    return m.reason.starts_with("timeout");
+    return m.failure == Failure::timeout;
   });
   if (failed > 0) summary_line += fmt::format("; {} failed (see the note column)", failed);
   if (timed_out > 0)
     summary_line += fmt::format("; {} timed out after {:g} s without a finished trial", timed_out,
                                 options.trial_timeout);
-  std::printf("\n%s\n", summary_line.c_str());
+  fmt::print("\n{}\n", summary_line);
   writer.finish({{"configurations", results.size()},
                  {"trials", total_trials},
                  {"seconds", seconds},
@@ -272,7 +270,7 @@ int run_program_command(const CliOptions& options) {
   const RunConfig& cfg = grid.configs.front();
   const Device device = make_device(cfg);
   const Program program = build_program(cfg, device.info.gemm_workspace);
-  std::printf("%s", format_program(program, compute_liveness(program)).c_str());
+  fmt::print("{}", format_program(program, compute_liveness(program)));
   return 0;
 }
 
@@ -295,18 +293,18 @@ int run_presets_command() {
                Cell::of_int(m.heads), Cell::of_int(m.kv_heads), Cell::of_int(m.ffn),
                Cell::of_int(m.vocab), Cell::of_text(std::string(p.description))});
   }
-  std::printf(
-      "%s\n%zu presets; use one with --preset NAME, or sweep them: --sweep preset=gpt2,llama2-7b\n",
-      to_markdown(t).c_str(), presets().size());
+  fmt::print(
+      "{}\n{} presets; use one with --preset NAME, or sweep them: --sweep preset=gpt2,llama2-7b\n",
+      to_markdown(t), presets().size());
   return 0;
 }
 
 int run_devices_command() {
   const GpuPresence gpu = probe_gpu();
   if (gpu.available) {
-    std::printf("GPUs:\n\n%s\n", to_markdown(gpu_table()).c_str());
+    fmt::print("GPUs:\n\n{}\n", to_markdown(gpu_table()));
   } else {
-    std::printf("No GPU: %s.\n\n", gpu.why.c_str());
+    fmt::print("No GPU: {}.\n\n", gpu.why);
   }
   Table t;
   t.columns = {{"profile", "profile", CellKind::text},
@@ -320,10 +318,10 @@ int run_devices_command() {
                Cell::of_bytes(p.total), Cell::of_bytes(p.context_overhead),
                Cell::of_bytes(p.gemm_workspace()), Cell::of_int(p.compute_capability)});
   }
-  std::printf(
+  fmt::print(
       "Simulated devices (--device sim:PROFILE; totals as nvidia-smi reports them, "
-      "approximate, varying by board and driver):\n\n%s",
-      to_markdown(t).c_str());
+      "approximate, varying by board and driver):\n\n{}",
+      to_markdown(t));
   return 0;
 }
 
@@ -332,10 +330,10 @@ int run_selftest_command() {
   try {
     rows = run_gpu_selftest();
   } catch (const NeedsGpu& e) {
-    std::fprintf(stderr, "vrambench: selftest %s\n", e.what());
+    fmt::print(stderr, "vrambench: selftest {}\n", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vrambench: selftest failed: %s\n", e.what());
+    fmt::print(stderr, "vrambench: selftest failed: {}\n", e.what());
     return 1;
   }
   Table t;
@@ -356,8 +354,8 @@ int run_selftest_command() {
                Cell::of_text(fmt::format("{:.3g}", r.worst_ratio)), Cell::of_flag(r.passed),
                Cell::of_text(r.note)});
   }
-  std::printf("%s\n", to_markdown(t).c_str());
-  std::printf("selftest: %s\n", all ? "every op matches the CPU reference" : "FAILED");
+  fmt::print("{}\n", to_markdown(t));
+  fmt::print("selftest: {}\n", all ? "every op matches the CPU reference" : "FAILED");
   return all ? 0 : 1;
 }
 

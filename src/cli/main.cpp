@@ -3,7 +3,6 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -268,7 +267,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "vrambench: error: %s (see vrambench --help)\n", e.what());
+    fmt::print(stderr, "vrambench: error: {} (see vrambench --help)\n", e.what());
     return 2;
   }
 
@@ -290,10 +289,10 @@ int main(int argc, char** argv) {
   try {
     return vrambench::run(argc, argv);
   } catch (const vrambench::UsageError& e) {
-    std::fprintf(stderr, "vrambench: error: %s\n", e.what());
+    fmt::print(stderr, "vrambench: error: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vrambench: internal error: %s\n", e.what());
+    fmt::print(stderr, "vrambench: internal error: {}\n", e.what());
     return 1;
   }
 }

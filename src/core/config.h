@@ -120,6 +120,7 @@ struct RunConfig {
   AllocatorKind allocator = AllocatorKind::caching;
   DeviceChoice device;
   Bytes vram = 0;  // capacity override; 0 = the device's own
+  bool operator==(const RunConfig&) const = default;
 };
 
 // Checks every field and how they fit together; throws UsageError with one line naming the value

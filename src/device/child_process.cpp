@@ -34,14 +34,14 @@ void write_all(int fd, const std::string& data) {
 // The child: run the work, write its messages and then its answer (or {"error": what}) to the pipe,
 // one JSON object per line, and leave with _exit so that no atexit handler or static destructor of
 // the parent's state runs twice.
-[[noreturn]] void child_main(int fd, const std::function<std::string(const ChildSend&)>& work) {
+[[noreturn]] void child_main(int fd, const std::function<nlohmann::json(const ChildSend&)>& work) {
   int code = 0;
   const ChildSend send = [fd](const nlohmann::json& message) {
     write_all(fd, nlohmann::json{{"message", message}}.dump() + "\n");
   };
   try {
-    const std::string answer = work(send);
-    write_all(fd, nlohmann::json{{"result", answer}}.dump() + "\n");
+    nlohmann::json answer = work(send);
+    write_all(fd, nlohmann::json{{"result", std::move(answer)}}.dump() + "\n");
   } catch (const std::exception& e) {
     write_all(fd, nlohmann::json{{"error", e.what()}}.dump() + "\n");
     code = 1;
@@ -95,25 +95,35 @@ nlohmann::json read_lines(int fd, const ChildWatch& watch, bool& timed_out) {
   }
 }
 
+// How a child that sent no answer ended.
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
-    return fmt::format("crashed: signal {} ({})", sig, strsignal(sig));
+    return fmt::format("signal {} ({})", sig, strsignal(sig));
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "crashed: the child sent no result";
-  if (WIFEXITED(status)) return fmt::format("crashed: exit code {}", WEXITSTATUS(status));
-  return "crashed";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "the child sent no result";
+  if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
+  return "the child ended without a status";
 }
 
 }  // namespace
 
-std::optional<std::string> run_in_child(const std::function<std::string()>& work,
-                                        std::string* why) {
+std::string to_string(Failure kind) {
+  return nlohmann::json(kind).get<std::string>();
+}
+
+std::string to_string(const ChildFailure& failure) {
+  return fmt::format("{}: {}", to_string(failure.kind), failure.detail);
+}
+
+std::optional<nlohmann::json> run_in_child(const std::function<nlohmann::json()>& work,
+                                           ChildFailure* why) {
   return run_in_child([&](const ChildSend&) { return work(); }, ChildWatch{}, why);
 }
 
-std::optional<std::string> run_in_child(const std::function<std::string(const ChildSend&)>& work,
-                                        const ChildWatch& watch, std::string* why) {
+std::optional<nlohmann::json> run_in_child(
+    const std::function<nlohmann::json(const ChildSend&)>& work, const ChildWatch& watch,
+    ChildFailure* why) {
   int fds[2];
   if (::pipe(fds) != 0) throw InternalError(fmt::format("pipe() failed: {}", std::strerror(errno)));
   std::fflush(nullptr);  // nothing buffered may be written twice by the child
@@ -145,17 +155,18 @@ std::optional<std::string> run_in_child(const std::function<std::string(const Ch
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  std::string reason;
+  ChildFailure failure;
   if (timed_out)
-    reason = fmt::format("timeout: no word from the child for {:g} s", watch.silence_limit_seconds);
+    failure = {Failure::timeout,
+               fmt::format("no word from the child for {:g} s", watch.silence_limit_seconds)};
   else if (!j.is_discarded() && j.is_object() && j.contains("error"))
-    reason = "failed: " + j["error"].get<std::string>();
+    failure = {Failure::failed, j["error"].get<std::string>()};
   else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) || j.is_discarded() || !j.is_object() ||
            !j.contains("result"))
-    reason = describe_status(status);
+    failure = {Failure::crashed, describe_status(status)};
   else
-    return j["result"].get<std::string>();
-  if (why) *why = reason;
+    return std::move(j["result"]);
+  if (why) *why = std::move(failure);
   return std::nullopt;
 }
 

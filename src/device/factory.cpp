@@ -19,6 +19,15 @@
 #endif
 
 namespace vrambench {
+
+// What a child measured crosses the pipe as JSON.
+NLOHMANN_JSON_SERIALIZE_ENUM(DeviceKind, {{DeviceKind::sim, "sim"},
+                                          {DeviceKind::cpu, "cpu"},
+                                          {DeviceKind::cuda, "cuda"}})
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DeviceInfo, kind, label, total, fixed_overhead, gemm_workspace,
+                                   trial_steps, warm_up)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuPresence, available, why)
+
 namespace {
 
 Device sim_device(const GpuProfile& profile, Bytes vram) {
@@ -45,25 +54,12 @@ Device cpu_device(Bytes vram, const DeviceOptions& options) {
 // The GPU's figures are measured in a child process: a CUDA context in this one would be unusable
 // by the children it forks to measure in.
 Device cuda_device(const RunConfig& cfg, const DeviceOptions& options) {
-  std::string why;
-  const std::optional<std::string> answer = run_in_child(
-      [&] {
-        const DeviceInfo d = resolve_cuda_device(cfg);
-        return nlohmann::json{{"label", d.label},
-                              {"total", d.total},
-                              {"fixed_overhead", d.fixed_overhead},
-                              {"gemm_workspace", d.gemm_workspace}}
-            .dump();
-      },
-      &why);
-  if (!answer) throw UsageError(fmt::format("--device cuda: {}", why));
-  const nlohmann::json j = nlohmann::json::parse(*answer);
+  ChildFailure why;
+  const std::optional<nlohmann::json> answer =
+      run_in_child([&]() -> nlohmann::json { return resolve_cuda_device(cfg); }, &why);
+  if (!answer) throw UsageError(fmt::format("--device cuda: {}", to_string(why)));
   Device d;
-  d.info.kind = DeviceKind::cuda;
-  d.info.label = j.at("label").get<std::string>();
-  d.info.total = j.at("total").get<Bytes>();
-  d.info.fixed_overhead = j.at("fixed_overhead").get<Bytes>();
-  d.info.gemm_workspace = j.at("gemm_workspace").get<Bytes>();
+  d.info = answer->get<DeviceInfo>();
   d.info.trial_steps = 2;  // the second step is the steady state
   d.info.warm_up = true;   // modules load and cuDNN plans build on first use
   if (options.memory == CudaMemory::async)
@@ -108,23 +104,16 @@ Device make_device(const RunConfig& cfg, const DeviceOptions& options, std::stri
 GpuPresence probe_gpu() {
   // Asked in a child: a CUDA context in this process would be unusable by the children it forks.
   static const GpuPresence presence = [] {
-    GpuPresence p;
-    std::string why;
-    const std::optional<std::string> answer = run_in_child(
-        [] {
-          std::string reason;
-          const bool available = cuda_available(&reason);
-          return nlohmann::json{{"available", available}, {"why", reason}}.dump();
+    ChildFailure why;
+    const std::optional<nlohmann::json> answer = run_in_child(
+        []() -> nlohmann::json {
+          GpuPresence p;
+          p.available = cuda_available(&p.why);
+          return p;
         },
         &why);
-    if (!answer) {
-      p.why = "the GPU probe " + why;
-      return p;
-    }
-    const nlohmann::json j = nlohmann::json::parse(*answer);
-    p.available = j.at("available").get<bool>();
-    p.why = j.at("why").get<std::string>();
-    return p;
+    if (!answer) return GpuPresence{false, "the GPU probe " + to_string(why)};
+    return answer->get<GpuPresence>();
   }();
   return presence;
 }

@@ -46,6 +46,7 @@ enum class MemoryComponent : std::uint8_t {
 struct Component {
   MemoryComponent kind{};
   Bytes bytes = 0;  // for per-sample components: bytes for one sample (B = 1)
+  bool operator==(const Component&) const = default;
 };
 
 // One point of the step, by its totals: the bytes live there are fixed + batch * per_sample.
@@ -54,6 +55,7 @@ struct Moment {
   Bytes fixed = 0;
   Bytes per_sample = 0;
   Bytes peak(std::int64_t batch) const;  // fixed + batch * per_sample (checked)
+  bool operator==(const Moment&) const = default;
 };
 
 struct Breakdown {
@@ -78,6 +80,7 @@ struct Breakdown {
   std::int64_t max_batch(Bytes capacity) const;
   // A component's bytes (fixed or per-sample), 0 when absent.
   Bytes component(MemoryComponent kind) const;
+  bool operator==(const Breakdown&) const = default;
 };
 
 // `cfg` has passed validate() (heads dividing hidden, sizes within 64 bits); the bytes of larger

@@ -1,4 +1,5 @@
-// The estimate as JSON: memory components by their names (the keys of every JSON that lists them).
+// The estimate as JSON: memory components by their names (the keys of every JSON that lists them),
+// and the breakdown with its moments.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -32,5 +33,9 @@ NLOHMANN_JSON_SERIALIZE_ENUM(
 inline std::string to_string(MemoryComponent c) {
   return nlohmann::json(c).get<std::string>();
 }
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Component, kind, bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Moment, name, fixed, per_sample)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Breakdown, moment, fixed, per_sample, other_moments, model_state)
 
 }  // namespace vrambench

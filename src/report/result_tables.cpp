@@ -7,8 +7,7 @@
 #include <cmath>
 
 #include "core/fields.h"
-#include "estimate/json.h"
-#include "search/isolate.h"
+#include "search/json.h"
 
 namespace vrambench {
 namespace {
@@ -139,29 +138,25 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
     row.push_back(m.attention_impl.empty() ? Cell::none(CellKind::text)
                                            : Cell::of_text(m.attention_impl));
   row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
-  std::string note = m.reason;
+  std::string note = m.note();
   if (m.search.hit_limit) note = fmt::format("hit --max-batch {}", m.search.max_batch);
   row.push_back(Cell::of_text(note));
   return row;
 }
 
 nlohmann::json search_details(const Measurement& m, const DeviceInfo& device) {
+  const Bytes fixed = m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead;
   nlohmann::json j;
   j["capacity_bytes"] = device.total;
-  j["fixed_overhead_bytes"] = m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead;
+  j["fixed_overhead_bytes"] = fixed;
   j["device_fixed_overhead_bytes"] = device.fixed_overhead;  // as resolved before any warm-up
-  j["tensor_capacity_bytes"] = std::max<Bytes>(
-      0, device.total - (m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead));
-  if (const TrialResult* t = m.at_max()) j["at_max"] = to_json(*t);
-  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = to_json(*t);
-  if (m.next_needed) j["max_plus_1_needed"] = to_json(*m.next_needed);
-  nlohmann::json log = nlohmann::json::array();
-  for (const Probe& p : m.search.trials) log.push_back({{"batch", p.batch}, {"fit", p.fits}});
-  j["trials"] = log;
-  nlohmann::json est;
-  for (const Component& c : m.estimate.fixed) est["fixed"][to_string(c.kind)] = c.bytes;
-  for (const Component& c : m.estimate.per_sample) est["per_sample"][to_string(c.kind)] = c.bytes;
-  j["estimate_bytes"] = est;
+  j["tensor_capacity_bytes"] = std::max<Bytes>(0, device.total - fixed);
+  if (const TrialResult* t = m.at_max()) j["at_max"] = *t;
+  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = *t;
+  if (m.next_needed) j["max_plus_1_needed"] = *m.next_needed;
+  j["trials"] = m.search.trials;
+  j["estimate"] = m.estimate;
+  if (m.failure != Failure::none) j["failure"] = m.failure;
   return j;
 }
 

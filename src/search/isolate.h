@@ -4,10 +4,6 @@
 // measurement with its reason.
 #pragma once
 
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <string>
-
 #include "search/measure.h"
 
 namespace vrambench {
@@ -15,12 +11,12 @@ namespace vrambench {
 // What the child does wrong on purpose, to test the crash and timeout paths without a GPU.
 enum class Fault { none, abort, segfault, exit_nonzero, hang_up, hang };
 
-// Measures in a forked child and returns what it sent back; on a crash, a Measurement with
-// config, estimate and est_max_batch filled and reason "crashed: ..." (search left empty). The
-// child reports each trial as it starts and ends: `observe` runs in the parent, and a trial (or the
-// device's start before the first) silent for more than `trial_timeout_seconds` (0: no limit) is
-// killed with its child; the row's reason is then "timeout: ..." naming the batch, and the trials
-// that finished before it are kept.
+// Measures in a forked child and returns what it sent back (as JSON, search/json.h); on a crash, a
+// Measurement with config, estimate and est_max_batch filled, failure crashed and its detail
+// (search left empty). The child reports each trial as it starts and ends: `observe` runs in the
+// parent, and a trial (or the device's start before the first) silent for more than
+// `trial_timeout_seconds` (0: no limit) is killed with its child; the failure is then timeout, the
+// detail names the batch, and the trials that finished before it are kept.
 Measurement measure_isolated(const RunConfig& cfg, const Device& device, const SearchLimits& limits,
                              Fault fault = Fault::none, const TrialObserver& observe = {},
                              double trial_timeout_seconds = 0);
@@ -28,14 +24,5 @@ Measurement measure_isolated(const RunConfig& cfg, const Device& device, const S
 // The fault named by the environment variable VRAMBENCH_FAULT (abort, segfault, exit, hang), else
 // none.
 Fault fault_from_environment();
-
-// A trial as JSON (raw integer bytes, peaks by role, the OOM), and back: the pipe between child
-// and parent, and the per-row details of the result files.
-nlohmann::json to_json(const TrialResult& t);
-TrialResult trial_from_json(const nlohmann::json& j);
-
-// Round trip of a Measurement through JSON (the pipe between child and parent).
-nlohmann::json to_json(const Measurement& m);
-Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg);
 
 }  // namespace vrambench

@@ -50,13 +50,20 @@ TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t b
                   device.info.trial_steps, source.get());
 }
 
-Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, std::string reason) {
+std::string Measurement::note() const {
+  if (failure != Failure::none) return fmt::format("{}: {}", to_string(failure), reason);
+  return reason;
+}
+
+Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
+                               std::string detail) {
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = device.fixed_overhead;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
   m.est_max_batch = m.estimate.max_batch(device.total);
-  m.reason = std::move(reason);
+  m.failure = failure;
+  m.reason = std::move(detail);
   return m;
 }
 

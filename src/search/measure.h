@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "device/child_process.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "search/search.h"
@@ -28,7 +29,11 @@ struct Measurement {
   std::map<std::int64_t, TrialResult> trials;  // by batch
   // The first failing batch (max + 1) replayed on an unlimited device: what it would need.
   std::optional<TrialResult> next_needed;
-  std::string reason;          // why the max batch is 0, or what went wrong
+  // How the measurement failed, when it did (then `reason` is the detail: the message, the signal,
+  // the batch that timed out); else none, and `reason` says why the max batch is 0, if it is, or
+  // that the search was not monotone.
+  Failure failure = Failure::none;
+  std::string reason;
   std::string attention_impl;  // what ran the attention core (Executor::attention_impl); "" = none
   // The fixed overhead the estimate and the trials used: the device's, or on a device that warms
   // up (DeviceInfo::warm_up), what the driver reported after the warm-up in the measuring process.
@@ -41,6 +46,9 @@ struct Measurement {
   Bytes measured_peak() const;  // device_peak at compared_batch
   Bytes estimated_peak() const;
   double relative_error() const;  // (est - measured) / measured
+  // What the row's note says: "crashed: signal 6 (Aborted)", "model state alone exceeds ...".
+  std::string note() const;
+  bool operator==(const Measurement&) const = default;
 };
 
 // One trial of cfg at `batch`: build the program, replay it through cfg's allocator over a fresh
@@ -48,8 +56,9 @@ struct Measurement {
 TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t batch,
                       Bytes capacity, Executor* executor);
 
-// A configuration that could not be measured: the estimate and the reason, no trials.
-Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, std::string reason);
+// A configuration that could not be measured: the estimate and how it failed, no trials.
+Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
+                               std::string detail);
 
 // On a device that warms up, the first thing measure() does: one trial at batch 1 (its result is
 // dropped, an OOM included), then the driver's view of the memory in use with nothing allocated.
