@@ -64,11 +64,66 @@ TEST(Isolate, ObserverSeesEveryTrialInSearchOrder) {
   }
 }
 
+// Every field of a Measurement set to a value other than its default, each distinct, so that a
+// field the JSON drops or swaps with another comes back different.
+Measurement every_field_set() {
+  Measurement m;
+  m.config = small_config();
+  m.estimate.moment = "inside backward";
+  m.estimate.fixed = {{MemoryComponent::weights, 11}, {MemoryComponent::gradients, 12}};
+  m.estimate.per_sample = {{MemoryComponent::saved_activations, 13}};
+  m.estimate.other_moments = {{"optimizer step", 14, 15}};
+  m.estimate.model_state = 16;
+  m.est_max_batch = 17;
+  m.search.max_batch = 18;
+  m.search.hit_limit = true;
+  m.search.trials = {{18, true}, {40, false}, {19, false}};
+  m.search.non_monotone = std::pair<std::int64_t, std::int64_t>{20, 21};
+  TrialResult t;
+  t.fit = false;
+  t.oom = OomInfo{"attention", "att.probs", 22, 23};
+  t.tensor_peak = 24;
+  t.reserved_peak = 25;
+  t.device_peak = 26;
+  t.driver_peak = 27;
+  t.peak_op = 28;
+  for (int r = 0; r < kRoleCount; ++r) t.peak_by_role[static_cast<Role>(r)] = 100 + r;
+  m.trials = {{19, t}};
+  m.next_needed = t;
+  m.next_needed->fit = true;
+  m.next_needed->oom.reset();
+  m.failure = Failure::timeout;
+  m.reason = "the trial at batch 19 ran over 1 s";
+  m.attention_impl = "cudnn-sdpa";
+  m.fixed_overhead = 29;
+  return m;
+}
+
 TEST(Isolate, JsonRoundTripKeepsEveryField) {
-  const RunConfig cfg = small_config();
-  const Measurement m = measure(cfg, simulated(small_device()), {});
-  const Measurement back = measurement_from_json(nlohmann::json(m), cfg);
+  const Measurement m = every_field_set();
+  const nlohmann::json j = m;
+  // The JSON itself, against values written here: plain nested JSON, enums by name.
+  EXPECT_EQ(j.at("failure"), "timeout");
+  EXPECT_EQ(j.at("est_max_batch"), 17);
+  EXPECT_EQ(j.at("search").at("non_monotone"), nlohmann::json::parse("[20, 21]"));
+  EXPECT_EQ(j.at("search").at("trials").at(1),
+            nlohmann::json::parse(R"({"batch": 40, "fits": false})"));
+  const nlohmann::json& trial = j.at("trials").at(0);
+  EXPECT_EQ(trial.at(0), 19);
+  EXPECT_EQ(trial.at(1).at("oom").at("tensor"), "att.probs");
+  EXPECT_EQ(trial.at(1).at("device_peak"), 26);
+  EXPECT_EQ(trial.at(1).at("peak_by_role").size(), static_cast<std::size_t>(kRoleCount));
+  EXPECT_EQ(trial.at(1).at("peak_by_role").at(std::string(to_string(Role::weight))),
+            100 + static_cast<int>(Role::weight));
+  EXPECT_EQ(j.at("estimate").at("fixed").at(1),
+            nlohmann::json::parse(R"({"kind": "gradients", "bytes": 12})"));
+  EXPECT_TRUE(j.at("next_needed").at("oom").is_null());
+  // And back: every field equal (operator== compares them all), the configuration from the caller.
+  const Measurement back = measurement_from_json(j, m.config);
   EXPECT_TRUE(back == m);
+  Measurement other = m;
+  other.fixed_overhead = 30;  // the comparison sees a single field
+  EXPECT_FALSE(measurement_from_json(j, m.config) == other);
 }
 
 TEST(Isolate, AbortInTheChildBecomesAFailedRow) {
