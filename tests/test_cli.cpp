@@ -145,9 +145,8 @@ TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
     EXPECT_LE(max_batch, previous);
     previous = max_batch;
     const std::int64_t capacity = details[i].at("capacity_bytes").get<std::int64_t>();
-    EXPECT_LE(details[i].at("at_max").at("device_peak_bytes").get<std::int64_t>(), capacity);
-    EXPECT_GT(details[i].at("max_plus_1_needed").at("device_peak_bytes").get<std::int64_t>(),
-              capacity);
+    EXPECT_LE(details[i].at("at_max").at("device_peak").get<std::int64_t>(), capacity);
+    EXPECT_GT(details[i].at("max_plus_1_needed").at("device_peak").get<std::int64_t>(), capacity);
   }
   EXPECT_NE(run.out.find("median |err|"), std::string::npos) << run.out;
   fs::remove_all(dir);
@@ -184,10 +183,11 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
 
 TEST(Cli, AHangingTrialTimesOutIntoARowAndTheSweepGoesOn) {
   const fs::path dir = scratch("hang");
-  const CommandResult run = vrambench("--isolate --trial-timeout 0.5 --device sim:rtx4090 "
-                                      "--preset tiny --sweep seq=64,128 --out " +
-                                          dir.string() + " --name h",
-                                      "VRAMBENCH_FAULT=hang");
+  const CommandResult run = vrambench(
+      "--isolate --trial-timeout 0.5 --device sim:rtx4090 "
+      "--preset tiny --sweep seq=64,128 --out " +
+          dir.string() + " --name h",
+      "VRAMBENCH_FAULT=hang");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto rows = table_rows(run.out);
   ASSERT_EQ(rows.size(), 2u) << run.out;

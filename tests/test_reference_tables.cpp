@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "cli/gpu.h"
 #include "cli/options.h"
+#include "core/fields.h"
+#include "device/device.h"
+#include "report/csv.h"
 #include "search/measure.h"
 
 namespace vrambench {
@@ -20,16 +22,14 @@ namespace fs = std::filesystem;
 
 struct ReferenceTable {
   CliOptions options;  // from the command line the table's .md records
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
+  CsvDocument csv;
 };
 
-std::vector<std::string> split(const std::string& line, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string cell; std::getline(ss, cell, sep);)
-    if (sep != ' ' || !cell.empty()) out.push_back(cell);
-  return out;
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 ReferenceTable load(const fs::path& stem) {
@@ -38,30 +38,19 @@ ReferenceTable load(const fs::path& stem) {
   std::string line, command;
   while (std::getline(md, line))
     if (line.starts_with("vrambench ")) command += line.substr(10) + " ";
-  const std::vector<std::string> words = split(command, ' ');
+  std::vector<std::string> words;
+  std::istringstream split(command);
+  for (std::string word; split >> word;) words.push_back(word);
   for (std::size_t i = 0; i + 1 < words.size(); i += 2) {
     const std::string flag = words[i].substr(2);
     if (flag == "sweep")
-      table.options.sweeps.push_back(words[i + 1]);
+      table.options.sweeps.push_back(parse_axis(words[i + 1]));
     else
-      table.options.fields[flag] = words[i + 1];
+      table.options.fields[flag] = parse_field(find_field(flag), words[i + 1]);
   }
-  std::ifstream csv(stem.string() + ".csv");
-  while (std::getline(csv, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (table.header.empty())
-      table.header = split(line, ',');
-    else
-      table.rows.push_back(split(line, ','));
-  }
+  const fs::path csv = stem.string() + ".csv";
+  table.csv = parse_csv(read_file(csv), csv.string());
   return table;
-}
-
-std::size_t column(const ReferenceTable& t, const std::string& key) {
-  for (std::size_t i = 0; i < t.header.size(); ++i)
-    if (t.header[i] == key) return i;
-  ADD_FAILURE() << "no column " << key;
-  return 0;
 }
 
 class ReferenceTables : public ::testing::TestWithParam<const char*> {};
@@ -71,15 +60,15 @@ TEST_P(ReferenceTables, EveryRowIsReproduced) {
   ASSERT_TRUE(fs::exists(stem.string() + ".csv")) << stem;
   const ReferenceTable table = load(stem);
   const Grid grid = make_grid(table.options);
-  ASSERT_EQ(grid.configs.size(), table.rows.size()) << "the table's command makes another grid";
-  const std::size_t est = column(table, "est_max_batch"), sim = column(table, "sim_max_batch"),
-                    sim_peak = column(table, "sim_peak_bytes"),
-                    est_peak = column(table, "est_peak_bytes");
-  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+  const CsvDocument& csv = table.csv;
+  ASSERT_EQ(grid.configs.size(), csv.rows.size()) << "the table's command makes another grid";
+  const std::size_t est = csv.column("est_max_batch"), sim = csv.column("sim_max_batch"),
+                    sim_peak = csv.column("sim_peak_bytes"),
+                    est_peak = csv.column("est_peak_bytes");
+  for (std::size_t r = 0; r < csv.rows.size(); ++r) {
     const RunConfig& cfg = grid.configs[r];
-    const DeviceSpec device = resolve_device(cfg, nullptr);
-    const Measurement m = measure(cfg, device, virtual_sources(), {}, {});
-    const std::vector<std::string>& row = table.rows[r];
+    const Measurement m = measure(cfg, make_device(cfg), {});
+    const std::vector<std::string>& row = csv.rows[r];
     SCOPED_TRACE(GetParam() + std::string(" row ") + std::to_string(r + 1));
     EXPECT_EQ(std::to_string(m.est_max_batch), row[est]);
     EXPECT_EQ(std::to_string(m.search.max_batch), row[sim]);

@@ -172,7 +172,7 @@ TEST(ReportProvenance, QuotesTheCommandLineForAShell) {
 TEST(ReportProvenance, ToJsonHoldsEveryField) {
   Provenance p{"1.2.3", "abc123", "cpu", "2026-11-22T10:00:00Z", "vrambench run", {}};
   p.extra = {{"cuda", "12.4"}, {"driver", "550.54"}};
-  const nlohmann::json j = to_json(p);
+  const nlohmann::json j = p;
   EXPECT_EQ(j["tool_version"], "1.2.3");
   EXPECT_EQ(j["git_commit"], "abc123");
   EXPECT_EQ(j["device"], "cpu");

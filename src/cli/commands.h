@@ -11,5 +11,7 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
 int run_program_command(const CliOptions& options);
 int run_presets_command();
 int run_devices_command();
+// Every CUDA op against the CPU reference; fails (1) without a GPU.
+int run_selftest_command();
 
 }  // namespace vrambench

@@ -2,17 +2,20 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
+#include <charconv>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/gpu.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/fields.h"
+#include "core/presets.h"
+#include "core/units.h"
 #include "core/version.h"
+#include "device/device.h"
+#include "sweep/sweep.h"
 
 namespace vrambench {
 namespace {
@@ -43,7 +46,7 @@ Results: an aligned Markdown table on stdout; CSV and JSON under --out (default 
 // The value a field has when it is not given, for --help.
 std::string default_text(const RunConfig& defaults, const FieldInfo& info) {
   if (info.name == "vram") return "the device's memory";
-  return get_field(defaults, info.name);
+  return field_text(info, get_field(defaults, info));
 }
 
 std::string_view type_name(FieldKind kind) {
@@ -62,18 +65,109 @@ std::string_view type_name(FieldKind kind) {
   return "VALUE";
 }
 
+// A name of enum_names<E>() becomes E: the validator turns the name into the enum's underlying
+// value, which CLI11 then converts; anything else fails naming the allowed names.
+template <typename E>
+CLI::Validator choice_of() {
+  std::string allowed;
+  for (const auto& [value, name] : enum_names<E>())
+    allowed += fmt::format("{}{}", allowed.empty() ? "" : "|", name);
+  return CLI::Validator(
+      [allowed](std::string& text) -> std::string {
+        for (const auto& [value, name] : enum_names<E>())
+          if (name == text) {
+            text = std::to_string(static_cast<std::underlying_type_t<E>>(value));
+            return {};
+          }
+        return fmt::format("invalid '{}': allowed values are {}", text, allowed);
+      },
+      allowed);
+}
+
+// A size in the units parser's forms ("24GiB", "16GB", "20.5" GiB) becomes its bytes.
+CLI::Validator size_in_bytes() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          text = std::to_string(parse_bytes(text));
+          return {};
+        } catch (const UsageError& e) {
+          return e.what();
+        }
+      },
+      "");
+}
+
+// A whole number above 0 (counts and sizes of the model, --max-batch).
+const CLI::Validator kPositive(
+    [](std::string& text) -> std::string {
+      std::int64_t n = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec == std::errc::result_out_of_range)
+        return fmt::format("invalid '{}': overflows 64 bits", text);
+      if (ec != std::errc() || end != text.data() + text.size())
+        return fmt::format("invalid '{}': expected a whole number", text);
+      if (n <= 0) return fmt::format("invalid {}: must be a positive integer", text);
+      return {};
+    },
+    "POSITIVE");
+
+// [0, 1), for probabilities.
+const CLI::Validator kProbability(
+    [](std::string& text) -> std::string {
+      double p = 0;
+      if (!CLI::detail::lexical_cast(text, p) || !(p >= 0.0 && p < 1.0))
+        return fmt::format("{} is not in [0, 1)", text);
+      return {};
+    },
+    "in [0, 1)");
+
+// One --FIELD option, typed by the field's value in the default configuration; each stores what
+// it parsed in options.fields.
+void add_field_option(CLI::App* app, CliOptions& options, const FieldInfo& info,
+                      const RunConfig& defaults) {
+  const std::string name(info.name);
+  const std::string flag = "--" + name;
+  const std::string help = fmt::format("{} (default: {})", info.help, default_text(defaults, info));
+  auto store = [&options, name](const auto& value) { options.fields[name] = value; };
+  CLI::Option* option = std::visit(
+      [&](const auto& value) -> CLI::Option* {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_enum_v<T>) {
+          return app->add_option_function<T>(flag, store, help)->transform(choice_of<T>());
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          if (info.kind == FieldKind::size)
+            return app->add_option_function<T>(flag, store, help)->transform(size_in_bytes());
+          return app->add_option_function<T>(flag, store, help)->check(kPositive);
+        } else if constexpr (std::is_same_v<T, double>) {
+          return app->add_option_function<T>(flag, store, help)->check(kProbability);
+        } else if constexpr (std::is_same_v<T, ModelConfig>) {
+          std::vector<std::string> names;
+          for (const Preset& p : presets()) names.emplace_back(p.name);
+          return app
+              ->add_option_function<std::string>(
+                  flag, [store](const std::string& preset) { store(find_preset(preset).model); },
+                  help)
+              ->check(CLI::IsMember(names));
+        } else {
+          static_assert(std::is_same_v<T, DeviceChoice>);
+          return app->add_option_function<std::string>(
+              flag, [store](const std::string& text) { store(parse_device(text)); }, help);
+        }
+      },
+      get_field(defaults, info));
+  option->type_name(std::string(type_name(info.kind)))->group("Configuration");
+}
+
 void add_config_options(CLI::App* app, CliOptions& options) {
   const RunConfig defaults = base_config(CliOptions{});
-  for (const FieldInfo& info : fields()) {
-    const std::string name(info.name);
-    app->add_option_function<std::string>(
-           "--" + name, [&options, name](const std::string& v) { options.fields[name] = v; },
-           fmt::format("{} (default: {})", info.help, default_text(defaults, info)))
-        ->type_name(std::string(type_name(info.kind)))
-        ->group("Configuration");
-  }
-  app->add_option("--sweep", options.sweeps,
-                  "an axis FIELD=VALUES, e.g. seq=512..8192, dtype=fp16,bf16 (repeatable)")
+  for (const FieldInfo& info : fields()) add_field_option(app, options, info, defaults);
+  app->add_option_function<std::vector<std::string>>(
+         "--sweep",
+         [&options](const std::vector<std::string>& axes) {
+           for (const std::string& axis : axes) options.sweeps.push_back(parse_axis(axis));
+         },
+         "an axis FIELD=VALUES, e.g. seq=512..8192, dtype=fp16,bf16 (repeatable)")
       ->type_name("AXIS")
       ->group("Sweep");
 }
@@ -84,8 +178,9 @@ void add_output_options(CLI::App* app, CliOptions& options) {
       ->group("Output");
   app->add_option("--name", options.name, "base name of the output files (default: command-time)")
       ->group("Output");
-  app->add_option("--format", options.format, "any of md,csv,json")
-      ->capture_default_str()
+  app->add_option_function<std::string>(
+         "--format", [&options](const std::string& text) { options.formats = parse_formats(text); },
+         "any of md,csv,json (default: md,csv,json)")
       ->group("Output");
 }
 
@@ -119,29 +214,31 @@ int run(int argc, char** argv) {
   add_config_options(search, options);
   add_output_options(search, options);
   search->add_option("--max-batch", options.max_batch, "never try a batch above this")
+      ->check(kPositive)
       ->capture_default_str();
   search->add_flag("--quiet", options.quiet, "no progress line on stderr");
   search->add_flag("--isolate", options.isolate,
                    "measure each configuration in a child process (always on for cuda)");
   search
-      ->add_option("--flash-impl", options.flash_impl,
+      ->add_option("--flash-impl", options.device.flash,
                    "cuda: flash attention through cuDNN's fused attention (cudnn: an op cuDNN "
                    "cannot run fails the row, no fallback), the fused kernels (kernels), or "
-                   "cudnn for fp16/bf16 and kernels for fp32/tf32 (auto)")
-      ->capture_default_str();
+                   "cudnn for fp16/bf16 and kernels for fp32/tf32 (auto; the default)")
+      ->transform(choice_of<FlashImpl>());
   search
-      ->add_option("--cuda-memory", options.cuda_memory,
-                   "cuda: where segments come from: cudaMalloc (malloc) or cudaMallocAsync on "
-                   "a pool of their own (async)")
-      ->capture_default_str();
+      ->add_option("--cuda-memory", options.device.memory,
+                   "cuda: where segments come from: cudaMalloc (malloc; the default) or "
+                   "cudaMallocAsync on a pool of their own (async)")
+      ->transform(choice_of<CudaMemory>());
   search
       ->add_option("--trial-timeout", options.trial_timeout,
                    "seconds: an isolated trial (cuda, or --isolate) that runs longer is stopped "
                    "and its row says timeout")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  search->add_flag("--no-execute", options.no_execute,
-                   "allocate every tensor of the step but run no kernel (cpu, cuda)");
+  search->add_flag_callback(
+      "--no-execute", [&options] { options.device.execute = false; },
+      "allocate every tensor of the step but run no kernel (cpu, cuda)");
   search->footer(kExamples);
 
   CLI::App* estimate =
@@ -170,7 +267,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "vrambench: error: %s (see vrambench --help)\n", e.what());
+    fmt::print(stderr, "vrambench: error: {} (see vrambench --help)\n", e.what());
     return 2;
   }
 
@@ -181,7 +278,7 @@ int run(int argc, char** argv) {
   if (program->parsed()) return run_program_command(options);
   if (app.got_subcommand("presets")) return run_presets_command();
   if (app.got_subcommand("devices")) return run_devices_command();
-  if (app.got_subcommand("selftest")) return run_selftest();
+  if (app.got_subcommand("selftest")) return run_selftest_command();
   return 2;
 }
 
@@ -192,10 +289,10 @@ int main(int argc, char** argv) {
   try {
     return vrambench::run(argc, argv);
   } catch (const vrambench::UsageError& e) {
-    std::fprintf(stderr, "vrambench: error: %s\n", e.what());
+    fmt::print(stderr, "vrambench: error: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vrambench: internal error: %s\n", e.what());
+    fmt::print(stderr, "vrambench: internal error: {}\n", e.what());
     return 1;
   }
 }

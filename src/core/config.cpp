@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/presets.h"
 
 namespace vrambench {
 namespace {
@@ -40,17 +41,6 @@ std::string_view name_of(const NameTable<E, N>& table, E value) {
   return "?";
 }
 
-template <typename E, std::size_t N>
-E parse_of(const NameTable<E, N>& table, std::string_view text, std::string_view option) {
-  std::string allowed;
-  for (const auto& [e, name] : table) {
-    if (name == text) return e;
-    allowed += allowed.empty() ? "" : "|";
-    allowed += name;
-  }
-  throw UsageError(fmt::format("invalid --{} '{}': allowed values are {}", option, text, allowed));
-}
-
 void require_positive(std::int64_t value, std::string_view option) {
   if (value <= 0)
     throw UsageError(fmt::format("invalid --{} {}: must be a positive integer", option, value));
@@ -80,26 +70,75 @@ std::string_view to_string(AllocatorKind v) {
   return name_of(kAllocator, v);
 }
 
-Arch parse_arch(std::string_view s) {
-  return parse_of(kArch, s, "arch");
+template <>
+EnumNames<Arch> enum_names<Arch>() {
+  return kArch;
 }
-Precision parse_precision(std::string_view s) {
-  return parse_of(kPrecision, s, "dtype");
+template <>
+EnumNames<Precision> enum_names<Precision>() {
+  return kPrecision;
 }
-Attention parse_attention(std::string_view s) {
-  return parse_of(kAttention, s, "attention");
+template <>
+EnumNames<Attention> enum_names<Attention>() {
+  return kAttention;
 }
-Recompute parse_recompute(std::string_view s) {
-  return parse_of(kRecompute, s, "recompute");
+template <>
+EnumNames<Recompute> enum_names<Recompute>() {
+  return kRecompute;
 }
-Optimizer parse_optimizer(std::string_view s) {
-  return parse_of(kOptimizer, s, "optimizer");
+template <>
+EnumNames<Optimizer> enum_names<Optimizer>() {
+  return kOptimizer;
 }
-Scope parse_scope(std::string_view s) {
-  return parse_of(kScope, s, "scope");
+template <>
+EnumNames<Scope> enum_names<Scope>() {
+  return kScope;
 }
-AllocatorKind parse_allocator(std::string_view s) {
-  return parse_of(kAllocator, s, "allocator");
+template <>
+EnumNames<AllocatorKind> enum_names<AllocatorKind>() {
+  return kAllocator;
+}
+
+template <typename E>
+E parse_enum(std::string_view text, std::string_view option) {
+  std::string allowed;
+  for (const auto& [e, name] : enum_names<E>()) {
+    if (name == text) return e;
+    allowed += allowed.empty() ? "" : "|";
+    allowed += name;
+  }
+  throw UsageError(fmt::format("invalid --{} '{}': allowed values are {}", option, text, allowed));
+}
+template Arch parse_enum<Arch>(std::string_view, std::string_view);
+template Precision parse_enum<Precision>(std::string_view, std::string_view);
+template Attention parse_enum<Attention>(std::string_view, std::string_view);
+template Recompute parse_enum<Recompute>(std::string_view, std::string_view);
+template Optimizer parse_enum<Optimizer>(std::string_view, std::string_view);
+template Scope parse_enum<Scope>(std::string_view, std::string_view);
+template AllocatorKind parse_enum<AllocatorKind>(std::string_view, std::string_view);
+
+std::string to_string(const DeviceChoice& device) {
+  switch (device.kind) {
+    case DeviceChoice::Kind::automatic:
+      return "auto";
+    case DeviceChoice::Kind::sim:
+      return "sim:" + device.profile;
+    case DeviceChoice::Kind::cpu:
+      return "cpu";
+    case DeviceChoice::Kind::cuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+DeviceChoice parse_device(std::string_view text) {
+  if (text == "auto") return {};
+  if (text == "cpu") return {DeviceChoice::Kind::cpu, {}};
+  if (text == "cuda") return {DeviceChoice::Kind::cuda, {}};
+  if (text.starts_with("sim:"))
+    return {DeviceChoice::Kind::sim, std::string(find_gpu_profile(text).name)};
+  throw UsageError(fmt::format(
+      "invalid --device '{}': use auto, cpu, cuda or sim:PROFILE (see `vrambench devices`)", text));
 }
 
 DType activation_dtype(Precision p) {
@@ -120,8 +159,8 @@ bool has_master_weights(Precision p) {
 }
 
 std::int64_t layer_parameter_count(const ModelConfig& m) {
-  const std::int64_t H = m.hidden, F = m.ffn, Dh = m.head_dim();
-  const std::int64_t qkv_out = (m.heads + 2 * m.kv_heads) * Dh;
+  const std::int64_t H = m.hidden, F = m.ffn;
+  const std::int64_t qkv_out = qkv_width(m);
   if (m.arch == Arch::gpt) {
     return 2 * H                    // ln1 weight, bias
            + qkv_out * H + qkv_out  // qkv

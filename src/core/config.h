@@ -2,11 +2,13 @@
 // batch, precision, attention, recompute, optimizer, scope, allocator, device capacity).
 #pragma once
 
+#include <algorithm>
+#include <compare>
 #include <cstdint>
-#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/units.h"
@@ -31,14 +33,42 @@ std::string_view to_string(Optimizer v);
 std::string_view to_string(Scope v);
 std::string_view to_string(AllocatorKind v);
 
-// Parse by name; throw UsageError naming the option and the allowed values.
-Arch parse_arch(std::string_view s);
-Precision parse_precision(std::string_view s);
-Attention parse_attention(std::string_view s);
-Recompute parse_recompute(std::string_view s);
-Optimizer parse_optimizer(std::string_view s);
-Scope parse_scope(std::string_view s);
-AllocatorKind parse_allocator(std::string_view s);
+// Every value of an enum above with its name, in declaration order: the one table the command
+// line, the sweep and the tables read names from.
+template <typename E>
+using EnumNames = std::span<const std::pair<E, std::string_view>>;
+template <typename E>
+EnumNames<E> enum_names();
+template <>
+EnumNames<Arch> enum_names<Arch>();
+template <>
+EnumNames<Precision> enum_names<Precision>();
+template <>
+EnumNames<Attention> enum_names<Attention>();
+template <>
+EnumNames<Recompute> enum_names<Recompute>();
+template <>
+EnumNames<Optimizer> enum_names<Optimizer>();
+template <>
+EnumNames<Scope> enum_names<Scope>();
+template <>
+EnumNames<AllocatorKind> enum_names<AllocatorKind>();
+// The value named `text`; throws UsageError naming --`option` and the allowed values.
+template <typename E>
+E parse_enum(std::string_view text, std::string_view option);
+
+// What --device names: auto (the GPU when there is one, else the default simulated card), a
+// simulated card (sim:PROFILE), the host (cpu) or the GPU (cuda).
+struct DeviceChoice {
+  enum class Kind { automatic, sim, cpu, cuda };
+  Kind kind = Kind::automatic;
+  std::string profile;  // sim: a GPU profile's name, "h100-80gb"
+  auto operator<=>(const DeviceChoice&) const = default;
+};
+// "auto", "sim:h100-80gb", "cpu", "cuda".
+std::string to_string(const DeviceChoice& device);
+// Reads those forms (a sim profile must be known); throws UsageError naming what is allowed.
+DeviceChoice parse_device(std::string_view text);
 
 // Storage type of activations and weights for a precision.
 DType activation_dtype(Precision p);
@@ -58,7 +88,24 @@ struct ModelConfig {
   bool tied_embeddings = true;        // lm head shares the token embedding (gpt2) or not (llama)
 
   std::int64_t head_dim() const { return hidden / heads; }
+  bool operator==(const ModelConfig&) const = default;
 };
+
+// The sub-formulas both the step program and the closed-form estimate need, written once.
+//
+// Columns of the packed q|k|v projection: `heads` query heads, then `kv_heads` key and `kv_heads`
+// value heads, each `head_dim` wide: (A + 2K) * D.
+constexpr std::int64_t qkv_width(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
+  return (heads + 2 * kv_heads) * head_dim;
+}
+inline std::int64_t qkv_width(const ModelConfig& m) {
+  return qkv_width(m.heads, m.kv_heads, m.head_dim());
+}
+// Rows of the learned position table a step of `seq` tokens has: the model's, or one per position
+// when the sequence is longer (so long sequences stay buildable); none for llama (rotary).
+inline std::int64_t position_rows(const ModelConfig& m, std::int64_t seq) {
+  return m.arch == Arch::gpt ? std::max(m.max_positions, seq) : 0;
+}
 
 struct RunConfig {
   ModelConfig model;
@@ -71,12 +118,15 @@ struct RunConfig {
   double dropout = 0.0;
   Scope scope = Scope::model;
   AllocatorKind allocator = AllocatorKind::caching;
-  std::string device = "auto";  // "auto", "sim:PROFILE", "cpu", "cuda"
-  Bytes vram = 0;               // capacity override; 0 = the device's own
+  DeviceChoice device;
+  Bytes vram = 0;  // capacity override; 0 = the device's own
+  bool operator==(const RunConfig&) const = default;
 };
 
-// Checks every field; throws UsageError with one line naming the value and what is allowed.
-// Also rejects configurations whose largest tensor or total parameter bytes overflow 64 bits.
+// Checks every field and how they fit together; throws UsageError with one line naming the value
+// and what is allowed. Also rejects configurations whose largest tensor or total parameter bytes
+// overflow 64 bits. Runs once per configuration, when the grid is made; everything after it (the
+// estimate, the program builder, the trials) takes a validated configuration.
 void validate(const RunConfig& cfg);
 
 // Number of trainable parameters of the whole model (embeddings, blocks, final norm, lm head).

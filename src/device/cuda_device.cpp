@@ -33,18 +33,6 @@ bool cuda_available(std::string* why) {
   return true;
 }
 
-std::string CudaLibraryVersions::runtime_text() const {
-  return fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10);
-}
-std::string CudaLibraryVersions::cublaslt_text() const {
-  // cublasLtGetVersion: major * 10000 + minor * 100 + patch
-  return fmt::format("{}.{}.{}", cublaslt / 10000, cublaslt % 10000 / 100, cublaslt % 100);
-}
-std::string CudaLibraryVersions::cudnn_text() const {
-  // cuDNN 9: major * 10000 + minor * 100 + patch
-  return fmt::format("{}.{}.{}", cudnn / 10000, cudnn % 10000 / 100, cudnn % 100);
-}
-
 CudaLibraryVersions cuda_library_versions() {
   CudaLibraryVersions v;
   if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
@@ -73,14 +61,23 @@ CudaDeviceInfo query_cuda_device(int ordinal) {
   return info;
 }
 
-DeviceSpec resolve_cuda_device(const RunConfig& cfg, int ordinal) {
+std::vector<CudaDeviceInfo> query_cuda_devices() {
+  std::vector<CudaDeviceInfo> out;
+  if (!cuda_available()) return out;
+  int count = 0;
+  VB_CUDA_CHECK(cudaGetDeviceCount(&count));
+  for (int i = 0; i < count; ++i) out.push_back(query_cuda_device(i));
+  return out;
+}
+
+DeviceInfo resolve_cuda_device(const RunConfig& cfg, int ordinal) {
   CudaDeviceInfo info = query_cuda_device(ordinal);
   // The handles every trial holds: their memory is part of what the step cannot use.
   const cuda::CublasLtHandle cublas = cuda::make_cublaslt_handle();
   const cuda::CudnnHandle cudnn = cuda::make_cudnn_handle();
   std::size_t free_bytes = 0, total_bytes = 0;
   VB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  DeviceSpec spec;
+  DeviceInfo spec;
   spec.kind = DeviceKind::cuda;
   spec.label =
       fmt::format("cuda:{} {} (cc {}.{})", ordinal, info.name, info.cc_major, info.cc_minor);

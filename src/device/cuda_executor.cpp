@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "cpu/executor.h"
 #include "cuda/activation.h"
 #include "cuda/add.h"
 #include "cuda/check.h"
@@ -28,6 +27,8 @@
 #include "cuda/rope.h"
 #include "cuda/softmax.h"
 #include "device/cuda_device.h"
+#include "device/init.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
@@ -48,11 +49,6 @@ struct Args {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw InternalError(fmt::format("op '{}' ({}): {}", op.name, to_string(op.kind), what));
-  }
-  void expect(std::size_t in_min, std::size_t in_max, std::size_t out_min,
-              std::size_t out_max) const {
-    if (in.size() < in_min || in.size() > in_max || out.size() < out_min || out.size() > out_max)
-      fail(fmt::format("has {} inputs and {} outputs", in.size(), out.size()));
   }
   bool accumulate(const Bound& b) const { return op.accumulate && b.tensor->role == Role::grad; }
   DType dtype() const { return out.empty() ? in.at(0).tensor->dtype : out.at(0).tensor->dtype; }
@@ -80,16 +76,8 @@ P* offset(P* base, std::int64_t elements, DType dtype) {
 }
 
 AttentionShape attention_shape(const Args& a, const Tensor& qkv) {
-  if (qkv.shape.size() != 3) a.fail("qkv must be [B,S,Q]");
-  AttentionShape s;
-  s.batch = qkv.shape[0];
-  s.seq = qkv.shape[1];
-  s.heads = a.op.heads;
-  s.kv_heads = a.op.kv_heads > 0 ? a.op.kv_heads : a.op.heads;
-  if (s.heads <= 0 || s.heads % s.kv_heads != 0) a.fail("heads must be a multiple of kv_heads");
-  if (qkv.shape[2] % (s.heads + 2 * s.kv_heads) != 0) a.fail("qkv columns must be (A + 2K) * D");
-  s.head_dim = qkv.shape[2] / (s.heads + 2 * s.kv_heads);
-  return s;
+  const QkvShape s = qkv_shape(a.op, qkv);
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
 }
 
 class CudaExecutor final : public Executor {
@@ -118,6 +106,7 @@ class CudaExecutor final : public Executor {
   void execute(const Program& program, std::size_t op_index,
                const std::vector<void*>& data) override {
     const Op& op = program.ops.at(op_index);
+    check_op(program, op);
     Args a{program, op, {}, {}, nullptr, 0};
     auto bind = [&](const std::vector<int>& ids, std::vector<Bound>& into) {
       for (int id : ids) {
@@ -179,7 +168,6 @@ void CudaExecutor::run(const Args& a) {
   const DType dt = a.dtype();
   switch (op.kind) {
     case OpKind::embedding_fwd: {
-      a.expect(2, 3, 1, 1);
       const Tensor& tokens = *a.in[0].tensor;
       const Tensor& wte = *a.in[1].tensor;
       if (tokens.shape.size() != 2 || wte.shape.size() != 2) a.fail("tokens [B,S], wte [V,H]");
@@ -189,7 +177,6 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::embedding_bwd: {
-      a.expect(2, 2, 1, 2);
       const Tensor& tokens = *a.in[1].tensor;
       const Tensor& dwte = *a.out[0].tensor;
       if (tokens.shape.size() != 2 || dwte.shape.size() != 2) a.fail("tokens [B,S], dwte [V,H]");
@@ -201,31 +188,26 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::layernorm_fwd:
-      a.expect(2, 3, 3, 3);
       launch_layernorm_fwd(dt, a.out[0].data, f32(a.out[1]), f32(a.out[2]), cptr(a.in[0]),
                            cptr(a.in[1]), a.in.size() == 3 ? cptr(a.in[2]) : nullptr, rows(a.in[0]),
                            last_dim(a.in[0]), op.eps, st);
       return;
     case OpKind::layernorm_bwd:
-      a.expect(5, 5, 2, 3);
       launch_layernorm_bwd(
           dt, a.out[0].data, a.out[1].data, a.out.size() == 3 ? a.out[2].data : nullptr,
           cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
           last_dim(a.in[1]), a.accumulate(a.out[1]), a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::rmsnorm_fwd:
-      a.expect(2, 2, 2, 2);
       launch_rmsnorm_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]),
                          rows(a.in[0]), last_dim(a.in[0]), op.eps, st);
       return;
     case OpKind::rmsnorm_bwd:
-      a.expect(4, 4, 2, 2);
       launch_rmsnorm_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
                          cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
                          a.accumulate(a.out[1]), a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::linear_fwd: {
-      a.expect(2, 3, 1, 1);
       const Tensor& w = *a.in[1].tensor;
       if (w.shape.size() != 2) a.fail("w must be [Out,In]");
       const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[0].tensor->elements() / In;
@@ -236,7 +218,6 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::linear_bwd: {
-      a.expect(3, 3, 2, 3);
       const Tensor& w = *a.in[2].tensor;
       if (w.shape.size() != 2) a.fail("w must be [Out,In]");
       const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[1].tensor->elements() / In;
@@ -250,27 +231,22 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::gelu_fwd:
-      a.expect(1, 1, 1, 1);
       launch_gelu_fwd(dt, a.out[0].data, cptr(a.in[0]), a.in[0].tensor->elements(), st);
       return;
     case OpKind::gelu_bwd:
-      a.expect(2, 2, 1, 1);
       launch_gelu_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.in[1].tensor->elements(),
                       st);
       return;
     case OpKind::swiglu_fwd:
-      a.expect(2, 2, 1, 1);
       launch_swiglu_fwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]),
                         a.out[0].tensor->elements(), st);
       return;
     case OpKind::swiglu_bwd:
-      a.expect(3, 3, 2, 2);
       launch_swiglu_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
                         cptr(a.in[2]), a.in[0].tensor->elements(), st);
       return;
     case OpKind::rope_fwd:
     case OpKind::rope_bwd: {
-      a.expect(1, 1, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[0].tensor);
       const RopeShape r{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
       if (op.kind == OpKind::rope_fwd)
@@ -286,21 +262,15 @@ void CudaExecutor::run(const Args& a) {
       attention(a);
       return;
     case OpKind::softmax_fwd:
-      a.expect(1, 1, 1, 1);
       launch_softmax_fwd(dt, a.out[0].data, cptr(a.in[0]), rows(a.in[0]), last_dim(a.in[0]), st);
       return;
     case OpKind::softmax_bwd:
-      a.expect(2, 2, 1, 1);
       launch_softmax_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), rows(a.in[1]),
                          last_dim(a.in[1]), st);
       return;
     case OpKind::flash_fwd:
     case OpKind::flash_bwd: {
       const bool fwd = op.kind == OpKind::flash_fwd;
-      if (fwd)
-        a.expect(1, 1, 2, 2);
-      else
-        a.expect(4, 4, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
       if (resolve_flash_impl(flash_impl_, dt) == FlashImpl::cudnn) {  // cuDNN or fail: no fallback
         cudnn_flash(a, s, dt);
@@ -317,32 +287,27 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::dropout_fwd:
-      a.expect(1, 1, 2, 2);
       launch_dropout_fwd(dt, a.out[0].data, static_cast<std::uint8_t*>(a.out[1].data),
                          cptr(a.in[0]), static_cast<float>(op.dropout_p), op.seed,
                          a.in[0].tensor->elements(), st);
       return;
     case OpKind::dropout_bwd:
-      a.expect(2, 2, 1, 1);
       launch_dropout_bwd(dt, a.out[0].data, cptr(a.in[0]),
                          static_cast<const std::uint8_t*>(a.in[1].data),
                          static_cast<float>(op.dropout_p), a.in[0].tensor->elements(), st);
       return;
     case OpKind::add:
-      a.expect(2, 2, 1, 1);
       if (a.in[0].tensor->elements() != a.in[1].tensor->elements())
         a.fail("add operands differ in size");
       launch_add(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.out[0].tensor->elements(), st);
       return;
     case OpKind::cross_entropy_fwd: {
-      a.expect(2, 2, 2, 2);
       const DType logits_dt = a.in[0].tensor->dtype;
       launch_cross_entropy_fwd(logits_dt, f32(a.out[0]), f32(a.out[1]), cptr(a.in[0]), ids(a.in[1]),
                                rows(a.in[0]), last_dim(a.in[0]), st);
       return;
     }
     case OpKind::cross_entropy_bwd:
-      a.expect(3, 3, 1, 1);
       launch_cross_entropy_bwd(dt, a.out[0].data, cptr(a.in[0]), ids(a.in[1]), f32(a.in[2]),
                                rows(a.in[0]), last_dim(a.in[0]), op.grad_scale, st);
       return;
@@ -360,7 +325,6 @@ void CudaExecutor::attention(const Args& a) {
   const DType dt = a.dtype();
   switch (op.kind) {
     case OpKind::attn_scores: {
-      a.expect(1, 1, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[0].tensor);
       const GemmPlan plan = plan_attn_scores(s);
       for (std::int64_t h = 0; h < s.heads; ++h)
@@ -371,7 +335,6 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_values: {
-      a.expect(2, 2, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[1].tensor);
       const GemmPlan plan = plan_attn_values(s);
       for (std::int64_t h = 0; h < s.heads; ++h)
@@ -381,7 +344,6 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_values_bwd: {
-      a.expect(3, 3, 2, 2);
       const AttentionShape s = attention_shape(a, *a.in[2].tensor);
       const auto es = static_cast<std::size_t>(dtype_size(dt));
       // The q and k columns of dqkv are written by attn_scores_bwd; zero them here as the contract
@@ -403,7 +365,6 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_scores_bwd: {
-      a.expect(3, 3, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[1].tensor);
       if (a.out[0].data != a.in[2].data)  // keep the v part attn_values_bwd wrote
         VB_CUDA_CHECK(cudaMemcpyAsync(a.out[0].data, a.in[2].data,
@@ -453,10 +414,8 @@ void CudaExecutor::cudnn_flash(const Args& a, const AttentionShape& s, DType dt)
 void CudaExecutor::optimizer(const Args& a) {
   const Op& op = a.op;
   const bool adam = op.kind == OpKind::adamw_step;
-  const std::size_t n_state = adam ? 2 : 1;
-  a.expect(2 + n_state, 3 + n_state, 0, 0);
   const Bound& weight = a.in[0];
-  const bool has_master = a.in.size() == 3 + n_state;
+  const bool has_master = a.in.size() == signature(op.kind).max_inputs();  // the optional master
   float* master = has_master ? f32(a.in.back()) : nullptr;
   if (a.in[1].tensor->elements() != weight.tensor->elements())
     a.fail("grad and weight differ in size");
@@ -486,18 +445,6 @@ void CudaExecutor::optimizer(const Args& a) {
 }
 
 }  // namespace
-
-FlashImpl resolve_flash_impl(FlashImpl impl, DType storage) {
-  if (impl != FlashImpl::automatic) return impl;
-  return storage == DType::f16 || storage == DType::bf16 ? FlashImpl::cudnn : FlashImpl::kernels;
-}
-
-FlashImpl parse_flash_impl(const std::string& text) {
-  if (text == "auto") return FlashImpl::automatic;
-  if (text == "cudnn") return FlashImpl::cudnn;
-  if (text == "kernels") return FlashImpl::kernels;
-  throw std::invalid_argument("invalid --flash-impl '" + text + "': use auto, cudnn or kernels");
-}
 
 std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed, FlashImpl flash) {
   std::string why;

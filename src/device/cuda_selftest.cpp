@@ -11,11 +11,11 @@
 
 #include "common/math.h"
 #include "core/config.h"
-#include "cpu/executor.h"
 #include "cuda/check.h"
 #include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
+#include "device/cpu_executor.h"
 #include "device/cuda_device.h"
 #include "program/program.h"
 
@@ -43,7 +43,7 @@ RunConfig small(Arch arch, Precision precision, Attention attention, Optimizer o
   c.optimizer = optimizer;
   c.dropout = dropout;
   c.scope = Scope::model;
-  c.device = "cuda";
+  c.device = parse_device("cuda");
   return c;
 }
 

@@ -14,32 +14,32 @@
 namespace vrambench {
 namespace {
 
-// Component names, shared by the per-sample ledger and the fixed part.
-constexpr std::string_view kWeights = "weights";
-constexpr std::string_view kMasterWeights = "master weights";
-constexpr std::string_view kGradients = "gradients";
-constexpr std::string_view kOptimizerState = "optimizer state";
-constexpr std::string_view kContext = "CUDA context";
-constexpr std::string_view kWorkspace = "GEMM workspace";
-constexpr std::string_view kSaved = "saved activations";
-constexpr std::string_view kStats = "norm statistics";
-constexpr std::string_view kRecomputed = "recomputed activations";
-constexpr std::string_view kTransient = "backward transient";
-constexpr std::string_view kInputs = "tokens and targets";
-constexpr std::string_view kScopeInputs = "inputs";
-constexpr std::string_view kFinalBlockOutput = "final block output";
-constexpr std::string_view kFinalNorm = "final norm";
-constexpr std::string_view kLogits = "logits and loss";
-constexpr std::string_view kEmbedMask = "embedding dropout mask";
-constexpr std::string_view kFragmentation = "allocator fragmentation";
+// Short names of the components, shared by the per-sample ledger and the fixed part.
+constexpr MemoryComponent kWeights = MemoryComponent::weights;
+constexpr MemoryComponent kMasterWeights = MemoryComponent::master_weights;
+constexpr MemoryComponent kGradients = MemoryComponent::gradients;
+constexpr MemoryComponent kOptimizerState = MemoryComponent::optimizer_state;
+constexpr MemoryComponent kContext = MemoryComponent::cuda_context;
+constexpr MemoryComponent kWorkspace = MemoryComponent::gemm_workspace;
+constexpr MemoryComponent kSaved = MemoryComponent::saved_activations;
+constexpr MemoryComponent kStats = MemoryComponent::norm_statistics;
+constexpr MemoryComponent kRecomputed = MemoryComponent::recomputed_activations;
+constexpr MemoryComponent kTransient = MemoryComponent::backward_transient;
+constexpr MemoryComponent kInputs = MemoryComponent::tokens_and_targets;
+constexpr MemoryComponent kScopeInputs = MemoryComponent::scope_inputs;
+constexpr MemoryComponent kFinalBlockOutput = MemoryComponent::final_block_output;
+constexpr MemoryComponent kFinalNorm = MemoryComponent::final_norm;
+constexpr MemoryComponent kLogits = MemoryComponent::logits_and_loss;
+constexpr MemoryComponent kEmbedMask = MemoryComponent::embedding_dropout_mask;
+constexpr MemoryComponent kFragmentation = MemoryComponent::allocator_fragmentation;
 
 // The model's sizes as Bytes (signed 64-bit) so that every product is checked.
 struct Dims {
   Bytes S, H, A, K, D, L, V, F;
-  Bytes Q;            // packed q|k|v width: (A + 2K) * D
-  Bytes e;            // element size of activations, weights and gradients
+  Bytes Q;                 // packed q|k|v width: (A + 2K) * D
+  Bytes e;                 // element size of activations, weights and gradients
   DType act = DType::f32;  // their storage type
-  Bytes norm_stats;   // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
+  Bytes norm_stats;        // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
   Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
   Bytes positions;    // rows of the learned position table (gpt), 0 for llama
   // Bytes of one sample of the largest tensor the step allocates and frees again and again (an
@@ -64,14 +64,13 @@ Dims dims_of(const RunConfig& cfg) {
   d.L = m.layers;
   d.V = m.vocab;
   d.F = m.ffn;
-  d.Q = checked_mul(m.heads + 2 * m.kv_heads, d.D, "qkv width");
+  d.Q = qkv_width(m);
   d.act = activation_dtype(cfg.dtype);
   d.e = dtype_size(d.act);
   d.gpt = m.arch == Arch::gpt;
   d.norm_stats = d.gpt ? 8 : 4;
   d.norm_params = d.gpt ? 2 * d.H : d.H;
-  // The program sizes the position table to cover the sequence when it is longer than the preset.
-  d.positions = d.gpt ? std::max(m.max_positions, cfg.seq) : 0;
+  d.positions = position_rows(m, cfg.seq);
   d.eager = cfg.attention == Attention::eager;
   if (d.eager) {
     d.bin = checked_mul(checked_mul(d.A, d.S, "heads x seq"), checked_mul(d.S, d.e, "seq x elem"),
@@ -124,11 +123,11 @@ class Ledger {
  public:
   struct Entry {
     std::string_view name;
-    std::string_view component;
+    MemoryComponent component;
     Bytes bytes;
   };
 
-  void add(std::string_view name, std::string_view component, Bytes bytes) {
+  void add(std::string_view name, MemoryComponent component, Bytes bytes) {
     live_.push_back({name, component, bytes});
   }
   void pin(std::string_view name) { pinned_.push_back(name); }
@@ -154,22 +153,22 @@ class Ledger {
   std::vector<std::string_view> pinned_;
 };
 
-// A component while the walk runs. Names are the constants above (or literals), so the walk
-// allocates no strings; only the moment that becomes the breakdown is turned into Components.
+// A component's bytes while the walk runs; only the moment that becomes the breakdown is turned
+// into Components.
 struct Share {
-  std::string_view name;
+  MemoryComponent component;
   Bytes bytes = 0;
 };
 using Shares = std::vector<Share>;
 
-void add_to(Shares& list, std::string_view name, Bytes bytes) {
+void add_to(Shares& list, MemoryComponent component, Bytes bytes) {
   if (bytes == 0) return;
   for (Share& c : list)
-    if (c.name == name) {
+    if (c.component == component) {
       c.bytes = checked_add(c.bytes, bytes, "component bytes");
       return;
     }
-  list.push_back({name, bytes});
+  list.push_back({component, bytes});
 }
 
 Bytes sum(const Shares& list) {
@@ -187,7 +186,7 @@ Bytes sum(const std::vector<Component>& list) {
 std::vector<Component> components(const Shares& list) {
   std::vector<Component> out;
   out.reserve(list.size());
-  for (const Share& c : list) out.push_back({std::string(c.name), c.bytes});
+  for (const Share& c : list) out.push_back({c.component, c.bytes});
   return out;
 }
 
@@ -221,7 +220,7 @@ struct FixedState {
 
 // The attention core's saved tensors for one sample: with eager attention the S x S probabilities
 // (and, with dropout, their dropped copy and the mask), with flash only the fp32 log-sum-exp.
-void add_core_saved(Ledger& led, const Dims& d, std::string_view component) {
+void add_core_saved(Ledger& led, const Dims& d, MemoryComponent component) {
   if (d.eager) {
     led.add("attn.probs", component, square(d, d.e));
     if (d.dropout) {
@@ -234,8 +233,8 @@ void add_core_saved(Ledger& led, const Dims& d, std::string_view component) {
 }
 
 // Saved tensors of one block in forward order, as recompute none keeps them.
-void add_block_saved(Ledger& led, const Dims& d, std::string_view component,
-                     std::string_view stats_component) {
+void add_block_saved(Ledger& led, const Dims& d, MemoryComponent component,
+                     MemoryComponent stats_component) {
   led.add("x_in", component, rows(d, d.H, d.e));
   led.add("norm1.out", component, rows(d, d.H, d.e));
   led.add("norm1.stats", stats_component, rows(d, 1, d.norm_stats));
@@ -298,7 +297,7 @@ struct BlockPoint {
   std::string_view op;
   Shares live;
   Bytes grads = 0;
-  Bytes large = 0;  // per-sample bytes of tensors at least Dims::bin large (see Point::large)
+  Bytes large = 0;    // per-sample bytes of tensors at least Dims::bin large (see Point::large)
   Bytes scratch = 0;  // fixed bytes of the op's own scratch (workspace) at this point
 };
 
@@ -541,7 +540,7 @@ class Walk {
     add_to(p.fixed, kContext, fixed_.context);
     add_to(p.fixed, kWorkspace, checked_add(fixed_.workspace, extra_workspace, "workspace"));
     for (const Ledger::Entry& x : led.entries()) add_to(p.per_sample, x.component, x.bytes);
-    for (const Share& c : extra) add_to(p.per_sample, c.name, c.bytes);
+    for (const Share& c : extra) add_to(p.per_sample, c.component, c.bytes);
     p.fixed_total = sum(p.fixed);
     p.per_sample_total = sum(p.per_sample);
     p.large = checked_add(large_bytes(led, bin_), extra_large, "large tensor bytes");
@@ -565,7 +564,7 @@ void record_block(Walk& walk, const Dims& d, const Part& part, std::string_view 
                   Bytes others_large, Ledger block) {
   for (const BlockPoint& p : walk_block_backward(block, d, part)) {
     Shares live = others;
-    for (const Share& c : p.live) add_to(live, c.name, c.bytes);
+    for (const Share& c : p.live) add_to(live, c.component, c.bytes);
     walk.at(p.op, outside, live, checked_add(others_large, p.large, "large tensor bytes"), p.grads,
             where, index, p.scratch);
   }
@@ -822,16 +821,14 @@ std::int64_t Breakdown::max_batch(Bytes capacity) const {
   return best;
 }
 
-Bytes Breakdown::component(const std::string& name) const {
+Bytes Breakdown::component(MemoryComponent kind) const {
   for (const auto* list : {&fixed, &per_sample})
     for (const Component& c : *list)
-      if (c.name == name) return c.bytes;
+      if (c.kind == kind) return c.bytes;
   return 0;
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  // Rejects shapes the formulas cannot take (heads not dividing hidden, sizes past 64 bits).
-  validate(cfg);
   std::vector<Point> points =
       cfg.scope == Scope::model ? walk_model(cfg, overhead) : walk_scope(cfg, overhead);
   const std::vector<std::size_t> order = envelope(points);
@@ -850,13 +847,17 @@ Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
   const bool listed = std::any_of(order.begin(), order.end(),
                                   [&](std::size_t i) { return i == points.size() - 1; });
   if (!listed) out.other_moments.push_back({last.name(), last.fixed_total, last.per_sample_total});
+  for (const Share& c : last.fixed)
+    if (c.component == kWeights || c.component == kMasterWeights || c.component == kGradients ||
+        c.component == kOptimizerState)
+      out.model_state = checked_add(out.model_state, c.bytes, "model state");
   // The allocator's share, the same at every moment, so that the tensor bytes stay apart.
   if (cfg.allocator == AllocatorKind::caching) {
     const Dims d = dims_of(cfg);
     const Bytes frag =
         fragmentation(points, order.back(), d.bin, rows(d, checked_add(2 * d.H, d.Q, "rows"), d.e));
     if (frag > 0) {
-      out.per_sample.push_back({std::string(kFragmentation), frag});
+      out.per_sample.push_back({kFragmentation, frag});
       for (Moment& m : out.other_moments)
         m.per_sample = checked_add(m.per_sample, frag, "allocator fragmentation");
     }

@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "program/program.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
@@ -115,7 +116,7 @@ class Builder {
     A_ = m.heads;
     K_ = m.kv_heads;
     D_ = m.head_dim();
-    Q_ = (A_ + 2 * K_) * D_;
+    Q_ = qkv_width(A_, K_, D_);
     F_ = m.ffn;
     V_ = m.vocab;
     M_ = checked_mul(B_, S_, "batch x seq");
@@ -460,8 +461,8 @@ class Builder {
       // dq accumulator [B, A, S, D] and softmax row sums [B, A, S] first, which is all the plain
       // kernels use, then dK and dV per query head with grouped-query heads, and small change.
       const int scratch =
-          tensor(pre + "attn.flash_bwd.scratch", {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)},
-                 DType::u8, Role::workspace);
+          tensor(pre + "attn.flash_bwd.scratch",
+                 {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)}, DType::u8, Role::workspace);
       Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
                  {dqkv, scratch}, layer);
       attention_attrs(o);
@@ -600,8 +601,7 @@ class Builder {
 
     const Param wte = weight("wte", {V_, H_}, -1);
     Param wpe;
-    // Positions past the model's table get their own rows, so long sequences stay buildable.
-    if (gpt_) wpe = weight("wpe", {std::max(m.max_positions, S_), H_}, -1);
+    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1);
     std::vector<BlockWeights> weights;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
     Param final_w, final_b;
@@ -740,10 +740,11 @@ class Builder {
 }  // namespace
 
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
-  validate(cfg);
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
-  return Builder(cfg, gemm_workspace).build();
+  Program program = Builder(cfg, gemm_workspace).build();
+  for (const Op& op : program.ops) check_op(program, op);
+  return program;
 }
 
 }  // namespace vrambench

@@ -54,11 +54,4 @@ Provenance make_provenance(int argc, const char* const* argv, std::string device
   return p;
 }
 
-nlohmann::json to_json(const Provenance& p) {
-  nlohmann::json extra = nlohmann::json::object();
-  for (const auto& [key, value] : p.extra) extra[key] = value;
-  return {{"tool_version", p.tool_version}, {"git_commit", p.git_commit},     {"device", p.device},
-          {"utc_time", p.utc_time},         {"command_line", p.command_line}, {"extra", extra}};
-}
-
 }  // namespace vrambench

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/fields.h"
-#include "search/isolate.h"
+#include "search/json.h"
 
 namespace vrambench {
 namespace {
@@ -23,19 +23,10 @@ Column key_column(const std::string& field) {
 
 Cell key_cell(const RunConfig& cfg, const std::string& field) {
   const FieldInfo& info = find_field(field);
-  const std::string value = get_field(cfg, field);
-  if (info.kind == FieldKind::integer) return Cell::of_int(std::stoll(value));
-  if (info.kind == FieldKind::size) return Cell::of_bytes(std::stoll(value));
-  return Cell::of_text(value);
-}
-
-// Weights, master weights, gradients and optimizer state: the fixed bytes at the end of the step
-// (where the whole model state is live, and the GEMM workspace no longer is) less the context.
-Bytes model_state(const Breakdown& b) {
-  Bytes end_of_step = b.fixed_total();
-  for (const Moment& m : b.other_moments)
-    if (m.name == "optimizer step" || m.name == "end of step") end_of_step = m.fixed;
-  return end_of_step - b.component("CUDA context");
+  const FieldValue value = get_field(cfg, info);
+  if (info.kind == FieldKind::integer) return Cell::of_int(std::get<std::int64_t>(value));
+  if (info.kind == FieldKind::size) return Cell::of_bytes(std::get<std::int64_t>(value));
+  return Cell::of_text(field_text(info, value));
 }
 
 }  // namespace
@@ -69,7 +60,7 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
 }
 
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
-                               const std::vector<std::string>& varying, const DeviceSpec& device,
+                               const std::vector<std::string>& varying, const DeviceInfo& device,
                                bool at_batch) {
   std::vector<Cell> row;
   for (const std::string& f : key_columns(varying)) row.push_back(key_cell(cfg, f));
@@ -84,7 +75,7 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
     row.push_back(max_batch > 0 ? Cell::of_bytes(breakdown.peak(max_batch))
                                 : Cell::none(CellKind::bytes));
   }
-  row.push_back(Cell::of_bytes(model_state(breakdown)));
+  row.push_back(Cell::of_bytes(breakdown.model_state));
   row.push_back(Cell::of_bytes(breakdown.fixed_total()));
   row.push_back(Cell::of_bytes(breakdown.per_sample_total()));
   row.push_back(Cell::of_bytes(device.total));
@@ -147,30 +138,25 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
     row.push_back(m.attention_impl.empty() ? Cell::none(CellKind::text)
                                            : Cell::of_text(m.attention_impl));
   row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
-  std::string note = m.reason;
+  std::string note = m.note();
   if (m.search.hit_limit) note = fmt::format("hit --max-batch {}", m.search.max_batch);
   row.push_back(Cell::of_text(note));
   return row;
 }
 
-nlohmann::json search_details(const Measurement& m, const DeviceSpec& device) {
+nlohmann::json search_details(const Measurement& m, const DeviceInfo& device) {
+  const Bytes fixed = m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead;
   nlohmann::json j;
   j["capacity_bytes"] = device.total;
-  j["fixed_overhead_bytes"] = m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead;
+  j["fixed_overhead_bytes"] = fixed;
   j["device_fixed_overhead_bytes"] = device.fixed_overhead;  // as resolved before any warm-up
-  j["tensor_capacity_bytes"] =
-      std::max<Bytes>(0, device.total - (m.fixed_overhead > 0 ? m.fixed_overhead
-                                                              : device.fixed_overhead));
-  if (const TrialResult* t = m.at_max()) j["at_max"] = to_json(*t);
-  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = to_json(*t);
-  if (m.next_needed) j["max_plus_1_needed"] = to_json(*m.next_needed);
-  nlohmann::json log = nlohmann::json::array();
-  for (const Probe& p : m.search.trials) log.push_back({{"batch", p.batch}, {"fit", p.fits}});
-  j["trials"] = log;
-  nlohmann::json est;
-  for (const Component& c : m.estimate.fixed) est["fixed"][c.name] = c.bytes;
-  for (const Component& c : m.estimate.per_sample) est["per_sample"][c.name] = c.bytes;
-  j["estimate_bytes"] = est;
+  j["tensor_capacity_bytes"] = std::max<Bytes>(0, device.total - fixed);
+  if (const TrialResult* t = m.at_max()) j["at_max"] = *t;
+  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = *t;
+  if (m.next_needed) j["max_plus_1_needed"] = *m.next_needed;
+  j["trials"] = m.search.trials;
+  j["estimate"] = m.estimate;
+  if (m.failure != Failure::none) j["failure"] = m.failure;
   return j;
 }
 

@@ -17,7 +17,7 @@ namespace vrambench {
 // `at_batch`: rows give the peak at cfg.batch (and whether it fits) instead of the max batch.
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
-                               const std::vector<std::string>& varying, const DeviceSpec& device,
+                               const std::vector<std::string>& varying, const DeviceInfo& device,
                                bool at_batch);
 
 // `measured`: the column prefix of the device's figures, "sim" or "meas". `with_sim`: a real
@@ -27,7 +27,7 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
                              const Measurement* sim = nullptr);
 // Extra JSON per row: capacity, peaks at max and max + 1 by role, the trial log, the reason.
-nlohmann::json search_details(const Measurement& m, const DeviceSpec& device);
+nlohmann::json search_details(const Measurement& m, const DeviceInfo& device);
 
 // The summary of a search: how far est is from the device over the rows that have both.
 struct ErrorSummary {

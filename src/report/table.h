@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -59,10 +60,11 @@ struct Provenance {
   std::string device;        // "sim:h100-80gb (H100 SXM 80GB)", "cpu", "NVIDIA H100 80GB HBM3"
   std::string utc_time;      // ISO 8601, "2026-11-22T10:00:00Z"
   std::string command_line;  // the full argv, shell-quoted
-  std::vector<std::pair<std::string, std::string>> extra;  // driver, CUDA, cuDNN versions ...
+  std::map<std::string, std::string> extra;  // driver, CUDA, cuDNN versions ...
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Provenance, tool_version, git_commit, device, utc_time,
+                                   command_line, extra)
 Provenance make_provenance(int argc, const char* const* argv, std::string device);
-nlohmann::json to_json(const Provenance& p);
 
 // Writes a table's CSV and JSON under a folder as rows complete: each row is appended and flushed
 // to NAME.csv.partial and NAME.jsonl.partial, so a killed run keeps its finished rows; finish()

@@ -158,7 +158,7 @@ void ResultWriter::finish(const nlohmann::json& summary) {
     ordered_json rows = ordered_json::array();
     for (const auto& row : table_.rows) rows.push_back(ordered_row(table_, row));
     ordered_json document = ordered_json::object();
-    document["provenance"] = to_json(provenance_);
+    document["provenance"] = nlohmann::json(provenance_);
     document["summary"] = summary.is_null() ? nlohmann::json::object() : summary;
     document["columns"] = std::move(columns);
     document["rows"] = std::move(rows);

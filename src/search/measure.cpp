@@ -38,58 +38,60 @@ double Measurement::relative_error() const {
   return static_cast<double>(estimated_peak() - measured) / static_cast<double>(measured);
 }
 
-SourceFactory virtual_sources() {
-  return [](Bytes capacity) { return make_virtual_source(capacity); };
-}
-
-TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64_t batch,
-                      Bytes capacity, const SourceFactory& sources, Executor* executor) {
+TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t batch,
+                      Bytes capacity, Executor* executor) {
   RunConfig at = cfg;
   at.batch = batch;
-  const Program program = build_program(at, device.gemm_workspace);
+  const Program program = build_program(at, device.info.gemm_workspace);
   const Liveness liveness = compute_liveness(program);
-  std::unique_ptr<SegmentSource> source = sources(capacity);
+  std::unique_ptr<SegmentSource> source = device.make_source(capacity);
   std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
-  return run_step(program, liveness, *allocator, executor, device.fixed_overhead,
-                  device.trial_steps, source.get());
+  return run_step(program, liveness, *allocator, executor, device.info.fixed_overhead,
+                  device.info.trial_steps, source.get());
 }
 
-Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {
+std::string Measurement::note() const {
+  if (failure != Failure::none) return fmt::format("{}: {}", to_string(failure), reason);
+  return reason;
+}
+
+Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
+                               std::string detail) {
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = device.fixed_overhead;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
   m.est_max_batch = m.estimate.max_batch(device.total);
-  m.reason = std::move(reason);
+  m.failure = failure;
+  m.reason = std::move(detail);
   return m;
 }
 
-DeviceSpec warm_up(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
-                   Executor* executor) {
-  DeviceSpec warmed = device;
-  run_trial(cfg, device, 1, device.tensor_capacity(), sources, executor);
-  if (const std::optional<Bytes> used = sources(0)->device_used()) warmed.fixed_overhead = *used;
+DeviceInfo warm_up(const RunConfig& cfg, const Device& device, Executor* executor) {
+  DeviceInfo warmed = device.info;
+  run_trial(cfg, device, 1, device.info.tensor_capacity(), executor);
+  if (const std::optional<Bytes> used = device.make_source(0)->device_used())
+    warmed.fixed_overhead = *used;
   return warmed;
 }
 
-Measurement measure(const RunConfig& cfg, const DeviceSpec& given, const SourceFactory& sources,
-                    const ExecutorFactory& executors, const SearchLimits& limits,
+Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimits& limits,
                     const TrialObserver& observe, const TrialStarting& starting) {
-  std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
-  if (executor && given.warm_up && starting) starting(1);  // the warm-up can hang like a trial
-  const DeviceSpec device =
-      executor && given.warm_up ? warm_up(cfg, given, sources, executor.get()) : given;
+  std::unique_ptr<Executor> executor = given.make_executor();
+  if (executor && given.info.warm_up && starting) starting(1);  // the warm-up can hang like a trial
+  Device device = given;
+  if (executor && given.info.warm_up) device.info = warm_up(cfg, given, executor.get());
+  const DeviceInfo& info = device.info;
   Measurement m;
   m.config = cfg;
-  m.fixed_overhead = device.fixed_overhead;
-  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
-  m.est_max_batch = m.estimate.max_batch(device.total);
+  m.fixed_overhead = info.fixed_overhead;
+  m.estimate = analyze(cfg, DeviceOverhead{info.fixed_overhead, info.gemm_workspace});
+  m.est_max_batch = m.estimate.max_batch(info.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
 
   auto fits = [&](std::int64_t batch) {
     if (starting) starting(batch);
-    TrialResult result =
-        run_trial(cfg, device, batch, device.tensor_capacity(), sources, executor.get());
+    TrialResult result = run_trial(cfg, device, batch, info.tensor_capacity(), executor.get());
     const bool fit = result.fit;
     if (observe) observe(batch, result);
     m.trials.emplace(batch, std::move(result));
@@ -101,26 +103,24 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& given, const SourceF
   if (!m.search.hit_limit) {
     // What the first failing batch would need, replayed without a limit (sizes only).
     const Bytes unlimited = std::numeric_limits<Bytes>::max() / 4;
-    m.next_needed =
-        run_trial(cfg, device, m.search.max_batch + 1, unlimited, virtual_sources(), nullptr);
+    m.next_needed = run_trial(cfg, simulated(info), m.search.max_batch + 1, unlimited, nullptr);
     if (m.search.max_batch == 0) {
       // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
       RunConfig at = cfg;
       at.batch = 1;
-      const Program program = build_program(at, device.gemm_workspace);
+      const Program program = build_program(at, info.gemm_workspace);
       Bytes state = 0;
       for (const Tensor& t : program.tensors)
         if (t.role == Role::weight || t.role == Role::master_weight || t.role == Role::grad ||
             t.role == Role::optimizer_state)
           state += t.bytes;
-      if (state + device.fixed_overhead > device.total)
+      if (state + info.fixed_overhead > info.total)
         m.reason = fmt::format("model state alone exceeds capacity ({} + {} context > {})",
-                               format_bytes(state), format_bytes(device.fixed_overhead),
-                               format_bytes(device.total));
+                               format_bytes(state), format_bytes(info.fixed_overhead),
+                               format_bytes(info.total));
       else
-        m.reason =
-            fmt::format("batch 1 needs {}, capacity {}", format_bytes(m.next_needed->device_peak),
-                        format_bytes(device.total));
+        m.reason = fmt::format("batch 1 needs {}, capacity {}",
+                               format_bytes(m.next_needed->device_peak), format_bytes(info.total));
     }
   }
   if (m.search.non_monotone)

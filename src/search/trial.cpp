@@ -52,7 +52,7 @@ class Replay {
     // The block address is the device pointer for real devices; for sim it is never dereferenced.
     data_[static_cast<std::size_t>(id)] = reinterpret_cast<void*>(block->address);
     live_ += tensor.bytes;
-    live_by_role_[static_cast<std::size_t>(tensor.role)] += tensor.bytes;
+    live_by_role_[tensor.role] += tensor.bytes;
     // Strictly greater: the first op to reach the peak names it, and later steps repeating the
     // same peak do not move it.
     if (live_ > result.tensor_peak) {
@@ -73,7 +73,7 @@ class Replay {
     slot.reset();
     data_[static_cast<std::size_t>(id)] = nullptr;
     live_ -= tensor.bytes;
-    live_by_role_[static_cast<std::size_t>(tensor.role)] -= tensor.bytes;
+    live_by_role_[tensor.role] -= tensor.bytes;
   }
 
   // Frees the live tensors that are not persistent: what liveness keeps "until the end of the
@@ -99,7 +99,7 @@ class Replay {
   std::vector<std::optional<Block>> blocks_;  // per tensor id: its block while live
   std::vector<void*> data_;                   // per tensor id: what the executor sees
   Bytes live_ = 0;
-  std::array<Bytes, kRoleCount> live_by_role_{};
+  RoleBytes live_by_role_;
 };
 
 void check_shapes(const Program& program, const Liveness& liveness, int steps) {

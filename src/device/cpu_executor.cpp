@@ -1,6 +1,6 @@
 // CpuExecutor: binds an op's tensors to fp32 copies, runs the reference kernel, stores the outputs
 // rounded to their dtypes (adding into `grad` outputs when the op accumulates).
-#include "cpu/executor.h"
+#include "device/cpu_executor.h"
 
 #include <cmath>
 #include <cstring>
@@ -13,22 +13,11 @@
 #include "common/math.h"
 #include "core/error.h"
 #include "cpu/ops.h"
+#include "device/init.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
-
-std::uint64_t name_hash(std::string_view name) {  // FNV-1a
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : name) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 // ---- binding
 // --------------------------------------------------------------------------------------
@@ -73,7 +62,7 @@ void store(const Bound& b, const std::vector<float>& values, bool accumulate) {
   }
 }
 
-// The op's tensors without its workspace, in catalogue order.
+// The op's tensors without its workspace, in the signature's order.
 struct Args {
   const Op& op;
   std::vector<Bound> in, out;
@@ -81,14 +70,6 @@ struct Args {
   void store_out(std::size_t k, const std::vector<float>& values) const {
     const Bound& b = out.at(k);
     store(b, values, op.accumulate && b.tensor->role == Role::grad);
-  }
-  void expect(std::size_t n_in_min, std::size_t n_in_max, std::size_t n_out_min,
-              std::size_t n_out_max) const {
-    if (in.size() < n_in_min || in.size() > n_in_max || out.size() < n_out_min ||
-        out.size() > n_out_max)
-      throw InternalError("op '" + op.name + "' (" + std::string(to_string(op.kind)) + ") has " +
-                          std::to_string(in.size()) + " inputs and " + std::to_string(out.size()) +
-                          " outputs");
   }
 };
 
@@ -108,16 +89,8 @@ std::int64_t rows(const Bound& b) {
 }
 
 cpu::AttnShape attn_shape(const Op& op, const Tensor& qkv) {
-  require(qkv.shape.size() == 3, op, "qkv must be [B,S,Q]");
-  cpu::AttnShape s;
-  s.B = qkv.shape[0];
-  s.S = qkv.shape[1];
-  s.A = op.heads;
-  s.K = op.kv_heads > 0 ? op.kv_heads : op.heads;
-  require(s.A > 0 && s.K > 0 && s.A % s.K == 0, op, "heads must be a multiple of kv_heads");
-  require(qkv.shape[2] % (s.A + 2 * s.K) == 0, op, "qkv columns must be (A + 2K) * D");
-  s.D = qkv.shape[2] / (s.A + 2 * s.K);
-  return s;
+  const QkvShape s = qkv_shape(op, qkv);
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
 }
 
 // ---- the executor
@@ -139,6 +112,7 @@ class CpuExecutor final : public Executor {
   void execute(const Program& program, std::size_t op_index,
                const std::vector<void*>& data) override {
     const Op& op = program.ops.at(op_index);
+    check_op(program, op);
     Args args{op, bind(program, op.inputs, data, op), bind(program, op.outputs, data, op)};
     run(args);
   }
@@ -161,7 +135,6 @@ class CpuExecutor final : public Executor {
     const Op& op = a.op;
     switch (op.kind) {
       case OpKind::embedding_fwd: {
-        a.expect(2, 3, 1, 1);
         const Tensor& tokens = *a.in[0].tensor;
         const Tensor& wte = *a.in[1].tensor;
         require(tokens.shape.size() == 2 && wte.shape.size() == 2, op, "tokens [B,S], wte [V,H]");
@@ -182,7 +155,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::embedding_bwd: {
-        a.expect(2, 2, 1, 2);
         const Tensor& tokens = *a.in[1].tensor;
         const Tensor& dwte = *a.out[0].tensor;
         require(tokens.shape.size() == 2 && dwte.shape.size() == 2, op, "tokens [B,S], dwte [V,H]");
@@ -208,7 +180,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::layernorm_fwd: {
-        a.expect(2, 3, 3, 3);
         const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
         const auto x = load(a.in[0]), w = load(a.in[1]);
         const auto b = a.in.size() == 3 ? load(a.in[2]) : std::vector<float>{};
@@ -221,7 +192,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::layernorm_bwd: {
-        a.expect(5, 5, 2, 3);
         const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
         const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]);
         const auto mean = load(a.in[3]), rstd = load(a.in[4]);
@@ -235,7 +205,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::rmsnorm_fwd: {
-        a.expect(2, 2, 2, 2);
         const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
         const auto x = load(a.in[0]), w = load(a.in[1]);
         auto y = zeros_like(a.out[0]), rstd = zeros_like(a.out[1]);
@@ -245,7 +214,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::rmsnorm_bwd: {
-        a.expect(4, 4, 2, 2);
         const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
         const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]), rstd = load(a.in[3]);
         auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
@@ -255,7 +223,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::linear_fwd: {
-        a.expect(2, 3, 1, 1);
         const Tensor& w_t = *a.in[1].tensor;
         require(w_t.shape.size() == 2, op, "w must be [Out,In]");
         const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
@@ -270,7 +237,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::linear_bwd: {
-        a.expect(3, 3, 2, 3);
         const Tensor& w_t = *a.in[2].tensor;
         require(w_t.shape.size() == 2, op, "w must be [Out,In]");
         const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
@@ -286,7 +252,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::gelu_fwd: {
-        a.expect(1, 1, 1, 1);
         const auto x = load(a.in[0]);
         auto y = zeros_like(a.out[0]);
         cpu::gelu_fwd(y.data(), x.data(), static_cast<std::int64_t>(x.size()));
@@ -294,7 +259,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::gelu_bwd: {
-        a.expect(2, 2, 1, 1);
         const auto dy = load(a.in[0]), x = load(a.in[1]);
         auto dx = zeros_like(a.out[0]);
         cpu::gelu_bwd(dx.data(), dy.data(), x.data(), static_cast<std::int64_t>(x.size()));
@@ -302,7 +266,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::swiglu_fwd: {
-        a.expect(2, 2, 1, 1);
         const auto gate = load(a.in[0]), up = load(a.in[1]);
         auto y = zeros_like(a.out[0]);
         cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()));
@@ -310,7 +273,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::swiglu_bwd: {
-        a.expect(3, 3, 2, 2);
         const auto dy = load(a.in[0]), gate = load(a.in[1]), up = load(a.in[2]);
         auto dgate = zeros_like(a.out[0]), dup = zeros_like(a.out[1]);
         cpu::swiglu_bwd(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(),
@@ -321,7 +283,6 @@ class CpuExecutor final : public Executor {
       }
       case OpKind::rope_fwd:
       case OpKind::rope_bwd: {
-        a.expect(1, 1, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
         const auto in = load(a.in[0]);
         auto out = zeros_like(a.out[0]);
@@ -333,7 +294,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_scores: {
-        a.expect(1, 1, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
         require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, op,
                 "scores must be [B,A,S,S]");
@@ -344,7 +304,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::softmax_fwd: {
-        a.expect(1, 1, 1, 1);
         const auto scores = load(a.in[0]);
         auto probs = zeros_like(a.out[0]);
         cpu::softmax_fwd(probs.data(), scores.data(), rows(a.in[0]), last_dim(a.in[0]));
@@ -352,7 +311,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::softmax_bwd: {
-        a.expect(2, 2, 1, 1);
         const auto dprobs = load(a.in[0]), probs = load(a.in[1]);
         auto dscores = zeros_like(a.out[0]);
         cpu::softmax_bwd(dscores.data(), dprobs.data(), probs.data(), rows(a.in[1]),
@@ -361,7 +319,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_values: {
-        a.expect(2, 2, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
         require(a.in[0].tensor->elements() == s.B * s.A * s.S * s.S, op, "probs must be [B,A,S,S]");
         require(a.out[0].tensor->elements() == s.B * s.S * s.A * s.D, op, "y must be [B,S,A*D]");
@@ -372,7 +329,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_values_bwd: {
-        a.expect(3, 3, 2, 2);
         const cpu::AttnShape s = attn_shape(op, *a.in[2].tensor);
         const auto dy = load(a.in[0]), probs = load(a.in[1]), qkv = load(a.in[2]);
         auto dprobs = zeros_like(a.out[0]), dqkv = zeros_like(a.out[1]);
@@ -382,7 +338,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_scores_bwd: {
-        a.expect(3, 3, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
         const auto dscores = load(a.in[0]), qkv = load(a.in[1]);
         auto dqkv = load(a.in[2]);  // its v part, written by attn_values_bwd, is kept
@@ -391,7 +346,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::flash_fwd: {
-        a.expect(1, 1, 2, 2);
         const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
         require(a.out[1].tensor->elements() == s.B * s.A * s.S, op, "lse must be [B,A,S]");
         const auto qkv = load(a.in[0]);
@@ -403,7 +357,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::flash_bwd: {
-        a.expect(4, 4, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
         const auto dy = load(a.in[0]), qkv = load(a.in[1]), y = load(a.in[2]), lse = load(a.in[3]);
         auto dqkv = zeros_like(a.out[0]);
@@ -413,7 +366,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::dropout_fwd: {
-        a.expect(1, 1, 2, 2);
         const auto x = load(a.in[0]);
         auto y = zeros_like(a.out[0]), mask = zeros_like(a.out[1]);
         cpu::dropout_fwd(y.data(), mask.data(), x.data(), static_cast<std::int64_t>(x.size()),
@@ -423,7 +375,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::dropout_bwd: {
-        a.expect(2, 2, 1, 1);
         const auto dy = load(a.in[0]), mask = load(a.in[1]);
         auto dx = zeros_like(a.out[0]);
         cpu::dropout_bwd(dx.data(), dy.data(), mask.data(), static_cast<std::int64_t>(dy.size()),
@@ -432,7 +383,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::add: {
-        a.expect(2, 2, 1, 1);
         const auto x = load(a.in[0]), y = load(a.in[1]);
         require(x.size() == y.size(), op, "add operands differ in size");
         auto c = zeros_like(a.out[0]);
@@ -441,7 +391,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::cross_entropy_fwd: {
-        a.expect(2, 2, 2, 2);
         const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
         require(a.in[1].tensor->elements() == M, op, "targets must have one id per logits row");
         const auto logits = load(a.in[0]);
@@ -453,7 +402,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::cross_entropy_bwd: {
-        a.expect(3, 3, 1, 1);
         const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
         const auto logits = load(a.in[0]);
         const auto targets = load_ids(a.in[1]);
@@ -477,10 +425,8 @@ class CpuExecutor final : public Executor {
   void optimizer_step(const Args& a) {
     const Op& op = a.op;
     const bool adam = op.kind == OpKind::adamw_step;
-    const std::size_t n_state = adam ? 2 : 1;
-    a.expect(2 + n_state, 3 + n_state, 0, 0);
     const Bound& weight = a.in[0];
-    const bool has_master = a.in.size() == 3 + n_state;
+    const bool has_master = a.in.size() == signature(op.kind).max_inputs();  // the optional master
     const Bound& param_src = has_master ? a.in.back() : weight;
     auto param = load(param_src);
     const auto grad = load(a.in[1]);
@@ -520,61 +466,6 @@ class CpuExecutor final : public Executor {
 };
 
 }  // namespace
-
-namespace {
-
-// Weights: N(0, 0.02) from a stream of the name and the seed; biases 0; norm weights 1.
-kmath::InitRule weight_rule(std::uint64_t seed, const std::string& name) {
-  kmath::InitRule rule;
-  const bool bias = ends_with(name, ".b") || ends_with(name, ".bias");
-  const bool norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
-  if (bias || norm) {
-    rule.kind = kmath::InitKind::constant;
-    rule.value = bias ? 0.0f : 1.0f;
-    return rule;
-  }
-  rule.kind = kmath::InitKind::normal;
-  rule.value = 0.02f;
-  rule.stream = name_hash(name) ^ (seed * 0x9E3779B97F4A7C15ull);
-  return rule;
-}
-
-}  // namespace
-
-kmath::InitRule init_rule(const Program& program, int tensor_id, std::uint64_t seed) {
-  const Tensor& t = program.tensor(tensor_id);
-  kmath::InitRule rule;
-  switch (t.role) {
-    case Role::weight:
-      return weight_rule(seed, t.name);
-    case Role::master_weight: {
-      std::string weight_name = t.name;
-      if (const auto at = weight_name.rfind(".master"); at != std::string::npos)
-        weight_name.erase(at, 7);
-      rule = weight_rule(seed, weight_name);
-      for (const Tensor& other : program.tensors)
-        if (other.name == weight_name && other.role == Role::weight)
-          rule.round_through = other.dtype;
-      return rule;
-    }
-    case Role::input:
-      rule.stream = name_hash(t.name) ^ seed;
-      if (t.dtype == DType::i32) {
-        rule.kind = kmath::InitKind::token_ids;
-        rule.vocab = static_cast<std::uint64_t>(program.config.model.vocab);
-      } else {
-        rule.kind = kmath::InitKind::normal;
-        rule.value = 1.0f;
-      }
-      return rule;
-    default:
-      return rule;  // optimizer state and anything else starts at zero
-  }
-}
-
-float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i) {
-  return kmath::init_value(weight_rule(seed, name), i);
-}
 
 std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed) {
   return make_cpu_executor(seed, {});
