@@ -19,6 +19,7 @@
 #include "core/units.h"
 #include "cpu/optimizer.h"
 #include "cpu/quant.h"
+#include "quant_weight.h"
 
 namespace vrambench {
 namespace {
@@ -188,31 +189,7 @@ double nearest_distance(const Values& values, double x) {
   return best;
 }
 
-// Buffers of one quantised weight sized by quantized_weight_tensors, as vectors.
-struct QuantizedWeight {
-  std::vector<std::uint8_t> data, qabsmax;
-  std::vector<float> absmax, absmax2, offset;
-  QuantizedWeight(QuantKind kind, std::int64_t rows, std::int64_t cols, bool double_quant) {
-    const std::int64_t n = rows * cols;
-    const QuantizedWeightBytes bytes = quantized_weight_bytes(n, rows, kind, double_quant);
-    data.resize(static_cast<std::size_t>(bytes.data));
-    if (kind == QuantKind::int8) {
-      absmax.resize(static_cast<std::size_t>(rows));
-    } else {
-      // Under double quant `absmax` is quantise's fp32 scratch (the transient the sizes report).
-      absmax.resize(static_cast<std::size_t>(quant_blocks(n, kQuant4bitBlock)));
-      if (double_quant) {
-        qabsmax.resize(static_cast<std::size_t>(bytes.absmax));
-        absmax2.resize(static_cast<std::size_t>(bytes.absmax2 / 4));
-        offset.resize(1);
-      }
-    }
-  }
-  kquant::QuantizedWeightBuffers buffers() {
-    return {data.data(), absmax.data(), qabsmax.empty() ? nullptr : qabsmax.data(),
-            absmax2.empty() ? nullptr : absmax2.data(), offset.empty() ? nullptr : offset.data()};
-  }
-};
+using test::QuantizedWeight;
 
 // ---- sizes -------------------------------------------------------------------------------------
 

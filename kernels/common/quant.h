@@ -258,18 +258,46 @@ VB_HD inline float dynamic_map_value(int index, bool is_signed) {
   return mul_rn(negative ? -scale : scale, mean);
 }
 
+// The 256 values of a map as a table: the CPU reference and the CUDA launchers build it on the host
+// with dynamic_map_value, and the kernels take it as a parameter (most copy it to shared memory).
+struct DynamicMap {
+  float value[kDynamicMapEntries];
+  VB_HD float operator[](int index) const { return value[index]; }
+};
+VB_HD inline DynamicMap dynamic_map(bool is_signed) {
+  DynamicMap map{};
+  for (int i = 0; i < kDynamicMapEntries; ++i) map.value[i] = dynamic_map_value(i, is_signed);
+  return map;
+}
+
+// The decision boundary between map[k] and map[k + 1] (k = 0..254): their midpoint, as
+// backends/default/ops.py quantize_blockwise computes it (`bounds = (code[:-1] + code[1:]) / 2`).
+template <typename Map>
+VB_HD inline float dynamic_bound(const Map& map, int k) {
+  return mul_rn(add_rn(map[k], map[k + 1]), 0.5f);
+}
+// A map's 255 boundaries computed on use: the CPU's table of them. The CUDA kernels keep them in
+// shared memory instead, each computed once per CUDA block by dynamic_bound.
+template <typename Map>
+struct MapBounds {
+  const Map& map;
+  VB_HD float operator[](int k) const { return dynamic_bound(map, k); }
+};
+
 // The nearest map value to x (x divided by the block's absmax), ties to the lower index: the
-// number of midpoints (map[k] + map[k+1]) / 2 strictly below x, found by binary search. This is
-// backends/default/ops.py quantize_blockwise (`bounds = (code[:-1] + code[1:]) / 2`,
-// torch.bucketize). `map` is any table indexed 0..255 (shared memory on the GPU).
+// number of boundaries strictly below x, found by binary search (torch.bucketize in
+// quantize_blockwise). `bounds` is indexed 0..254: a MapBounds, or a table of them.
+template <typename Bounds>
+VB_HD inline int dynamic_encode_bounded(const Bounds& bounds, float x) {
+  int code = 0;
+  for (int step = 128; step > 0; step /= 2)
+    if (x > bounds[code + step - 1]) code += step;
+  return code;
+}
+// The same from the map itself (any table indexed 0..255).
 template <typename Map>
 VB_HD inline int dynamic_encode(const Map& map, float x) {
-  int code = 0;
-  for (int step = 128; step > 0; step /= 2) {
-    const int k = code + step - 1;
-    if (x > mul_rn(add_rn(map[k], map[k + 1]), 0.5f)) code += step;
-  }
-  return code;
+  return dynamic_encode_bounded(MapBounds<Map>{map}, x);
 }
 
 // ---- element loads -----------------------------------------------------------------------------
@@ -330,13 +358,23 @@ VB_HD inline float dequantize_4bit_value(const Levels& levels, const std::uint8_
 }
 
 // ---- double quantisation of the absmax ----------------------------------------------------------
-// The offset is the mean of the fp32 absmax, summed in double in a fixed order so that the GPU and
-// the CPU agree to the bit: lane l of kNestedMeanLanes sums blocks l, l + lanes, ... in order,
-// then the lanes' sums are folded pairwise (s = lanes/2, ..., 1: part[l] += part[l + s]).
+// The offset is the mean of the fp32 absmax, summed in two stages of fixed order so that the GPU
+// and the CPU agree to the bit and the GPU's first stage spreads over the whole grid. Stage 1: per
+// group of kQuantNestedBlock blocks (the groups of the second-level absmax), the values as doubles,
+// folded pairwise (s = 128, ..., 1: part[l] += part[l + s]), rounded to fp32; the GPU keeps the
+// group sums in absmax2 until the nested quantisation overwrites it. Stage 2: lane l of
+// kNestedMeanLanes sums group sums l, l + lanes, ... in order in double, the lanes' sums are folded
+// pairwise the same way, and the total is divided by the number of blocks.
 inline constexpr int kNestedMeanLanes = 1024;
-VB_HD inline double nested_mean_part(const float* absmax, std::int64_t blocks, int lane) {
+// Lane `lane` of group g's fold: absmax[g * kQuantNestedBlock + lane], 0 past the last block.
+VB_HD inline double nested_group_value(const float* absmax, std::int64_t blocks, std::int64_t g,
+                                       int lane) {
+  const std::int64_t b = g * kQuantNestedBlock + lane;
+  return b < blocks ? static_cast<double>(absmax[b]) : 0.0;
+}
+VB_HD inline double nested_mean_part(const float* group_sums, std::int64_t groups, int lane) {
   double sum = 0.0;
-  for (std::int64_t b = lane; b < blocks; b += kNestedMeanLanes) sum += absmax[b];
+  for (std::int64_t g = lane; g < groups; g += kNestedMeanLanes) sum += group_sums[g];
   return sum;
 }
 VB_HD inline float nested_mean(double folded_sum, std::int64_t blocks) {
@@ -345,21 +383,29 @@ VB_HD inline float nested_mean(double folded_sum, std::int64_t blocks) {
 // The fp32 absmax of 4-bit block b rebuilt from its 8-bit code: signed map value times the
 // second-level absmax of its group of kQuantNestedBlock, plus the offset (functional.py
 // dequantize_4bit: `dequantize_blockwise(absmax, state2)`, then `absmax += offset`).
-VB_HD inline float nested_absmax(const std::uint8_t* qabsmax, const float* absmax2, float offset,
-                                 std::int64_t b) {
-  return add_rn(mul_rn(dynamic_map_value(qabsmax[b], true), absmax2[b / kQuantNestedBlock]),
-                offset);
+template <typename Map>
+VB_HD inline float nested_absmax(const Map& signed_map, const std::uint8_t* qabsmax,
+                                 const float* absmax2, float offset, std::int64_t b) {
+  return add_rn(mul_rn(signed_map[qabsmax[b]], absmax2[b / kQuantNestedBlock]), offset);
 }
 
 // ---- blockwise 8-bit (dynamic map) -------------------------------------------------------------
 // As 4-bit, one code per byte: lane `lane` of `lanes` owns elements begin + lane, + lanes, ...
+// `bounds` as in dynamic_encode_bounded (the CUDA kernels' shared table of them).
+template <typename Load, typename Bounds>
+VB_HD inline void quantize_8bit_values_bounded(std::uint8_t* codes, Load load, std::int64_t begin,
+                                               std::int64_t end, std::int64_t lane,
+                                               std::int64_t lanes, float absmax,
+                                               const Bounds& bounds) {
+  const float scale = absmax_reciprocal(absmax);
+  for (std::int64_t i = begin + lane; i < end; i += lanes)
+    codes[i] = static_cast<std::uint8_t>(dynamic_encode_bounded(bounds, mul_rn(load(i), scale)));
+}
 template <typename Load, typename Map>
 VB_HD inline void quantize_8bit_values(std::uint8_t* codes, Load load, std::int64_t begin,
                                        std::int64_t end, std::int64_t lane, std::int64_t lanes,
                                        float absmax, const Map& map) {
-  const float scale = absmax_reciprocal(absmax);
-  for (std::int64_t i = begin + lane; i < end; i += lanes)
-    codes[i] = static_cast<std::uint8_t>(dynamic_encode(map, mul_rn(load(i), scale)));
+  quantize_8bit_values_bounded(codes, load, begin, end, lane, lanes, absmax, MapBounds<Map>{map});
 }
 // Element i: map[code] * absmax of its block, plus offset.
 template <typename Map>
@@ -381,6 +427,14 @@ VB_HD inline float int8_scale(float row_absmax) {
 VB_HD inline std::int8_t int8_encode(float x, float scale) {
   const float q = fminf(fmaxf(rintf(mul_rn(x, scale)), -127.0f), 127.0f);
   return static_cast<std::int8_t>(q);
+}
+// The lane's codes of row [begin, end), given the row's absmax.
+template <typename Load>
+VB_HD inline void quantize_int8_values(std::int8_t* codes, Load load, std::int64_t begin,
+                                       std::int64_t end, std::int64_t lane, std::int64_t lanes,
+                                       float row_absmax) {
+  const float scale = int8_scale(row_absmax);
+  for (std::int64_t i = begin + lane; i < end; i += lanes) codes[i] = int8_encode(load(i), scale);
 }
 VB_HD inline float int8_decode(std::int8_t q, float row_absmax) {
   return mul_rn(mul_rn(static_cast<float>(q), row_absmax), kInt8Reciprocal);
@@ -407,18 +461,34 @@ VB_HD inline void adamw_8bit_update(float* w, float scaled_g, float* m, float* v
   const float v_hat = div_rn(*v, bc2);
   *w = sub_rn(*w, div_rn(mul_rn(p.lr, m_hat), add_rn(sqrt_rn(v_hat), p.eps)));
 }
+// A moment dequantised from its code: map value times the block's absmax (as
+// kOptimizerStatic8bit2StateBlockwise: `smem_quantiles1[m_c1[j]] * absmax1`).
+template <typename Map>
+VB_HD inline float adamw_8bit_moment(const Map& map, std::uint8_t code, float absmax) {
+  return mul_rn(map[code], absmax);
+}
 // The code of m in the signed map, kept on m's side of zero: a negative m that would round to 0
 // takes the negative value next to it, so that the update keeps its direction (the sign check in
-// kOptimizerStatic8bit2StateBlockwise; there -0.0 moves too, here only m < 0).
-template <typename Map>
-VB_HD inline int adamw_8bit_encode_m(const Map& signed_map, float m, float absmax_m) {
-  int code = dynamic_encode(signed_map, mul_rn(m, absmax_reciprocal(absmax_m)));
+// kOptimizerStatic8bit2StateBlockwise; there -0.0 moves too, here only m < 0). `bounds` as in
+// dynamic_encode_bounded; the overload without it computes them from the map.
+template <typename Map, typename Bounds>
+VB_HD inline int adamw_8bit_encode_m(const Map& signed_map, const Bounds& bounds, float m,
+                                     float absmax_m) {
+  int code = dynamic_encode_bounded(bounds, mul_rn(m, absmax_reciprocal(absmax_m)));
   if (m < 0.0f && !(signed_map[code] < 0.0f)) --code;
   return code;
 }
 template <typename Map>
+VB_HD inline int adamw_8bit_encode_m(const Map& signed_map, float m, float absmax_m) {
+  return adamw_8bit_encode_m(signed_map, MapBounds<Map>{signed_map}, m, absmax_m);
+}
+template <typename Bounds>
+VB_HD inline int adamw_8bit_encode_v_bounded(const Bounds& bounds, float v, float absmax_v) {
+  return dynamic_encode_bounded(bounds, mul_rn(v, absmax_reciprocal(absmax_v)));
+}
+template <typename Map>
 VB_HD inline int adamw_8bit_encode_v(const Map& unsigned_map, float v, float absmax_v) {
-  return dynamic_encode(unsigned_map, mul_rn(v, absmax_reciprocal(absmax_v)));
+  return adamw_8bit_encode_v_bounded(MapBounds<Map>{unsigned_map}, v, absmax_v);
 }
 
 // ---- the buffers of a quantised weight and of 8-bit AdamW state -------------------------------

@@ -13,12 +13,14 @@
 namespace vrambench::cpu {
 namespace {
 
-using Map = std::array<float, kDynamicMapEntries>;
+using kquant::DynamicMap;
 
-Map dynamic_map(bool is_signed) {
-  Map map{};
-  for (int i = 0; i < kDynamicMapEntries; ++i) map[i] = kquant::dynamic_map_value(i, is_signed);
-  return map;
+// part[0] = the pairwise fold of part[0, count) (count a power of two), in the CUDA kernels' order:
+// for s = count / 2, ..., 1, part[l] += part[l + s] for every l < s.
+double fold_pairwise(std::vector<double>& part) {
+  for (std::size_t s = part.size() / 2; s > 0; s /= 2)
+    for (std::size_t lane = 0; lane < s; ++lane) part[lane] += part[lane + s];
+  return part[0];
 }
 
 void require_4bit(QuantKind kind, const char* what) {
@@ -55,8 +57,9 @@ void dequantize_4bit_nested(QuantKind kind, DType dtype, void* w, const std::uin
                             std::int64_t n) {
   require_4bit(kind, "dequantize_4bit_nested");
   const kquant::Levels4bit levels = kquant::levels_4bit(kind);
+  const DynamicMap signed_map = kquant::dynamic_map(true);
   for (std::int64_t b = 0; b < quant_blocks(n, kQuant4bitBlock); ++b) {
-    const float absmax = kquant::nested_absmax(qabsmax, absmax2, *offset, b);
+    const float absmax = kquant::nested_absmax(signed_map, qabsmax, absmax2, *offset, b);
     const std::int64_t end = std::min((b + 1) * kQuant4bitBlock, n);
     for (std::int64_t i = b * kQuant4bitBlock; i < end; ++i)
       kmath::store(w, dtype, i, kquant::dequantize_4bit_value(levels, codes, i, absmax));
@@ -65,19 +68,26 @@ void dequantize_4bit_nested(QuantKind kind, DType dtype, void* w, const std::uin
 
 void quantize_nested_absmax(std::uint8_t* qabsmax, float* absmax2, float* offset,
                             const float* absmax, std::int64_t blocks) {
-  // The GPU's order: a part per lane, folded pairwise.
-  std::vector<double> part(kquant::kNestedMeanLanes);
+  // The GPU's order (common/quant.h): a sum per group of kQuantNestedBlock, then a part per lane
+  // over the group sums, each folded pairwise.
+  const std::int64_t groups = quant_blocks(blocks, kQuantNestedBlock);
+  std::vector<float> group_sums(static_cast<std::size_t>(groups));
+  std::vector<double> part(kQuantNestedBlock);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    for (int lane = 0; lane < kQuantNestedBlock; ++lane)
+      part[lane] = kquant::nested_group_value(absmax, blocks, g, lane);
+    group_sums[g] = static_cast<float>(fold_pairwise(part));
+  }
+  part.assign(kquant::kNestedMeanLanes, 0.0);
   for (int lane = 0; lane < kquant::kNestedMeanLanes; ++lane)
-    part[lane] = kquant::nested_mean_part(absmax, blocks, lane);
-  for (int s = kquant::kNestedMeanLanes / 2; s > 0; s /= 2)
-    for (int lane = 0; lane < s; ++lane) part[lane] += part[lane + s];
-  *offset = kquant::nested_mean(part[0], blocks);
+    part[lane] = kquant::nested_mean_part(group_sums.data(), groups, lane);
+  *offset = kquant::nested_mean(fold_pairwise(part), blocks);
   quantize_8bit(qabsmax, absmax2, absmax, offset, blocks, kQuantNestedBlock, true);
 }
 
 void quantize_8bit(std::uint8_t* codes, float* absmax, const float* x, const float* offset,
                    std::int64_t n, std::int64_t block, bool is_signed) {
-  const Map map = dynamic_map(is_signed);
+  const DynamicMap map = kquant::dynamic_map(is_signed);
   const kquant::OffsetLoad load{x, offset != nullptr ? *offset : 0.0f};
   for (std::int64_t b = 0; b < quant_blocks(n, block); ++b) {
     const std::int64_t begin = b * block, end = std::min(begin + block, n);
@@ -88,7 +98,7 @@ void quantize_8bit(std::uint8_t* codes, float* absmax, const float* x, const flo
 
 void dequantize_8bit(float* x, const std::uint8_t* codes, const float* absmax, const float* offset,
                      std::int64_t n, std::int64_t block, bool is_signed) {
-  const Map map = dynamic_map(is_signed);
+  const DynamicMap map = kquant::dynamic_map(is_signed);
   const float shift = offset != nullptr ? *offset : 0.0f;
   for (std::int64_t i = 0; i < n; ++i)
     x[i] = kquant::dequantize_8bit_value(map, codes, absmax, block, shift, i);
@@ -96,14 +106,11 @@ void dequantize_8bit(float* x, const std::uint8_t* codes, const float* absmax, c
 
 void quantize_int8_rows(std::int8_t* codes, float* row_absmax, DType dtype, const void* w,
                         std::int64_t rows, std::int64_t cols) {
+  const kquant::StorageLoad load{w, dtype};
   for (std::int64_t r = 0; r < rows; ++r) {
-    float absmax = 0.0f;
-    for (std::int64_t c = 0; c < cols; ++c)
-      absmax = std::max(absmax, std::fabs(kmath::load(w, dtype, r * cols + c)));
-    row_absmax[r] = absmax;
-    const float scale = kquant::int8_scale(absmax);
-    for (std::int64_t c = 0; c < cols; ++c)
-      codes[r * cols + c] = kquant::int8_encode(kmath::load(w, dtype, r * cols + c), scale);
+    const std::int64_t begin = r * cols;
+    row_absmax[r] = kquant::absmax_part(load, begin, begin + cols, 0, 1);
+    kquant::quantize_int8_values(codes, load, begin, begin + cols, 0, 1, row_absmax[r]);
   }
 }
 
@@ -150,7 +157,8 @@ void adamw_8bit_step(float* param, const float* grad, const kquant::AdamW8bitSta
     adamw_step(param, grad, state.m, state.v, n, p);
     return;
   }
-  const Map signed_map = dynamic_map(true), unsigned_map = dynamic_map(false);
+  const DynamicMap signed_map = kquant::dynamic_map(true),
+                   unsigned_map = kquant::dynamic_map(false);
   const float bc1 = p.bias_correction1(), bc2 = p.bias_correction2();
   std::array<float, kOptimizer8bitBlock> m{}, v{};
   for (std::int64_t b = 0; b < quant_blocks(n, kOptimizer8bitBlock); ++b) {
@@ -159,8 +167,8 @@ void adamw_8bit_step(float* param, const float* grad, const kquant::AdamW8bitSta
     float absmax_m = 0.0f, absmax_v = 0.0f;
     for (std::int64_t j = 0; j < count; ++j) {
       const std::int64_t i = begin + j;
-      m[j] = kquant::mul_rn(signed_map[state.m_codes[i]], state.absmax_m[b]);
-      v[j] = kquant::mul_rn(unsigned_map[state.v_codes[i]], state.absmax_v[b]);
+      m[j] = kquant::adamw_8bit_moment(signed_map, state.m_codes[i], state.absmax_m[b]);
+      v[j] = kquant::adamw_8bit_moment(unsigned_map, state.v_codes[i], state.absmax_v[b]);
       kquant::adamw_8bit_update(&param[i], grad[i], &m[j], &v[j], p, bc1, bc2);
       absmax_m = std::max(absmax_m, std::fabs(m[j]));
       absmax_v = std::max(absmax_v, std::fabs(v[j]));
