@@ -57,6 +57,27 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
             seen.insert(op.kind);
           }
         }
+  // The fine-tuning recipes: frozen, quantised (4-bit with and without double quantisation, int8)
+  // bases under adapters with and without LoRA dropout, 8-bit and paged optimizers.
+  for (const char* preset : {"tiny", "tiny-llama"})
+    for (QuantKind quant : {QuantKind::none, QuantKind::nf4, QuantKind::fp4, QuantKind::int8})
+      for (Toggle nested : {Toggle::on, Toggle::off}) {
+        RunConfig cfg;
+        cfg.model = find_preset(preset).model;
+        cfg.seq = 16;
+        cfg.finetune = Finetune::lora;
+        cfg.quant = quant;
+        cfg.double_quant = nested;
+        cfg.lora_dropout = nested == Toggle::on ? 0.1 : 0.0;
+        cfg.optimizer = quant == QuantKind::int8 ? Optimizer::paged_adamw_8bit : Optimizer::adamw_8bit;
+        cfg.lora_rank = 64;  // B [H, 64] of tiny's H = 64: 4096 elements, 8-bit state
+        validate(cfg);
+        const Program p = build_program(cfg, 4096);
+        for (const Op& op : p.ops) {
+          EXPECT_NO_THROW(check_op(p, op)) << op.name;
+          seen.insert(op.kind);
+        }
+      }
   EXPECT_EQ(seen.size(), kOpKindCount) << "some kind is never built";
 }
 

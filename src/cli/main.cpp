@@ -55,6 +55,8 @@ std::string_view type_name(FieldKind kind) {
       return "N";
     case FieldKind::real:
       return "P";
+    case FieldKind::number:
+      return "X";
     case FieldKind::size:
       return "SIZE";
     case FieldKind::choice:
@@ -75,6 +77,11 @@ CLI::Validator choice_of() {
   return CLI::Validator(
       [allowed](std::string& text) -> std::string {
         for (const auto& [value, name] : enum_names<E>())
+          if (name == text) {
+            text = std::to_string(static_cast<std::underlying_type_t<E>>(value));
+            return {};
+          }
+        for (const auto& [value, name] : enum_aliases<E>())
           if (name == text) {
             text = std::to_string(static_cast<std::underlying_type_t<E>>(value));
             return {};
@@ -140,7 +147,12 @@ void add_field_option(CLI::App* app, CliOptions& options, const FieldInfo& info,
             return app->add_option_function<T>(flag, store, help)->transform(size_in_bytes());
           return app->add_option_function<T>(flag, store, help)->check(kPositive);
         } else if constexpr (std::is_same_v<T, double>) {
+          if (info.kind == FieldKind::number)
+            return app->add_option_function<T>(flag, store, help)->check(CLI::PositiveNumber);
           return app->add_option_function<T>(flag, store, help)->check(kProbability);
+        } else if constexpr (std::is_same_v<T, LoraTargets>) {
+          return app->add_option_function<std::string>(
+              flag, [store](const std::string& text) { store(parse_lora_targets(text)); }, help);
         } else if constexpr (std::is_same_v<T, ModelConfig>) {
           std::vector<std::string> names;
           for (const Preset& p : presets()) names.emplace_back(p.name);

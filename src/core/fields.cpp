@@ -14,7 +14,7 @@
 namespace vrambench {
 namespace {
 
-constexpr std::array<FieldInfo, 20> kFields{{
+constexpr std::array<FieldInfo, 28> kFields{{
     {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
     {"arch", FieldKind::choice, "gpt|llama"},
     {"hidden", FieldKind::integer, "hidden size H"},
@@ -29,12 +29,25 @@ constexpr std::array<FieldInfo, 20> kFields{{
     {"dtype", FieldKind::choice, "fp32|tf32|fp16|bf16"},
     {"attention", FieldKind::choice, "eager|flash"},
     {"recompute", FieldKind::choice, "none|selective|full"},
-    {"optimizer", FieldKind::choice, "adamw|sgd|none"},
+    {"optimizer", FieldKind::choice,
+     "adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|sgd|none (also Hugging Face's optim names: "
+     "adamw_torch, adamw_bnb_8bit, paged_adamw_32bit, paged_adamw_8bit)"},
     {"dropout", FieldKind::real, "dropout probability in [0, 1)"},
     {"scope", FieldKind::choice, "model|layer|attention|mlp"},
     {"allocator", FieldKind::choice, "direct|caching"},
     {"device", FieldKind::text, "auto|sim:PROFILE|cpu|cuda"},
     {"vram", FieldKind::size, "device capacity, e.g. 24GiB"},
+    {"finetune", FieldKind::choice, "full|lora|qlora"},
+    {"lora-rank", FieldKind::integer, "LoRA rank r"},
+    {"lora-alpha", FieldKind::number, "LoRA alpha (no memory effect; kept for trainer settings)"},
+    {"lora-dropout", FieldKind::real, "dropout on the LoRA input, in [0, 1)"},
+    {"lora-targets", FieldKind::text,
+     "attn|attn-mlp|all-linear, or module names as PEFT takes them: "
+     "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or c_attn,c_proj,c_fc "
+     "(join with + in a sweep)"},
+    {"quant", FieldKind::choice, "none|nf4|fp4|int8: storage of the frozen block linears"},
+    {"double-quant", FieldKind::choice, "on|off: 8-bit absmax of 4-bit weights"},
+    {"grad-accum", FieldKind::integer, "micro-steps per optimizer step (gradients stay live)"},
 }};
 
 // How each field of kFields (same order) is parsed, read and written.
@@ -103,6 +116,17 @@ FieldValue parse_real(std::string_view text, std::string_view option) {
 FieldValue parse_device_field(std::string_view text, std::string_view) {
   return parse_device(text);
 }
+FieldValue parse_number(std::string_view text, std::string_view option) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
+      !(value > 0.0))
+    throw UsageError(fmt::format("invalid --{} '{}': expected a positive number", option, text));
+  return value;
+}
+FieldValue parse_lora_targets_field(std::string_view text, std::string_view) {
+  return parse_lora_targets(text);
+}
 
 const std::array<Access, kFields.size()> kAccess{{
     // preset: the whole model.
@@ -134,6 +158,14 @@ const std::array<Access, kFields.size()> kAccess{{
     run_value<AllocatorKind, &RunConfig::allocator>(parse_choice<AllocatorKind>),
     run_value<DeviceChoice, &RunConfig::device>(parse_device_field),
     run_value<Bytes, &RunConfig::vram>(parse_size),
+    run_value<Finetune, &RunConfig::finetune>(parse_choice<Finetune>),
+    run_value<std::int64_t, &RunConfig::lora_rank>(parse_integer),
+    run_value<double, &RunConfig::lora_alpha>(parse_number),
+    run_value<double, &RunConfig::lora_dropout>(parse_real),
+    run_value<LoraTargets, &RunConfig::lora_targets>(parse_lora_targets_field),
+    run_value<QuantKind, &RunConfig::quant>(parse_choice<QuantKind>),
+    run_value<Toggle, &RunConfig::double_quant>(parse_choice<Toggle>),
+    run_value<std::int64_t, &RunConfig::grad_accum>(parse_integer),
 }};
 
 const Access& access(const FieldInfo& field) {

@@ -16,15 +16,17 @@ namespace vrambench {
 
 enum class FieldKind {
   integer,  // std::int64_t, positive
-  real,     // double
+  real,     // double, a probability in [0, 1)
+  number,   // double, positive
   size,     // std::int64_t bytes, from "24GiB", "16GB", "20.5" (GiB)
   choice,   // one of an enum's names (enum_names)
-  text,     // preset (the preset's ModelConfig) or device (a DeviceChoice)
+  text,     // preset (the preset's ModelConfig), device (a DeviceChoice), lora-targets
 };
 
 // A field's typed value: the alternative its kind and name hold.
-using FieldValue = std::variant<std::int64_t, double, Arch, Precision, Attention, Recompute,
-                                Optimizer, Scope, AllocatorKind, DeviceChoice, ModelConfig>;
+using FieldValue =
+    std::variant<std::int64_t, double, Arch, Precision, Attention, Recompute, Optimizer, Scope,
+                 AllocatorKind, Finetune, QuantKind, Toggle, LoraTargets, DeviceChoice, ModelConfig>;
 
 struct FieldInfo {
   std::string_view name;  // CLI spelling: "seq", "kv-heads", "vram"

@@ -2,6 +2,8 @@
 // rounded to their dtypes (adding into `grad` outputs when the op accumulates).
 #include "device/cpu_executor.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -416,8 +418,15 @@ class CpuExecutor final : public Executor {
       case OpKind::sgd_step:
         optimizer_step(a);
         return;
+      case OpKind::dequantize:
+      case OpKind::linear_dgrad:
+      case OpKind::lora_fwd:
+      case OpKind::lora_bwd:
+      case OpKind::adamw8bit_step:
+        break;
     }
-    throw InternalError("op '" + op.name + "': unknown kind");
+    throw InternalError(fmt::format("op '{}': the cpu executor does not run {} yet", op.name,
+                                    to_string(op.kind)));
   }
 
   // In place on the weight, its state and its master copy: the update runs in fp32 on the master

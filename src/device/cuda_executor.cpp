@@ -315,6 +315,12 @@ void CudaExecutor::run(const Args& a) {
     case OpKind::sgd_step:
       optimizer(a);
       return;
+    case OpKind::dequantize:
+    case OpKind::linear_dgrad:
+    case OpKind::lora_fwd:
+    case OpKind::lora_bwd:
+    case OpKind::adamw8bit_step:
+      a.fail("the cuda executor does not run this kind yet");
   }
   a.fail("unknown op kind");
 }

@@ -26,6 +26,8 @@ std::string_view to_string(Role r) {
       return "workspace";
     case Role::input:
       return "input";
+    case Role::paged_optimizer_state:
+      return "paged_optimizer_state";
   }
   return "?";
 }
@@ -94,7 +96,7 @@ Op& Program::add_op(OpKind kind, std::string name, std::vector<int> inputs,
 namespace {
 bool whole_step(Role r) {
   return r == Role::weight || r == Role::master_weight || r == Role::optimizer_state ||
-         r == Role::input;
+         r == Role::input || r == Role::paged_optimizer_state;
 }
 }  // namespace
 
@@ -125,7 +127,15 @@ Liveness compute_liveness(const Program& program) {
       live.persistent.push_back(static_cast<int>(t));
       continue;
     }
-    if (role == Role::grad) live.free_after[t] = n_ops;
+    if (role == Role::grad) {
+      live.free_after[t] = n_ops;
+      // Accumulating over micro-steps: the gradients are there before this step starts.
+      if (program.config.grad_accum > 1) {
+        live.alloc_at[t] = -1;
+        live.persistent.push_back(static_cast<int>(t));
+        continue;
+      }
+    }
     live.allocs_before[static_cast<std::size_t>(live.alloc_at[t])].push_back(static_cast<int>(t));
     if (live.free_after[t] < n_ops)
       live.frees_after[static_cast<std::size_t>(live.free_after[t])].push_back(static_cast<int>(t));

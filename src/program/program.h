@@ -26,9 +26,13 @@ enum class Role : std::uint8_t {
                     // op's own scratch listed as its output (cuDNN workspace, fp32
                     // accumulators), live for that op alone
   input,            // tokens and targets; whole step
+  // Optimizer state a paged optimizer keeps in managed (unified) memory: whole step, outside the
+  // device's capacity (a trial allocates it from a separate, unbounded pool; on cuda with
+  // cudaMallocManaged).
+  paged_optimizer_state,
 };
 std::string_view to_string(Role r);
-inline constexpr int kRoleCount = 8;
+inline constexpr int kRoleCount = 9;
 
 struct Tensor {
   int id = -1;
@@ -72,6 +76,12 @@ enum class OpKind : std::uint8_t {
   cross_entropy_bwd,
   adamw_step,
   sgd_step,
+  // Fine-tuning recipes.
+  dequantize,      // a quantised frozen weight into rows of its compute-dtype copy
+  linear_dgrad,    // dx = dy w: the input gradient of a frozen linear
+  lora_fwd,        // xa = x A^T; y[:, cols] += scale xa B^T
+  lora_bwd,        // dA, dB and (added into) dx of one adapter
+  adamw8bit_step,  // bitsandbytes' blockwise 8-bit AdamW
 };
 // The kind's name in the signature table: "linear_fwd".
 std::string_view to_string(OpKind k);
@@ -96,6 +106,13 @@ struct Op {
   // Optimizer hyper-parameters.
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f, weight_decay = 0.0f;
   float momentum = 0.9f;
+  // dequantize: the storage, and the rows [row_offset, row_offset + rows) of the output it writes
+  // (a packed q|k|v weight is three modules). lora_fwd / lora_bwd: the columns
+  // [col_offset, col_offset + the adapter's out) of y / dy, and scale = alpha / rank.
+  QuantKind quant = QuantKind::none;
+  bool double_quant = false;
+  std::int64_t row_offset = 0, rows = 0, col_offset = 0;
+  float lora_scale = 0.0f;
 };
 
 struct Program {

@@ -21,12 +21,12 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
      "writer and is always overwritten"},
     {OpKind::layernorm_fwd, "layernorm_fwd", {"x[M,H]", "w[H]", "[b[H]]"},
      {"y[M,H]", "mean[M] f32", "rstd[M] f32"}, {.eps = true}, ""},
-    {OpKind::layernorm_bwd, "layernorm_bwd", {"dy", "x", "w", "mean", "rstd"}, {"dx", "dw", "[db]"},
-     {.accumulate = true}, ""},
+    {OpKind::layernorm_bwd, "layernorm_bwd", {"dy", "x", "w", "mean", "rstd"},
+     {"dx", "[dw]", "[db]"}, {.accumulate = true}, "a frozen norm (fine-tuning) writes dx alone"},
     {OpKind::rmsnorm_fwd, "rmsnorm_fwd", {"x[M,H]", "w[H]"}, {"y[M,H]", "rstd[M] f32"},
      {.eps = true}, ""},
-    {OpKind::rmsnorm_bwd, "rmsnorm_bwd", {"dy", "x", "w", "rstd"}, {"dx", "dw"},
-     {.accumulate = true}, ""},
+    {OpKind::rmsnorm_bwd, "rmsnorm_bwd", {"dy", "x", "w", "rstd"}, {"dx", "[dw]"},
+     {.accumulate = true}, "a frozen norm (fine-tuning) writes dx alone"},
     {OpKind::linear_fwd, "linear_fwd", {"x[M,In]", "w[Out,In]", "[b[Out]]"}, {"y[M,Out]"}, {},
      "y = x w^T + b"},
     {OpKind::linear_bwd, "linear_bwd", {"dy[M,Out]", "x[M,In]", "w[Out,In]"},
@@ -67,6 +67,25 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
     {OpKind::sgd_step, "sgd_step", {"w", "grad", "momentum", "[master]"}, {},
      {.grad_scale = true, .optimizer = true},
      "updates w, momentum and master in place; grad is divided by grad_scale first"},
+    {OpKind::dequantize, "dequantize", {"codes u8", "absmax", "[absmax2 f32]", "[offset f32]"},
+     {"w[Out,In]"}, {.quant = true},
+     "rows [row_offset, +rows) of w from 4-bit codes and a per-64 absmax (fp32, or 8-bit with "
+     "absmax2 per 256 blocks and the offset under double quantisation) or int8 rows and their "
+     "fp32 absmax; scratch: the rebuilt fp32 absmax under double quantisation"},
+    {OpKind::linear_dgrad, "linear_dgrad", {"dy[M,Out]", "w[Out,In]"}, {"dx[M,In]"}, {},
+     "dx = dy w (the weight is frozen: no dw, no saved input)"},
+    {OpKind::lora_fwd, "lora_fwd", {"x[M,In]", "a[R,In]", "b[N,R]", "y[M,Out]"},
+     {"xa[M,R]", "y"}, {.lora = true},
+     "xa = x a^T; y[:, col_offset:+N] += lora_scale xa b^T, in place"},
+    {OpKind::lora_bwd, "lora_bwd", {"dy[M,Out]", "x[M,In]", "xa[M,R]", "a", "b"},
+     {"da[R,In]", "db[N,R]", "dxa[M,R]", "[dx[M,In]]"}, {.accumulate = true, .lora = true},
+     "g = lora_scale dy[:, col_offset:+N]; db = g^T xa; dxa = g b; da = dxa^T x; dx = dxa a, "
+     "added into dx with accumulate (the frozen base wrote it first)"},
+    {OpKind::adamw8bit_step, "adamw8bit_step",
+     {"w", "grad", "m u8", "v u8", "m_absmax f32", "v_absmax f32", "[master]"}, {},
+     {.grad_scale = true, .optimizer = true},
+     "bitsandbytes' 8-bit AdamW: the moments dequantised per block of 256, updated in fp32, "
+     "requantised with the new absmax; m and v may be paged"},
 }};
 // clang-format on
 
@@ -76,7 +95,7 @@ constexpr bool in_enum_order() {
   return true;
 }
 static_assert(in_enum_order(), "one row per OpKind, in the enum's order");
-static_assert(static_cast<std::size_t>(OpKind::sgd_step) + 1 == kOpKindCount,
+static_assert(static_cast<std::size_t>(OpKind::adamw8bit_step) + 1 == kOpKindCount,
               "kOpKindCount counts every OpKind");
 
 // Operand list as "a, b, [c]" for messages.
@@ -148,6 +167,19 @@ void check_op(const Program& program, const Op& op) {
   if (uses.grad_scale && !(op.grad_scale > 0.0f))
     fail(op, fmt::format("grad_scale {} is not positive", op.grad_scale));
   if (op.accumulate && !uses.accumulate) fail(op, "accumulates, but its kind writes no gradient");
+  if (uses.quant) {
+    if (op.quant == QuantKind::none || op.rows <= 0 || op.row_offset < 0)
+      fail(op, fmt::format("quant {} over rows {}+{}: a quantised kind and rows are needed",
+                           to_string(op.quant), op.row_offset, op.rows));
+  } else if (op.quant != QuantKind::none || op.rows != 0 || op.row_offset != 0) {
+    fail(op, "quantisation attributes on a kind without them");
+  }
+  if (uses.lora) {
+    if (!(op.lora_scale > 0.0f) || op.col_offset < 0)
+      fail(op, fmt::format("lora scale {} at column {}", op.lora_scale, op.col_offset));
+  } else if (op.lora_scale != 0.0f || op.col_offset != 0) {
+    fail(op, "LoRA attributes on a kind without them");
+  }
 }
 
 QkvShape qkv_shape(const Op& op, const Tensor& qkv) {

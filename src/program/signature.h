@@ -31,13 +31,15 @@ struct OpAttrs {
   bool grad_scale = false;  // grad_scale > 0 (loss backward, optimizer steps)
   bool optimizer = false;   // lr, beta1, beta2, adam_eps, weight_decay, momentum
   bool accumulate = false;  // may add into its grad outputs (tied weights); false for others
+  bool quant = false;       // dequantize: quant (not none), double_quant, row_offset, rows
+  bool lora = false;        // lora_fwd / lora_bwd: col_offset, lora_scale > 0
 };
 
 struct OpSignature {
   OpKind kind{};
   std::string_view name;                    // "linear_fwd"
-  std::array<std::string_view, 5> inputs;   // in order; "" after the last
-  std::array<std::string_view, 3> outputs;  // likewise
+  std::array<std::string_view, 7> inputs;   // in order; "" after the last
+  std::array<std::string_view, 4> outputs;  // likewise
   OpAttrs attrs;
   std::string_view note;  // what it computes, where the operands do not say
 
@@ -60,7 +62,7 @@ struct OpSignature {
 const OpSignature& signature(OpKind kind);
 
 // The number of op kinds: every OpKind has one row in the table.
-inline constexpr std::size_t kOpKindCount = 29;
+inline constexpr std::size_t kOpKindCount = 34;
 
 // Throws InternalError naming the op when its operand counts (workspace tensors, which come last,
 // not counted) differ from its signature. Program::add_op runs it as the op is added.

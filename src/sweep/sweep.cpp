@@ -47,11 +47,13 @@ std::string example_for(const FieldInfo* field) {
       return name + "=512..8192";
     case FieldKind::real:
       return name + "=0,0.1";
+    case FieldKind::number:
+      return name + "=16,32";
     case FieldKind::size:
       return name + "=24GiB,80GiB";
     case FieldKind::choice: {
-      // The help of a choice field is its allowed values, "a|b|c".
-      std::string values(field->help);
+      // The help of a choice field starts with its allowed values, "a|b|c".
+      std::string values(field->help.substr(0, field->help.find_first_of(" :")));
       std::replace(values.begin(), values.end(), '|', ',');
       return name + "=" + values;
     }
@@ -60,6 +62,7 @@ std::string example_for(const FieldInfo* field) {
   }
   if (name == "preset") return "preset=gpt2,llama2-7b";
   if (name == "device") return "device=cpu,sim:h100-80gb";
+  if (name == "lora-targets") return "lora-targets=attn,q_proj+v_proj,all-linear";
   return name + "=a,b";
 }
 
