@@ -87,6 +87,7 @@ Measurement every_field_set() {
   t.device_peak = 26;
   t.driver_peak = 27;
   t.peak_op = 28;
+  t.paged_bytes = 31;
   for (int r = 0; r < kRoleCount; ++r) t.peak_by_role[static_cast<Role>(r)] = 100 + r;
   m.trials = {{19, t}};
   m.next_needed = t;

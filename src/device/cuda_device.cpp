@@ -101,13 +101,15 @@ std::optional<Bytes> driver_used() {
 
 class CudaSource final : public SegmentSource {
  public:
-  explicit CudaSource(Bytes capacity) : capacity_(capacity) {}
+  CudaSource(Bytes capacity, bool managed) : capacity_(capacity), managed_(managed) {}
   ~CudaSource() override = default;  // the allocator returns every segment before it goes
 
   std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
     if (bytes <= 0 || in_use_ + bytes > capacity_) return std::nullopt;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, static_cast<std::size_t>(bytes));
+    const cudaError_t e = managed_
+                              ? cudaMallocManaged(&p, static_cast<std::size_t>(bytes))
+                              : cudaMalloc(&p, static_cast<std::size_t>(bytes));
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // clear it: running out is a result, the next trial goes on
       return std::nullopt;
@@ -128,6 +130,7 @@ class CudaSource final : public SegmentSource {
 
  private:
   Bytes capacity_;
+  bool managed_;
   Bytes in_use_ = 0;
 };
 
@@ -236,7 +239,13 @@ class CudaAsyncSource final : public SegmentSource {
 std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity) {
   std::string why;
   if (!cuda_available(&why)) throw NeedsGpu(why);
-  return std::make_unique<CudaSource>(capacity);
+  return std::make_unique<CudaSource>(capacity, false);
+}
+
+std::unique_ptr<SegmentSource> make_cuda_managed_source(Bytes capacity) {
+  std::string why;
+  if (!cuda_available(&why)) throw NeedsGpu(why);
+  return std::make_unique<CudaSource>(capacity, true);
 }
 
 std::unique_ptr<SegmentSource> make_cuda_async_source(Bytes capacity) {

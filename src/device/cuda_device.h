@@ -44,6 +44,10 @@ DeviceInfo resolve_cuda_device(const RunConfig& cfg, int ordinal = 0);
 // Throws NeedsGpu without a device.
 std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity);
 
+// cudaMallocManaged segments (paged optimizer state): the driver migrates them between host and
+// device on demand, so they do not count against the card; `capacity` caps them all the same.
+std::unique_ptr<SegmentSource> make_cuda_managed_source(Bytes capacity);
+
 // Stream-ordered segments: cudaMallocFromPoolAsync / cudaFreeAsync on a memory pool of its own
 // (created on the current device, not the device's default pool) and a stream of its own. Every
 // call synchronises before it returns, so a segment is ready for any stream when it is handed out,

@@ -49,7 +49,7 @@ std::string CudaLibraryVersions::cudnn_text() const {
 Device simulated(DeviceInfo info) {
   info.kind = DeviceKind::sim;
   info.warm_up = false;  // nothing runs, nothing loads; trial_steps stay: the replay runs as many
-  return {std::move(info), [](Bytes capacity) { return make_virtual_source(capacity); }, {}};
+  return {std::move(info), [](Bytes capacity) { return make_virtual_source(capacity); }, {}, {}};
 }
 
 }  // namespace vrambench

@@ -76,8 +76,16 @@ struct Device {
   DeviceInfo info;
   SourceFactory sources;      // a fresh source of `capacity` bytes per trial
   ExecutorFactory executors;  // empty where nothing runs (sim, --no-execute)
+  // Where a paged optimizer's state lives, outside the device's capacity: managed memory on cuda
+  // (cudaMallocManaged), host memory on cpu, virtual segments on sim. Unbounded (kPagedCapacity).
+  SourceFactory paged_sources;
 
   std::unique_ptr<SegmentSource> make_source(Bytes capacity) const { return sources(capacity); }
+  std::unique_ptr<SegmentSource> make_paged_source() const {
+    return (paged_sources ? paged_sources : sources)(kPagedCapacity);
+  }
+  // What a paged source may hand out: no device limit (the driver pages to host memory).
+  static constexpr Bytes kPagedCapacity = Bytes{1} << 50;
   // nullptr where nothing runs.
   std::unique_ptr<Executor> make_executor() const { return executors ? executors() : nullptr; }
 };

@@ -66,6 +66,7 @@ Device cuda_device(const RunConfig& cfg, const DeviceOptions& options) {
     d.sources = [](Bytes capacity) { return make_cuda_async_source(capacity); };
   else
     d.sources = [](Bytes capacity) { return make_cuda_source(capacity); };
+  d.paged_sources = [](Bytes capacity) { return make_cuda_managed_source(capacity); };
   if (options.execute) {
     const FlashImpl flash = options.flash;
     d.executors = [flash] { return make_cuda_executor(kInitSeed, flash); };

@@ -19,7 +19,7 @@ void from_json(const nlohmann::json& j, RoleBytes& r);
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(OomInfo, op, tensor, requested, free)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrialResult, fit, oom, tensor_peak, reserved_peak, device_peak,
-                                   driver_peak, peak_op, peak_by_role)
+                                   driver_peak, peak_op, peak_by_role, paged_bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Probe, batch, fits)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SearchResult, max_batch, hit_limit, trials, non_monotone)
 // Everything but the configuration, which whoever reads it back already has

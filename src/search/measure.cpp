@@ -46,8 +46,15 @@ TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t b
   const Liveness liveness = compute_liveness(program);
   std::unique_ptr<SegmentSource> source = device.make_source(capacity);
   std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
+  // Paged optimizer state: its own pool, allocated once (direct), outside the capacity.
+  std::unique_ptr<SegmentSource> paged_source;
+  std::unique_ptr<Allocator> paged;
+  if (is_paged(cfg.optimizer)) {
+    paged_source = device.make_paged_source();
+    paged = make_allocator(AllocatorKind::direct, *paged_source);
+  }
   return run_step(program, liveness, *allocator, executor, device.info.fixed_overhead,
-                  device.info.trial_steps, source.get());
+                  device.info.trial_steps, source.get(), paged.get());
 }
 
 std::string Measurement::note() const {

@@ -44,6 +44,8 @@ struct TrialResult {
   Bytes driver_peak = 0;    // highest device_used() sampled around the ops (0 without a driver)
   int peak_op = -1;         // op index at which tensor bytes peaked (-1: before the first op)
   RoleBytes peak_by_role;   // live tensor bytes per Role at the tensor peak
+  // Bytes of the paged optimizer state (managed memory, outside tensor_peak and device_peak).
+  Bytes paged_bytes = 0;
   bool operator==(const TrialResult&) const = default;
 };
 
@@ -52,9 +54,11 @@ struct TrialResult {
 // allocator's peaks first; frees every block and releases the allocator's cache before returning,
 // fit or not, so the next trial starts clean. An OOM is a result, never an exception; other
 // failures (an executor error, steps < 1) throw after the memory has been returned.
-// `executor` may be nullptr (sim): then nothing is initialised or run.
+// `executor` may be nullptr (sim): then nothing is initialised or run. Tensors of role
+// paged_optimizer_state come from `paged` (managed memory: not in the peaks, counted in
+// paged_bytes); a program with such tensors and no `paged` allocator throws InternalError.
 TrialResult run_step(const Program& program, const Liveness& liveness, Allocator& allocator,
                      Executor* executor, Bytes fixed_overhead, int steps = 1,
-                     const SegmentSource* sampled = nullptr);
+                     const SegmentSource* sampled = nullptr, Allocator* paged = nullptr);
 
 }  // namespace vrambench
