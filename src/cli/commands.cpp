@@ -148,7 +148,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
 
   // On a real device each row also gets the sim replay of the same configuration.
   const bool with_sim = measured != "sim";
-  Table table = search_table(grid.varying, measured, with_sim);
+  const bool with_paged = std::any_of(grid.configs.begin(), grid.configs.end(),
+                                      [](const RunConfig& c) { return is_paged(c.optimizer); });
+  Table table = search_table(grid.varying, measured, with_sim, with_paged);
   ResultWriter writer(
       options.out, options.name.empty() ? default_output_name("search") : options.name, table,
       make_provenance(argc, argv, device_label(devices)), formats.csv, formats.json);
@@ -203,7 +205,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
             m.compared_batch(),
             run_trial(cfg, replayed, m.compared_batch(), replayed.info.tensor_capacity(), nullptr));
     }
-    std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr);
+    std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr, with_paged);
     writer.append(row);
     table.add_row(std::move(row));
     nlohmann::json d = search_details(m, device.info);

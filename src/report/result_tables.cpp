@@ -83,7 +83,7 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
 }
 
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
-                   bool with_sim) {
+                   bool with_sim, bool with_paged) {
   Table t;
   for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
   t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
@@ -93,6 +93,8 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
   if (with_sim) t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
   t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
+  if (with_paged)
+    t.columns.push_back({measured + "_paged_bytes", "paged state", CellKind::bytes});
   if (with_sim)
     t.columns.push_back({measured + "_vs_sim", measured + " vs sim", CellKind::percent});
   t.columns.push_back(
@@ -106,7 +108,7 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
 }
 
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             const Measurement* sim) {
+                             const Measurement* sim, bool with_paged) {
   std::vector<Cell> row;
   for (const std::string& f : key_columns(varying)) row.push_back(key_cell(m.config, f));
   row.push_back(Cell::of_int(m.est_max_batch));
@@ -119,6 +121,11 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
   if (sim) row.push_back(sim_peak > 0 ? Cell::of_bytes(sim_peak) : Cell::none(CellKind::bytes));
   const Bytes measured = m.measured_peak();
   row.push_back(measured > 0 ? Cell::of_bytes(measured) : Cell::none(CellKind::bytes));
+  if (with_paged) {
+    // Managed memory, outside the peak: the same at every batch.
+    const TrialResult* t = m.at_max() ? m.at_max() : m.next_needed ? &*m.next_needed : nullptr;
+    row.push_back(t ? Cell::of_bytes(t->paged_bytes) : Cell::none(CellKind::bytes));
+  }
   if (sim)
     row.push_back(measured > 0 && sim_peak > 0
                       ? Cell::of_percent(static_cast<double>(measured - sim_peak) /

@@ -22,10 +22,12 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
 
 // `measured`: the column prefix of the device's figures, "sim" or "meas". `with_sim`: a real
 // device's rows also carry the sim replay of the same configuration (max batch and peak).
+// with_paged: a column of the paged optimizer state (managed memory, outside the peaks), for
+// grids with a paged optimizer.
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
-                   bool with_sim = false);
+                   bool with_sim = false, bool with_paged = false);
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             const Measurement* sim = nullptr);
+                             const Measurement* sim = nullptr, bool with_paged = false);
 // Extra JSON per row: capacity, peaks at max and max + 1 by role, the trial log, the reason.
 nlohmann::json search_details(const Measurement& m, const DeviceInfo& device);
 
