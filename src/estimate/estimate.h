@@ -29,6 +29,13 @@ enum class MemoryComponent : std::uint8_t {
   optimizer_state,  // Adam m and v, SGD momentum
   cuda_context,     // the device's own: context, module images, library handles
   gemm_workspace,   // plus the fused attention backward's fixed scratch
+  // Fine-tuning (docs/memory-model.md, "Fine-tuning").
+  quantized_weights,      // the frozen block linears as bitsandbytes stores them, constants included
+  frozen_weights,         // the frozen base in the compute dtype: embeddings, norms, lm head, biases
+  adapters,               // LoRA's A and B
+  adapter_grads,          // their gradients written so far
+  paged_optimizer_state,  // m and v in managed memory: reported, outside the device's capacity
+  dequant_transient,      // a quantised linear dequantised for one GEMM (+ its rebuilt absmax)
   // Per sample.
   saved_activations,
   norm_statistics,
@@ -70,6 +77,8 @@ struct Breakdown {
   // Weights, master weights, gradients and optimizer state: what no batch size changes, as live at
   // the end of the step.
   Bytes model_state = 0;
+  // Fixed bytes on the device: paged optimizer state is left out (managed memory), as it is of
+  // peak() and max_batch().
   Bytes fixed_total() const;
   Bytes per_sample_total() const;
   // max(fixed + batch * per_sample, the same for each of other_moments) (checked). Without other
