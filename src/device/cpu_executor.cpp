@@ -15,6 +15,7 @@
 #include "common/math.h"
 #include "core/error.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
 #include "device/init.h"
 #include "program/signature.h"
 
@@ -107,6 +108,10 @@ class CpuExecutor final : public Executor {
   void initialize(const Program& program, int tensor_id, void* data) override {
     const Tensor& t = program.tensor(tensor_id);
     if (t.role == Role::input && fill_ && fill_(program, t, data)) return;
+    if (const auto part = quantized_part(program, tensor_id)) {
+      fill_quantized_part(program, tensor_id, *part, seed_, data);
+      return;
+    }
     const kmath::InitRule rule = init_rule(program, tensor_id, seed_);
     for (std::int64_t i = 0; i < t.elements(); ++i) kmath::init_element(data, t.dtype, rule, i);
   }
@@ -197,12 +202,12 @@ class CpuExecutor final : public Executor {
         const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
         const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]);
         const auto mean = load(a.in[3]), rstd = load(a.in[4]);
-        auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
-        std::vector<float> db(static_cast<std::size_t>(H));
+        auto dx = zeros_like(a.out[0]);
+        std::vector<float> dw(static_cast<std::size_t>(H)), db(static_cast<std::size_t>(H));
         cpu::layernorm_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                            mean.data(), rstd.data(), M, H);
         a.store_out(0, dx);
-        a.store_out(1, dw);
+        if (a.out.size() >= 2) a.store_out(1, dw);  // a frozen norm writes dx alone
         if (a.out.size() == 3) a.store_out(2, db);
         return;
       }
@@ -218,10 +223,11 @@ class CpuExecutor final : public Executor {
       case OpKind::rmsnorm_bwd: {
         const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
         const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]), rstd = load(a.in[3]);
-        auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
+        auto dx = zeros_like(a.out[0]);
+        std::vector<float> dw(static_cast<std::size_t>(H));
         cpu::rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), M, H);
         a.store_out(0, dx);
-        a.store_out(1, dw);
+        if (a.out.size() == 2) a.store_out(1, dw);  // a frozen norm writes dx alone
         return;
       }
       case OpKind::linear_fwd: {
@@ -419,14 +425,175 @@ class CpuExecutor final : public Executor {
         optimizer_step(a);
         return;
       case OpKind::dequantize:
-      case OpKind::linear_dgrad:
+        dequantize(a);
+        return;
+      case OpKind::linear_dgrad: {
+        const Tensor& w_t = *a.in[1].tensor;
+        require(w_t.shape.size() == 2, op, "w must be [Out,In]");
+        const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
+        const std::int64_t M = a.in[0].tensor->elements() / Out;
+        require(a.in[0].tensor->elements() == M * Out && a.out[0].tensor->elements() == M * In, op,
+                "dy [M,Out] and dx [M,In] disagree with w");
+        const auto dy = load(a.in[0]), w = load(a.in[1]);
+        auto dx = zeros_like(a.out[0]);
+        matmul(dx.data(), dy.data(), Out, 1, w.data(), In, 1, M, Out, In);
+        a.store_out(0, dx);
+        return;
+      }
       case OpKind::lora_fwd:
+        lora_fwd(a);
+        return;
       case OpKind::lora_bwd:
+        lora_bwd(a);
+        return;
       case OpKind::adamw8bit_step:
-        break;
+        adamw_8bit(a);
+        return;
     }
-    throw InternalError(fmt::format("op '{}': the cpu executor does not run {} yet", op.name,
-                                    to_string(op.kind)));
+    throw InternalError(fmt::format("op '{}': unknown kind {}", op.name, to_string(op.kind)));
+  }
+
+  // c[M,N] = sum over k of a(m, k) b(k, n), the operands read through their strides (row, column),
+  // so a transpose is a swap of strides; accumulated in double.
+  static void matmul(float* c, const float* a, std::int64_t a_row, std::int64_t a_col,
+                     const float* b, std::int64_t b_row, std::int64_t b_col, std::int64_t M,
+                     std::int64_t K, std::int64_t N) {
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t n = 0; n < N; ++n) {
+        double sum = 0.0;
+        for (std::int64_t k = 0; k < K; ++k)
+          sum += static_cast<double>(a[m * a_row + k * a_col]) * b[k * b_row + n * b_col];
+        c[m * N + n] = static_cast<float>(sum);
+      }
+  }
+
+  // Rows [row_offset, +rows) of the compute-dtype weight from the quantised module.
+  static void dequantize(const Args& a) {
+    const Op& op = a.op;
+    const Tensor& w = *a.out[0].tensor;
+    require(w.shape.size() == 2, op, "w must be [Out,In]");
+    const std::int64_t cols = w.shape[1];
+    require(op.row_offset + op.rows <= w.shape[0], op, "rows past the weight's");
+    const bool nested = op.double_quant;
+    require(a.in.size() == (nested ? 4u : 2u), op,
+            nested ? "double quantisation reads codes, absmax, absmax2 and offset"
+                   : "reads codes and absmax");
+    kquant::QuantizedWeightBuffers in;
+    in.data = static_cast<std::uint8_t*>(a.in[0].data);
+    if (nested) {
+      in.qabsmax = static_cast<std::uint8_t*>(a.in[1].data);
+      in.absmax2 = static_cast<float*>(a.in[2].data);
+      in.offset = static_cast<float*>(a.in[3].data);
+    } else {
+      in.absmax = static_cast<float*>(a.in[1].data);
+    }
+    void* rows = static_cast<char*>(a.out[0].data) + op.row_offset * cols * dtype_size(w.dtype);
+    cpu::dequantize_weight(op.quant, nested, w.dtype, rows, in, op.rows, cols);
+  }
+
+  struct LoraShape {
+    std::int64_t M, In, R, N, Out;
+  };
+  static LoraShape lora_shape(const Op& op, const Bound& x, const Bound& a_w, const Bound& b_w,
+                              const Bound& y) {
+    const Tensor& A = *a_w.tensor;
+    const Tensor& B = *b_w.tensor;
+    require(A.shape.size() == 2 && B.shape.size() == 2 && B.shape[1] == A.shape[0], op,
+            "a must be [R,In] and b [N,R]");
+    LoraShape s{0, A.shape[1], A.shape[0], B.shape[0], last_dim(y)};
+    s.M = x.tensor->elements() / s.In;
+    require(s.M * s.In == x.tensor->elements() && y.tensor->elements() == s.M * s.Out, op,
+            "x [M,In] and y [M,Out] disagree with a");
+    require(op.col_offset + s.N <= s.Out, op, "the adapter's columns run past y's");
+    return s;
+  }
+
+  // xa = x a^T; y[:, cols] += scale xa b^T (from xa as stored).
+  static void lora_fwd(const Args& a) {
+    const Op& op = a.op;
+    const LoraShape s = lora_shape(op, a.in[0], a.in[1], a.in[2], a.in[3]);
+    require(a.out[1].data == a.in[3].data, op, "y is updated in place");
+    const auto x = load(a.in[0]), A = load(a.in[1]), B = load(a.in[2]);
+    auto xa = zeros_like(a.out[0]);
+    matmul(xa.data(), x.data(), s.In, 1, A.data(), 1, s.In, s.M, s.In, s.R);
+    store(a.out[0], xa, false);
+    xa = load(a.out[0]);
+    std::vector<float> delta(static_cast<std::size_t>(s.M * s.N));
+    matmul(delta.data(), xa.data(), s.R, 1, B.data(), 1, s.R, s.M, s.R, s.N);
+    auto y = load(a.in[3]);
+    for (std::int64_t m = 0; m < s.M; ++m)
+      for (std::int64_t n = 0; n < s.N; ++n)
+        y[static_cast<std::size_t>(m * s.Out + op.col_offset + n)] +=
+            op.lora_scale * delta[static_cast<std::size_t>(m * s.N + n)];
+    store(a.out[1], y, false);
+  }
+
+  // g = scale dy[:, cols]; db = g^T xa; dxa = g b; da = dxa^T x; dx (+)= dxa a. The adapter's
+  // gradients are written; dx is added into the frozen base's when the op accumulates.
+  static void lora_bwd(const Args& a) {
+    const Op& op = a.op;
+    const Bound &dy_b = a.in[0], &x_b = a.in[1], &xa_b = a.in[2], &a_b = a.in[3], &b_b = a.in[4];
+    const std::int64_t In = a_b.tensor->shape.at(1), M = x_b.tensor->elements() / In;
+    const LoraShape s = lora_shape(op, x_b, a_b, b_b, dy_b);
+    require(xa_b.tensor->elements() == M * s.R, op, "xa must be [M,R]");
+    const auto dy = load(dy_b), x = load(x_b), xa = load(xa_b), A = load(a_b), B = load(b_b);
+    std::vector<float> g(static_cast<std::size_t>(s.M * s.N));
+    for (std::int64_t m = 0; m < s.M; ++m)
+      for (std::int64_t n = 0; n < s.N; ++n)
+        g[static_cast<std::size_t>(m * s.N + n)] =
+            op.lora_scale * dy[static_cast<std::size_t>(m * s.Out + op.col_offset + n)];
+    auto dB = zeros_like(a.out[1]);
+    matmul(dB.data(), g.data(), 1, s.N, xa.data(), s.R, 1, s.N, s.M, s.R);
+    auto dxa = zeros_like(a.out[2]);
+    matmul(dxa.data(), g.data(), s.N, 1, B.data(), s.R, 1, s.M, s.N, s.R);
+    store(a.out[2], dxa, false);
+    dxa = load(a.out[2]);  // as stored: what the CUDA GEMMs read
+    auto dA = zeros_like(a.out[0]);
+    matmul(dA.data(), dxa.data(), 1, s.R, x.data(), s.In, 1, s.R, s.M, s.In);
+    store(a.out[0], dA, false);
+    store(a.out[1], dB, false);
+    if (a.out.size() == 4) {
+      auto dx = zeros_like(a.out[3]);
+      matmul(dx.data(), dxa.data(), s.R, 1, A.data(), s.In, 1, s.M, s.R, s.In);
+      store(a.out[3], dx, op.accumulate);
+    }
+  }
+
+  // bitsandbytes' 8-bit AdamW on the weight (or its master), in place on the codes and absmax.
+  void adamw_8bit(const Args& a) {
+    const Op& op = a.op;
+    const Bound& weight = a.in[0];
+    const bool has_master = a.in.size() == signature(op.kind).max_inputs();
+    const Bound& param_src = has_master ? a.in.back() : weight;
+    auto param = load(param_src);
+    const auto grad = load(a.in[1]);
+    const auto n = static_cast<std::int64_t>(param.size());
+    require(static_cast<std::int64_t>(grad.size()) == n && a.in[2].tensor->elements() == n &&
+                a.in[3].tensor->elements() == n,
+            op, "grad, m and v must have the weight's elements");
+    require(a.in[2].tensor->dtype == DType::u8 && a.in[3].tensor->dtype == DType::u8 &&
+                optimizer_state_is_8bit(n),
+            op, "8-bit moments (u8) of a tensor of kMin8bitSize elements or more");
+    const std::int64_t blocks = quant_blocks(n, kOptimizer8bitBlock);
+    require(a.in[4].tensor->elements() == blocks && a.in[5].tensor->elements() == blocks &&
+                a.in[4].tensor->dtype == DType::f32 && a.in[5].tensor->dtype == DType::f32,
+            op, "an fp32 absmax per block of m and of v");
+    kquant::AdamW8bitState state;
+    state.m_codes = static_cast<std::uint8_t*>(a.in[2].data);
+    state.v_codes = static_cast<std::uint8_t*>(a.in[3].data);
+    state.absmax_m = static_cast<float*>(a.in[4].data);
+    state.absmax_v = static_cast<float*>(a.in[5].data);
+    kmath::AdamParams p;
+    p.lr = op.lr;
+    p.beta1 = op.beta1;
+    p.beta2 = op.beta2;
+    p.eps = op.adam_eps;
+    p.weight_decay = op.weight_decay;
+    p.step = ++steps_[weight.tensor->name];
+    p.grad_scale = op.grad_scale;
+    cpu::adamw_8bit_step(param.data(), grad.data(), state, n, p);
+    if (has_master) store(param_src, param, false);
+    store(weight, param, false);
   }
 
   // In place on the weight, its state and its master copy: the update runs in fp32 on the master
