@@ -99,24 +99,42 @@ TEST(ResultTables, SearchRowOfAFailedMeasurementSaysHowItFailed) {
   EXPECT_EQ(row[column_index(t, "note")].text, "timeout: the trial at batch 4 ran over 60 s");
 }
 
-TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrors) {
+TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrorsFromTheRows) {
   RunConfig cfg;
   cfg.model = find_preset("tiny").model;
   DeviceInfo d;
   d.total = 64 * MiB;
   d.fixed_overhead = 8 * MiB;
+  Table table = search_table({"seq"}, "sim");
   std::vector<Measurement> rows;
   for (std::int64_t seq : {32, 64, 128}) {
     cfg.seq = seq;
     rows.push_back(measure(cfg, simulated(d), {}));
+    table.add_row(search_row(rows.back(), {"seq"}));
   }
-  const ErrorSummary s = summarize_errors(rows);
-  ASSERT_EQ(s.compared, 3);
+  table.add_row(
+      search_row(failed_measurement(cfg, d, Failure::crashed, "signal 6 (Aborted)"), {"seq"}));
+  const SearchSummary s = summarize_search(table);
+  EXPECT_EQ(s.measured, "sim");
+  EXPECT_EQ(s.configurations, 4);
+  ASSERT_EQ(s.errors.compared, 3);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.timed_out, 0);
   std::vector<double> errors;
-  for (const Measurement& m : rows) errors.push_back(std::fabs(m.relative_error()));
+  std::int64_t trials = 0;
+  for (const Measurement& m : rows) {
+    errors.push_back(std::fabs(m.relative_error()));
+    trials += static_cast<std::int64_t>(m.search.trials.size());
+  }
+  EXPECT_EQ(s.trials, trials);
   std::sort(errors.begin(), errors.end());
-  EXPECT_DOUBLE_EQ(s.median_abs, errors[1]);
-  EXPECT_DOUBLE_EQ(s.max_abs, errors[2]);
+  EXPECT_DOUBLE_EQ(s.errors.median_abs, errors[1]);
+  EXPECT_DOUBLE_EQ(s.errors.max_abs, errors[2]);
+  const std::string line = search_summary_line(s, "sim:test", 1.5);
+  EXPECT_NE(line.find("4 configurations on sim:test, "), std::string::npos) << line;
+  EXPECT_NE(line.find("1 failed"), std::string::npos) << line;
+  EXPECT_TRUE(is_search_table(table));
+  EXPECT_FALSE(is_search_table(estimate_table({"seq"}, false)));
 }
 
 }  // namespace

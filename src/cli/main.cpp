@@ -15,13 +15,14 @@
 #include "core/units.h"
 #include "core/version.h"
 #include "device/device.h"
+#include "sweep/shard.h"
 #include "sweep/sweep.h"
 
 namespace vrambench {
 namespace {
 
-constexpr std::string_view kSubcommands[] = {"search",  "estimate", "program",
-                                             "presets", "devices",  "selftest"};
+constexpr std::string_view kSubcommands[] = {"search", "estimate", "program", "compare",
+                                             "merge",  "presets",  "devices", "selftest"};
 
 constexpr const char* kExamples = R"(Examples:
   vrambench --sweep seq=512..8192
@@ -36,6 +37,15 @@ constexpr const char* kExamples = R"(Examples:
   vrambench program --preset tiny --batch 2 --seq 64
       every op of the training step with the live memory after it
   vrambench presets        the model presets;   vrambench devices   GPUs and simulated cards
+
+Workflows:
+  vrambench --sweep seq=512..8192 --out runs --name seq --resume
+      finish a sweep that was killed: the rows in runs/seq.* are kept, only the rest runs
+  vrambench --sweep seq=512..8192 --shard 0/2 --out parts --name seq-0    (and --shard 1/2 ...)
+  vrambench merge results/h100/seq parts/seq-0.json parts/seq-1.json
+      split a sweep over processes or GPUs, then join the parts in the sweep's order
+  vrambench compare results/sim-h100-80gb/grid-gpt2.csv fresh/grid-gpt2.csv --tolerance 1
+      the rows whose peaks moved more than 1% or whose max batch changed; exit 1 if any
 
 Sweeps (--sweep is repeatable; the grid is the Cartesian product):
   seq=512..8192 (doubling)   seq=512..4096:+512   seq=256..8192:*4   seq=512,1024,3000
@@ -184,15 +194,28 @@ void add_config_options(CLI::App* app, CliOptions& options) {
       ->group("Sweep");
 }
 
+void add_format_option(CLI::App* app, CliOptions& options) {
+  app->add_option_function<std::string>(
+         "--format", [&options](const std::string& text) { options.formats = parse_formats(text); },
+         "any of md,csv,json (default: md,csv,json)")
+      ->group("Output");
+}
+
 void add_output_options(CLI::App* app, CliOptions& options) {
   app->add_option("--out", options.out, "folder for the CSV and JSON files")
       ->capture_default_str()
       ->group("Output");
   app->add_option("--name", options.name, "base name of the output files (default: command-time)")
       ->group("Output");
+  add_format_option(app, options);
+}
+
+void add_shard_option(CLI::App* app, CliOptions& options) {
   app->add_option_function<std::string>(
-         "--format", [&options](const std::string& text) { options.formats = parse_formats(text); },
-         "any of md,csv,json (default: md,csv,json)")
+         "--shard", [&options](const std::string& text) { options.shard = parse_shard(text); },
+         "run every N-th configuration of the sweep starting at K (0 <= K < N); join the parts "
+         "with `vrambench merge`")
+      ->type_name("K/N")
       ->group("Output");
 }
 
@@ -228,7 +251,10 @@ int run(int argc, char** argv) {
   search->add_option("--max-batch", options.max_batch, "never try a batch above this")
       ->check(kPositive)
       ->capture_default_str();
-  search->add_flag("--quiet", options.quiet, "no progress line on stderr");
+  search->add_flag("--resume", options.resume,
+                   "keep the rows a run of the same command, --out and --name finished (final or "
+                   "partial files) and run only the rest");
+  add_shard_option(search, options);
   search->add_flag("--isolate", options.isolate,
                    "measure each configuration in a child process (always on for cuda)");
   search
@@ -257,15 +283,63 @@ int run(int argc, char** argv) {
       app.add_subcommand("estimate", "the closed-form memory model over a sweep (no device)");
   add_config_options(estimate, options);
   add_output_options(estimate, options);
+  add_shard_option(estimate, options);
   estimate->footer(kExamples);
 
   CLI::App* program = app.add_subcommand(
       "program", "print the op list of one training step with the live bytes after each op");
   add_config_options(program, options);
 
-  app.add_subcommand("presets", "list the model presets with their parameter counts");
-  app.add_subcommand("devices", "list detected GPUs and the simulated GPU profiles");
-  app.add_subcommand("selftest", "run every CUDA op against the CPU reference (needs a GPU)");
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "join two result files (CSV or JSON) on their configuration columns and show what moved; "
+      "exit 0 when every row is within tolerance, 1 when not, 2 on bad input");
+  compare->add_option("BASE", options.base, "the reference: NAME.csv or NAME.json")->required();
+  compare->add_option("NEW", options.fresh, "the table to check against it")->required();
+  compare
+      ->add_option("--tolerance", options.compare.tolerance_percent,
+                   "percent a peak may move, relative to BASE")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("PCT")
+      ->capture_default_str();
+  compare
+      ->add_option("--batch-tolerance", options.compare.batch_tolerance,
+                   "how many a max batch may move")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  compare->add_flag("--all", options.compare.all,
+                    "show every matched row, not only those out of tolerance");
+  compare->footer(R"(Examples:
+  vrambench compare results/sim-h100-80gb/grid-gpt2.csv fresh/grid-gpt2.csv
+      any change at all fails (exit 1): the regression gate for the sim tables
+  vrambench compare results/h100/headline.json today/headline.json --tolerance 1 --batch-tolerance 1
+      a GPU run against its reference: peaks within 1%, max batches within 1
+  vrambench compare old.csv new.csv --all
+      every row with its changes, not only those out of tolerance)");
+
+  CLI::App* merge = app.add_subcommand(
+      "merge",
+      "join the JSON of the shards of one sweep (--shard K/N) into one table, in the sweep's "
+      "order; refuses parts of another command, version or device");
+  merge->add_option("OUT", options.merge_out, "FOLDER/NAME of the merged files")->required();
+  merge->add_option("PARTS", options.parts, "the NAME.json of every shard")->required();
+  add_format_option(merge, options);
+  merge->footer(R"(Examples:
+  vrambench merge results/h100/grid parts/grid-0.json parts/grid-1.json parts/grid-2.json
+      writes results/h100/grid.csv and .json, prints the table
+  vrambench merge results/h100/grid parts/grid-*.json --format csv,json
+      (see docs/cluster.md for Slurm job arrays and one process per GPU))");
+
+  CLI::App* presets =
+      app.add_subcommand("presets", "list the model presets with their parameter counts");
+  CLI::App* devices =
+      app.add_subcommand("devices", "list detected GPUs and the simulated GPU profiles");
+  CLI::App* selftest =
+      app.add_subcommand("selftest", "run every CUDA op against the CPU reference (needs a GPU)");
+  // Every command takes --quiet, so that scripts can pass it to any of them.
+  for (CLI::App* command : {search, estimate, program, compare, merge, presets, devices, selftest})
+    command->add_flag("--quiet", options.quiet, "no progress line on stderr");
 
   std::vector<std::string> args = with_default_command(argc, argv);
   std::vector<const char*> cargs;
@@ -288,9 +362,11 @@ int run(int argc, char** argv) {
   if (search->parsed()) return run_search_command(options, n, a);
   if (estimate->parsed()) return run_estimate_command(options, n, a);
   if (program->parsed()) return run_program_command(options);
-  if (app.got_subcommand("presets")) return run_presets_command();
-  if (app.got_subcommand("devices")) return run_devices_command();
-  if (app.got_subcommand("selftest")) return run_selftest_command();
+  if (compare->parsed()) return run_compare_command(options);
+  if (merge->parsed()) return run_merge_command(options);
+  if (presets->parsed()) return run_presets_command();
+  if (devices->parsed()) return run_devices_command();
+  if (selftest->parsed()) return run_selftest_command();
   return 2;
 }
 

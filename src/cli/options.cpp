@@ -63,6 +63,12 @@ Grid make_grid(const CliOptions& options) {
       throw UsageError(fmt::format("{} (at grid point{})", e.what(), where));
     }
   }
+  if (options.shard) {
+    std::vector<RunConfig> mine;
+    for (std::size_t i = 0; i < grid.configs.size(); ++i)
+      if (in_shard(*options.shard, i)) mine.push_back(std::move(grid.configs[i]));
+    grid.configs = std::move(mine);
+  }
   return grid;
 }
 

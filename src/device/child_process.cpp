@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -127,6 +128,7 @@ std::optional<nlohmann::json> run_in_child(
   int fds[2];
   if (::pipe(fds) != 0) throw InternalError(fmt::format("pipe() failed: {}", std::strerror(errno)));
   std::fflush(nullptr);  // nothing buffered may be written twice by the child
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -134,6 +136,9 @@ std::optional<nlohmann::json> run_in_child(
     throw InternalError(fmt::format("fork() failed: {}", std::strerror(errno)));
   }
   if (pid == 0) {
+    // A sweep killed outright (SIGKILL, a preempted job) must not leave a hanging trial behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // the parent died before prctl
     ::close(fds[0]);
     child_main(fds[1], work);
   }

@@ -8,15 +8,25 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/fields.h"
 #include "device/child_process.h"
 #include "search/json.h"
 
 namespace vrambench {
 
-Fault fault_from_environment() {
+Fault fault_from_environment(const RunConfig& cfg) {
   const char* value = std::getenv("VRAMBENCH_FAULT");
   if (!value) return Fault::none;
-  const std::string_view v(value);
+  std::string_view v(value);
+  if (const std::size_t at = v.find('@'); at != std::string_view::npos) {
+    const std::string_view condition = v.substr(at + 1);
+    v = v.substr(0, at);
+    const std::size_t equals = condition.find('=');
+    if (equals == std::string_view::npos) return Fault::none;
+    const FieldInfo& field = find_field(condition.substr(0, equals));
+    if (field_text(field, get_field(cfg, field)) != condition.substr(equals + 1))
+      return Fault::none;
+  }
   if (v == "abort") return Fault::abort;
   if (v == "segfault") return Fault::segfault;
   if (v == "exit") return Fault::exit_nonzero;

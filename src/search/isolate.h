@@ -21,8 +21,9 @@ Measurement measure_isolated(const RunConfig& cfg, const Device& device, const S
                              Fault fault = Fault::none, const TrialObserver& observe = {},
                              double trial_timeout_seconds = 0);
 
-// The fault named by the environment variable VRAMBENCH_FAULT (abort, segfault, exit, hang), else
-// none.
-Fault fault_from_environment();
+// The fault the environment variable VRAMBENCH_FAULT names for `cfg`: abort, segfault, exit or
+// hang for every configuration, or e.g. hang@seq=128 for those whose field seq is 128 (to stop a
+// sweep part-way in tests); else none.
+Fault fault_from_environment(const RunConfig& cfg);
 
 }  // namespace vrambench
