@@ -53,9 +53,9 @@ std::uint64_t dropout_seed(int layer, DropoutSite site) {
 // A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
 struct Param {
   int w = -1;
-  int grad = -1;       // -1: frozen (fine-tuning's base)
-  int master = -1;     // fp32 master copy (16-bit recipes with an optimizer)
-  int m = -1, v = -1;  // adamw: fp32, or 8-bit codes with their block absmax below
+  int grad = -1;                     // -1: frozen (fine-tuning's base)
+  int master = -1;                   // fp32 master copy (16-bit recipes with an optimizer)
+  int m = -1, v = -1;                // adamw: fp32, or 8-bit codes with their block absmax below
   int m_absmax = -1, v_absmax = -1;  // 8-bit adamw
   int momentum = -1;                 // sgd
   int layer = -1;
@@ -286,8 +286,8 @@ class Builder {
           const std::string part = q.name + ".w." + std::string(t.name);
           // Codes and 8-bit absmax are bytes; every other part is fp32.
           const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
-          const int id = tensor(part, {bytes ? t.bytes : t.bytes / 4}, bytes ? DType::u8 : DType::f32,
-                                Role::weight);
+          const int id = tensor(part, {bytes ? t.bytes : t.bytes / 4},
+                                bytes ? DType::u8 : DType::f32, Role::weight);
           if (t.name == "weight") q.codes = id;
           if (t.name == "absmax" || t.name == "row_absmax") q.absmax = id;
           if (t.name == "nested_absmax") q.absmax2 = id;
@@ -403,15 +403,12 @@ class Builder {
       if (cfg_.lora_dropout > 0.0) {
         x_in = tensor(suffixed(pass, ad.name + ".lora_dropout.out"), x_shape, act_, role);
         mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), x_shape, DType::u8, role);
-        Op& d = op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {x}, {x_in, mask}, layer,
-                   pass.replay);
-        d.dropout_p = cfg_.lora_dropout;
-        d.seed = dropout_seed(layer, static_cast<DropoutSite>(
-                                         static_cast<std::uint64_t>(DropoutSite::lora) +
-                                         static_cast<std::uint64_t>(ad.index)));
+        lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {x}, {x_in, mask},
+                              layer, pass.replay),
+                           layer, ad);
       }
-      const int xa = tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, act_,
-                            role);
+      const int xa =
+          tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, act_, role);
       Op& o = gemm(OpKind::lora_fwd, ad.name + ".lora", {x_in, ad.a.w, ad.b.w, y}, {xa, y}, layer,
                    pass.replay);
       o.col_offset = ad.col_offset;
@@ -439,8 +436,8 @@ class Builder {
     }
     for (std::size_t k = 0; k < lin.lora.size(); ++k) {
       const Adapter& ad = lin.lora[k];
-      const int dxa = tensor(ad.name + ".lora_xa.grad", {B_, S_, cfg_.lora_rank}, act_,
-                             Role::transient);
+      const int dxa =
+          tensor(ad.name + ".lora_xa.grad", {B_, S_, cfg_.lora_rank}, act_, Role::transient);
       std::vector<int> out{ad.a.grad, ad.b.grad, dxa};
       const bool dropped = saved_by.mask[k] >= 0;
       int dx_in = -1;
@@ -455,12 +452,9 @@ class Builder {
       o.accumulate = dx >= 0 && !dropped;  // added into the frozen base's dx
       if (dx >= 0 && dropped) {
         const int dx_lora = grad_named(ad.name + ".lora.in.grad", x);
-        Op& d = op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd", {dx_in, saved_by.mask[k]},
-                   {dx_lora}, layer);
-        d.dropout_p = cfg_.lora_dropout;
-        d.seed = dropout_seed(layer, static_cast<DropoutSite>(
-                                         static_cast<std::uint64_t>(DropoutSite::lora) +
-                                         static_cast<std::uint64_t>(ad.index)));
+        lora_dropout_attrs(op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd",
+                              {dx_in, saved_by.mask[k]}, {dx_lora}, layer),
+                           layer, ad);
         const int sum = grad_named(ad.name + ".in.grad.sum", x);
         op(OpKind::add, ad.name + ".lora.grad_sum.bwd", {dx, dx_lora}, {sum}, layer);
         dx = sum;
@@ -501,7 +495,6 @@ class Builder {
   static void push_grad_if(std::vector<int>& list, const Param& p) {
     if (p.trainable()) list.push_back(p.grad);
   }
-
 
   // ---- naming and roles of a pass -----------------------------------------------------------
 
@@ -677,6 +670,13 @@ class Builder {
     if (!dropout_) return;
     o.dropout_p = cfg_.dropout;
     o.seed = dropout_seed(layer, site);
+  }
+  // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
+  void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
+    o.dropout_p = cfg_.lora_dropout;
+    o.seed =
+        dropout_seed(layer, static_cast<DropoutSite>(static_cast<std::uint64_t>(DropoutSite::lora) +
+                                                     static_cast<std::uint64_t>(ad.index)));
   }
 
   // ---- backward -----------------------------------------------------------------------------
@@ -1005,7 +1005,7 @@ class Builder {
   QuantKind quant_ = QuantKind::none;  // of the frozen block linears
   float lora_scale_ = 0.0f;
   int adapters_in_layer_ = 0;
-  int backward_start_ = 0;  // index of the first backward op (model scope)
+  int backward_start_ = 0;   // index of the first backward op (model scope)
   float loss_scale_ = 1.0f;  // model scope: static_loss_scale; other scopes have no loss
   Program p_;
   int workspace_ = -1;

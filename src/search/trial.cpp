@@ -45,9 +45,7 @@ class Replay {
     if (tensor.role == Role::paged_optimizer_state) return allocate_paged(id, op_index, result);
     const std::optional<Block> block = allocator_.allocate(tensor.bytes);
     if (!block) {
-      const std::string op_name =
-          op_index < 0 ? std::string{} : program_.ops[static_cast<std::size_t>(op_index)].name;
-      result.oom = OomInfo{op_name, tensor.name, tensor.bytes, allocator_.free_bytes()};
+      result.oom = OomInfo{op_name(op_index), tensor.name, tensor.bytes, allocator_.free_bytes()};
       return false;
     }
     slot = *block;
@@ -98,6 +96,11 @@ class Replay {
       if (blocks_[id]) release(static_cast<int>(id));
   }
 
+  // The op an allocation is made for: "" for the persistent tensors before the first op.
+  std::string op_name(int op_index) const {
+    return op_index < 0 ? std::string{} : program_.ops[static_cast<std::size_t>(op_index)].name;
+  }
+
   // Managed memory: outside the device's capacity and its peaks, counted on its own.
   bool allocate_paged(int id, int op_index, TrialResult& result) {
     const Tensor& tensor = program_.tensor(id);
@@ -106,9 +109,7 @@ class Replay {
           fmt::format("trial: tensor '{}' is paged and the trial has no paged memory", tensor.name));
     const std::optional<Block> block = paged_->allocate(tensor.bytes);
     if (!block) {
-      const std::string op_name =
-          op_index < 0 ? std::string{} : program_.ops[static_cast<std::size_t>(op_index)].name;
-      result.oom = OomInfo{op_name, tensor.name, tensor.bytes, paged_->free_bytes()};
+      result.oom = OomInfo{op_name(op_index), tensor.name, tensor.bytes, paged_->free_bytes()};
       return false;
     }
     blocks_[static_cast<std::size_t>(id)] = *block;
