@@ -332,6 +332,63 @@ Bytes large_bytes(const Ledger& led, Bytes bin) {
   return total;
 }
 
+// The attention core's backward from d.attn.y to d.attn.qkv (eager: selective recompute's
+// replay, values, dropout, softmax and scores; flash: the fused op and its scratch), recording a
+// point with `at` at every op. Full training and fine-tuning walk it alike.
+template <typename At>
+void attention_core_backward(Ledger& led, const Dims& d, Bytes& scratch_fixed, At&& at) {
+  if (d.eager) {
+    // Selective recompute replays scores, softmax and dropout just before they are needed.
+    if (d.recompute == Recompute::selective) {
+      led.add("attn.scores", kRecomputed, square(d, d.e));
+      led.add("attn.probs", kRecomputed, square(d, d.e));
+      at("softmax replay");
+      led.drop("attn.scores");
+      if (d.dropout) {
+        led.add("attn.probs_drop", kRecomputed, square(d, d.e));
+        led.add("attn.mask", kRecomputed, square(d, 1));
+        at("attention dropout replay");
+      }
+    }
+    led.add("d.attn.probs_drop", kTransient, square(d, d.e));
+    led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
+    at("attention values backward");
+    led.drop("d.attn.y");
+    std::string_view d_probs = "d.attn.probs_drop";
+    if (d.dropout) {
+      led.drop("attn.probs_drop");
+      led.add("d.attn.probs", kTransient, square(d, d.e));
+      at("attention dropout backward (probs)");
+      led.drop("d.attn.probs_drop");
+      led.drop("attn.mask");
+      d_probs = "d.attn.probs";
+    }
+    led.add("d.attn.scores", kTransient, square(d, d.e));
+    at("softmax backward");
+    led.drop(d_probs);
+    led.drop("attn.probs");
+    at("attention scores backward");
+    led.drop("d.attn.scores");
+    led.drop("attn.qkv");
+  } else {
+    led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
+    // FlashAttention's backward keeps scratch for the op's duration, what cuDNN asks for: per
+    // sample an fp32 dq accumulator [S, A, D] and softmax row sums [S, A], dK and dV per query
+    // head with grouped-query heads, two int32 sequence lengths; and 256 bytes of its own.
+    const Bytes per_sample_scratch = flash_bwd_scratch_bytes(1, d.S, d.A, d.K, d.D, d.act) -
+                                     flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
+    led.add("flash.scratch", kTransient, per_sample_scratch);
+    scratch_fixed = flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
+    at("flash attention backward");
+    scratch_fixed = 0;
+    led.drop("flash.scratch");
+    led.drop("d.attn.y");
+    led.drop("attn.qkv");
+    led.drop("attn.y");
+    led.drop("attn.lse");
+  }
+}
+
 // Walks the backward of one block (reverse order of its forward), starting from `led`, which holds
 // the block's saved tensors as the recompute mode keeps them and the incoming gradient "dx_out".
 // Records a point at every op, after its outputs are allocated and before anything is freed.
@@ -439,56 +496,7 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
     if (d.eager) led.drop("attn.y");  // flash backward reads the output again
   }
   if (part.attn_core) {
-    if (d.eager) {
-      // Selective recompute replays scores, softmax and dropout just before they are needed.
-      if (d.recompute == Recompute::selective) {
-        led.add("attn.scores", kRecomputed, square(d, d.e));
-        led.add("attn.probs", kRecomputed, square(d, d.e));
-        at("softmax replay");
-        led.drop("attn.scores");
-        if (d.dropout) {
-          led.add("attn.probs_drop", kRecomputed, square(d, d.e));
-          led.add("attn.mask", kRecomputed, square(d, 1));
-          at("attention dropout replay");
-        }
-      }
-      led.add("d.attn.probs_drop", kTransient, square(d, d.e));
-      led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-      at("attention values backward");
-      led.drop("d.attn.y");
-      std::string_view d_probs = "d.attn.probs_drop";
-      if (d.dropout) {
-        led.drop("attn.probs_drop");
-        led.add("d.attn.probs", kTransient, square(d, d.e));
-        at("attention dropout backward (probs)");
-        led.drop("d.attn.probs_drop");
-        led.drop("attn.mask");
-        d_probs = "d.attn.probs";
-      }
-      led.add("d.attn.scores", kTransient, square(d, d.e));
-      at("softmax backward");
-      led.drop(d_probs);
-      led.drop("attn.probs");
-      at("attention scores backward");
-      led.drop("d.attn.scores");
-      led.drop("attn.qkv");
-    } else {
-      led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-      // FlashAttention's backward keeps scratch for the op's duration, what cuDNN asks for: per
-      // sample an fp32 dq accumulator [S, A, D] and softmax row sums [S, A], dK and dV per query
-      // head with grouped-query heads, two int32 sequence lengths; and 256 bytes of its own.
-      const Bytes per_sample_scratch = flash_bwd_scratch_bytes(1, d.S, d.A, d.K, d.D, d.act) -
-                                       flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
-      led.add("flash.scratch", kTransient, per_sample_scratch);
-      scratch_fixed = flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
-      at("flash attention backward");
-      scratch_fixed = 0;
-      led.drop("flash.scratch");
-      led.drop("d.attn.y");
-      led.drop("attn.qkv");
-      led.drop("attn.y");
-      led.drop("attn.lse");
-    }
+    attention_core_backward(led, d, scratch_fixed, at);
   }
   if (part.attn_rest) {
     std::string_view d_qkv = "d.attn.qkv";
@@ -605,8 +613,9 @@ void record_block(Walk& walk, const Dims& d, const Part& part, std::string_view 
 void block_tensors(std::vector<Bytes>& out, const Dims& d, const ModelConfig& m, bool mlp_only) {
   const Bytes FH = checked_mul(d.F, d.H, "ffn x hidden");
   if (d.gpt) {
-    if (!mlp_only) out.insert(out.end(), {d.H, d.H, checked_mul(d.Q, d.H, "qkv"), d.Q,
-                                          checked_mul(d.H, d.H, "proj"), d.H, d.H, d.H});
+    if (!mlp_only)
+      out.insert(out.end(), {d.H, d.H, checked_mul(d.Q, d.H, "qkv"), d.Q,
+                             checked_mul(d.H, d.H, "proj"), d.H, d.H, d.H});
     out.insert(out.end(), {FH, d.F, FH, d.H});
   } else {
     if (!mlp_only) {
@@ -637,8 +646,8 @@ std::vector<Bytes> trainable_tensors(const RunConfig& cfg, const Dims& d) {
   out.push_back(checked_mul(d.V, d.H, "vocab x hidden"));
   if (d.positions > 0) out.push_back(checked_mul(d.positions, d.H, "positions x hidden"));
   for (Bytes l = 0; l < d.L; ++l) block_tensors(out, d, m, false);
-  out.insert(out.end(), d.gpt ? std::initializer_list<Bytes>{d.H, d.H}
-                              : std::initializer_list<Bytes>{d.H});
+  out.insert(out.end(),
+             d.gpt ? std::initializer_list<Bytes>{d.H, d.H} : std::initializer_list<Bytes>{d.H});
   if (!m.tied_embeddings) out.push_back(checked_mul(d.V, d.H, "vocab x hidden"));
   return out;
 }
@@ -810,8 +819,9 @@ FtBlock ft_block(const RunConfig& cfg, const Dims& d) {
     b.fc = make("mlp.fc", d.H, {{LoraModule::c_fc, d.F}});
     b.out = make("mlp.proj", d.F, {{LoraModule::mlp_c_proj, d.H}});
   } else {
-    b.qkv = make("attn.qkv", d.H,
-                 {{LoraModule::q, d.A * d.D}, {LoraModule::k, d.K * d.D}, {LoraModule::v, d.K * d.D}});
+    b.qkv =
+        make("attn.qkv", d.H,
+             {{LoraModule::q, d.A * d.D}, {LoraModule::k, d.K * d.D}, {LoraModule::v, d.K * d.D}});
     b.proj = make("attn.o", d.H, {{LoraModule::o, d.H}});
     b.fc = make("mlp.gate", d.H, {{LoraModule::gate, d.F}});
     b.up = make("mlp.up", d.H, {{LoraModule::up, d.F}});
@@ -862,8 +872,8 @@ int ft_first_slot(const FtBlock& b, const FtLinear* lin, bool gpt) {
 
 // What a block's forward keeps for its backward under fine-tuning, before the recompute mode
 // filters it: what some backward op reads (build.cpp forward_only_activations_are_transient).
-void add_ft_block_saved(Ledger& led, const Dims& d, const FtBlock& b, const FtGrad& g,
-                        Bytes rank, bool lora_dropout, MemoryComponent component,
+void add_ft_block_saved(Ledger& led, const Dims& d, const FtBlock& b, const FtGrad& g, Bytes rank,
+                        bool lora_dropout, MemoryComponent component,
                         MemoryComponent stats_component) {
   const Bytes hidden = rows(d, d.H, d.e);
   auto adapter_inputs = [&](const FtLinear& lin, std::string_view x, Bytes width) {
@@ -939,9 +949,9 @@ Bytes dequant_bytes(const Dims& d, const FtLinear& lin, const FtQuant& q, bool w
   if (with_scratch) {
     Bytes scratch = 0;
     for (Bytes r : lin.module_rows)
-      scratch = std::max(scratch, quantized_weight_bytes(checked_mul(r, lin.in, "module"), r,
-                                                         q.kind, q.nested)
-                                      .nested_absmax_transient);
+      scratch = std::max(
+          scratch, quantized_weight_bytes(checked_mul(r, lin.in, "module"), r, q.kind, q.nested)
+                       .nested_absmax_transient);
     bytes = checked_add(bytes, scratch, "dequant");
   }
   return bytes;
@@ -1011,7 +1021,8 @@ std::vector<BlockPoint> walk_ft_block_backward(Ledger& led, const Dims& d, const
     for (const Ledger::Entry& x : all.entries())
       if (!led.has(x.name)) led.add(x.name, x.component, x.bytes);
     Bytes most = 0;
-    for (const FtLinear* lin : ft_linears(b, d.gpt)) most = std::max(most, dequant_bytes(d, *lin, q, true));
+    for (const FtLinear* lin : ft_linears(b, d.gpt))
+      most = std::max(most, dequant_bytes(d, *lin, q, true));
     dequant = most;
     at("replay forward");
     dequant = 0;
@@ -1084,52 +1095,7 @@ std::vector<BlockPoint> walk_ft_block_backward(Ledger& led, const Dims& d, const
   if (d.eager) led.drop_if("attn.y");
   if (!g.qkv) return points;
 
-  if (d.eager) {
-    if (d.recompute == Recompute::selective) {
-      led.add("attn.scores", kRecomputed, square(d, d.e));
-      led.add("attn.probs", kRecomputed, square(d, d.e));
-      at("softmax replay");
-      led.drop("attn.scores");
-      if (d.dropout) {
-        led.add("attn.probs_drop", kRecomputed, square(d, d.e));
-        led.add("attn.mask", kRecomputed, square(d, 1));
-        at("attention dropout replay");
-      }
-    }
-    led.add("d.attn.probs_drop", kTransient, square(d, d.e));
-    led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-    at("attention values backward");
-    led.drop("d.attn.y");
-    std::string_view d_probs = "d.attn.probs_drop";
-    if (d.dropout) {
-      led.drop("attn.probs_drop");
-      led.add("d.attn.probs", kTransient, square(d, d.e));
-      at("attention dropout backward (probs)");
-      led.drop("d.attn.probs_drop");
-      led.drop("attn.mask");
-      d_probs = "d.attn.probs";
-    }
-    led.add("d.attn.scores", kTransient, square(d, d.e));
-    at("softmax backward");
-    led.drop(d_probs);
-    led.drop("attn.probs");
-    at("attention scores backward");
-    led.drop("d.attn.scores");
-    led.drop("attn.qkv");
-  } else {
-    led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-    const Bytes per_sample_scratch = flash_bwd_scratch_bytes(1, d.S, d.A, d.K, d.D, d.act) -
-                                     flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
-    led.add("flash.scratch", kTransient, per_sample_scratch);
-    scratch_fixed = flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
-    at("flash attention backward");
-    scratch_fixed = 0;
-    led.drop("flash.scratch");
-    led.drop("d.attn.y");
-    led.drop("attn.qkv");
-    led.drop("attn.y");
-    led.drop("attn.lse");
-  }
+  attention_core_backward(led, d, scratch_fixed, at);
   std::string_view d_qkv = "d.attn.qkv";
   if (!d.gpt) {
     led.add("d.attn.qkv.unrotated", kTransient, rows(d, d.Q, d.e));
@@ -1227,9 +1193,12 @@ std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& ove
   auto below = [&](Bytes count) {
     Shares list;
     if (count <= 0) return std::make_pair(list, Bytes{0});
-    add_to(list, kSaved, checked_add(first.saved, checked_mul(count - 1, later.saved, "saved"), "saved"));
-    add_to(list, kStats, checked_add(first.stats, checked_mul(count - 1, later.stats, "stats"), "stats"));
-    return std::make_pair(list, checked_add(first.large, checked_mul(count - 1, later.large, "large"), "large"));
+    add_to(list, kSaved,
+           checked_add(first.saved, checked_mul(count - 1, later.saved, "saved"), "saved"));
+    add_to(list, kStats,
+           checked_add(first.stats, checked_mul(count - 1, later.stats, "stats"), "stats"));
+    return std::make_pair(
+        list, checked_add(first.large, checked_mul(count - 1, later.large, "large"), "large"));
   };
   const auto all_blocks = below(d.L);
 
@@ -1250,7 +1219,8 @@ std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& ove
   Bytes block_grads = 0;
   for (const FtLinear* lin : ft_linears(b, d.gpt))
     for (Bytes r : lin->adapter_rows)
-      block_grads = checked_add(block_grads, checked_mul(rank, checked_add(lin->in, r, "A+B"), "adapter"), "grads");
+      block_grads = checked_add(
+          block_grads, checked_mul(rank, checked_add(lin->in, r, "A+B"), "adapter"), "grads");
   block_grads = checked_mul(block_grads, d.e, "adapter grads");
   // Block l in backward: blocks below it hold their saved tensors, those above have written
   // their gradients; linear in l from block 1 up, so blocks L-1, 1 and the different block 0.
@@ -1264,8 +1234,8 @@ std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& ove
     for (const BlockPoint& pt : walk_ft_block_backward(block, d, b, g, q, rank, lora_dropout)) {
       Shares live = others.first;
       for (const Share& c : pt.live) add_to(live, c.component, c.bytes);
-      walk.at(pt.op, led, live, checked_add(others.second, pt.large, "large"), pt.grads, "block",
-              l, pt.scratch, pt.dequant);
+      walk.at(pt.op, led, live, checked_add(others.second, pt.large, "large"), pt.grads, "block", l,
+              pt.scratch, pt.dequant);
     }
   };
   record(d.L - 1);
@@ -1427,7 +1397,7 @@ Bytes Breakdown::component(MemoryComponent kind) const {
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  std::vector<Point> points = is_finetune(cfg)           ? walk_finetune(cfg, overhead)
+  std::vector<Point> points = is_finetune(cfg)            ? walk_finetune(cfg, overhead)
                               : cfg.scope == Scope::model ? walk_model(cfg, overhead)
                                                           : walk_scope(cfg, overhead);
   const std::vector<std::size_t> order = envelope(points);
