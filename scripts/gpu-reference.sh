@@ -8,7 +8,11 @@
 #   VRAMBENCH=path/to/vrambench scripts/gpu-reference.sh    a binary built elsewhere
 #
 # The sweeps: gpt2 and a Llama shape (llama3-8b, no optimizer state, as when the weights are
-# frozen) over seq 512..8192, bf16 and fp16, eager and flash attention, recompute none and full.
+# frozen) over seq 512..8192, bf16 and fp16, eager and flash attention, recompute none and full;
+# then the fine-tuning recipes people run: LoRA and QLoRA of llama3.2-1b with paged 8-bit AdamW and
+# full recompute at seq 2048 (also in --quick), with adamw/8-bit/paged over seq 512..4096, with
+# ranks and targets; QLoRA of llama2-7b with paged 8-bit AdamW and full recompute (the laptop
+# recipe) over seq 512..8192.
 # The folder gets README.md with the provenance (GPU, driver, library versions, git commit, UTC
 # time, each command and how long it took); every CSV and JSON file carries it too.
 set -euo pipefail
@@ -21,7 +25,7 @@ while (($#)); do
   case "$1" in
     --quick) quick=1; shift ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-reference: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -70,7 +74,16 @@ if [ "$selftest_status" != 0 ]; then
 fi
 
 run headline-gpt2 --sweep seq=512..8192
+run qlora-llama3.2-1b --preset llama3.2-1b --sweep finetune=lora,qlora \
+  --optimizer paged-adamw-8bit --recompute full --seq 2048
 if [ "$quick" = 0 ]; then
+  run finetune-llama3.2-1b --preset llama3.2-1b --sweep finetune=lora,qlora \
+    --sweep optimizer=adamw,adamw-8bit,paged-adamw-8bit --recompute full --sweep seq=512..4096
+  run finetune-llama3.2-1b-targets --preset llama3.2-1b --finetune lora --sweep lora-rank=8,64 \
+    --sweep lora-targets=attn,all-linear --sweep recompute=none,full --sweep attention=eager,flash \
+    --seq 2048
+  run qlora-llama2-7b --preset llama2-7b --finetune qlora --lora-targets all-linear \
+    --optimizer paged-adamw-8bit --recompute full --sweep seq=512..8192
   run grid-gpt2 --sweep seq=512..8192 --sweep dtype=bf16,fp16 --sweep attention=eager,flash \
     --sweep recompute=none,full
   run grid-llama3-8b-no-optimizer --preset llama3-8b --optimizer none --sweep seq=512..8192 \
