@@ -13,23 +13,12 @@
 namespace vrambench {
 namespace {
 
-// The driver's granularity as we model it: a request above 1 MiB is backed by 2 MiB large pages,
-// so it occupies a whole number of them; a smaller one is carved from a shared page at the 512 B
-// alignment PyTorch also uses (kMinBlockSize). The real driver's sub-allocation of small requests
-// is undocumented; 512 B makes direct and caching agree on what a small tensor costs by itself.
-constexpr Bytes kLargePageThreshold = 1 * MiB;
-constexpr Bytes kLargePage = 2 * MiB;
-constexpr Bytes kSmallGranule = 512;
-
 [[noreturn]] void fail(std::string_view what,
                        std::source_location where = std::source_location::current()) {
   throw InternalError(
       fmt::format("{}:{}: direct allocator: {}", where.file_name(), where.line(), what));
 }
 
-Bytes direct_segment_size(Bytes bytes) {
-  return bytes > kLargePageThreshold ? round_up(bytes, kLargePage) : round_up(bytes, kSmallGranule);
-}
 
 class DirectAllocator final : public Allocator {
  public:
@@ -47,7 +36,7 @@ class DirectAllocator final : public Allocator {
     if (bytes == 0) return Block{};
     // Rounding a request close to 2^63 would overflow; no source can serve it anyway.
     if (bytes > source_.capacity()) return std::nullopt;
-    const Bytes segment_bytes = direct_segment_size(bytes);
+    const Bytes segment_bytes = direct_segment_bytes(bytes);
     const auto address = source_.allocate_segment(segment_bytes);
     if (!address) return std::nullopt;
     live_.emplace(*address, Live{bytes, segment_bytes});

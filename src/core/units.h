@@ -31,4 +31,14 @@ constexpr Bytes round_up(Bytes value, Bytes granule) {
   return (value + granule - 1) / granule * granule;
 }
 
+// The segment the `direct` allocator (raw cudaMalloc) takes for a request of `bytes`: a request
+// above 1 MiB is backed by 2 MiB large pages, so it occupies a whole number of them; a smaller one
+// is carved from a shared page at the 512 B alignment PyTorch also uses (kMinBlockSize). The real
+// driver's sub-allocation of small requests is undocumented; 512 B makes direct and caching agree
+// on what a small tensor costs by itself. Here because the estimate counts it too.
+constexpr Bytes direct_segment_bytes(Bytes bytes) {
+  constexpr Bytes kLargePageThreshold = Bytes{1} << 20, kLargePage = Bytes{2} << 20;
+  return bytes > kLargePageThreshold ? round_up(bytes, kLargePage) : round_up(bytes, 512);
+}
+
 }  // namespace vrambench

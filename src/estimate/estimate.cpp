@@ -652,20 +652,34 @@ std::vector<Bytes> trainable_tensors(const RunConfig& cfg, const Dims& d) {
   return out;
 }
 
+// What the allocator holds for one persistent tensor of `bytes`. With `own_segments` (the direct
+// allocator) each tensor has a segment of its own, rounded to whole 2 MiB pages above 1 MiB
+// (core/units.h); the caching allocator packs them into shared segments, so a tensor costs its
+// bytes. Full training's parameter tensors are whole pages or tiny; the adapters of fine-tuning,
+// [r, in] and [out, r], are neither (lora_B of a [11008, 64] module in fp32 is 2.75 MiB).
+Bytes held(Bytes bytes, bool own_segments) {
+  return own_segments ? direct_segment_bytes(bytes) : bytes;
+}
+
 // Optimizer state of one tensor of `numel` elements, on the device and in managed memory:
 // torch AdamW fp32 m and v; bitsandbytes' 8-bit AdamW one byte each plus an fp32 absmax per 256
 // (fp32 moments under 4096 elements); a paged optimizer keeps m and v of tensors from 1e5
-// elements in managed memory (core/quant.h); SGD fp32 momentum.
-void add_state(FixedState& f, Optimizer opt, Bytes numel) {
+// elements in managed memory (core/quant.h); SGD fp32 momentum. Each is a tensor of its own (see
+// held()).
+void add_state(FixedState& f, Optimizer opt, Bytes numel, bool own_segments = false) {
   if (opt == Optimizer::none) return;
   if (opt == Optimizer::sgd) {
-    f.optimizer = checked_add(f.optimizer, checked_mul(numel, 4, "momentum"), "optimizer state");
+    f.optimizer = checked_add(f.optimizer, held(checked_mul(numel, 4, "momentum"), own_segments),
+                              "optimizer state");
     return;
   }
   const bool eight_bit = is_8bit(opt) && optimizer_state_is_8bit(numel);
-  const Bytes moments = checked_mul(numel, eight_bit ? 2 : 8, "optimizer moments");
+  const Bytes moments =
+      2 * held(checked_mul(numel, eight_bit ? 1 : 4, "optimizer moment"), own_segments);
   const Bytes absmax =
-      eight_bit ? checked_mul(quant_blocks(numel, kOptimizer8bitBlock), 8, "absmax") : 0;
+      eight_bit ? 2 * held(checked_mul(quant_blocks(numel, kOptimizer8bitBlock), 4, "absmax"),
+                           own_segments)
+                : 0;
   Bytes& where = is_paged(opt) && numel >= kPagedMinNumel ? f.paged : f.optimizer;
   where = checked_add(where, moments, "optimizer state");
   f.optimizer = checked_add(f.optimizer, absmax, "optimizer state");
@@ -1127,30 +1141,34 @@ FixedState ft_fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, 
   f.workspace = overhead.gemm_workspace;
   Bytes frozen = p.total;
   Bytes quantized = 0;
+  const bool own = cfg.allocator == AllocatorKind::direct;
   for (const FtLinear* lin : ft_linears(b, d.gpt)) {
     if (q.kind == QuantKind::none) continue;
     frozen -= checked_mul(checked_mul(lin->out, lin->in, "linear"), d.L, "linears");
-    for (Bytes r : lin->module_rows)
-      quantized = checked_add(
-          quantized,
-          quantized_weight_bytes(checked_mul(r, lin->in, "module"), r, q.kind, q.nested).total,
-          "quantised weights");
+    for (Bytes r : lin->module_rows) {
+      const QuantizedWeightBytes w =
+          quantized_weight_bytes(checked_mul(r, lin->in, "module"), r, q.kind, q.nested);
+      // Codes and scales are tensors of their own (an fp32 absmax of a [11008, 4096] module is
+      // 2.75 MiB); the constants, a few hundred bytes each, are counted as they are.
+      const Bytes parts = checked_add(held(w.data, own) + held(w.absmax, own),
+                                      held(w.absmax2, own) + w.code_and_offset, "quantised parts");
+      quantized = checked_add(quantized, parts, "quantised weights");
+    }
   }
   f.frozen = checked_mul(frozen, d.e, "frozen weights");
   f.quantized = checked_mul(quantized, d.L, "quantised weights");
-  const bool step = cfg.optimizer != Optimizer::none;
-  Bytes adapter_params = 0;
+  const bool masters = cfg.optimizer != Optimizer::none && has_master_weights(cfg.dtype);
   for (Bytes l = 0; l < d.L; ++l)
     for (const FtLinear* lin : ft_linears(b, d.gpt))
-      for (Bytes r : lin->adapter_rows) {
-        const Bytes a = checked_mul(cfg.lora_rank, lin->in, "lora A");
-        const Bytes bb = checked_mul(r, cfg.lora_rank, "lora B");
-        adapter_params = checked_add(adapter_params, a + bb, "adapter params");
-        add_state(f, cfg.optimizer, a);
-        add_state(f, cfg.optimizer, bb);
-      }
-  f.adapters = checked_mul(adapter_params, d.e, "adapters");
-  f.master = step && has_master_weights(cfg.dtype) ? checked_mul(adapter_params, 4, "masters") : 0;
+      for (Bytes r : lin->adapter_rows)
+        for (const Bytes numel : {checked_mul(cfg.lora_rank, lin->in, "lora A"),
+                                  checked_mul(r, cfg.lora_rank, "lora B")}) {
+          f.adapters = checked_add(f.adapters, held(checked_mul(numel, d.e, "adapter"), own),
+                                   "adapters");
+          if (masters)
+            f.master = checked_add(f.master, held(checked_mul(numel, 4, "master"), own), "masters");
+          add_state(f, cfg.optimizer, numel, own);
+        }
   if (cfg.grad_accum > 1) f.persistent_grads = f.adapters;
   return f;
 }
@@ -1216,12 +1234,15 @@ std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& ove
   led.drop("final_norm.stats");
   led.drop("dx_L");
 
+  // A gradient per adapter tensor, held like the adapter itself.
   Bytes block_grads = 0;
   for (const FtLinear* lin : ft_linears(b, d.gpt))
     for (Bytes r : lin->adapter_rows)
-      block_grads = checked_add(
-          block_grads, checked_mul(rank, checked_add(lin->in, r, "A+B"), "adapter"), "grads");
-  block_grads = checked_mul(block_grads, d.e, "adapter grads");
+      for (const Bytes numel : {checked_mul(rank, lin->in, "lora A"), checked_mul(r, rank, "lora B")})
+        block_grads = checked_add(
+            block_grads,
+            held(checked_mul(numel, d.e, "adapter grad"), cfg.allocator == AllocatorKind::direct),
+            "adapter grads");
   // Block l in backward: blocks below it hold their saved tensors, those above have written
   // their gradients; linear in l from block 1 up, so blocks L-1, 1 and the different block 0.
   auto record = [&](Bytes l) {
