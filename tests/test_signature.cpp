@@ -78,6 +78,22 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
           seen.insert(op.kind);
         }
       }
+  // The hf framework: casts of autocast and RMSNorm's upcast.
+  for (const char* preset : {"tiny", "tiny-llama"})
+    for (Precision dtype : {Precision::bf16, Precision::amp_bf16}) {
+      RunConfig cfg;
+      cfg.model = find_preset(preset).model;
+      cfg.seq = 16;
+      cfg.framework = Framework::hf;
+      cfg.dtype = dtype;
+      cfg.attention = Attention::eager;
+      validate(cfg);
+      const Program p = build_program(cfg, 4096);
+      for (const Op& op : p.ops) {
+        EXPECT_NO_THROW(check_op(p, op)) << op.name;
+        seen.insert(op.kind);
+      }
+    }
   EXPECT_EQ(seen.size(), kOpKindCount) << "some kind is never built";
 }
 

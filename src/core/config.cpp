@@ -17,10 +17,13 @@ template <typename E, std::size_t N>
 using NameTable = std::array<std::pair<E, std::string_view>, N>;
 
 constexpr NameTable<Arch, 2> kArch{{{Arch::gpt, "gpt"}, {Arch::llama, "llama"}}};
-constexpr NameTable<Precision, 4> kPrecision{{{Precision::fp32, "fp32"},
+constexpr NameTable<Precision, 6> kPrecision{{{Precision::fp32, "fp32"},
                                               {Precision::tf32, "tf32"},
                                               {Precision::fp16, "fp16"},
-                                              {Precision::bf16, "bf16"}}};
+                                              {Precision::bf16, "bf16"},
+                                              {Precision::amp_fp16, "amp-fp16"},
+                                              {Precision::amp_bf16, "amp-bf16"}}};
+constexpr NameTable<Framework, 2> kFramework{{{Framework::lean, "lean"}, {Framework::hf, "hf"}}};
 constexpr NameTable<Attention, 2> kAttention{
     {{Attention::eager, "eager"}, {Attention::flash, "flash"}}};
 constexpr NameTable<Recompute, 3> kRecompute{
@@ -91,6 +94,9 @@ std::string_view to_string(Arch v) {
 std::string_view to_string(Precision v) {
   return name_of(kPrecision, v);
 }
+std::string_view to_string(Framework v) {
+  return name_of(kFramework, v);
+}
 std::string_view to_string(Attention v) {
   return name_of(kAttention, v);
 }
@@ -123,6 +129,10 @@ EnumNames<Arch> enum_names<Arch>() {
 template <>
 EnumNames<Precision> enum_names<Precision>() {
   return kPrecision;
+}
+template <>
+EnumNames<Framework> enum_names<Framework>() {
+  return kFramework;
 }
 template <>
 EnumNames<Attention> enum_names<Attention>() {
@@ -175,6 +185,7 @@ E parse_enum(std::string_view text, std::string_view option) {
 }
 template Arch parse_enum<Arch>(std::string_view, std::string_view);
 template Precision parse_enum<Precision>(std::string_view, std::string_view);
+template Framework parse_enum<Framework>(std::string_view, std::string_view);
 template Attention parse_enum<Attention>(std::string_view, std::string_view);
 template Recompute parse_enum<Recompute>(std::string_view, std::string_view);
 template Optimizer parse_enum<Optimizer>(std::string_view, std::string_view);
@@ -281,8 +292,10 @@ DeviceChoice parse_device(std::string_view text) {
 DType activation_dtype(Precision p) {
   switch (p) {
     case Precision::fp16:
+    case Precision::amp_fp16:
       return DType::f16;
     case Precision::bf16:
+    case Precision::amp_bf16:
       return DType::bf16;
     case Precision::fp32:
     case Precision::tf32:
@@ -292,7 +305,7 @@ DType activation_dtype(Precision p) {
 }
 
 bool has_master_weights(Precision p) {
-  return p == Precision::fp16 || p == Precision::bf16;
+  return p == Precision::fp16 || p == Precision::bf16 || is_autocast(p);
 }
 
 std::int64_t layer_parameter_count(const ModelConfig& m) {
@@ -373,6 +386,31 @@ void validate(const RunConfig& cfg) {
     throw UsageError(fmt::format(
         "--quant {} stores a frozen base: use it with --finetune lora or qlora, not full",
         to_string(cfg.quant)));
+  }
+  if (cfg.framework == Framework::lean && is_autocast(cfg.dtype))
+    throw UsageError(fmt::format("--dtype {} is autocast over fp32 weights, a --framework hf recipe; "
+                                 "--framework lean takes fp32, tf32, fp16 or bf16",
+                                 to_string(cfg.dtype)));
+  if (cfg.framework == Framework::hf) {
+    // What the hf step program covers so far (docs/memory-model.md, "Frameworks").
+    if (cfg.scope != Scope::model)
+      throw UsageError(fmt::format("--framework hf builds whole training steps: use --scope model "
+                                   "(got --scope {})",
+                                   to_string(cfg.scope)));
+    if (is_finetune(cfg))
+      throw UsageError(fmt::format("--framework hf does not model --finetune {} yet: use --finetune "
+                                   "full, or --framework lean",
+                                   to_string(cfg.finetune)));
+    if (cfg.recompute == Recompute::selective)
+      throw UsageError("--framework hf: transformers checkpoints whole decoder layers; use "
+                       "--recompute none or full");
+    if (cfg.optimizer != Optimizer::adamw && cfg.optimizer != Optimizer::sgd &&
+        cfg.optimizer != Optimizer::none)
+      throw UsageError(fmt::format("--framework hf models torch's own optimizers: use --optimizer "
+                                   "adamw, sgd or none (got {})",
+                                   to_string(cfg.optimizer)));
+    if (cfg.grad_accum > 1)
+      throw UsageError("--framework hf models one micro-step: use --grad-accum 1");
   }
   if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
     throw UsageError("--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "

@@ -17,9 +17,17 @@
 namespace vrambench {
 
 enum class Arch { gpt, llama };
-// fp32: fp32 everything. tf32: fp32 storage, tf32 GEMMs. fp16/bf16: mixed precision as in ZeRO
-// (16-bit weights, gradients and activations; fp32 master weights and optimizer state).
-enum class Precision { fp32, tf32, fp16, bf16 };
+// fp32: fp32 everything. tf32: fp32 storage, tf32 GEMMs. fp16/bf16: under --framework lean mixed
+// precision as in ZeRO (16-bit weights, gradients and activations; fp32 master weights and
+// optimizer state); under --framework hf the model loaded in 16 bits (weights, gradients and AdamW
+// state all 16-bit, no master copy). amp_fp16/amp_bf16 (hf only): autocast over fp32 weights:
+// fp32 weights, gradients and optimizer state, 16-bit copies of the weights cached through the
+// forward, activations 16-bit where autocast casts and fp32 where the model keeps them.
+enum class Precision { fp32, tf32, fp16, bf16, amp_fp16, amp_bf16 };
+// Whose allocations the step program reproduces (docs/memory-model.md, "Frameworks"): lean (a
+// trainer that keeps only what each backward needs) or hf (PyTorch eager autograd running Hugging
+// Face transformers model code).
+enum class Framework { lean, hf };
 enum class Attention { eager, flash };
 enum class Recompute { none, selective, full };
 // adamw: torch AdamW, fp32 m and v. adamw_8bit: bitsandbytes' AdamW8bit (1-byte moments, fp32
@@ -34,6 +42,7 @@ enum class AllocatorKind { direct, caching };
 
 std::string_view to_string(Arch v);
 std::string_view to_string(Precision v);
+std::string_view to_string(Framework v);
 std::string_view to_string(Attention v);
 std::string_view to_string(Recompute v);
 std::string_view to_string(Optimizer v);
@@ -53,6 +62,8 @@ template <>
 EnumNames<Arch> enum_names<Arch>();
 template <>
 EnumNames<Precision> enum_names<Precision>();
+template <>
+EnumNames<Framework> enum_names<Framework>();
 template <>
 EnumNames<Attention> enum_names<Attention>();
 template <>
@@ -94,10 +105,16 @@ std::string to_string(const DeviceChoice& device);
 // Reads those forms (a sim profile must be known); throws UsageError naming what is allowed.
 DeviceChoice parse_device(std::string_view text);
 
-// Storage type of activations and weights for a precision.
+// Storage type of activations and weights for a precision (autocast: the 16-bit type its GEMMs
+// produce).
 DType activation_dtype(Precision p);
-// True when the recipe keeps separate fp32 master weights (fp16/bf16).
+// True when the recipe keeps separate fp32 master weights (fp16/bf16; autocast too, whose fp32
+// weights play that part for the estimate).
 bool has_master_weights(Precision p);
+// Autocast (amp_fp16, amp_bf16).
+constexpr bool is_autocast(Precision p) {
+  return p == Precision::amp_fp16 || p == Precision::amp_bf16;
+}
 
 // The optimizer's family and where its state lives.
 constexpr bool is_adamw(Optimizer o) {
@@ -176,6 +193,7 @@ struct RunConfig {
   std::int64_t seq = 1024;  // S
   std::int64_t batch = 1;   // B: the batch a single trial or estimate uses
   Precision dtype = Precision::bf16;
+  Framework framework = Framework::lean;
   Attention attention = Attention::flash;
   Recompute recompute = Recompute::none;
   Optimizer optimizer = Optimizer::adamw;

@@ -14,7 +14,7 @@
 namespace vrambench {
 namespace {
 
-constexpr std::array<FieldInfo, 28> kFields{{
+constexpr std::array<FieldInfo, 29> kFields{{
     {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
     {"arch", FieldKind::choice, "gpt|llama"},
     {"hidden", FieldKind::integer, "hidden size H"},
@@ -26,7 +26,10 @@ constexpr std::array<FieldInfo, 28> kFields{{
     {"max-positions", FieldKind::integer, "learned position table rows (gpt)"},
     {"seq", FieldKind::integer, "sequence length S"},
     {"batch", FieldKind::integer, "micro-batch B"},
-    {"dtype", FieldKind::choice, "fp32|tf32|fp16|bf16"},
+    {"dtype", FieldKind::choice,
+     "fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (amp-*: autocast over fp32 weights, --framework hf)"},
+    {"framework", FieldKind::choice,
+     "lean|hf: whose allocations the step reproduces (hf: PyTorch autograd running transformers)"},
     {"attention", FieldKind::choice, "eager|flash"},
     {"recompute", FieldKind::choice, "none|selective|full"},
     {"optimizer", FieldKind::choice,
@@ -150,6 +153,7 @@ const std::array<Access, kFields.size()> kAccess{{
     run_value<std::int64_t, &RunConfig::seq>(parse_integer),
     run_value<std::int64_t, &RunConfig::batch>(parse_integer),
     run_value<Precision, &RunConfig::dtype>(parse_choice<Precision>),
+    run_value<Framework, &RunConfig::framework>(parse_choice<Framework>),
     run_value<Attention, &RunConfig::attention>(parse_choice<Attention>),
     run_value<Recompute, &RunConfig::recompute>(parse_choice<Recompute>),
     run_value<Optimizer, &RunConfig::optimizer>(parse_choice<Optimizer>),

@@ -25,7 +25,7 @@ enum class FieldKind {
 
 // A field's typed value: the alternative its kind and name hold.
 using FieldValue =
-    std::variant<std::int64_t, double, Arch, Precision, Attention, Recompute, Optimizer, Scope,
+    std::variant<std::int64_t, double, Arch, Precision, Framework, Attention, Recompute, Optimizer, Scope,
                  AllocatorKind, Finetune, QuantKind, Toggle, LoraTargets, DeviceChoice, ModelConfig>;
 
 struct FieldInfo {

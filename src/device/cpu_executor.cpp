@@ -449,6 +449,11 @@ class CpuExecutor final : public Executor {
       case OpKind::adamw8bit_step:
         adamw_8bit(a);
         return;
+      case OpKind::cast:
+        require(a.in[0].tensor->elements() == a.out[0].tensor->elements(), op,
+                "cast operands differ in size");
+        a.store_out(0, load(a.in[0]));
+        return;
     }
     throw InternalError(fmt::format("op '{}': unknown kind {}", op.name, to_string(op.kind)));
   }

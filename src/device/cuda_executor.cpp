@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "cuda/activation.h"
 #include "cuda/add.h"
+#include "cuda/cast.h"
 #include "cuda/check.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/dropout.h"
@@ -349,6 +350,12 @@ void CudaExecutor::run(const Args& a) {
       return;
     case OpKind::adamw8bit_step:
       adamw_8bit(a);
+      return;
+    case OpKind::cast:
+      if (a.in[0].tensor->elements() != a.out[0].tensor->elements())
+        a.fail("cast operands differ in size");
+      launch_cast(a.out[0].tensor->dtype, a.out[0].data, a.in[0].tensor->dtype, cptr(a.in[0]),
+                  a.in[0].tensor->elements(), st);
       return;
   }
   a.fail("unknown op kind");

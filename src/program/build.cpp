@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "program/build_common.h"
 #include "program/program.h"
 #include "program/signature.h"
 
@@ -30,25 +31,9 @@ namespace {
 
 using Shape = std::vector<std::int64_t>;
 
-constexpr std::string_view kRecomputeSuffix = ".recompute";
-
-// Where a dropout sits; with the layer it gives the seed, so a replay regenerates the same mask.
-enum class DropoutSite : std::uint64_t {
-  embedding = 1,
-  attn_probs = 2,
-  attn_proj = 3,
-  mlp_proj = 4,
-  lora = 16,  // + the adapter's index in its layer
-};
-
-std::uint64_t dropout_seed(int layer, DropoutSite site) {
-  // splitmix64 of (layer, site): distinct, well-spread seeds for counter-based generators.
-  std::uint64_t z = (static_cast<std::uint64_t>(layer + 1) << 8) + static_cast<std::uint64_t>(site);
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+using build_common::DropoutSite;
+using build_common::dropout_seed;
+using build_common::kRecomputeSuffix;
 
 // A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
 struct Param {
@@ -1017,6 +1002,7 @@ class Builder {
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
+  if (cfg.framework == Framework::hf) return build_hf_program(cfg, gemm_workspace, HfOptions{});
   Program program = Builder(cfg, gemm_workspace).build();
   for (const Op& op : program.ops) check_op(program, op);
   return program;

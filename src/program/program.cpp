@@ -108,7 +108,7 @@ Liveness compute_liveness(const Program& program) {
   live.free_after.assign(n_tensors, -1);
   for (int i = 0; i < n_ops; ++i) {
     const Op& op = program.ops[static_cast<std::size_t>(i)];
-    for (const auto* list : {&op.inputs, &op.outputs})
+    for (const auto* list : {&op.inputs, &op.outputs, &op.held})
       for (int id : *list) {
         auto t = static_cast<std::size_t>(id);
         live.alloc_at[t] = std::min(live.alloc_at[t], i);

@@ -82,6 +82,8 @@ enum class OpKind : std::uint8_t {
   lora_fwd,        // xa = x A^T; y[:, cols] += scale xa B^T
   lora_bwd,        // dA, dB and (added into) dx of one adapter
   adamw8bit_step,  // bitsandbytes' blockwise 8-bit AdamW
+  // Framework profiles (hf).
+  cast,  // y = x converted to y's dtype: autocast's weight and input casts, .float(), .to()
 };
 // The kind's name in the signature table: "linear_fwd".
 std::string_view to_string(OpKind k);
@@ -91,6 +93,12 @@ struct Op {
   std::string name;          // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
   std::vector<int> inputs;   // tensor ids, in the signature's order, workspace last
   std::vector<int> outputs;  // tensor ids, in the signature's order, workspace last
+  // Tensors a framework allocates along with the op that its kernel neither reads nor writes:
+  // autograd's saved intermediates of a composite function (the pieces of a python GELU), dropout
+  // noise kept in the activation dtype, the copies a reshape makes, an optimizer's temporaries.
+  // They take memory from the first op that lists them (in any of the three lists) to the last,
+  // like every operand; executors leave them alone.
+  std::vector<int> held;
   int layer = -1;            // block index, -1 outside blocks
   bool recompute = false;    // a forward op replayed in backward
   bool accumulate = false;   // add into `grad` outputs instead of overwriting (tied weights)
@@ -172,6 +180,25 @@ Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t
 // are checked as they are formed (a batch past what 64 bits hold throws UsageError).
 // The workspace sizes come from `gemm_workspace` (cuBLASLt scratch, one tensor for the whole step).
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace);
+
+// Where the hf step program (build_hf.cpp) runs the reference it is checked against. A GPU trainer
+// is `cuda`; `cpu` reproduces what PyTorch does on fake CPU tensors (tests/data/README.md): CPU
+// autocast op lists, dropout noise kept in the activation dtype instead of a byte mask, norm
+// statistics in the input dtype, single-tensor AdamW instead of foreach, and grouped-query
+// attention's key/value heads repeated before the fused kernel. Only the reference test sets it.
+struct HfOptions {
+  enum class Device { cuda, cpu };
+  Device device = Device::cuda;
+  // The training loop of transformers' "train in native PyTorch" guide, which keeps the output
+  // object (the logits in the model's dtype) through backward; false: Trainer's, which keeps only
+  // the loss.
+  bool keep_outputs = false;
+};
+
+// The hf step program: what PyTorch eager autograd running transformers' GPT-2 or Llama model code
+// allocates in one training step (docs/memory-model.md, "Frameworks"). cfg.framework is hf and
+// cfg has passed validate(). build_program calls it with default options.
+Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options);
 
 // Sum of bytes by role of the tensors live after each op, and the peak.
 struct LiveProfile {

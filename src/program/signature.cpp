@@ -86,6 +86,8 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
      {.grad_scale = true, .optimizer = true},
      "bitsandbytes' 8-bit AdamW: the moments dequantised per block of 256, updated in fp32, "
      "requantised with the new absmax; m and v may be paged"},
+    {OpKind::cast, "cast", {"x"}, {"y"}, {},
+     "y = x stored in y's dtype, element for element (autocast's casts, .float(), .to())"},
 }};
 // clang-format on
 
@@ -95,7 +97,7 @@ constexpr bool in_enum_order() {
   return true;
 }
 static_assert(in_enum_order(), "one row per OpKind, in the enum's order");
-static_assert(static_cast<std::size_t>(OpKind::adamw8bit_step) + 1 == kOpKindCount,
+static_assert(static_cast<std::size_t>(OpKind::cast) + 1 == kOpKindCount,
               "kOpKindCount counts every OpKind");
 
 // Operand list as "a, b, [c]" for messages.
@@ -145,6 +147,9 @@ void check_operands(const Program& program, const Op& op) {
   const OpSignature& s = signature(op.kind);
   const std::size_t in = counted(program, op, op.inputs, "inputs");
   const std::size_t out = counted(program, op, op.outputs, "outputs");
+  for (int id : op.held)
+    if (id < 0 || id >= static_cast<int>(program.tensors.size()))
+      fail(op, fmt::format("it holds tensor {}, which the program does not have", id));
   if (in < s.min_inputs() || in > s.max_inputs() || out < s.min_outputs() || out > s.max_outputs())
     fail(op, fmt::format("has {} inputs and {} outputs; it reads {} and writes {}", in, out,
                          listed(s.inputs), listed(s.outputs)));

@@ -62,7 +62,7 @@ struct OpSignature {
 const OpSignature& signature(OpKind kind);
 
 // The number of op kinds: every OpKind has one row in the table.
-inline constexpr std::size_t kOpKindCount = 34;
+inline constexpr std::size_t kOpKindCount = 35;
 
 // Throws InternalError naming the op when its operand counts (workspace tensors, which come last,
 // not counted) differ from its signature. Program::add_op runs it as the op is added.

@@ -1,0 +1,865 @@
+// Builds the hf step program: what PyTorch eager autograd allocates when it runs Hugging Face
+// transformers' GPT-2 (GPT2LMHeadModel) or Llama (LlamaForCausalLM) model code for one training
+// step, with the loss the model computes from `labels`, optional gradient checkpointing
+// (non-reentrant, per decoder layer) and torch's AdamW. docs/memory-model.md ("Frameworks") lists
+// what each op keeps and where that comes from; tests/test_hf_reference.cpp checks the tensor peak
+// against PyTorch's own count (tests/data/torch_reference.json).
+//
+// The kernels are the lean program's (a kernel's operands are the values its backward reads). What
+// the framework keeps besides them, or in another form, is listed in Op::held: autograd's saved
+// pieces of composite functions (the python tanh-GELU, RMSNorm's fp32 upcast, SiLU's output),
+// reshape copies, key/value caches, dropout noise, casts. Where the framework keeps the same bytes
+// in other storages than the kernel's operand (gpt2 keeps a query copy and the cached keys and
+// values where the kernel keeps the packed q|k|v), the operand stands for them.
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "program/build_common.h"
+#include "program/program.h"
+#include "program/signature.h"
+
+namespace vrambench {
+namespace {
+
+using build_common::dropout_seed;
+using build_common::DropoutSite;
+using build_common::kRecomputeSuffix;
+using Shape = std::vector<std::int64_t>;
+
+// A parameter and what torch keeps for it: its gradient (param.grad), AdamW's exp_avg and
+// exp_avg_sq in the parameter's dtype, SGD's momentum buffer.
+struct Param {
+  int w = -1, grad = -1, m = -1, v = -1, momentum = -1;
+  int layer = -1;
+  std::int64_t numel = 0;
+};
+
+// How a forward pass treats what it makes.
+struct Pass {
+  bool replay = false;  // a checkpointed layer recomputed in backward
+  bool keep = true;     // false: checkpointed forward, nothing of the layer is saved
+};
+
+// What a linear's forward leaves for its backward.
+struct LinearSaved {
+  int x = -1;       // the GEMM's input (autocast: its 16-bit copy)
+  int x_orig = -1;  // the input before autocast cast it, -1 when not cast
+  int w = -1;       // the weight operand (autocast: the cached 16-bit copy)
+  int b = -1;
+};
+
+struct Block {
+  int layer = 0;
+  int x_in = -1;
+  int norm1_x = -1, norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
+  LinearSaved qkv_saved;
+  int qkv = -1;      // c_attn / q|k|v projection output
+  int qkv_rot = -1;  // llama: after rope
+  int scores = -1, probs = -1, probs_c = -1, probs_drop = -1, probs_mask = -1, values_in = -1;
+  int y = -1, lse = -1;
+  LinearSaved proj_saved;
+  int proj_out = -1, proj_drop = -1, proj_mask = -1;
+  int x_mid = -1;
+  int norm2_x = -1, norm2_out = -1, norm2_mean = -1, norm2_rstd = -1;
+  LinearSaved fc_saved, up_saved, out_saved;
+  int fc_out = -1, gelu_in = -1, gelu_out = -1;  // gpt
+  int up_out = -1, swiglu_out = -1;              // llama (fc_out is the gate's output)
+  int mlp_out = -1, mlp_drop = -1, mlp_mask = -1;
+  int x_out = -1;
+  // Held by the backward ops that release them.
+  std::vector<int> norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
+};
+
+class HfBuilder {
+ public:
+  HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
+      : cfg_(cfg), gemm_workspace_(gemm_workspace), options_(options) {
+    const ModelConfig& m = cfg.model;
+    B_ = cfg.batch;
+    S_ = cfg.seq;
+    H_ = m.hidden;
+    A_ = m.heads;
+    K_ = m.kv_heads;
+    D_ = m.head_dim();
+    Q_ = qkv_width(A_, K_, D_);
+    F_ = m.ffn;
+    V_ = m.vocab;
+    M_ = checked_mul(B_, S_, "batch x seq");
+    amp_ = is_autocast(cfg.dtype);
+    cpu_ = options.device == HfOptions::Device::cpu;
+    // The model's own dtype: fp32 under autocast; the 16-bit type of a model loaded in 16 bits.
+    wdt_ = amp_ || cfg.dtype == Precision::fp32 || cfg.dtype == Precision::tf32
+               ? DType::f32
+               : activation_dtype(cfg.dtype);
+    cdt_ = activation_dtype(cfg.dtype);  // what the GEMMs produce
+    gpt_ = m.arch == Arch::gpt;
+    eager_ = cfg.attention == Attention::eager;
+    dropout_ = cfg.dropout > 0.0;
+    ckpt_ = cfg.recompute == Recompute::full;
+    p_.config = cfg;
+  }
+
+  Program build() {
+    build_model();
+    add_optimizer();
+    if (options_.keep_outputs && logits_ >= 0) p_.ops.back().held.push_back(logits_);
+    return std::move(p_);
+  }
+
+ private:
+  // ---- tensors and ops ----------------------------------------------------------------------
+
+  int tensor(std::string name, Shape shape, DType dtype, Role role) {
+    return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
+  }
+  DType dtype_of(int id) const { return p_.tensor(id).dtype; }
+  Shape shape_of(int id) const { return p_.tensor(id).shape; }
+
+  static std::string named(const Pass& pass, std::string name) {
+    if (pass.replay) name += kRecomputeSuffix;
+    return name;
+  }
+  // Role of what the backward reads: an activation of a kept forward; a replay's are transient.
+  static Role saved(const Pass& pass) {
+    return pass.keep && !pass.replay ? Role::activation : Role::transient;
+  }
+  int grad_of(int id) {
+    const Tensor& t = p_.tensor(id);
+    std::string name = t.name;
+    if (name.ends_with(kRecomputeSuffix)) name.resize(name.size() - kRecomputeSuffix.size());
+    Shape shape = t.shape;
+    const DType dtype = t.dtype;
+    return tensor(name + ".grad", std::move(shape), dtype, Role::transient);
+  }
+  int grad_named(std::string name, int like) {
+    Shape shape = shape_of(like);
+    return tensor(std::move(name), std::move(shape), dtype_of(like), Role::transient);
+  }
+
+  Op& op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+         int layer, bool recompute = false) {
+    if (recompute) name += kRecomputeSuffix;
+    Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
+    o.layer = layer;
+    o.recompute = recompute;
+    return o;
+  }
+  int workspace() {
+    if (workspace_ < 0)
+      workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
+    return workspace_;
+  }
+  Op& gemm(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+           int layer, bool recompute = false) {
+    if (gemm_workspace_ > 0) inputs.push_back(workspace());
+    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
+  }
+  Op& row_sum(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+              int layer) {
+    if (gemm_workspace_ > 0) inputs.push_back(workspace());
+    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer);
+  }
+  // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
+  int cast(int x, DType dtype, const std::string& name, Role role, int layer, bool replay) {
+    if (dtype_of(x) == dtype) return x;
+    const int y =
+        tensor(replay ? name + std::string(kRecomputeSuffix) : name, shape_of(x), dtype, role);
+    op(OpKind::cast, name + ".cast", {x}, {y}, layer, replay);
+    return y;
+  }
+  void attention_attrs(Op& o) const {
+    o.heads = A_;
+    o.kv_heads = K_;
+  }
+  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
+    if (!dropout_) return;
+    o.dropout_p = cfg_.dropout;
+    o.seed = dropout_seed(layer, site);
+  }
+  // Dropout noise: CUDA's fused dropout keeps a byte mask; on the CPU, dropout multiplies by a
+  // noise tensor of the input's dtype and keeps that.
+  DType mask_dtype(int x) const { return cpu_ ? dtype_of(x) : DType::u8; }
+  // Norm statistics: fp32 on CUDA; on the CPU, layer_norm returns them in the input's dtype.
+  DType stats_dtype(int x) const { return cpu_ ? dtype_of(x) : DType::f32; }
+
+  Shape bsh() const { return {B_, S_, H_}; }
+  Shape bsf() const { return {B_, S_, F_}; }
+  Shape bass() const { return {B_, A_, S_, S_}; }
+
+  // ---- parameters ---------------------------------------------------------------------------
+
+  Param weight(const std::string& name, Shape shape, int layer) {
+    Param param;
+    param.layer = layer;
+    std::int64_t numel = 1;
+    for (std::int64_t d : shape) numel *= d;
+    param.numel = numel;
+    param.w = tensor(name, shape, wdt_, Role::weight);
+    if (cfg_.optimizer == Optimizer::adamw) {
+      param.m = tensor(name + ".exp_avg", shape, wdt_, Role::optimizer_state);
+      param.v = tensor(name + ".exp_avg_sq", shape, wdt_, Role::optimizer_state);
+      // AdamW's `step` counter: one fp32 scalar per parameter tensor.
+      tensor(name + ".step", {1}, DType::f32, Role::optimizer_state);
+    } else if (cfg_.optimizer == Optimizer::sgd) {
+      param.momentum = tensor(name + ".momentum_buffer", shape, wdt_, Role::optimizer_state);
+    }
+    param.grad = tensor(name + ".grad", std::move(shape), wdt_, Role::grad);
+    params_.push_back(param);
+    return param;
+  }
+
+  // The operand a GEMM reads for weight `w` in this pass: the weight, or under autocast its
+  // 16-bit copy, which autocast caches through the forward (one copy per weight and pass) and the
+  // GEMM saves for its backward.
+  int weight_operand(const Param& w, const Pass& pass) {
+    if (!amp_) return w.w;
+    const int c =
+        cast(w.w, cdt_, p_.tensor(w.w).name + ".autocast", saved(pass), w.layer, pass.replay);
+    if (!pass.replay) autocast_cache_.push_back(c);
+    return c;
+  }
+
+  // y = x w^T + b; autocast casts x and the weights to 16 bits first.
+  LinearSaved linear_fwd(const std::string& name, const Param& w, const Param& b, int x, int y,
+                         int layer, const Pass& pass) {
+    LinearSaved s;
+    s.x = x;
+    if (amp_ && dtype_of(x) != cdt_) {
+      s.x_orig = x;
+      s.x = cast(x, cdt_, name + ".in.autocast", saved(pass), layer, pass.replay);
+    }
+    s.w = weight_operand(w, pass);
+    std::vector<int> in{s.x, s.w};
+    if (b.w >= 0) {
+      s.b = weight_operand(b, pass);
+      in.push_back(s.b);
+    }
+    gemm(OpKind::linear_fwd, name, std::move(in), {y}, layer, pass.replay);
+    return s;
+  }
+
+  // Backward of a linear from dy: its weight's (and bias's) gradient, and dx (the gradient of
+  // the linear's input before autocast's cast). Returns dx.
+  int linear_bwd(const std::string& name, const Param& w, const Param& b, const LinearSaved& s,
+                 int dy, int layer) {
+    const int dx = grad_of(s.x);
+    std::vector<int> out{dx};
+    // Autocast: the GEMM's weight gradient is the 16-bit copy's, cast to the fp32 .grad.
+    const int dw = amp_ ? grad_named(p_.tensor(w.w).name + ".autocast.grad", s.w) : w.grad;
+    out.push_back(dw);
+    int db = -1;
+    if (b.w >= 0) {
+      db = amp_ ? grad_named(p_.tensor(b.w).name + ".autocast.grad", s.b) : b.grad;
+      out.push_back(db);
+    }
+    gemm(OpKind::linear_bwd, name + ".bwd", {dy, s.x, s.w}, std::move(out), layer);
+    if (amp_) {
+      op(OpKind::cast, p_.tensor(w.w).name + ".grad.cast", {dw}, {w.grad}, layer);
+      if (b.w >= 0) op(OpKind::cast, p_.tensor(b.w).name + ".grad.cast", {db}, {b.grad}, layer);
+    }
+    if (s.x_orig < 0) return dx;
+    const int dx_orig = grad_of(s.x_orig);
+    op(OpKind::cast, name + ".in.grad.cast", {dx}, {dx_orig}, layer);
+    return dx_orig;
+  }
+
+  // ---- forward ------------------------------------------------------------------------------
+
+  struct Weights {
+    Param norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b;
+    Param fc_w, fc_b, up_w, out_w, out_b;
+  };
+
+  Weights block_weights(int l) {
+    const std::string pre = fmt::format("layer{}.", l);
+    Weights w;
+    if (gpt_) {
+      w.norm1_w = weight(pre + "ln1.w", {H_}, l);
+      w.norm1_b = weight(pre + "ln1.b", {H_}, l);
+      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
+      w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
+      w.proj_w = weight(pre + "attn.proj.w", {H_, H_}, l);
+      w.proj_b = weight(pre + "attn.proj.b", {H_}, l);
+      w.norm2_w = weight(pre + "ln2.w", {H_}, l);
+      w.norm2_b = weight(pre + "ln2.b", {H_}, l);
+      w.fc_w = weight(pre + "mlp.fc.w", {F_, H_}, l);
+      w.fc_b = weight(pre + "mlp.fc.b", {F_}, l);
+      w.out_w = weight(pre + "mlp.proj.w", {H_, F_}, l);
+      w.out_b = weight(pre + "mlp.proj.b", {H_}, l);
+    } else {
+      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l);
+      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
+      if (cfg_.model.qkv_bias) w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
+      w.proj_w = weight(pre + "attn.o.w", {H_, H_}, l);
+      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l);
+      w.fc_w = weight(pre + "mlp.gate.w", {F_, H_}, l);
+      w.up_w = weight(pre + "mlp.up.w", {F_, H_}, l);
+      w.out_w = weight(pre + "mlp.down.w", {H_, F_}, l);
+    }
+    return w;
+  }
+
+  // gpt: nn.LayerNorm (saves x, mean, rstd). llama: LlamaRMSNorm, which upcasts x to fp32 (saved),
+  // normalises in fp32, casts back (saved by the weight's multiply) and multiplies by the weight.
+  void norm_fwd(const std::string& name, int x, const Param& w, const Param& b, const Pass& pass,
+                int layer, int& norm_x, int& out, int& mean, int& rstd, std::vector<int>& held) {
+    const Role role = saved(pass);
+    const DType x_dtype = dtype_of(x);
+    if (gpt_) {
+      norm_x = x;
+      out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
+      mean = tensor(named(pass, name + ".mean"), {M_}, stats_dtype(x), role);
+      rstd = tensor(named(pass, name + ".rstd"), {M_}, stats_dtype(x), role);
+      op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
+      return;
+    }
+    norm_x = cast(x, DType::f32, name + ".x_f32", role, layer, pass.replay);
+    out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
+    mean = -1;
+    rstd = tensor(named(pass, name + ".rstd"), {M_}, DType::f32, role);
+    Op& o = op(OpKind::rmsnorm_fwd, name, {norm_x, w.w}, {out, rstd}, layer, pass.replay);
+    // x.pow(2) and the fp32 normalised x (cast back unless the model is fp32) are temporaries;
+    // the normalised x in the input's dtype is saved by the multiply with the weight.
+    o.held.push_back(tensor(named(pass, name + ".x_squared"), bsh(), DType::f32, Role::transient));
+    if (x_dtype != DType::f32)
+      o.held.push_back(
+          tensor(named(pass, name + ".normed_f32"), bsh(), DType::f32, Role::transient));
+    const int normed = tensor(named(pass, name + ".normed"), bsh(), x_dtype, role);
+    o.held.push_back(normed);
+    held.push_back(normed);
+  }
+
+  // The attention core from the q|k|v tensor the kernels read, into b.y.
+  void attention_fwd(const std::string& pre, int l, int qkv, const Pass& pass, Block& b) {
+    const Role role = saved(pass);
+    const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
+    // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
+    // kernel reads in place is saved as a view of c_attn's output; else matmul saves a copy.
+    const bool query_view = !gpt_ || !eager_ || B_ == 1;
+    std::vector<int> fwd_held;  // what only the forward of the core holds
+    if (gpt_) {
+      // The cache's keys and values are new tensors (DynamicLayer.update concatenates); attention
+      // reads them and saves them. The packed q|k|v operand stands for the query storage and them
+      // where the query is a copy; a viewed query keeps all of c_attn's output besides.
+      if (cache && query_view) {
+        const int kv = tensor(named(pass, pre + "attn.kv_cache"), {2, B_, S_, H_}, cdt_, role);
+        b.attn_held.push_back(kv);
+        fwd_held.push_back(kv);
+      }
+      if (!query_view)
+        fwd_held.push_back(
+            tensor(named(pass, pre + "attn.qkv_copies"), {B_, S_, Q_}, cdt_, Role::transient));
+    } else {
+      // Llama: the cache's copies of k and v live through the forward; attention reads its
+      // operand's q (rotated), k and v. Eager attention repeats grouped-query heads to A
+      // (repeat_kv), each copy saved by its product: the heads beyond the first K are held, the
+      // first K are the operand's. The fused kernel keeps the K heads as they are.
+      if (cache)
+        fwd_held.push_back(tensor(named(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_}, cdt_,
+                                  Role::transient));
+      if (A_ > K_ && eager_) {
+        const int rep =
+            tensor(named(pass, pre + "attn.kv_repeat"), {2, B_, S_, (A_ - K_) * D_}, cdt_, role);
+        b.attn_held.push_back(rep);
+        fwd_held.push_back(rep);
+      }
+    }
+    b.y = tensor(named(pass, pre + "attn.y"), bsh(), cdt_, role);
+    if (!eager_) {
+      b.lse = tensor(named(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
+      const int scratch = tensor(named(pass, pre + "attn.flash.scratch"),
+                                 {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
+      Op& o =
+          op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {b.y, b.lse, scratch}, l, pass.replay);
+      attention_attrs(o);
+      dropout_attrs(o, l, DropoutSite::attn_probs);
+      o.held = fwd_held;
+      if (mask_ >= 0) o.held.push_back(mask_);
+      return;
+    }
+    // scores = q k^T, scaled (a second S x S tensor), plus the causal mask (in the model's dtype:
+    // fp32 under autocast, which promotes the sum).
+    const DType score_dtype = dtype_of(mask_) == DType::f32 ? DType::f32 : cdt_;
+    b.scores = tensor(named(pass, pre + "attn.scores"), bass(), score_dtype, Role::transient);
+    Op& scores = gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {b.scores}, l, pass.replay);
+    attention_attrs(scores);
+    scores.held = fwd_held;
+    scores.held.push_back(
+        tensor(named(pass, pre + "attn.scores.unscaled"), bass(), cdt_, Role::transient));
+    scores.held.push_back(mask_);
+    // Softmax: gpt2 in the scores' dtype; llama asks for fp32 (an fp32 copy of 16-bit scores
+    // first). Autocast on CUDA computes softmax in fp32 too.
+    const bool f32_softmax = !gpt_ || (amp_ && !cpu_);
+    const DType probs_dtype = f32_softmax ? DType::f32 : score_dtype;
+    b.probs = tensor(named(pass, pre + "attn.probs"), bass(), probs_dtype, role);
+    Op& softmax =
+        op(OpKind::softmax_fwd, pre + "attn.softmax", {b.scores}, {b.probs}, l, pass.replay);
+    if (score_dtype != probs_dtype)
+      softmax.held.push_back(
+          tensor(named(pass, pre + "attn.scores.f32"), bass(), DType::f32, Role::transient));
+    // .type(value.dtype) (gpt2) / .to(query.dtype) (llama): a 16-bit copy that the product with
+    // V saves. Under autocast llama's query is fp32 (RoPE multiplies by fp32 cos and sin), so the
+    // probabilities stay fp32 through dropout and the product's autocast makes the copy.
+    const bool cast_late = amp_ && !gpt_;
+    b.probs_c =
+        cast_late ? b.probs : cast(b.probs, cdt_, pre + "attn.probs_c", role, l, pass.replay);
+    int values_in = b.probs_c;
+    if (dropout_) {
+      b.probs_drop = tensor(named(pass, pre + "attn.probs_drop"), bass(), dtype_of(b.probs_c),
+                            cast_late ? Role::transient : role);
+      b.probs_mask =
+          tensor(named(pass, pre + "attn.probs_mask"), bass(), mask_dtype(b.probs_c), role);
+      dropout_attrs(op(OpKind::dropout_fwd, pre + "attn.probs_dropout", {b.probs_c},
+                       {b.probs_drop, b.probs_mask}, l, pass.replay),
+                    l, DropoutSite::attn_probs);
+      values_in = b.probs_drop;
+    }
+    b.values_in = cast(values_in, cdt_, pre + "attn.values_in", role, l, pass.replay);
+    values_in = b.values_in;
+    Op& values =
+        gemm(OpKind::attn_values, pre + "attn.values", {values_in, qkv}, {b.y}, l, pass.replay);
+    attention_attrs(values);
+    // The product's [B, A, S, D] output before transpose(1, 2).contiguous() makes b.y.
+    values.held = fwd_held;
+    values.held.push_back(tensor(named(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
+  }
+
+  int dropout_fwd(const std::string& name, int x, int layer, DropoutSite site, const Pass& pass,
+                  int& mask) {
+    const int y = tensor(named(pass, name + ".drop"), shape_of(x), dtype_of(x), Role::transient);
+    mask = tensor(named(pass, name + ".mask"), shape_of(x), mask_dtype(x), saved(pass));
+    dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
+                  layer, site);
+    return y;
+  }
+
+  DType promoted(DType a, DType b) const {
+    return a == DType::f32 || b == DType::f32 ? DType::f32 : a;
+  }
+
+  Block block_fwd(int l, int x_in, const Weights& w, const Pass& pass) {
+    const std::string pre = fmt::format("layer{}.", l);
+    const Role role = saved(pass);
+    Block b;
+    b.layer = l;
+    b.x_in = x_in;
+    norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, b.norm1_x,
+             b.norm1_out, b.norm1_mean, b.norm1_rstd, b.norm1_held);
+    b.qkv =
+        tensor(named(pass, pre + "attn.qkv"), {B_, S_, Q_}, cdt_, gpt_ ? role : Role::transient);
+    b.qkv_saved = linear_fwd(pre + "attn.qkv", w.qkv_w, w.qkv_b, b.norm1_out, b.qkv, l, pass);
+    if (!gpt_ && amp_) {
+      // q_proj, k_proj and v_proj each cast the norm's fp32 output (autocast caches only
+      // weights): two more 16-bit copies, each saved by its projection.
+      const int more =
+          tensor(named(pass, pre + "attn.qkv.in.autocast.kv"), {2, B_, S_, H_}, cdt_, role);
+      p_.ops.back().held.push_back(more);
+      b.qkv_held.push_back(more);
+    }
+    int attn_in = b.qkv;
+    if (!gpt_) {
+      // RoPE: q * cos + rotate_half(q) * sin (and k): new tensors; only cos and sin are saved.
+      b.qkv_rot = tensor(named(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, role);
+      Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv}, {b.qkv_rot}, l, pass.replay);
+      attention_attrs(rope);
+      rope.held.push_back(tensor(named(pass, pre + "attn.rope.products"),
+                                 {2, B_, S_, (A_ + K_) * D_}, amp_ ? DType::f32 : cdt_,
+                                 Role::transient));
+      rope.held.push_back(cos_sin_);
+      attn_in = b.qkv_rot;
+    }
+    attention_fwd(pre, l, attn_in, pass, b);
+
+    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    b.proj_out = tensor(named(pass, proj + ".out"), bsh(), cdt_, Role::transient);
+    b.proj_saved = linear_fwd(proj, w.proj_w, w.proj_b, b.y, b.proj_out, l, pass);
+    int residual = b.proj_out;
+    if (dropout_ && gpt_)
+      residual = b.proj_drop =
+          dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, b.proj_mask);
+    b.x_mid = tensor(named(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
+    op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
+
+    norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l, b.norm2_x,
+             b.norm2_out, b.norm2_mean, b.norm2_rstd, b.norm2_held);
+    if (gpt_) {
+      b.fc_out = tensor(named(pass, pre + "mlp.fc.out"), bsf(), cdt_, role);
+      b.fc_saved = linear_fwd(pre + "mlp.fc", w.fc_w, w.fc_b, b.norm2_out, b.fc_out, l, pass);
+      // gelu_new, a python composite: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Autograd
+      // saves x (by pow), tanh's output, 0.5 x and 1 + tanh (by the last product). Autocast on
+      // CUDA runs pow in fp32: x's fp32 copy is saved and the tanh branch is fp32.
+      const bool f32_branch = amp_ && !cpu_;
+      b.gelu_in = f32_branch
+                      ? cast(b.fc_out, DType::f32, pre + "mlp.fc.out.f32", role, l, pass.replay)
+                      : b.fc_out;
+      const DType branch = dtype_of(b.gelu_in);
+      b.gelu_out = tensor(named(pass, pre + "mlp.gelu.out"), bsf(), branch, role);
+      Op& gelu = op(OpKind::gelu_fwd, pre + "mlp.gelu", {b.gelu_in}, {b.gelu_out}, l, pass.replay);
+      for (const char* piece : {"tanh", "one_plus_tanh"})
+        b.gelu_held.push_back(tensor(named(pass, pre + "mlp.gelu." + piece), bsf(), branch, role));
+      b.gelu_held.push_back(tensor(named(pass, pre + "mlp.gelu.half_x"), bsf(), cdt_, role));
+      gelu.held = b.gelu_held;
+      // x^3 and the sums before tanh: two alive at a time.
+      gelu.held.push_back(
+          tensor(named(pass, pre + "mlp.gelu.scratch"), {2, B_, S_, F_}, branch, Role::transient));
+      b.mlp_out = tensor(named(pass, pre + "mlp.proj.out"), bsh(), cdt_, Role::transient);
+      b.out_saved = linear_fwd(pre + "mlp.proj", w.out_w, w.out_b, b.gelu_out, b.mlp_out, l, pass);
+    } else {
+      b.fc_out = tensor(named(pass, pre + "mlp.gate.out"), bsf(), cdt_, role);
+      b.fc_saved = linear_fwd(pre + "mlp.gate", w.fc_w, Param{}, b.norm2_out, b.fc_out, l, pass);
+      b.up_out = tensor(named(pass, pre + "mlp.up.out"), bsf(), cdt_, role);
+      b.up_saved = linear_fwd(pre + "mlp.up", w.up_w, Param{}, b.norm2_out, b.up_out, l, pass);
+      // act_fn(gate) * up: SiLU saves its input, the product saves both factors.
+      b.swiglu_out = tensor(named(pass, pre + "mlp.swiglu.out"), bsf(), cdt_, role);
+      Op& swiglu = op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {b.fc_out, b.up_out}, {b.swiglu_out},
+                      l, pass.replay);
+      b.swiglu_held.push_back(tensor(named(pass, pre + "mlp.silu.out"), bsf(), cdt_, role));
+      swiglu.held = b.swiglu_held;
+      b.mlp_out = tensor(named(pass, pre + "mlp.down.out"), bsh(), cdt_, Role::transient);
+      b.out_saved =
+          linear_fwd(pre + "mlp.down", w.out_w, Param{}, b.swiglu_out, b.mlp_out, l, pass);
+    }
+    int mlp_y = b.mlp_out;
+    if (dropout_ && gpt_)
+      mlp_y = b.mlp_drop =
+          dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass, b.mlp_mask);
+    // The block output is the next block's input: kept even when checkpointed.
+    b.x_out = tensor(named(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
+                     pass.replay ? Role::transient : Role::activation);
+    op(OpKind::add, pre + "mlp.residual", {b.x_mid, mlp_y}, {b.x_out}, l, pass.replay);
+    return b;
+  }
+
+  // ---- backward -----------------------------------------------------------------------------
+
+  void norm_bwd(const std::string& name, int dy, int norm_x, int x, const Param& w, const Param& b,
+                int mean, int rstd, const std::vector<int>& held, int dx, int layer) {
+    if (gpt_) {
+      row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
+              layer)
+          .held = held;
+      return;
+    }
+    // RMSNorm's backward runs in fp32 on the upcast input, then casts dx back.
+    const int dx_f32 = norm_x == x ? dx : grad_of(norm_x);
+    Op& o = row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, {dx_f32, w.grad},
+                    layer);
+    o.held = held;
+    o.held.push_back(tensor(name + ".bwd.scratch", {2, B_, S_, H_}, DType::f32, Role::transient));
+    if (dx_f32 != dx) op(OpKind::cast, name + ".x_f32.grad.cast", {dx_f32}, {dx}, layer);
+  }
+
+  int attention_bwd(const std::string& pre, int l, int qkv, const Block& b, int dy) {
+    const int dqkv = grad_of(qkv);
+    if (!eager_) {
+      const int scratch =
+          tensor(pre + "attn.flash_bwd.scratch",
+                 {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, cdt_)}, DType::u8, Role::workspace);
+      Op& o =
+          op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, b.y, b.lse}, {dqkv, scratch}, l);
+      attention_attrs(o);
+      dropout_attrs(o, l, DropoutSite::attn_probs);
+      o.held = b.attn_held;
+      return dqkv;
+    }
+    const int dvalues_in = grad_of(b.values_in);
+    Op& values = gemm(OpKind::attn_values_bwd, pre + "attn.values.bwd", {dy, b.values_in, qkv},
+                      {dvalues_in, dqkv}, l);
+    attention_attrs(values);
+    values.held = b.attn_held;
+    const int dropped = b.probs_drop >= 0 ? b.probs_drop : b.probs_c;
+    int ddropped = dvalues_in;
+    if (dropped != b.values_in) {
+      ddropped = grad_of(dropped);
+      op(OpKind::cast, pre + "attn.values_in.grad.cast", {dvalues_in}, {ddropped}, l);
+    }
+    int dprobs_c = ddropped;
+    if (dropout_) {
+      dprobs_c = grad_of(b.probs_c);
+      dropout_attrs(op(OpKind::dropout_bwd, pre + "attn.probs_dropout.bwd",
+                       {ddropped, b.probs_mask}, {dprobs_c}, l),
+                    l, DropoutSite::attn_probs);
+    }
+    int dprobs = dprobs_c;
+    if (b.probs_c != b.probs) {
+      dprobs = grad_of(b.probs);
+      op(OpKind::cast, pre + "attn.probs_c.grad.cast", {dprobs_c}, {dprobs}, l);
+    }
+    const int dscores = grad_of(b.scores);
+    op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, b.probs}, {dscores}, l);
+    attention_attrs(
+        gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv}, {dqkv}, l));
+    return dqkv;
+  }
+
+  int dropout_bwd(const std::string& name, int dy, int mask, int like, int layer,
+                  DropoutSite site) {
+    const int dx = grad_of(like);
+    dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
+                  site);
+    return dx;
+  }
+
+  // The gradient of the block's input from the gradient of its output.
+  int block_bwd(const Block& b, const Weights& w, int dx_out) {
+    const int l = b.layer;
+    const std::string pre = fmt::format("layer{}.", l);
+    const std::string norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
+    const std::string norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
+
+    // The residual's gradient reaches the MLP branch in its dtype (16-bit under autocast).
+    int dmlp = dx_out;
+    if (dtype_of(b.mlp_out) != dtype_of(dx_out)) {
+      dmlp = grad_of(b.mlp_drop >= 0 ? b.mlp_drop : b.mlp_out);
+      op(OpKind::cast, pre + "mlp.out.grad.cast", {dx_out}, {dmlp}, l);
+    }
+    if (b.mlp_drop >= 0)
+      dmlp = dropout_bwd(pre + "mlp.proj", dmlp, b.mlp_mask, b.mlp_out, l, DropoutSite::mlp_proj);
+    int dnorm2_out = -1;
+    if (gpt_) {
+      const int dgelu_out = linear_bwd(pre + "mlp.proj", w.out_w, w.out_b, b.out_saved, dmlp, l);
+      const int dgelu_in = grad_of(b.gelu_in);
+      Op& gelu = op(OpKind::gelu_bwd, pre + "mlp.gelu.bwd", {dgelu_out, b.gelu_in}, {dgelu_in}, l);
+      gelu.held = b.gelu_held;
+      gelu.held.push_back(tensor(pre + "mlp.gelu.bwd.scratch", {2, B_, S_, F_}, dtype_of(b.gelu_in),
+                                 Role::transient));
+      int dfc = dgelu_in;
+      if (b.gelu_in != b.fc_out) {
+        dfc = grad_of(b.fc_out);
+        op(OpKind::cast, pre + "mlp.fc.out.f32.grad.cast", {dgelu_in}, {dfc}, l);
+      }
+      dnorm2_out = linear_bwd(pre + "mlp.fc", w.fc_w, w.fc_b, b.fc_saved, dfc, l);
+    } else {
+      const int dswiglu = linear_bwd(pre + "mlp.down", w.out_w, Param{}, b.out_saved, dmlp, l);
+      const int dgate = grad_of(b.fc_out), dup = grad_of(b.up_out);
+      op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, b.fc_out, b.up_out}, {dgate, dup}, l)
+          .held = b.swiglu_held;
+      const int dx_up = linear_bwd(pre + "mlp.up", w.up_w, Param{}, b.up_saved, dup, l);
+      const int dx_gate = linear_bwd(pre + "mlp.gate", w.fc_w, Param{}, b.fc_saved, dgate, l);
+      dnorm2_out = grad_of(b.norm2_out);
+      op(OpKind::add, pre + "mlp.grad_sum.bwd", {dx_gate, dx_up}, {dnorm2_out}, l);
+    }
+    const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
+    norm_bwd(norm2, dnorm2_out, b.norm2_x, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean,
+             b.norm2_rstd, b.norm2_held, dnorm2_in, l);
+    const int dx_mid = grad_of(b.x_mid);
+    op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
+
+    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    int dproj = dx_mid;
+    if (dtype_of(b.proj_out) != dtype_of(dx_mid)) {
+      dproj = grad_of(b.proj_drop >= 0 ? b.proj_drop : b.proj_out);
+      op(OpKind::cast, proj + ".out.grad.cast", {dx_mid}, {dproj}, l);
+    }
+    if (b.proj_drop >= 0)
+      dproj = dropout_bwd(proj, dproj, b.proj_mask, b.proj_out, l, DropoutSite::attn_proj);
+    const int dy = linear_bwd(proj, w.proj_w, w.proj_b, b.proj_saved, dproj, l);
+    int dqkv = attention_bwd(pre, l, gpt_ ? b.qkv : b.qkv_rot, b, dy);
+    if (!gpt_) {
+      const int dqkv_linear = grad_of(b.qkv);
+      Op& rope = op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {dqkv_linear}, l);
+      attention_attrs(rope);
+      rope.held.push_back(cos_sin_);
+      dqkv = dqkv_linear;
+    }
+    const int dnorm1_out = linear_bwd(pre + "attn.qkv", w.qkv_w, w.qkv_b, b.qkv_saved, dqkv, l);
+    if (!b.qkv_held.empty()) p_.ops.back().held = b.qkv_held;
+    const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
+    norm_bwd(norm1, dnorm1_out, b.norm1_x, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean, b.norm1_rstd,
+             b.norm1_held, dnorm1_in, l);
+    const int dx_in = grad_of(b.x_in);
+    op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
+    return dx_in;
+  }
+
+  // ---- the model ----------------------------------------------------------------------------
+
+  void build_model() {
+    const ModelConfig& m = cfg_.model;
+    loss_scale_ =
+        static_loss_scale(cfg_.dtype == Precision::amp_fp16 ? Precision::fp16 : cfg_.dtype, M_, V_);
+    const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
+    const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
+
+    const Param wte = weight("wte", {V_, H_}, -1);
+    Param wpe;
+    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1);
+    std::vector<Weights> weights;
+    for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
+    Param final_w, final_b;
+    if (gpt_) {
+      final_w = weight("ln_f.w", {H_}, -1);
+      final_b = weight("ln_f.b", {H_}, -1);
+    } else {
+      final_w = weight("norm.w", {H_}, -1);
+    }
+    const Param lm = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1);
+
+    // Shared inputs of every layer: the causal mask eager attention adds ([B, 1, S, S] in the
+    // model's dtype; a boolean one reaches the fused kernel of a checkpointed layer), llama's
+    // rotary cos and sin ([S, D] each, in the residual stream's dtype). They live while a layer
+    // may still run: through the forward, and with checkpointing through the last replay.
+    if (eager_)
+      mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient);
+    else if (ckpt_)
+      mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, DType::u8, Role::transient);
+    if (!gpt_) cos_sin_ = tensor("rope.cos_sin", {2, S_, D_}, wdt_, Role::activation);
+
+    // Embeddings (not autocast: fp32 under autocast), then the embedding dropout.
+    const int x0 = tensor("x0", bsh(), wdt_, Role::activation);
+    std::vector<int> embed_in{tokens, wte.w};
+    if (gpt_) embed_in.push_back(wpe.w);
+    int embed_out = x0, embed_mask = -1;
+    if (dropout_ && gpt_) embed_out = tensor("embed.out", bsh(), wdt_, Role::transient);
+    Op& embed = op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1);
+    // Token and position embeddings are separate tensors before their sum.
+    if (gpt_) embed.held.push_back(tensor("embed.tokens", bsh(), wdt_, Role::transient));
+    if (dropout_ && gpt_) {
+      embed_mask = tensor("embed.mask", bsh(), mask_dtype(embed_out), Role::activation);
+      dropout_attrs(op(OpKind::dropout_fwd, "embed.dropout", {embed_out}, {x0, embed_mask}, -1), -1,
+                    DropoutSite::embedding);
+    }
+
+    Pass pass;
+    pass.keep = !ckpt_;
+    std::vector<Block> blocks;
+    int x = x0;
+    for (int l = 0; l < static_cast<int>(m.layers); ++l) {
+      blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass));
+      x = blocks.back().x_out;
+    }
+
+    const std::string final_name = gpt_ ? "ln_f" : "norm";
+    int final_x = -1, final_out = -1, final_mean = -1, final_rstd = -1;
+    std::vector<int> final_held;
+    norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, final_x, final_out, final_mean,
+             final_rstd, final_held);
+    logits_ = tensor("logits", {M_, V_}, cdt_, Role::activation);
+    const LinearSaved lm_saved = linear_fwd("lm_head", lm, Param{}, final_out, logits_, -1, Pass{});
+    // The loss (transformers' ForCausalLMLoss): logits.float(), then cross entropy, whose
+    // log-softmax output (fp32, B S V) is saved. The fp32 logits stand for it.
+    const int logits_f32 = cast(logits_, DType::f32, "logits.f32", Role::activation, -1, false);
+    const int loss = tensor("loss", {1}, DType::f32, Role::transient);
+    const int lse = tensor("ce.lse", {M_}, DType::f32, Role::activation);
+    Op& ce = op(OpKind::cross_entropy_fwd, "ce", {logits_f32, targets}, {loss, lse}, -1);
+    // Autocast's cache of 16-bit weights lives until the autocast region (forward and loss) ends.
+    ce.held = autocast_cache_;
+    // The model's output object keeps the logits while its forward computes the loss, and the
+    // log-softmax output is made beside the fp32 logits.
+    if (logits_f32 != logits_) ce.held.push_back(logits_);
+    ce.held.push_back(tensor("ce.log_softmax", {M_, V_}, DType::f32, Role::transient));
+    if (options_.keep_outputs && logits_f32 == logits_)
+      ce.held.push_back(log_probs_ =
+                            tensor("ce.log_probs", {M_, V_}, DType::f32, Role::activation));
+    p_.loss_tensor = loss;
+
+    // Backward: the log-softmax's gradient and the logits' (both fp32, B S V) before the cast.
+    const int dlogits_f32 = grad_of(logits_f32);
+    Op& ce_bwd =
+        op(OpKind::cross_entropy_bwd, "ce.bwd", {logits_f32, targets, lse}, {dlogits_f32}, -1);
+    ce_bwd.grad_scale = loss_scale_;
+    ce_bwd.held.push_back(tensor("ce.log_probs.grad", {M_, V_}, DType::f32, Role::transient));
+    if (log_probs_ >= 0) ce_bwd.held.push_back(log_probs_);
+    int dlogits = dlogits_f32;
+    if (logits_f32 != logits_) {
+      dlogits = grad_of(logits_);
+      op(OpKind::cast, "logits.f32.grad.cast", {dlogits_f32}, {dlogits}, -1);
+    }
+    // A tied weight's two gradients meet in autograd's input buffer of its AccumulateGrad: the lm
+    // head's waits there through the whole backward, the embedding's joins it, and their sum
+    // (a third [V, H] tensor) becomes .grad.
+    Param lm_target = lm;
+    if (m.tied_embeddings)
+      lm_target.grad = tensor("wte.grad.lm_head", {V_, H_}, wdt_, Role::transient);
+    const int dfinal_out = linear_bwd("lm_head", lm_target, Param{}, lm_saved, dlogits, -1);
+    int dx = grad_of(x);
+    norm_bwd(final_name, dfinal_out, final_x, x, final_w, final_b, final_mean, final_rstd,
+             final_held, dx, -1);
+
+    for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
+      const Weights& w = weights[static_cast<std::size_t>(l)];
+      Block b = blocks[static_cast<std::size_t>(l)];
+      if (ckpt_) {
+        Pass replay;
+        replay.replay = true;
+        b = block_fwd(l, b.x_in, w, replay);
+      }
+      dx = block_bwd(b, w, dx);
+    }
+
+    int dembed = dx;
+    if (embed_mask >= 0)
+      dembed = dropout_bwd("embed", dx, embed_mask, embed_out, -1, DropoutSite::embedding);
+    const int dwte_embed = m.tied_embeddings
+                               ? tensor("wte.grad.embedding", {V_, H_}, wdt_, Role::transient)
+                               : wte.grad;
+    std::vector<int> embed_grads{dwte_embed};
+    if (gpt_) embed_grads.push_back(wpe.grad);
+    row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
+    if (m.tied_embeddings)
+      op(OpKind::add, "wte.grad.sum", {lm_target.grad, dwte_embed}, {wte.grad}, -1);
+  }
+
+  // ---- optimizer ----------------------------------------------------------------------------
+
+  // torch.optim.AdamW: foreach on CUDA, whose step makes sqrt(exp_avg_sq) for every parameter at
+  // once (one list of temporaries the size of the model); the single-tensor loop (CPU) makes
+  // sqrt(exp_avg_sq) and its quotient for one parameter at a time.
+  void add_optimizer() {
+    if (cfg_.optimizer == Optimizer::none) return;
+    int foreach_temp = -1;
+    if (cfg_.optimizer == Optimizer::adamw && !cpu_) {
+      std::int64_t numel = 0;
+      for (const Param& p : params_) numel += p.numel;
+      foreach_temp = tensor("adamw.foreach.denom", {numel}, wdt_, Role::transient);
+    }
+    for (const Param& param : params_) {
+      const std::string name = p_.tensor(param.w).name + ".step";
+      if (cfg_.optimizer == Optimizer::adamw) {
+        Op& o =
+            op(OpKind::adamw_step, name, {param.w, param.grad, param.m, param.v}, {}, param.layer);
+        o.grad_scale = loss_scale_;
+        o.weight_decay = 0.01f;  // torch's AdamW default
+        if (foreach_temp >= 0)
+          o.held.push_back(foreach_temp);
+        else
+          o.held.push_back(tensor(name + ".denom", {2, param.numel}, wdt_, Role::transient));
+      } else {
+        op(OpKind::sgd_step, name, {param.w, param.grad, param.momentum}, {}, param.layer)
+            .grad_scale = loss_scale_;
+      }
+    }
+  }
+
+  const RunConfig& cfg_;
+  Bytes gemm_workspace_;
+  HfOptions options_;
+  std::int64_t B_ = 0, S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, M_ = 0;
+  DType wdt_ = DType::f32, cdt_ = DType::f32;
+  bool amp_ = false, cpu_ = false, gpt_ = true, eager_ = false, dropout_ = false, ckpt_ = false;
+  float loss_scale_ = 1.0f;
+  int workspace_ = -1, mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
+  std::vector<int> autocast_cache_;
+  std::vector<Param> params_;
+  Program p_;
+};
+
+}  // namespace
+
+Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options) {
+  if (gemm_workspace < 0)
+    throw InternalError(
+        fmt::format("build_hf_program: negative GEMM workspace {}", gemm_workspace));
+  if (cfg.framework != Framework::hf || cfg.scope != Scope::model || is_finetune(cfg))
+    throw InternalError("build_hf_program: a validated --framework hf whole-model configuration");
+  Program program = HfBuilder(cfg, gemm_workspace, options).build();
+  for (const Op& op : program.ops) check_op(program, op);
+  return program;
+}
+
+}  // namespace vrambench
