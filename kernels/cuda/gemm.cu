@@ -17,8 +17,10 @@ GemmMath gemm_math(Precision p) {
     case Precision::tf32:
       return GemmMath::tf32;
     case Precision::fp16:
+    case Precision::amp_fp16:  // autocast runs its GEMMs on 16-bit casts of both operands
       return GemmMath::fp16;
     case Precision::bf16:
+    case Precision::amp_bf16:
       return GemmMath::bf16;
   }
   return GemmMath::fp32;
