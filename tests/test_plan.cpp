@@ -187,8 +187,10 @@ TEST(PlanBudget, LinesSumToTheCapacityAndThePeakIsTheReplays) {
   EXPECT_EQ(plan.budget.device_peak + plan.margin + plan.budget.free(), plan.capacity);
   EXPECT_GE(plan.budget.free(), 0);
   EXPECT_TRUE(plan.budget.fits);
-  const TrialResult replay = run_trial(plan.config, simulated(device.info), plan.budget.batch,
-                                       std::numeric_limits<Bytes>::max() / 4, nullptr);
+  const Device planning = simulated(with_margin(device.info, plan.margin));
+  const TrialResult replay = run_trial(plan.config, planning, plan.budget.batch,
+                                       planning.info.tensor_capacity(), nullptr);
+  ASSERT_TRUE(replay.fit);
   EXPECT_EQ(plan.budget.device_peak, replay.device_peak);
   EXPECT_EQ(tensors, replay.tensor_peak);
   EXPECT_EQ(plan.budget.batch, plan.choice.micro_batch);

@@ -275,8 +275,13 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
   }
   plan.whole = measure(plan.config, whole, SearchLimits{limit});
 
+  // The budget of the step as it runs within capacity - margin: there the caching allocator
+  // releases its cache and retries before it fails, so its peak can be lower than unlimited. When
+  // nothing fits, what micro-batch 1 would need.
   const std::int64_t budget_batch = std::max<std::int64_t>(plan.choice.micro_batch, 1);
-  const TrialResult budget_trial = replay_unlimited(plan.config, device.info, budget_batch);
+  TrialResult budget_trial = run_trial(plan.config, planning, budget_batch,
+                                       planning.info.tensor_capacity(), nullptr);
+  if (!budget_trial.fit) budget_trial = replay_unlimited(plan.config, device.info, budget_batch);
   plan.budget = make_budget(budget_trial, plan.planned.estimate, budget_batch, plan.capacity,
                             plan.margin, device.info.fixed_overhead);
 
