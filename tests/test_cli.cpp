@@ -86,6 +86,10 @@ std::vector<std::vector<std::string>> csv_of(const fs::path& p) {
   return rows;
 }
 
+std::string fmt_line(const std::string& key, std::int64_t value) {
+  return key + std::to_string(value) + "\n";
+}
+
 std::size_t column(const std::vector<std::string>& header, const std::string& key) {
   auto it = std::find(header.begin(), header.end(), key);
   EXPECT_NE(it, header.end()) << "no column " << key;
@@ -435,14 +439,22 @@ TEST(Cli, EveryCommandTakesQuiet) {
            "presets --quiet", "devices --quiet", "program --preset tiny --batch 2 --seq 16 --quiet",
            "estimate --preset tiny --quiet" + out,
            "--preset tiny --device sim:rtx4090 --quiet" + out,
+           "plan --preset tiny --device sim:rtx4090 --quiet",
            "compare --quiet " + kCommittedHeadline.string() + " " + kCommittedHeadline.string()}) {
     const CommandResult run = vrambench(args);
     EXPECT_EQ(run.exit_code, 0) << args << ": " << run.err;
   }
   EXPECT_NE(vrambench("selftest --quiet").exit_code, 2);  // fails without a GPU, but parses
   const CommandResult help = vrambench("--help");
-  for (const char* taught : {"--resume", "--shard 0/2", "vrambench merge", "vrambench compare"})
+  for (const char* taught : {"--resume", "--shard 0/2", "vrambench merge", "vrambench compare",
+                             "vrambench plan", "--over seq"})
     EXPECT_NE(help.out.find(taught), std::string::npos) << taught;
+  // plan's own help: its examples and the micro-batch rule.
+  const CommandResult plan_help = vrambench("plan --help");
+  EXPECT_EQ(plan_help.exit_code, 0);
+  for (const char* taught : {"--target-batch", "--safety-margin", "--emit", "SIZE|auto", "N|max",
+                             "grad-accum = ceil(target / m0)", "--emit hf"})
+    EXPECT_NE(plan_help.out.find(taught), std::string::npos) << taught;
   fs::remove_all(dir);
 }
 
@@ -479,6 +491,207 @@ TEST(Cli, SelftestWithoutAGpuSaysSoAndFails) {
   EXPECT_EQ(lines_of(run.err).size(), 1u) << run.err;
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.err.find("GPU"), std::string::npos) << run.err;
+}
+
+// `vrambench plan`: the acceptance commands, on sim.
+const std::string kQloraOnSixGib =
+    "plan --preset llama2-7b --finetune qlora --lora-rank 16 --optimizer paged-adamw-8bit "
+    "--recompute full --vram 6GiB --seq 2048 --target-batch 16";
+
+// The figures a plan prints: the settings, a budget table whose rows name every component kind,
+// and one summary line at the end.
+TEST(Cli, PlanQloraOnSixGibPrintsTheBudgetAndASummary) {
+  const CommandResult run = vrambench(kQloraOnSixGib);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(run.err.empty()) << run.err;
+  for (const char* part :
+       {"on sim (6.00 GiB): capacity 6.00 GiB - safety margin 1.00 GiB = 5.00 GiB",
+        "| weights: quantised", "| adapters", "| gradients", "| optimizer state (device)",
+        "| optimizer state (paged", "| activations", "| transients and workspace",
+        "| allocator fragmentation", "| CUDA context", "| safety margin", "| free", "| capacity",
+        "100.0%", "longest sequence at micro-batch 1"})
+    EXPECT_NE(run.out.find(part), std::string::npos) << part << "\n" << run.out;
+  const std::vector<std::string> lines = lines_of(run.out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("plan: ", 0), 0u) << lines.back();
+  // With no margin the same card fits micro-batch 1: a plan, not alternatives.
+  const CommandResult no_margin = vrambench(kQloraOnSixGib + " --safety-margin 0");
+  ASSERT_EQ(no_margin.exit_code, 0) << no_margin.err;
+  EXPECT_NE(no_margin.out.find("plan: micro-batch 1 x grad-accum 16 = 16 at seq 2048"),
+            std::string::npos)
+      << no_margin.out;
+}
+
+// A recipe short of its target gets the ranked alternatives, each with its max micro-batch.
+TEST(Cli, PlanShortOfTheTargetShowsRankedAlternatives) {
+  const CommandResult run = vrambench(
+      "plan --preset qwen2.5-7b --finetune lora --vram 24GiB --seq 2048 --target-batch 16");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("What to change"), std::string::npos) << run.out;
+  const CommandResult json = vrambench(
+      "plan --preset qwen2.5-7b --finetune lora --vram 24GiB --seq 2048 --target-batch 16 "
+      "--emit json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto doc = nlohmann::json::parse(json.out);
+  const auto& alternatives = doc.at("alternatives");
+  ASSERT_GE(alternatives.size(), 3u) << json.out;
+  std::int64_t previous = INT64_MAX;
+  bool some_fit = false;
+  for (const auto& a : alternatives) {
+    const std::int64_t saved = a.at("saved_bytes").get<std::int64_t>();
+    EXPECT_GT(saved, 0);
+    EXPECT_LE(saved, previous);
+    previous = saved;
+    some_fit = some_fit || a.at("max_micro_batch").get<std::int64_t>() > 0;
+    // Each row of the Markdown table names the change's flags.
+    EXPECT_NE(run.out.find(a.at("flags").get<std::string>()), std::string::npos);
+  }
+  EXPECT_TRUE(some_fit) << json.out;
+  EXPECT_LT(doc.at("max_micro_batch").get<std::int64_t>(), 16);
+}
+
+TEST(Cli, PlanEmitHfIsPythonThatCompiles) {
+  const CommandResult run = vrambench(
+      "plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32 --emit hf");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* part :
+       {"TrainingArguments(", "per_device_train_batch_size=", "gradient_accumulation_steps=",
+        "gradient_checkpointing=", "optim=\"adamw_torch\"", "bf16=True", "LoraConfig("})
+    EXPECT_NE(run.out.find(part), std::string::npos) << part << "\n" << run.out;
+  // QLoRA adds the BitsAndBytesConfig; the paged 8-bit optimizer its Hugging Face name.
+  const CommandResult qlora = vrambench(kQloraOnSixGib + " --safety-margin 0 --emit hf");
+  ASSERT_EQ(qlora.exit_code, 0) << qlora.err;
+  for (const char* part :
+       {"BitsAndBytesConfig(", "load_in_4bit=True", "bnb_4bit_quant_type=\"nf4\"",
+        "optim=\"paged_adamw_8bit\"", "gradient_checkpointing=True"})
+    EXPECT_NE(qlora.out.find(part), std::string::npos) << part << "\n" << qlora.out;
+  if (std::system("python3 --version >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 is not installed: the snippets were not compiled";
+  for (const CommandResult* snippet : {&run, &qlora}) {
+    const fs::path dir = scratch("hf");
+    fs::create_directories(dir);
+    const fs::path py = dir / "plan_snippet.py";
+    std::ofstream(py) << snippet->out;
+    const std::string cmd = "python3 -m py_compile " + py.string() + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << snippet->out;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Cli, PlanEmitJsonParsesWithRawIntegersAndUnitsInNames) {
+  const CommandResult run = vrambench(
+      "plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32 --emit "
+      "json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto doc = nlohmann::json::parse(run.out);
+  EXPECT_TRUE(doc.at("capacity_bytes").is_number_integer());
+  EXPECT_EQ(doc.at("safety_margin_bytes").get<std::int64_t>(), std::int64_t{1} << 30);
+  const auto& plan = doc.at("plan");
+  const std::int64_t micro = plan.at("micro_batch").get<std::int64_t>();
+  const std::int64_t accum = plan.at("grad_accum").get<std::int64_t>();
+  EXPECT_GT(micro, 0);
+  EXPECT_EQ(micro * accum, plan.at("effective_batch").get<std::int64_t>());
+  EXPECT_GE(micro * accum, 32);
+  std::int64_t on_device = 0;
+  for (const auto& line : doc.at("budget").at("lines"))
+    if (line.at("on_device").get<bool>()) on_device += line.at("bytes").get<std::int64_t>();
+  EXPECT_EQ(on_device, doc.at("capacity_bytes").get<std::int64_t>());
+  EXPECT_EQ(doc.at("longest_seq").at("max_seq").get<std::int64_t>() % 64, 0);
+  EXPECT_EQ(doc.at("config").at("finetune"), "lora");
+  // Axolotl's keys for the same plan.
+  const CommandResult yaml = vrambench(
+      "plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32 --emit "
+      "axolotl");
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.err;
+  EXPECT_NE(yaml.out.find(fmt_line("micro_batch_size: ", micro)), std::string::npos) << yaml.out;
+  EXPECT_NE(yaml.out.find(fmt_line("gradient_accumulation_steps: ", accum)), std::string::npos)
+      << yaml.out;
+  EXPECT_NE(yaml.out.find("adapter: lora\n"), std::string::npos) << yaml.out;
+}
+
+TEST(Cli, PlanVramAutoWithoutAGpuExitsTwoWithOneLine) {
+  if (vrambench("devices").out.find("No GPU") == std::string::npos)
+    GTEST_SKIP() << "a GPU is present: --vram auto reads its free memory";
+  const CommandResult run = vrambench("plan --vram auto");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(lines_of(run.err).size(), 1u) << run.err;
+  EXPECT_NE(run.err.find("--vram auto"), std::string::npos) << run.err;
+  EXPECT_TRUE(run.out.empty()) << run.out;
+  // A sim profile has its own capacity: auto means it.
+  const CommandResult sim = vrambench("plan --vram auto --device sim:rtx4090 --emit json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_EQ(nlohmann::json::parse(sim.out).at("capacity_bytes").get<std::int64_t>(),
+            std::int64_t{24564} << 20);
+}
+
+TEST(Cli, PlanMistakesExitTwoWithOneLineAndNoOutput) {
+  for (const std::string args :
+       {"plan --target-batch 0", "plan --target-batch x", "plan --emit yaml",
+        "plan --safety-margin 100%", "plan --safety-margin 7GiB --vram 6GiB",
+        "plan --safety-margin 1XB", "plan --seq max --sweep seq=512,1024", "plan --seq -5",
+        "plan --batch 4", "plan --target-batch 8 --grad-accum 2", "plan --vram 6XB",
+        "plan --emit hf --sweep seq=512,1024", "plan --emit axolotl --sweep preset=gpt2,tiny",
+        "plan --vram auto --device cpu", "plan --preset nope", "plan --device sim:nope",
+        "--over sideways", "--over seq --seq 512"}) {
+    const CommandResult run = vrambench(args);
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_NE(run.err.find("error"), std::string::npos) << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args << ": " << run.out;
+  }
+}
+
+// The margin is for planning only: search's rows are the same with any margin, and plan's
+// whole-capacity search is search's answer.
+TEST(Cli, SafetyMarginNeverChangesSearchResults) {
+  const std::string config = "--device sim:rtx4090 --preset gpt2 --sweep seq=512,2048 ";
+  const fs::path dir = scratch("margin");
+  const CommandResult plain = vrambench("search " + config + "--out " + dir.string() + " --name a");
+  const CommandResult margin =
+      vrambench("search " + config + "--safety-margin 8GiB --out " + dir.string() + " --name b");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(margin.exit_code, 0) << margin.err;
+  const auto a = csv_of(dir / "a.csv");
+  const auto b = csv_of(dir / "b.csv");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(table_rows(plain.out), table_rows(margin.out));
+  const std::size_t max_col = column(a[0], "sim_max_batch");
+  const CommandResult plan = vrambench(
+      "plan --device sim:rtx4090 --preset gpt2 --seq 2048 --safety-margin 8GiB --emit json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto doc = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(doc.at("max_micro_batch_whole_capacity").get<std::int64_t>(),
+            std::stoll(a[2][max_col]));
+  EXPECT_LT(doc.at("max_micro_batch").get<std::int64_t>(), std::stoll(a[2][max_col]));
+  fs::remove_all(dir);
+}
+
+TEST(Cli, SearchOverSeqFindsMultiplesOf64ThatShrinkWithTheBatch) {
+  const fs::path dir = scratch("over-seq");
+  const CommandResult run = vrambench(
+      "--device sim:rtx4090 --preset gpt2 --over seq "
+      "--sweep batch=1,4 --out " +
+      dir.string() + " --name s");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(table_rows(run.out).size(), 2u) << run.out;
+  const auto csv = csv_of(dir / "s.csv");
+  ASSERT_EQ(csv.size(), 3u);
+  const std::size_t max_seq = column(csv[0], "sim_max_seq");
+  const std::int64_t at_one = std::stoll(csv[1][max_seq]), at_four = std::stoll(csv[2][max_seq]);
+  EXPECT_EQ(at_one % 64, 0);
+  EXPECT_EQ(at_four % 64, 0);
+  EXPECT_GT(at_one, at_four);
+  EXPECT_GT(at_four, 0);
+  // The search's answer agrees with the batch search at that sequence: batch 4 fits there.
+  const CommandResult check =
+      vrambench("--device sim:rtx4090 --preset gpt2 --seq " + std::to_string(at_four) + " --out " +
+                dir.string() + " --name c");
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  const auto rows = table_rows(check.out);
+  ASSERT_EQ(rows.size(), 1u);
+  const auto cells = csv_of(dir / "c.csv");
+  EXPECT_GE(std::stoll(cells[1][column(cells[0], "sim_max_batch")]), 4);
+  fs::remove_all(dir);
 }
 
 }  // namespace

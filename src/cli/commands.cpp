@@ -190,16 +190,70 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   return 0;
 }
 
+namespace {
+
+// `search --over seq`: the longest sequence at cfg.batch per configuration, in this process (sim
+// and cpu; a GPU's trials need the isolation of measure_isolated, which searches over the batch).
+int run_seq_search(const CliOptions& options, const Grid& grid, int argc, const char* const* argv) {
+  if (options.fields.count("seq") > 0 ||
+      std::any_of(grid.axes.begin(), grid.axes.end(),
+                  [](const Axis& a) { return a.field == "seq"; }))
+    throw UsageError("--over seq: the sequence is what the search finds; drop --seq and its sweep");
+  if (options.resume)
+    throw UsageError("--over seq: --resume finishes searches over the batch only");
+  const std::vector<Device> devices = make_devices(grid, options.device);
+  const RunDevice run = run_device(devices, options);
+  if (run.kind == DeviceKind::cuda)
+    throw UsageError(
+        "--over seq runs on sim and cpu devices; on a GPU, `vrambench plan --seq max` gives the "
+        "sim replay's answer, or sweep --sweep seq=... over the batch search");
+  const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
+  Table table = seq_search_table(grid.varying, measured);
+  ResultWriter writer(
+      options.out, options.name.empty() ? default_output_name("search-seq") : options.name, table,
+      make_provenance(argc, argv, run.label), options.formats.csv, options.formats.json);
+  Progress progress(!options.quiet && stderr_is_terminal(),
+                    static_cast<std::int64_t>(grid.configs.size()));
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < grid.configs.size(); ++i) {
+    progress.starting(describe_point(grid.configs[i], grid.varying));
+    const TrialObserver observe = [&](std::int64_t seq, const TrialResult& result) {
+      progress.trial(seq, result.fit);
+    };
+    const SeqMeasurement m = measure_max_seq(grid.configs[i], devices[i], SeqLimits{},
+                                             progress.enabled() ? observe : TrialObserver{});
+    std::vector<Cell> row = seq_search_row(m, grid.varying, devices[i].info.total);
+    writer.append(row);
+    table.add_row(std::move(row));
+    progress.finished(true);
+  }
+  progress.clear();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options.formats.markdown) fmt::print("{}", to_markdown(table));
+  const std::string summary_line = seq_search_summary_line(table, run.label, seconds);
+  fmt::print("\n{}\n", summary_line);
+  writer.finish(
+      table,
+      {{"configurations", grid.configs.size()}, {"seconds", seconds}, {"summary", summary_line}});
+  print_written(writer);
+  return 0;
+}
+
+}  // namespace
+
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
   const Formats& formats = options.formats;
   const Grid grid = make_grid(options);
+  if (options.over_seq) return run_seq_search(options, grid, argc, argv);
   const bool batch_given = options.fields.count("batch") > 0 ||
                            std::any_of(grid.axes.begin(), grid.axes.end(),
                                        [](const Axis& a) { return a.field == "batch"; });
   if (batch_given)
     throw UsageError(
         "--batch: the search finds the batch; for the peak of a given batch use "
-        "`vrambench estimate --batch B` or `vrambench program --batch B`");
+        "`vrambench estimate --batch B` or `vrambench program --batch B` (with --over seq, "
+        "--batch is the batch the longest sequence is found at)");
   if (options.resume && options.name.empty())
     throw UsageError(
         "--resume: give the --name of the run to finish (and the same --out), e.g. --name grid "

@@ -21,7 +21,7 @@
 namespace vrambench {
 namespace {
 
-constexpr std::string_view kSubcommands[] = {"search", "estimate", "program", "compare",
+constexpr std::string_view kSubcommands[] = {"search", "estimate", "plan",    "program", "compare",
                                              "merge",  "presets",  "devices", "selftest"};
 
 constexpr const char* kExamples = R"(Examples:
@@ -32,10 +32,15 @@ constexpr const char* kExamples = R"(Examples:
             --sweep seq=1024,2048,4096 --sweep attention=eager,flash
   vrambench estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 --vram 80GiB
       the closed-form model alone, instantly
+  vrambench --device sim:rtx4090 --preset llama3.2-1b --finetune lora --over seq
+      the longest sequence (a multiple of 64) at batch 1, by the same bracketing and bisection
   vrambench estimate --preset gpt2 --batch 16 --seq 1024 --vram 24GiB
       the estimated peak of one batch, and whether it fits
   vrambench program --preset tiny --batch 2 --seq 64
       every op of the training step with the live memory after it
+  vrambench plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32
+      micro-batch and grad-accum for an effective batch of 32, the memory budget, and what to
+      change when it needs accumulation (`vrambench plan --help`)
   vrambench presets        the model presets;   vrambench devices   GPUs and simulated cards
 
 Workflows:
@@ -52,6 +57,22 @@ Sweeps (--sweep is repeatable; the grid is the Cartesian product):
   dtype=fp16,bf16   preset=gpt2,gpt2-medium   vram=16GiB,24GiB   seq=[512:4096:512]   seq[pow2]=[9:13]
 Sizes: 24GiB, 24GB (decimal), 16384MiB, or a bare number of GiB.
 Results: an aligned Markdown table on stdout; CSV and JSON under --out (default results/).)";
+
+constexpr const char* kPlanExamples = R"(Examples:
+  vrambench plan --preset llama2-7b --finetune qlora --lora-rank 16 --optimizer paged-adamw-8bit \
+                 --recompute full --vram 6GiB --seq 2048 --target-batch 16
+      QLoRA on a 6 GB card: micro-batch, grad-accum, the budget, and what to change
+  vrambench plan --preset qwen2.5-7b --finetune lora --vram 24GiB --seq 2048 --target-batch 16
+      a recipe that needs accumulation: the alternatives, each measured, ranked by memory saved
+  vrambench plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32 --emit hf
+      a Python snippet: TrainingArguments, LoraConfig (and BitsAndBytesConfig for QLoRA)
+  vrambench plan --preset mistral-7b --finetune qlora --vram auto --seq max --emit axolotl
+      the longest sequence at micro-batch 1 on this GPU's free memory, as Axolotl keys
+
+The micro-batch: the largest that fits in capacity - safety margin (never above the target), m0;
+grad-accum = ceil(target / m0). A smaller micro-batch that divides the target is taken instead when
+it costs at most one more step of accumulation (then micro x accum is exactly the target).
+Trials are sim replays of the device; see docs/plan.md.)";
 
 // The value a field has when it is not given, for --help.
 std::string default_text(const RunConfig& defaults, const FieldInfo& info) {
@@ -181,9 +202,42 @@ void add_field_option(CLI::App* app, CliOptions& options, const FieldInfo& info,
   option->type_name(std::string(type_name(info.kind)))->group("Configuration");
 }
 
-void add_config_options(CLI::App* app, CliOptions& options) {
+// plan's --seq N|max and --vram SIZE|auto: the field's value, or the word that asks plan to find
+// it.
+void add_plan_field_option(CLI::App* app, CliOptions& options, const FieldInfo& info) {
+  const bool seq = info.name == "seq";
+  const std::string word = seq ? "max" : "auto";
+  const std::string help =
+      seq ? "sequence length S, or max: the longest (a multiple of 64) that fits at micro-batch 1 "
+            "(default: 1024)"
+          : "capacity to plan for, e.g. 24GiB (a simulated card of that size without --device), "
+            "or auto: the CUDA device's free memory (a sim profile's own capacity with --device "
+            "sim:PROFILE) (default: the device's memory)";
+  app->add_option_function<std::string>(
+         "--" + std::string(info.name),
+         [&options, &info, seq, word](const std::string& text) {
+           if (text == word) {
+             (seq ? options.plan.seq_max : options.plan.vram_auto) = true;
+             options.fields.erase(std::string(info.name));
+             return;
+           }
+           (seq ? options.plan.seq_max : options.plan.vram_auto) = false;
+           options.fields[std::string(info.name)] = parse_field(info, text);
+         },
+         help)
+      ->type_name(seq ? "N|max" : "SIZE|auto")
+      ->group("Configuration");
+}
+
+// `plan`: --seq and --vram also take a word (add_plan_field_option).
+void add_config_options(CLI::App* app, CliOptions& options, bool plan = false) {
   const RunConfig defaults = base_config(CliOptions{});
-  for (const FieldInfo& info : fields()) add_field_option(app, options, info, defaults);
+  for (const FieldInfo& info : fields()) {
+    if (plan && (info.name == "seq" || info.name == "vram"))
+      add_plan_field_option(app, options, info);
+    else
+      add_field_option(app, options, info, defaults);
+  }
   app->add_option_function<std::vector<std::string>>(
          "--sweep",
          [&options](const std::vector<std::string>& axes) {
@@ -217,6 +271,20 @@ void add_shard_option(CLI::App* app, CliOptions& options) {
          "with `vrambench merge`")
       ->type_name("K/N")
       ->group("Output");
+}
+
+// --safety-margin on plan, where it is subtracted from the capacity, and on search, which accepts
+// it so that one set of options serves both and never applies it to a measurement.
+void add_safety_margin_option(CLI::App* app, CliOptions& options) {
+  app->add_option_function<std::string>(
+         "--safety-margin",
+         [&options](const std::string& text) { options.plan.margin = parse_safety_margin(text); },
+         app->get_name() == "plan"
+             ? "kept free when planning: a size (512MiB, 1GiB) or a share of the capacity (10%) "
+               "(default: 1GiB)"
+             : "accepted for symmetry with `vrambench plan`; never changes a measurement")
+      ->type_name("SIZE|PCT")
+      ->group(app->get_name() == "plan" ? "Plan" : "Search");
 }
 
 // `vrambench --sweep ...` means `vrambench search --sweep ...`.
@@ -255,6 +323,15 @@ int run(int argc, char** argv) {
                    "keep the rows a run of the same command, --out and --name finished (final or "
                    "partial files) and run only the rest");
   add_shard_option(search, options);
+  add_safety_margin_option(search, options);
+  search
+      ->add_option_function<std::string>(
+          "--over", [&options](const std::string& text) { options.over_seq = text == "seq"; },
+          "what the search finds: the largest batch (batch; the default), or the longest sequence "
+          "at --batch (default 1), a multiple of 64 (seq; sim and cpu devices)")
+      ->check(CLI::IsMember({"batch", "seq"}))
+      ->type_name("batch|seq")
+      ->group("Search");
   search->add_flag("--isolate", options.isolate,
                    "measure each configuration in a child process (always on for cuda)");
   search
@@ -285,6 +362,31 @@ int run(int argc, char** argv) {
   add_output_options(estimate, options);
   add_shard_option(estimate, options);
   estimate->footer(kExamples);
+
+  CLI::App* plan = app.add_subcommand(
+      "plan",
+      "trainer settings for a capacity: micro-batch and grad-accum for a target batch, the "
+      "longest sequence, where the memory goes, and what to change when it does not fit "
+      "(sim replay of the device)");
+  add_config_options(plan, options, true);
+  add_safety_margin_option(plan, options);
+  plan->add_option("--target-batch", options.plan.target_batch,
+                   "the effective (global) batch: micro-batch x grad-accum")
+      ->check(kPositive)
+      ->type_name("N")
+      ->group("Plan");
+  plan->add_option_function<std::string>(
+          "--emit",
+          [&options](const std::string& text) { options.plan.emit = parse_plan_emit(text); },
+          "text (Markdown; the default), hf (Python: TrainingArguments, BitsAndBytesConfig, "
+          "LoraConfig), axolotl (YAML keys) or json (everything)")
+      ->type_name("text|hf|axolotl|json")
+      ->group("Plan");
+  plan->add_option("--max-batch", options.max_batch, "never try a micro-batch above this")
+      ->check(kPositive)
+      ->capture_default_str()
+      ->group("Plan");
+  plan->footer(kPlanExamples);
 
   CLI::App* program = app.add_subcommand(
       "program", "print the op list of one training step with the live bytes after each op");
@@ -338,7 +440,8 @@ int run(int argc, char** argv) {
   CLI::App* selftest =
       app.add_subcommand("selftest", "run every CUDA op against the CPU reference (needs a GPU)");
   // Every command takes --quiet, so that scripts can pass it to any of them.
-  for (CLI::App* command : {search, estimate, program, compare, merge, presets, devices, selftest})
+  for (CLI::App* command :
+       {search, estimate, plan, program, compare, merge, presets, devices, selftest})
     command->add_flag("--quiet", options.quiet, "no progress line on stderr");
 
   std::vector<std::string> args = with_default_command(argc, argv);
@@ -361,6 +464,7 @@ int run(int argc, char** argv) {
   const char* const* a = cargs.data();
   if (search->parsed()) return run_search_command(options, n, a);
   if (estimate->parsed()) return run_estimate_command(options, n, a);
+  if (plan->parsed()) return run_plan_command(options);
   if (program->parsed()) return run_program_command(options);
   if (compare->parsed()) return run_compare_command(options);
   if (merge->parsed()) return run_merge_command(options);

@@ -11,6 +11,8 @@
 #include "core/config.h"
 #include "core/fields.h"
 #include "device/device.h"
+#include "plan/emit.h"
+#include "plan/plan.h"
 #include "report/compare.h"
 #include "sweep/shard.h"
 #include "sweep/sweep.h"
@@ -23,9 +25,18 @@ struct Formats {
 // Parses "md,csv,json" (any subset, in any order). Throws UsageError naming the bad entry.
 Formats parse_formats(const std::string& text);
 
+// `vrambench plan`'s own options (and --safety-margin, which search accepts and never applies).
+struct PlanCliOptions {
+  bool vram_auto = false;                    // --vram auto: the free memory of the CUDA device
+  bool seq_max = false;                      // --seq max
+  SafetyMargin margin;                       // --safety-margin SIZE|PCT (default 1 GiB)
+  std::optional<std::int64_t> target_batch;  // --target-batch N: the effective batch
+  PlanEmit emit = PlanEmit::text;            // --emit text|hf|axolotl|json
+};
+
 // Every value is typed: main.cpp's CLI11 options parse each once, as it is given.
 struct CliOptions {
-  // search | estimate | program | compare | merge | presets | devices | selftest
+  // search | estimate | plan | program | compare | merge | presets | devices | selftest
   std::string command = "search";
   std::map<std::string, FieldValue> fields;  // explicit --FIELD VALUE, by canonical field name
   std::vector<Axis> sweeps;                  // --sweep, each one axis
@@ -33,16 +44,18 @@ struct CliOptions {
   std::string name;                          // --name base of the output files
   Formats formats;                           // --format
   std::int64_t max_batch = 65536;            // --max-batch
-  bool quiet = false;                        // --quiet: no progress line (every command)
-  bool resume = false;                       // --resume: keep the rows a run of --name finished
-  std::optional<Shard> shard;                // --shard K/N: every N-th configuration from K
-  bool isolate = false;                      // --isolate: a child process per configuration
+  bool over_seq = false;  // search --over seq: the longest sequence at --batch, not the max batch
+  bool quiet = false;     // --quiet: no progress line (every command)
+  bool resume = false;    // --resume: keep the rows a run of --name finished
+  std::optional<Shard> shard;  // --shard K/N: every N-th configuration from K
+  bool isolate = false;        // --isolate: a child process per configuration
   DeviceOptions device;        // --no-execute, --flash-impl, --cuda-memory (cpu and cuda devices)
   double trial_timeout = 600;  // --trial-timeout: seconds per isolated trial
   CompareOptions compare;      // compare: --tolerance, --batch-tolerance, --all
   std::string base, fresh;     // compare BASE NEW
   std::string merge_out;       // merge OUT PARTS...
   std::vector<std::string> parts;
+  PlanCliOptions plan;  // plan: --vram auto, --seq max, --safety-margin, --target-batch, --emit
 };
 
 // The base configuration: the gpt2 preset, then --preset, then every other explicit field.

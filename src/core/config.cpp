@@ -171,6 +171,12 @@ EnumNames<Optimizer> enum_aliases<Optimizer>() {
   return kOptimizerAliases;
 }
 
+std::string_view hf_optim_name(Optimizer o) {
+  for (const auto& [e, name] : kOptimizerAliases)
+    if (e == o) return name;
+  return to_string(o);
+}
+
 template <typename E>
 E parse_enum(std::string_view text, std::string_view option) {
   std::string allowed;

@@ -88,6 +88,9 @@ EnumNames<E> enum_aliases() {
 }
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>();
+// Hugging Face's TrainingArguments.optim name of an optimizer: its first alias above
+// ("adamw_torch", "adamw_bnb_8bit", "paged_adamw_32bit", "paged_adamw_8bit", "sgd", "none").
+std::string_view hf_optim_name(Optimizer o);
 // The value named `text`; throws UsageError naming --`option` and the allowed values.
 template <typename E>
 E parse_enum(std::string_view text, std::string_view option);

@@ -95,6 +95,70 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
   return row;
 }
 
+std::vector<std::string> seq_key_columns(const std::vector<std::string>& varying) {
+  std::vector<std::string> keys;
+  for (const std::string& f : key_columns(varying))
+    if (f != "seq") keys.push_back(f);
+  if (keys.empty()) keys.push_back("preset");
+  return keys;
+}
+
+Table seq_search_table(const std::vector<std::string>& varying, const std::string& measured) {
+  Table t;
+  for (const std::string& f : seq_key_columns(varying)) t.columns.push_back(key_column(f));
+  if (std::find(varying.begin(), varying.end(), "batch") == varying.end())
+    t.columns.push_back({"batch", "batch", CellKind::integer});
+  t.columns.push_back({"est_max_seq", "est max seq", CellKind::integer});
+  t.columns.push_back({measured + "_max_seq", measured + " max seq", CellKind::integer});
+  t.columns.push_back({measured + "_peak_bytes", measured + " peak at max", CellKind::bytes});
+  t.columns.push_back({"capacity_bytes", "capacity", CellKind::bytes});
+  t.columns.push_back({"trials", "trials", CellKind::integer});
+  t.columns.push_back({"note", "note", CellKind::text});
+  return t;
+}
+
+std::vector<Cell> seq_search_row(const SeqMeasurement& m, const std::vector<std::string>& varying,
+                                 Bytes capacity) {
+  std::vector<Cell> row;
+  for (const std::string& f : seq_key_columns(varying)) row.push_back(key_cell(m.config, f));
+  if (std::find(varying.begin(), varying.end(), "batch") == varying.end())
+    row.push_back(Cell::of_int(m.config.batch));
+  row.push_back(Cell::of_int(m.est_max_seq));
+  row.push_back(Cell::of_int(m.search.max_seq));
+  const TrialResult* at = m.at_max();
+  row.push_back(at ? Cell::of_bytes(at->device_peak) : Cell::none(CellKind::bytes));
+  row.push_back(Cell::of_bytes(capacity));
+  row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
+  std::string note;
+  if (m.search.max_seq == 0) note = "64 tokens do not fit";
+  if (m.search.hit_limit) note = "the search limit fit";
+  if (m.search.non_monotone)
+    note = fmt::format("non-monotone: seq {} failed but seq {} fit", m.search.non_monotone->first,
+                       m.search.non_monotone->second);
+  row.push_back(Cell::of_text(note));
+  return row;
+}
+
+std::string seq_search_summary_line(const Table& table, const std::string& device, double seconds) {
+  std::int64_t trials = 0, shortest = INT64_MAX, longest = 0;
+  std::size_t max_col = 0, trials_col = 0;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    const std::string& key = table.columns[c].key;
+    if (key.size() > 8 && key.ends_with("_max_seq") && key != "est_max_seq") max_col = c;
+    if (key == "trials") trials_col = c;
+  }
+  for (const auto& row : table.rows) {
+    trials += row[trials_col].integer;
+    shortest = std::min(shortest, row[max_col].integer);
+    longest = std::max(longest, row[max_col].integer);
+  }
+  if (table.rows.empty()) shortest = 0;
+  return fmt::format(
+      "{} configuration{} on {}, {} trials in {:.2f} s: longest sequence {}", table.rows.size(),
+      table.rows.size() == 1 ? "" : "s", device, trials, seconds,
+      shortest == longest ? std::to_string(longest) : fmt::format("{}..{}", shortest, longest));
+}
+
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
                    bool with_sim, bool with_paged) {
   Table t;
@@ -106,8 +170,7 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
   if (with_sim) t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
   t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
-  if (with_paged)
-    t.columns.push_back({measured + "_paged_bytes", "paged state", CellKind::bytes});
+  if (with_paged) t.columns.push_back({measured + "_paged_bytes", "paged state", CellKind::bytes});
   if (with_sim)
     t.columns.push_back({measured + "_vs_sim", measured + " vs sim", CellKind::percent});
   t.columns.push_back(

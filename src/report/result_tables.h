@@ -28,6 +28,15 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
                    bool with_sim = false, bool with_paged = false);
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
                              const Measurement* sim = nullptr, bool with_paged = false);
+// `search --over seq`: the longest sequence (a multiple of 64) at cfg.batch per configuration. Key
+// columns are those of key_columns() without seq (what the search finds), then the batch.
+std::vector<std::string> seq_key_columns(const std::vector<std::string>& varying);
+Table seq_search_table(const std::vector<std::string>& varying, const std::string& measured);
+std::vector<Cell> seq_search_row(const SeqMeasurement& m, const std::vector<std::string>& varying,
+                                 Bytes capacity);
+// "3 configurations on DEVICE, 40 trials in 0.5 s: longest sequence 1024..8192 at batch 1".
+std::string seq_search_summary_line(const Table& table, const std::string& device, double seconds);
+
 // Extra JSON per row: capacity, peaks at max and max + 1 by role, the trial log, the reason.
 nlohmann::json search_details(const Measurement& m, const DeviceInfo& device);
 

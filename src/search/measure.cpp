@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <optional>
 
+#include "core/error.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -133,6 +135,68 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   if (m.search.non_monotone)
     m.reason = fmt::format("non-monotone: batch {} failed but batch {} fit",
                            m.search.non_monotone->first, m.search.non_monotone->second);
+  return m;
+}
+
+const TrialResult* SeqMeasurement::at_max() const {
+  auto it = trials.find(search.max_seq);
+  return search.max_seq > 0 && it != trials.end() ? &it->second : nullptr;
+}
+
+namespace {
+
+// cfg at another sequence length, or nothing when its sizes overflow (validate's checks).
+std::optional<RunConfig> at_seq(const RunConfig& cfg, std::int64_t seq) {
+  RunConfig at = cfg;
+  at.seq = seq;
+  try {
+    validate(at);
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+  return at;
+}
+
+}  // namespace
+
+std::int64_t estimate_max_seq(const RunConfig& cfg, const DeviceInfo& device,
+                              const SeqLimits& limits) {
+  const DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace};
+  auto fits = [&](std::int64_t steps) {
+    const std::optional<RunConfig> at = at_seq(cfg, steps * limits.granule);
+    if (!at) return false;
+    try {
+      return analyze(*at, overhead).peak(at->batch) <= device.total;
+    } catch (const UsageError&) {
+      return false;  // a peak past 64 bits
+    }
+  };
+  // The estimate grows with the sequence: bisect over [0, max_seq / granule].
+  std::int64_t lo = 0, hi = limits.max_seq / limits.granule + 1;  // fits(lo), !fits(hi)
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo * limits.granule;
+}
+
+SeqMeasurement measure_max_seq(const RunConfig& cfg, const Device& device, const SeqLimits& limits,
+                               const TrialObserver& observe) {
+  std::unique_ptr<Executor> executor = device.make_executor();
+  SeqMeasurement m;
+  m.config = cfg;
+  m.est_max_seq = estimate_max_seq(cfg, device.info, limits);
+  auto fits = [&](std::int64_t seq) {
+    const std::optional<RunConfig> at = at_seq(cfg, seq);
+    if (!at) return false;
+    TrialResult result =
+        run_trial(*at, device, at->batch, device.info.tensor_capacity(), executor.get());
+    const bool fit = result.fit;
+    if (observe) observe(seq, result);
+    m.trials.emplace(seq, std::move(result));
+    return fit;
+  };
+  m.search = find_max_seq(fits, std::max(m.est_max_seq, limits.granule), limits);
   return m;
 }
 

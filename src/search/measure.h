@@ -71,4 +71,22 @@ DeviceInfo warm_up(const RunConfig& cfg, const Device& device, Executor* executo
 Measurement measure(const RunConfig& cfg, const Device& device, const SearchLimits& limits,
                     const TrialObserver& observe = {}, const TrialStarting& starting = {});
 
+// The longest sequence (a multiple of limits.granule) whose step fits at cfg.batch: the analytic
+// model's answer as the hint, then find_max_seq over trials on `device` (its executor, when it has
+// one, made once). A sequence whose sizes overflow 64 bits counts as not fitting.
+struct SeqMeasurement {
+  RunConfig config;
+  std::int64_t est_max_seq = 0;
+  SeqSearchResult search;
+  std::map<std::int64_t, TrialResult> trials;  // by sequence length
+  const TrialResult* at_max() const;           // nullptr when max_seq is 0
+  bool operator==(const SeqMeasurement&) const = default;
+};
+// The analytic model alone: the longest multiple of limits.granule whose estimated peak at
+// cfg.batch fits `device.total` (0 when none does).
+std::int64_t estimate_max_seq(const RunConfig& cfg, const DeviceInfo& device,
+                              const SeqLimits& limits = {});
+SeqMeasurement measure_max_seq(const RunConfig& cfg, const Device& device,
+                               const SeqLimits& limits = {}, const TrialObserver& observe = {});
+
 }  // namespace vrambench

@@ -115,4 +115,27 @@ SearchResult find_max_batch(const std::function<bool(std::int64_t)>& fits, std::
   return result;
 }
 
+SeqSearchResult find_max_seq(const std::function<bool(std::int64_t)>& fits, std::int64_t hint_seq,
+                             const SeqLimits& limits) {
+  if (limits.granule < 1 || limits.max_seq < limits.granule)
+    throw InternalError("find_max_seq: need 1 <= granule <= max_seq, got granule " +
+                        std::to_string(limits.granule) + ", max_seq " +
+                        std::to_string(limits.max_seq));
+  const std::int64_t granule = limits.granule;
+  const std::function<bool(std::int64_t)> fits_steps = [&](std::int64_t steps) {
+    return fits(steps * granule);
+  };
+  const SearchResult steps =
+      find_max_batch(fits_steps, std::max<std::int64_t>(hint_seq / granule, 1),
+                     SearchLimits{limits.max_seq / granule, true});
+  SeqSearchResult result;
+  result.max_seq = steps.max_batch * granule;
+  result.hit_limit = steps.hit_limit;
+  for (const Probe& p : steps.trials) result.trials.push_back({p.batch * granule, p.fits});
+  if (steps.non_monotone)
+    result.non_monotone =
+        std::pair{steps.non_monotone->first * granule, steps.non_monotone->second * granule};
+  return result;
+}
+
 }  // namespace vrambench

@@ -39,4 +39,22 @@ struct SearchResult {
 SearchResult find_max_batch(const std::function<bool(std::int64_t)>& fits, std::int64_t hint,
                             const SearchLimits& limits = {});
 
+// The same search over the sequence length, in steps of `granule` tokens (kernels and trainers
+// pad to multiples of 64): find_max_batch over k with seq = k * granule.
+struct SeqLimits {
+  std::int64_t granule = 64;
+  std::int64_t max_seq = std::int64_t{1} << 20;  // never probe a longer sequence (rounded down)
+};
+struct SeqSearchResult {
+  std::int64_t max_seq = 0;   // a multiple of granule; 0 when even one granule does not fit
+  bool hit_limit = false;     // the limit fit: the true max may be longer
+  std::vector<Probe> trials;  // Probe::batch holds the sequence length probed
+  std::optional<std::pair<std::int64_t, std::int64_t>> non_monotone;  // {failed seq, longer fit}
+  bool operator==(const SeqSearchResult&) const = default;
+};
+// `fits(seq)` is only called with multiples of limits.granule; `hint_seq` is rounded down to one
+// (at least one granule). Throws InternalError for a granule below 1 or a limit below it.
+SeqSearchResult find_max_seq(const std::function<bool(std::int64_t)>& fits, std::int64_t hint_seq,
+                             const SeqLimits& limits = {});
+
 }  // namespace vrambench

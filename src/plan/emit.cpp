@@ -1,0 +1,495 @@
+// The printers of a plan: Markdown, Hugging Face Python, Axolotl YAML and JSON.
+#include "plan/emit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/fields.h"
+#include "report/result_tables.h"
+#include "report/table.h"
+
+namespace vrambench {
+namespace {
+
+std::string share(Bytes bytes, Bytes capacity) {
+  if (capacity <= 0) return "-";
+  return fmt::format("{:5.1f}%",
+                     100.0 * static_cast<double>(bytes) / static_cast<double>(capacity));
+}
+
+std::string quant_text(const RunConfig& cfg) {
+  const QuantKind q = base_quant(cfg);
+  if (q == QuantKind::none) return "";
+  const bool nested =
+      (q == QuantKind::nf4 || q == QuantKind::fp4) && cfg.double_quant == Toggle::on;
+  return fmt::format("{}{} base, ", to_string(q), nested ? " + double quant" : "");
+}
+
+// The settings of the plan that a trainer takes.
+std::string accumulation_text(const Plan& plan) {
+  const MicroBatchChoice& c = plan.choice;
+  return fmt::format("micro-batch {} x grad-accum {} = {}", c.micro_batch, c.grad_accum,
+                     c.effective_batch);
+}
+
+Table settings_table(const Plan& plan) {
+  Table t;
+  t.columns = {{"setting", "setting", CellKind::text}, {"value", "value", CellKind::text}};
+  auto row = [&](std::string setting, std::string value) {
+    t.add_row({Cell::of_text(std::move(setting)), Cell::of_text(std::move(value))});
+  };
+  const MicroBatchChoice& c = plan.choice;
+  if (!plan.fits()) {
+    row("micro-batch (per_device_train_batch_size)",
+        fmt::format("none fits: micro-batch 1 needs {}", format_bytes(plan.budget.device_peak)));
+  } else {
+    row("micro-batch (per_device_train_batch_size)", std::to_string(c.micro_batch));
+    row("grad-accum (gradient_accumulation_steps)", std::to_string(c.grad_accum));
+  }
+  if (plan.target_batch && plan.fits()) {
+    std::string effective = std::to_string(c.effective_batch);
+    if (c.effective_batch > *plan.target_batch)
+      effective += fmt::format(
+          " (target {}: no micro-batch that fits divides it within one more "
+          "step of accumulation)",
+          *plan.target_batch);
+    else if (c.micro_batch < std::min(c.max_micro_batch, *plan.target_batch))
+      effective += fmt::format(" (micro-batch {} rather than {}: it divides the target)",
+                               c.micro_batch, std::min(c.max_micro_batch, *plan.target_batch));
+    row("effective batch", effective);
+  }
+  const std::string limit =
+      plan.target_batch ? fmt::format(" (searched up to {})", *plan.target_batch) : "";
+  row(fmt::format("largest micro-batch within {}", format_bytes(plan.planning_capacity)),
+      std::to_string(plan.planned.search.max_batch) + limit);
+  row(fmt::format("largest micro-batch on the whole {} (what search finds)",
+                  format_bytes(plan.capacity)),
+      std::to_string(plan.whole.search.max_batch) + limit);
+  const SeqSearchResult& s = plan.longest_seq.search;
+  row("longest sequence at micro-batch 1 (multiple of 64)",
+      s.max_seq > 0 ? fmt::format("{}{}", s.max_seq, s.hit_limit ? " (the search limit)" : "")
+                    : "none: 64 tokens do not fit");
+  row("sequence planned", std::to_string(plan.config.seq));
+  return t;
+}
+
+Table budget_table(const Budget& budget) {
+  Table t;
+  t.columns = {{"component", "component", CellKind::text},
+               {"bytes", "size", CellKind::bytes},
+               {"share", "share of capacity", CellKind::text}};
+  for (const BudgetLine& l : budget.lines) {
+    const bool always = l.key == "cuda_context" || l.key == "safety_margin" || l.key == "free";
+    if (l.bytes == 0 && !always) continue;
+    const bool short_by = l.key == "free" && l.bytes < 0;
+    t.add_row({Cell::of_text(short_by ? "free (negative: short by this much)" : l.title),
+               Cell::of_bytes(l.bytes),
+               Cell::of_text(l.on_device ? share(l.bytes, budget.capacity) : "(off the card)")});
+  }
+  t.add_row({Cell::of_text("capacity"), Cell::of_bytes(budget.capacity),
+             Cell::of_text(share(budget.capacity, budget.capacity))});
+  return t;
+}
+
+Table alternatives_table(const Plan& plan) {
+  Table t;
+  t.columns = {
+      {"rank", "#", CellKind::integer},
+      {"change", "change", CellKind::text},
+      {"flags", "flags", CellKind::text},
+      {"peak_bytes", fmt::format("peak at micro-batch {}", plan.compared_batch), CellKind::bytes},
+      {"saved_bytes", "saved", CellKind::bytes},
+      {"max_micro_batch", "max micro-batch", CellKind::integer}};
+  if (plan.target_batch) t.columns.push_back({"settings", "micro x accum", CellKind::text});
+  std::int64_t rank = 0;
+  for (const Alternative& a : plan.alternatives) {
+    std::vector<Cell> row{Cell::of_int(++rank),    Cell::of_text(a.change),
+                          Cell::of_text(a.flags),  Cell::of_bytes(a.peak),
+                          Cell::of_bytes(a.saved), Cell::of_int(a.max_micro_batch)};
+    if (plan.target_batch)
+      row.push_back(Cell::of_text(a.choice.micro_batch > 0
+                                      ? fmt::format("{} x {} = {}", a.choice.micro_batch,
+                                                    a.choice.grad_accum, a.choice.effective_batch)
+                                      : "does not fit"));
+    t.add_row(std::move(row));
+  }
+  return t;
+}
+
+std::string python_bool(bool v) {
+  return v ? "True" : "False";
+}
+
+std::string yaml_bool(bool v) {
+  return v ? "true" : "false";
+}
+
+// PEFT's target_modules: the shorthand "all-linear" as PEFT spells it, else the module names.
+std::vector<std::string> target_module_names(const RunConfig& cfg) {
+  std::vector<std::string> names;
+  for (LoraModule m : lora_modules(cfg.model.arch))
+    if (lora_targets_module(cfg.lora_targets, cfg.model.arch, m)) {
+      const std::string name(lora_module_name(m));
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  return names;
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (const std::string& n : names) out += fmt::format("{}\"{}\"", out.size() > 1 ? ", " : "", n);
+  return out + "]";
+}
+
+std::string torch_dtype(Precision p) {
+  switch (p) {
+    case Precision::bf16:
+      return "torch.bfloat16";
+    case Precision::fp16:
+      return "torch.float16";
+    case Precision::fp32:
+    case Precision::tf32:
+      return "torch.float32";
+  }
+  return "torch.float32";
+}
+
+std::string header_comment(const Plan& plan, std::string_view mark) {
+  std::string out = fmt::format("{} vrambench plan: {}\n", mark, describe_recipe(plan.config));
+  out += fmt::format("{} on {}, capacity {} - safety margin {} = {} to plan with\n", mark,
+                     plan.device.label, format_bytes(plan.capacity), format_bytes(plan.margin),
+                     format_bytes(plan.planning_capacity));
+  if (plan.fits())
+    out += fmt::format("{} {}; peak {} (sim replay)\n", mark, accumulation_text(plan),
+                       format_bytes(plan.budget.device_peak));
+  else
+    out += fmt::format(
+        "{} NOTHING FITS: micro-batch 1 needs {}; see `vrambench plan` for what "
+        "to change (the values below are the request)\n",
+        mark, format_bytes(plan.budget.device_peak));
+  return out;
+}
+
+nlohmann::json choice_json(const MicroBatchChoice& c) {
+  return {{"max_micro_batch", c.max_micro_batch},
+          {"micro_batch", c.micro_batch},
+          {"grad_accum", c.grad_accum},
+          {"effective_batch", c.effective_batch},
+          {"divides_target", c.divides}};
+}
+
+nlohmann::json config_json(const RunConfig& cfg) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const FieldInfo& f : fields()) {
+    const FieldValue v = get_field(cfg, f);
+    if (f.name == "batch") continue;  // the plan's micro_batch says it
+    if (const auto* n = std::get_if<std::int64_t>(&v))
+      j[f.kind == FieldKind::size ? std::string(f.name) + "_bytes" : std::string(f.name)] = *n;
+    else if (const auto* d = std::get_if<double>(&v))
+      j[std::string(f.name)] = *d;
+    else
+      j[std::string(f.name)] = field_text(f, v);
+  }
+  return j;
+}
+
+}  // namespace
+
+PlanEmit parse_plan_emit(std::string_view text) {
+  if (text == "text") return PlanEmit::text;
+  if (text == "hf") return PlanEmit::hf;
+  if (text == "axolotl") return PlanEmit::axolotl;
+  if (text == "json") return PlanEmit::json;
+  throw UsageError(
+      fmt::format("invalid --emit '{}': allowed values are text|hf|axolotl|json", text));
+}
+
+std::string describe_recipe(const RunConfig& cfg) {
+  std::string out = fmt::format("{}, seq {}, {}, {} attention, recompute {}, {}", cfg.model.name,
+                                cfg.seq, to_string(cfg.dtype), to_string(cfg.attention),
+                                to_string(cfg.recompute), to_string(cfg.optimizer));
+  if (is_finetune(cfg))
+    out += fmt::format(", {} ({}r{}, {})", to_string(cfg.finetune), quant_text(cfg), cfg.lora_rank,
+                       to_string(cfg.lora_targets));
+  else
+    out += ", full training";
+  if (cfg.scope != Scope::model) out += fmt::format(", scope {}", to_string(cfg.scope));
+  return out;
+}
+
+std::string plan_summary_line(const Plan& plan) {
+  if (!plan.fits())
+    return fmt::format(
+        "plan: nothing fits at seq {} on {}: micro-batch 1 needs {}, {} to plan with ({} "
+        "capacity - {} margin){}",
+        plan.config.seq, plan.device.label, format_bytes(plan.budget.device_peak),
+        format_bytes(plan.planning_capacity), format_bytes(plan.capacity),
+        format_bytes(plan.margin),
+        plan.alternatives.empty() ? "; no single change makes it fit"
+                                  : "; see what to change above");
+  return fmt::format("plan: {} at seq {} on {}: peak {} of {} planned ({} margin, {} free)",
+                     accumulation_text(plan), plan.config.seq, plan.device.label,
+                     format_bytes(plan.budget.device_peak), format_bytes(plan.planning_capacity),
+                     format_bytes(plan.margin), format_bytes(plan.budget.free()));
+}
+
+std::string plan_markdown(const Plan& plan) {
+  std::string out = fmt::format("Plan for {}\n", describe_recipe(plan.config));
+  out += fmt::format("on {}: capacity {} - safety margin {} = {} to plan with\n\n",
+                     plan.device.label, format_bytes(plan.capacity), format_bytes(plan.margin),
+                     format_bytes(plan.planning_capacity));
+  out += to_markdown(settings_table(plan));
+  out += fmt::format("\nMemory at micro-batch {} (the step's peak, sim replay){}:\n\n",
+                     plan.budget.batch, plan.fits() ? "" : ", which does not fit");
+  out += to_markdown(budget_table(plan.budget));
+  if (plan.compared_batch > 0) {
+    if (plan.alternatives.empty()) {
+      out +=
+          fmt::format("\nWhat to change: no single change tried saves memory at micro-batch {}.\n",
+                      plan.compared_batch);
+    } else {
+      out += fmt::format(
+          "\nWhat to change ({}; each measured on sim, ranked by memory saved at micro-batch "
+          "{}, where the plan needs {}):\n\n",
+          plan.fits() ? fmt::format("micro-batch {} needs grad-accum {} for {}",
+                                    plan.planned.search.max_batch, plan.choice.grad_accum,
+                                    plan.target_batch.value_or(0))
+                      : "not even micro-batch 1 fits",
+          plan.compared_batch, format_bytes(plan.compared_peak));
+      out += to_markdown(alternatives_table(plan));
+    }
+  }
+  out += fmt::format("\n{}\n", plan_summary_line(plan));
+  return out;
+}
+
+std::string plan_hf_snippet(const Plan& plan) {
+  const RunConfig& cfg = plan.config;
+  const QuantKind q = base_quant(cfg);
+  const bool quantised = is_finetune(cfg) && q != QuantKind::none;
+  std::string out = header_comment(plan, "#");
+  out += "import torch\n";
+  if (is_finetune(cfg)) out += "from peft import LoraConfig\n";
+  out += fmt::format("from transformers import {}TrainingArguments\n\n",
+                     quantised ? "BitsAndBytesConfig, " : "");
+  out += fmt::format(
+      "max_seq_length = {}  # tokenise or pack to this length (TRL's SFTConfig: max_length)\n\n",
+      cfg.seq);
+  if (quantised) {
+    out += "bnb_config = BitsAndBytesConfig(\n";
+    if (q == QuantKind::int8) {
+      out += "    load_in_8bit=True,\n";
+    } else {
+      out += "    load_in_4bit=True,\n";
+      out += fmt::format("    bnb_4bit_quant_type=\"{}\",\n", to_string(q));
+      out += fmt::format("    bnb_4bit_use_double_quant={},\n",
+                         python_bool(cfg.double_quant == Toggle::on));
+      out += fmt::format("    bnb_4bit_compute_dtype={},\n", torch_dtype(cfg.dtype));
+    }
+    out += ")\n\n";
+  }
+  if (is_finetune(cfg)) {
+    out += "lora_config = LoraConfig(\n";
+    out += fmt::format("    r={},\n", cfg.lora_rank);
+    out += fmt::format("    lora_alpha={:g},\n", cfg.lora_alpha);
+    out += fmt::format("    lora_dropout={:g},\n", cfg.lora_dropout);
+    if (cfg.lora_targets.shorthand == LoraTargets::Shorthand::all_linear)
+      out += "    target_modules=\"all-linear\",\n";
+    else
+      out += fmt::format("    target_modules={},\n", quoted_list(target_module_names(cfg)));
+    out += "    task_type=\"CAUSAL_LM\",\n)\n\n";
+  }
+  out += "# AutoModelForCausalLM.from_pretrained(MODEL, **model_kwargs)\n";
+  out += "model_kwargs = dict(\n";
+  out += fmt::format("    torch_dtype={},\n", torch_dtype(cfg.dtype));
+  out += fmt::format("    attn_implementation=\"{}\",{}\n",
+                     cfg.attention == Attention::flash ? "sdpa" : "eager",
+                     cfg.attention == Attention::flash
+                         ? "  # flash-attention memory; \"flash_attention_2\" keeps the same"
+                         : "");
+  if (quantised) out += "    quantization_config=bnb_config,\n";
+  out += ")\n\n";
+  out += "training_args = TrainingArguments(\n";
+  out += "    output_dir=\"out\",\n";
+  out += fmt::format("    per_device_train_batch_size={},\n",
+                     std::max<std::int64_t>(plan.choice.micro_batch, 1));
+  out += fmt::format("    gradient_accumulation_steps={},\n", plan.choice.grad_accum > 0
+                                                                  ? plan.choice.grad_accum
+                                                                  : plan.target_batch.value_or(1));
+  out += fmt::format("    gradient_checkpointing={},{}\n",
+                     python_bool(cfg.recompute == Recompute::full),
+                     cfg.recompute == Recompute::selective
+                         ? "  # selective recomputation has no TrainingArguments switch"
+                         : "");
+  if (cfg.optimizer == Optimizer::none)
+    out += "    # no optimizer step was planned (--optimizer none)\n";
+  else
+    out += fmt::format("    optim=\"{}\",\n", hf_optim_name(cfg.optimizer));
+  if (cfg.dtype == Precision::bf16) out += "    bf16=True,\n";
+  if (cfg.dtype == Precision::fp16) out += "    fp16=True,\n";
+  if (cfg.dtype == Precision::tf32) out += "    tf32=True,\n";
+  out += ")\n";
+  return out;
+}
+
+std::string plan_axolotl_yaml(const Plan& plan) {
+  const RunConfig& cfg = plan.config;
+  const QuantKind q = base_quant(cfg);
+  std::string out = header_comment(plan, "#");
+  out += fmt::format("sequence_len: {}\n", cfg.seq);
+  out += fmt::format("micro_batch_size: {}\n", std::max<std::int64_t>(plan.choice.micro_batch, 1));
+  out += fmt::format("gradient_accumulation_steps: {}\n", plan.choice.grad_accum > 0
+                                                              ? plan.choice.grad_accum
+                                                              : plan.target_batch.value_or(1));
+  out += fmt::format("gradient_checkpointing: {}\n", yaml_bool(cfg.recompute == Recompute::full));
+  if (cfg.optimizer != Optimizer::none)
+    out += fmt::format("optimizer: {}\n", hf_optim_name(cfg.optimizer));
+  out += fmt::format("bf16: {}\n", yaml_bool(cfg.dtype == Precision::bf16));
+  out += fmt::format("fp16: {}\n", yaml_bool(cfg.dtype == Precision::fp16));
+  out += fmt::format("tf32: {}\n", yaml_bool(cfg.dtype == Precision::tf32));
+  out += fmt::format("flash_attention: {}\n", yaml_bool(cfg.attention == Attention::flash));
+  if (is_finetune(cfg)) {
+    out +=
+        fmt::format("adapter: {}\n", q == QuantKind::nf4 || q == QuantKind::fp4 ? "qlora" : "lora");
+    if (q == QuantKind::nf4 || q == QuantKind::fp4) out += "load_in_4bit: true\n";
+    if (q == QuantKind::fp4) out += "# axolotl's qlora quantises to nf4; fp4 was planned\n";
+    if (q == QuantKind::int8) out += "load_in_8bit: true\n";
+    out += fmt::format("lora_r: {}\n", cfg.lora_rank);
+    out += fmt::format("lora_alpha: {:g}\n", cfg.lora_alpha);
+    out += fmt::format("lora_dropout: {:g}\n", cfg.lora_dropout);
+    if (cfg.lora_targets.shorthand == LoraTargets::Shorthand::all_linear) {
+      out += "lora_target_linear: true\n";
+    } else {
+      out += "lora_target_modules:\n";
+      for (const std::string& name : target_module_names(cfg)) out += fmt::format("  - {}\n", name);
+    }
+  }
+  return out;
+}
+
+nlohmann::json plan_json(const Plan& plan) {
+  nlohmann::json j;
+  j["config"] = config_json(plan.config);
+  j["recipe"] = describe_recipe(plan.config);
+  j["device"] = plan.device.label;
+  j["capacity_bytes"] = plan.capacity;
+  j["safety_margin_bytes"] = plan.margin;
+  j["planning_capacity_bytes"] = plan.planning_capacity;
+  j["cuda_context_bytes"] = plan.device.fixed_overhead;
+  j["seq"] = plan.config.seq;
+  j["fits"] = plan.fits();
+  if (plan.target_batch)
+    j["target_batch"] = *plan.target_batch;
+  else
+    j["target_batch"] = nullptr;
+  j["plan"] = choice_json(plan.choice);
+  j["max_micro_batch"] = plan.planned.search.max_batch;
+  j["max_micro_batch_whole_capacity"] = plan.whole.search.max_batch;
+  j["est_max_micro_batch"] = plan.planned.est_max_batch;
+  nlohmann::json trials = nlohmann::json::array();
+  for (const Probe& p : plan.planned.search.trials)
+    trials.push_back({{"batch", p.batch}, {"fit", p.fits}});
+  j["trials"] = trials;
+  const SeqMeasurement& s = plan.longest_seq;
+  nlohmann::json seq_trials = nlohmann::json::array();
+  for (const Probe& p : s.search.trials) seq_trials.push_back({{"seq", p.batch}, {"fit", p.fits}});
+  j["longest_seq"] = {{"micro_batch", 1},
+                      {"max_seq", s.search.max_seq},
+                      {"est_max_seq", s.est_max_seq},
+                      {"hit_limit", s.search.hit_limit},
+                      {"trials", seq_trials}};
+  nlohmann::json budget = {{"micro_batch", plan.budget.batch},
+                           {"fits", plan.budget.fits},
+                           {"device_peak_bytes", plan.budget.device_peak},
+                           {"capacity_bytes", plan.budget.capacity}};
+  nlohmann::json lines = nlohmann::json::array();
+  for (const BudgetLine& l : plan.budget.lines)
+    lines.push_back({{"component", l.key},
+                     {"title", l.title},
+                     {"bytes", l.bytes},
+                     {"on_device", l.on_device},
+                     {"share_of_capacity",
+                      plan.capacity > 0 && l.on_device
+                          ? static_cast<double>(l.bytes) / static_cast<double>(plan.capacity)
+                          : 0.0}});
+  budget["lines"] = lines;
+  j["budget"] = budget;
+  nlohmann::json alternatives = nlohmann::json::array();
+  for (const Alternative& a : plan.alternatives) {
+    nlohmann::json alt = {{"change", a.change},
+                          {"flags", a.flags},
+                          {"peak_bytes", a.peak},
+                          {"saved_bytes", a.saved},
+                          {"max_micro_batch", a.max_micro_batch}};
+    if (plan.target_batch) alt["plan"] = choice_json(a.choice);
+    alternatives.push_back(std::move(alt));
+  }
+  j["alternatives_compared_at_micro_batch"] = plan.compared_batch;
+  j["alternatives_compared_peak_bytes"] = plan.compared_peak;
+  j["alternatives"] = alternatives;
+  j["summary"] = plan_summary_line(plan);
+  return j;
+}
+
+std::string plans_markdown(const std::vector<Plan>& plans,
+                           const std::vector<std::string>& varying) {
+  Table t;
+  for (const std::string& f : key_columns(varying))
+    t.columns.push_back(
+        {f, f, find_field(f).kind == FieldKind::integer ? CellKind::integer : CellKind::text});
+  const bool with_target = !plans.empty() && plans.front().target_batch.has_value();
+  t.columns.push_back({"max_micro_batch", "max micro-batch", CellKind::integer});
+  if (with_target) {
+    t.columns.push_back({"micro_batch", "micro-batch", CellKind::integer});
+    t.columns.push_back({"grad_accum", "grad-accum", CellKind::integer});
+    t.columns.push_back({"effective_batch", "effective", CellKind::integer});
+  }
+  t.columns.push_back({"max_seq", "longest seq at 1", CellKind::integer});
+  t.columns.push_back({"peak_bytes", "peak", CellKind::bytes});
+  t.columns.push_back({"free_bytes", "free", CellKind::bytes});
+  t.columns.push_back({"best_change", "best change", CellKind::text});
+  std::int64_t fitting = 0;
+  for (const Plan& p : plans) {
+    std::vector<Cell> row;
+    for (const std::string& f : key_columns(varying)) {
+      const FieldInfo& info = find_field(f);
+      const FieldValue v = get_field(p.config, info);
+      if (const auto* n = std::get_if<std::int64_t>(&v); n && info.kind == FieldKind::integer)
+        row.push_back(Cell::of_int(*n));
+      else
+        row.push_back(Cell::of_text(info.kind == FieldKind::size
+                                        ? format_bytes(std::get<std::int64_t>(v))
+                                        : field_text(info, v)));
+    }
+    row.push_back(Cell::of_int(p.planned.search.max_batch));
+    if (with_target) {
+      row.push_back(Cell::of_int(p.choice.micro_batch));
+      row.push_back(Cell::of_int(p.choice.grad_accum));
+      row.push_back(Cell::of_int(p.choice.effective_batch));
+    }
+    row.push_back(Cell::of_int(p.longest_seq.search.max_seq));
+    row.push_back(Cell::of_bytes(p.budget.device_peak));
+    row.push_back(Cell::of_bytes(p.budget.free()));
+    row.push_back(p.alternatives.empty() ? Cell::none(CellKind::text)
+                                         : Cell::of_text(p.alternatives.front().flags));
+    t.add_row(std::move(row));
+    fitting += p.fits() ? 1 : 0;
+  }
+  std::string out = to_markdown(t);
+  out += fmt::format("\n{} configuration{} planned on {}, {} fit at micro-batch 1 or more\n",
+                     plans.size(), plans.size() == 1 ? "" : "s",
+                     plans.empty() ? std::string("-") : plans.front().device.label, fitting);
+  return out;
+}
+
+nlohmann::json plans_json(const std::vector<Plan>& plans, const std::vector<std::string>& varying) {
+  nlohmann::json out;
+  out["varying"] = varying;
+  out["plans"] = nlohmann::json::array();
+  for (const Plan& p : plans) out["plans"].push_back(plan_json(p));
+  return out;
+}
+
+}  // namespace vrambench
