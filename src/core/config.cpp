@@ -415,8 +415,6 @@ void validate(const RunConfig& cfg) {
       throw UsageError(fmt::format("--framework hf models torch's own optimizers: use --optimizer "
                                    "adamw, sgd or none (got {})",
                                    to_string(cfg.optimizer)));
-    if (cfg.grad_accum > 1)
-      throw UsageError("--framework hf models one micro-step: use --grad-accum 1");
   }
   if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
     throw UsageError("--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "

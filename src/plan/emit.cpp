@@ -143,6 +143,7 @@ std::string quoted_list(const std::vector<std::string>& names) {
   return out + "]";
 }
 
+// The dtype the model is loaded in: autocast keeps fp32 weights.
 std::string torch_dtype(Precision p) {
   switch (p) {
     case Precision::bf16:
@@ -151,9 +152,26 @@ std::string torch_dtype(Precision p) {
       return "torch.float16";
     case Precision::fp32:
     case Precision::tf32:
+    case Precision::amp_fp16:
+    case Precision::amp_bf16:
       return "torch.float32";
   }
   return "torch.float32";
+}
+
+// The dtype the GEMMs compute in (bitsandbytes' compute dtype): autocast's 16-bit type.
+std::string compute_dtype(Precision p) {
+  if (p == Precision::amp_bf16) return torch_dtype(Precision::bf16);
+  if (p == Precision::amp_fp16) return torch_dtype(Precision::fp16);
+  return torch_dtype(p);
+}
+
+// Trainer's bf16=True / fp16=True: autocast, over whatever dtype the model was loaded in.
+bool trainer_bf16(Precision p) {
+  return p == Precision::bf16 || p == Precision::amp_bf16;
+}
+bool trainer_fp16(Precision p) {
+  return p == Precision::fp16 || p == Precision::amp_fp16;
 }
 
 std::string header_comment(const Plan& plan, std::string_view mark) {
@@ -286,7 +304,7 @@ std::string plan_hf_snippet(const Plan& plan) {
       out += fmt::format("    bnb_4bit_quant_type=\"{}\",\n", to_string(q));
       out += fmt::format("    bnb_4bit_use_double_quant={},\n",
                          python_bool(cfg.double_quant == Toggle::on));
-      out += fmt::format("    bnb_4bit_compute_dtype={},\n", torch_dtype(cfg.dtype));
+      out += fmt::format("    bnb_4bit_compute_dtype={},\n", compute_dtype(cfg.dtype));
     }
     out += ")\n\n";
   }
@@ -327,8 +345,8 @@ std::string plan_hf_snippet(const Plan& plan) {
     out += "    # no optimizer step was planned (--optimizer none)\n";
   else
     out += fmt::format("    optim=\"{}\",\n", hf_optim_name(cfg.optimizer));
-  if (cfg.dtype == Precision::bf16) out += "    bf16=True,\n";
-  if (cfg.dtype == Precision::fp16) out += "    fp16=True,\n";
+  if (trainer_bf16(cfg.dtype)) out += "    bf16=True,\n";
+  if (trainer_fp16(cfg.dtype)) out += "    fp16=True,\n";
   if (cfg.dtype == Precision::tf32) out += "    tf32=True,\n";
   out += ")\n";
   return out;
@@ -346,8 +364,8 @@ std::string plan_axolotl_yaml(const Plan& plan) {
   out += fmt::format("gradient_checkpointing: {}\n", yaml_bool(cfg.recompute == Recompute::full));
   if (cfg.optimizer != Optimizer::none)
     out += fmt::format("optimizer: {}\n", hf_optim_name(cfg.optimizer));
-  out += fmt::format("bf16: {}\n", yaml_bool(cfg.dtype == Precision::bf16));
-  out += fmt::format("fp16: {}\n", yaml_bool(cfg.dtype == Precision::fp16));
+  out += fmt::format("bf16: {}\n", yaml_bool(trainer_bf16(cfg.dtype)));
+  out += fmt::format("fp16: {}\n", yaml_bool(trainer_fp16(cfg.dtype)));
   out += fmt::format("tf32: {}\n", yaml_bool(cfg.dtype == Precision::tf32));
   out += fmt::format("flash_attention: {}\n", yaml_bool(cfg.attention == Attention::flash));
   if (is_finetune(cfg)) {

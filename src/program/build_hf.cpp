@@ -858,6 +858,23 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
   if (cfg.framework != Framework::hf || cfg.scope != Scope::model || is_finetune(cfg))
     throw InternalError("build_hf_program: a validated --framework hf whole-model configuration");
   Program program = HfBuilder(cfg, gemm_workspace, options).build();
+  // Accumulating over micro-steps, the .grad tensors are there before the step (liveness keeps
+  // them whole-step), and autograd's AccumulateGrad adds each new gradient into its .grad in place
+  // (torch/csrc/autograd/functions/accumulate_grad.h: `variable_grad += new_grad`): the new
+  // gradient is a tensor of the .grad's size, made by the op that computes it and freed after the
+  // add. In the first micro-step AccumulateGrad keeps new_grad as .grad and makes no copy; the
+  // program is a later one.
+  if (cfg.grad_accum > 1) {
+    for (Op& op : program.ops) {
+      std::vector<int> fresh;
+      for (int id : op.outputs) {
+        if (program.tensor(id).role != Role::grad) continue;
+        const Tensor g = program.tensor(id);  // a copy: add_tensor grows the tensor list
+        fresh.push_back(program.add_tensor(g.name + ".new", g.shape, g.dtype, Role::transient));
+      }
+      op.held.insert(op.held.end(), fresh.begin(), fresh.end());
+    }
+  }
   for (const Op& op : program.ops) check_op(program, op);
   return program;
 }
