@@ -135,20 +135,11 @@ struct Block {
   BlockGrad grad;
 };
 
-class Builder {
+class Builder : private build_common::StepShape {
  public:
-  Builder(const RunConfig& cfg, Bytes gemm_workspace) : cfg_(cfg), gemm_workspace_(gemm_workspace) {
+  Builder(const RunConfig& cfg, Bytes gemm_workspace)
+      : StepShape(cfg), cfg_(cfg), gemm_workspace_(gemm_workspace) {
     const ModelConfig& m = cfg.model;
-    B_ = cfg.batch;
-    S_ = cfg.seq;
-    H_ = m.hidden;
-    A_ = m.heads;
-    K_ = m.kv_heads;
-    D_ = m.head_dim();
-    Q_ = qkv_width(A_, K_, D_);
-    F_ = m.ffn;
-    V_ = m.vocab;
-    M_ = checked_mul(B_, S_, "batch x seq");
     act_ = activation_dtype(cfg.dtype);
     gpt_ = m.arch == Arch::gpt;
     eager_ = cfg.attention == Attention::eager;
@@ -984,7 +975,6 @@ class Builder {
 
   const RunConfig& cfg_;
   Bytes gemm_workspace_;
-  std::int64_t B_ = 0, S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, M_ = 0;
   DType act_ = DType::f32;
   bool gpt_ = true, eager_ = false, dropout_ = false, finetune_ = false;
   QuantKind quant_ = QuantKind::none;  // of the frozen block linears

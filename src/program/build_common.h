@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/config.h"
+#include "core/units.h"
+
 namespace vrambench::build_common {
 
 // A replayed tensor's name adds it; a replayed tensor's gradient is named after the original.
@@ -27,5 +30,24 @@ inline std::uint64_t dropout_seed(int layer, DropoutSite site) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+// The step's sizes, as both builders name them (a builder derives from it): batch B, sequence S,
+// hidden H, heads A, key/value heads K, head size D, q|k|v width Q, MLP width F, vocabulary V,
+// and M = B * S tokens.
+struct StepShape {
+  explicit StepShape(const RunConfig& cfg)
+      : B_(cfg.batch),
+        S_(cfg.seq),
+        H_(cfg.model.hidden),
+        A_(cfg.model.heads),
+        K_(cfg.model.kv_heads),
+        D_(cfg.model.head_dim()),
+        Q_(qkv_width(A_, K_, D_)),
+        F_(cfg.model.ffn),
+        V_(cfg.model.vocab),
+        M_(checked_mul(B_, S_, "batch x seq")) {}
+
+  std::int64_t B_, S_, H_, A_, K_, D_, Q_, F_, V_, M_;
+};
 
 }  // namespace vrambench::build_common

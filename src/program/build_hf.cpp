@@ -75,21 +75,11 @@ struct Block {
   std::vector<int> norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
 };
 
-class HfBuilder {
+class HfBuilder : private build_common::StepShape {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : cfg_(cfg), gemm_workspace_(gemm_workspace), options_(options) {
+      : StepShape(cfg), cfg_(cfg), gemm_workspace_(gemm_workspace), options_(options) {
     const ModelConfig& m = cfg.model;
-    B_ = cfg.batch;
-    S_ = cfg.seq;
-    H_ = m.hidden;
-    A_ = m.heads;
-    K_ = m.kv_heads;
-    D_ = m.head_dim();
-    Q_ = qkv_width(A_, K_, D_);
-    F_ = m.ffn;
-    V_ = m.vocab;
-    M_ = checked_mul(B_, S_, "batch x seq");
     amp_ = is_autocast(cfg.dtype);
     cpu_ = options.device == HfOptions::Device::cpu;
     // The model's own dtype: fp32 under autocast; the 16-bit type of a model loaded in 16 bits.
@@ -839,7 +829,6 @@ class HfBuilder {
   const RunConfig& cfg_;
   Bytes gemm_workspace_;
   HfOptions options_;
-  std::int64_t B_ = 0, S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, M_ = 0;
   DType wdt_ = DType::f32, cdt_ = DType::f32;
   bool amp_ = false, cpu_ = false, gpt_ = true, eager_ = false, dropout_ = false, ckpt_ = false;
   float loss_scale_ = 1.0f;
