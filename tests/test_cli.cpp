@@ -150,6 +150,7 @@ TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
               capacity);
   }
   EXPECT_NE(run.out.find("median |err|"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(" per configuration) in "), std::string::npos) << run.out;
   fs::remove_all(dir);
 }
 

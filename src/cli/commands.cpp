@@ -205,8 +205,12 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   if (formats.markdown) std::printf("%s", to_markdown(table).c_str());
   const ErrorSummary errors = summarize_errors(results);
   std::string summary_line =
-      fmt::format("{} configuration{} on {}, {} trials in {:.2f} s", results.size(),
-                  results.size() == 1 ? "" : "s", device_label(devices), total_trials, seconds);
+      fmt::format("{} configuration{} on {}, {} trials ({:.1f} per configuration) in {:.2f} s",
+                  results.size(), results.size() == 1 ? "" : "s", device_label(devices),
+                  total_trials,
+                  static_cast<double>(total_trials) /
+                      static_cast<double>(std::max<std::size_t>(results.size(), 1)),
+                  seconds);
   if (errors.compared > 0)
     summary_line += fmt::format(
         "; est vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%), {} under-estimate{}",

@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "program/program.h"
+#include "search/scaled_program.h"
 
 namespace vrambench {
 
@@ -42,16 +44,26 @@ SourceFactory virtual_sources() {
   return [](Bytes capacity) { return make_virtual_source(capacity); };
 }
 
+namespace {
+
+// One trial of a program already built: cfg's allocator over a fresh source of `capacity` bytes.
+TrialResult replay(const Program& program, const Liveness& liveness, const RunConfig& cfg,
+                   const DeviceSpec& device, Bytes capacity, const SourceFactory& sources,
+                   Executor* executor) {
+  std::unique_ptr<SegmentSource> source = sources(capacity);
+  std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
+  return run_step(program, liveness, *allocator, executor, device.fixed_overhead,
+                  device.trial_steps, source.get());
+}
+
+}  // namespace
+
 TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64_t batch,
                       Bytes capacity, const SourceFactory& sources, Executor* executor) {
   RunConfig at = cfg;
   at.batch = batch;
   const Program program = build_program(at, device.gemm_workspace);
-  const Liveness liveness = compute_liveness(program);
-  std::unique_ptr<SegmentSource> source = sources(capacity);
-  std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
-  return run_step(program, liveness, *allocator, executor, device.fixed_overhead,
-                  device.trial_steps, source.get());
+  return replay(program, compute_liveness(program), cfg, device, capacity, sources, executor);
 }
 
 Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {
@@ -63,6 +75,25 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, s
   m.reason = std::move(reason);
   return m;
 }
+
+namespace {
+
+// The estimate as the search's starting point: its max batch, and the fixed bytes of its line
+// through that batch (the peak is a maximum of lines; the one at the hint is what counts there).
+SearchHint search_hint(const Breakdown& estimate, std::int64_t est_max_batch,
+                       const SearchLimits& limits) {
+  SearchHint hint;
+  hint.batch =
+      std::clamp<std::int64_t>(est_max_batch, 1, std::max<std::int64_t>(limits.max_batch, 1));
+  if (hint.batch < std::numeric_limits<std::int64_t>::max()) {
+    const Bytes at = estimate.peak(hint.batch);
+    const Bytes per_sample = estimate.peak(hint.batch + 1) - at;
+    if (per_sample > 0 && per_sample <= at / hint.batch) hint.fixed = at - hint.batch * per_sample;
+  }
+  return hint;
+}
+
+}  // namespace
 
 DeviceSpec warm_up(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
                    Executor* executor) {
@@ -86,23 +117,44 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& given, const SourceF
   m.est_max_batch = m.estimate.max_batch(device.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
 
-  auto fits = [&](std::int64_t batch) {
+  // Replays that run no executor (every trial on sim, and what a batch needs) rescale one program
+  // instead of building one per batch.
+  BatchScaledProgram sizes(cfg, device.gemm_workspace);
+  auto allocate_only = [&](std::int64_t batch, Bytes capacity, const SourceFactory& from) {
+    const Program& program = sizes.at(batch);
+    return replay(program, sizes.liveness(), cfg, device, capacity, from, nullptr);
+  };
+  // What a batch would need, replayed without a limit (sizes only).
+  auto needed = [&](std::int64_t batch) {
+    return allocate_only(batch, std::numeric_limits<Bytes>::max() / 4, virtual_sources());
+  };
+  const SearchHint hint = search_hint(m.estimate, m.est_max_batch, limits);
+  std::map<std::int64_t, TrialResult> needs;  // of the batches that failed, by batch
+  bool any_fit = false;
+  auto trial = [&](std::int64_t batch) {
     if (starting) starting(batch);
     TrialResult result =
-        run_trial(cfg, device, batch, device.tensor_capacity(), sources, executor.get());
-    const bool fit = result.fit;
+        executor ? run_trial(cfg, device, batch, device.tensor_capacity(), sources, executor.get())
+                 : allocate_only(batch, device.tensor_capacity(), sources);
     if (observe) observe(batch, result);
+    // The peak of a failure is what it reached before the OOM; the search predicts from what the
+    // batch needs, which the replay without a limit tells. With the hint's fixed bytes it reads
+    // that only until a batch has fit (search.h), so later failures are not replayed twice.
+    TrialOutcome outcome{result.fit, result.device_peak, device.total};
+    any_fit = any_fit || result.fit;
+    if (!result.fit)
+      outcome.peak =
+          any_fit && hint.fixed ? 0 : needs.emplace(batch, needed(batch)).first->second.device_peak;
     m.trials.emplace(batch, std::move(result));
-    return fit;
+    return outcome;
   };
-  const std::int64_t hint = m.est_max_batch > 0 ? m.est_max_batch : 1;
-  m.search = find_max_batch(fits, hint, limits);
+  m.search = find_max_batch(trial, hint, limits);
 
   if (!m.search.hit_limit) {
-    // What the first failing batch would need, replayed without a limit (sizes only).
-    const Bytes unlimited = std::numeric_limits<Bytes>::max() / 4;
-    m.next_needed =
-        run_trial(cfg, device, m.search.max_batch + 1, unlimited, virtual_sources(), nullptr);
+    // What the first failing batch would need (the search has replayed it already).
+    const std::int64_t next = m.search.max_batch + 1;
+    auto found = needs.find(next);
+    m.next_needed = found != needs.end() ? std::move(found->second) : needed(next);
     if (m.search.max_batch == 0) {
       // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
       RunConfig at = cfg;
