@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "alloc/allocator.h"
+#include "device/sources.h"
 
 namespace vrambench {
 namespace {

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include "core/presets.h"
-#include "cpu/executor.h"
-#include "cpu/host_runner.h"
+#include "device/cpu_executor.h"
+#include "device/host_runner.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -21,7 +21,7 @@ void BM_CpuStepTiny(benchmark::State& state) {
   cfg.attention = state.range(1) != 0 ? Attention::flash : Attention::eager;
   cfg.recompute = Recompute::none;
   cfg.optimizer = Optimizer::adamw;
-  cfg.device = "cpu";
+  cfg.device = parse_device("cpu");
   const Program program = build_program(cfg, 0);
   auto executor = make_cpu_executor(1);
   HostRunner run(program, *executor);

@@ -18,7 +18,7 @@ namespace {
 
 std::vector<RunConfig> issue_grid() {
   RunConfig base;
-  base.device = "sim:h100-80gb";
+  base.device = parse_device("sim:h100-80gb");
   base.optimizer = Optimizer::none;
   const std::vector<Axis> axes{parse_axis("preset=gpt2,gpt2-large,llama2-7b,llama3-8b,tiny-llama"),
                                parse_axis("seq=512..8192"), parse_axis("dtype=fp32,bf16"),
@@ -27,15 +27,15 @@ std::vector<RunConfig> issue_grid() {
   return expand(base, axes);
 }
 
-DeviceSpec sim_device(const RunConfig& cfg) {
-  return resolve_host_device(cfg, "benchmark", nullptr);
+DeviceInfo sim_device(const RunConfig& cfg) {
+  return make_device(cfg).info;
 }
 
 // Counters: searches/s (the figure of issue 13), trials/search (the search's own trials, averaged
 // over the grid).
 void BM_SearchGrid(benchmark::State& state) {
   const std::vector<RunConfig> grid = issue_grid();
-  const DeviceSpec device = sim_device(grid.front());
+  const DeviceInfo device = sim_device(grid.front());
   std::int64_t searches = 0;
   std::int64_t trials = 0;
   for (auto _ : state) {
@@ -53,7 +53,7 @@ BENCHMARK(BM_SearchGrid)->Unit(benchmark::kMillisecond);
 // The closed-form model alone over the same grid: analyze() and max_batch().
 void BM_EstimateIssueGrid(benchmark::State& state) {
   const std::vector<RunConfig> grid = issue_grid();
-  const DeviceSpec device = sim_device(grid.front());
+  const DeviceInfo device = sim_device(grid.front());
   const DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace};
   std::int64_t estimates = 0;
   for (auto _ : state) {

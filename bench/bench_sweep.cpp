@@ -13,7 +13,7 @@ namespace {
 std::vector<RunConfig> hundred_configs() {
   RunConfig base;
   base.model = find_preset("gpt2").model;
-  base.device = "sim:h100-80gb";
+  base.device = parse_device("sim:h100-80gb");
   // 5 seq × 4 dtype × 5 (attention, recompute) = 100.
   std::vector<Axis> axes{parse_axis("seq=512..8192"), parse_axis("dtype=fp32,tf32,fp16,bf16"),
                          parse_axis("recompute=none,selective,full,none,full")};
@@ -26,7 +26,7 @@ std::vector<RunConfig> hundred_configs() {
 void BM_SimSweep100(benchmark::State& state) {
   const std::vector<RunConfig> grid = hundred_configs();
   const GpuProfile& profile = find_gpu_profile("h100-80gb");
-  DeviceSpec device;
+  DeviceInfo device;
   device.total = profile.total;
   device.fixed_overhead = profile.context_overhead;
   device.gemm_workspace = profile.gemm_workspace();

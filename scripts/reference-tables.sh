@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Regenerates the committed reference tables under results/. The sim tables are deterministic:
-# tests/test_reference_tables.cpp re-derives every row and fails when the model, the program or the
-# allocator changes what they say, so a change that moves them must regenerate and explain them.
-# GPU tables (results/<gpu>/) are written the same way with --device cuda on a machine with a GPU.
+# Regenerates the committed reference tables under results/, or under ROOT when given:
+#   scripts/reference-tables.sh [ROOT]        (VRAMBENCH=path/to/vrambench picks the binary)
+# The sim tables are deterministic: scripts/check-reference-tables.sh (a ctest test) regenerates
+# them into a temporary folder and compares them with `vrambench compare`, failing when the model,
+# the program or the allocator changes what they say; a change that moves them must regenerate and
+# explain them. GPU tables (results/<gpu>/) are written the same way with --device cuda on a
+# machine with a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build/vrambench
+root=${1:-results}
+bin=${VRAMBENCH:-build/vrambench}
 [ -x "$bin" ] || scripts/setup.sh
 
 source scripts/lib/table.sh
 
-table results/sim-h100-80gb headline-gpt2 --device sim:h100-80gb --sweep seq=512..8192
-table results/sim-h100-80gb grid-gpt2 --device sim:h100-80gb \
+table "$root/sim-h100-80gb" headline-gpt2 --device sim:h100-80gb --sweep seq=512..8192
+table "$root/sim-h100-80gb" grid-gpt2 --device sim:h100-80gb \
   --sweep preset=gpt2,gpt2-medium --sweep seq=512..8192 --sweep dtype=fp32,bf16 \
   --sweep attention=eager,flash --sweep recompute=none,selective,full
-table results/sim-rtx4090 llama3-8b-no-optimizer --device sim:rtx4090 --preset llama3-8b \
+table "$root/sim-rtx4090" llama3-8b-no-optimizer --device sim:rtx4090 --preset llama3-8b \
   --optimizer none --recompute full --sweep seq=512..8192 --sweep attention=eager,flash

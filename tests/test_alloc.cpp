@@ -11,6 +11,7 @@
 
 #include "alloc/allocator.h"
 #include "core/error.h"
+#include "device/sources.h"
 
 namespace vrambench {
 namespace {

@@ -2,9 +2,11 @@
 // would, checking exit codes, printed rows and written files.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -68,11 +70,14 @@ std::vector<std::string> table_rows(const std::string& out) {
   return rows.size() >= 2 ? std::vector<std::string>(rows.begin() + 2, rows.end()) : rows;
 }
 
-// CSV without the '#' provenance lines: header + rows, split on commas (no quoted commas here).
+// A CSV as any reader opens it: header on line 1, one row per line (no quoted commas here), a final
+// newline.
 std::vector<std::vector<std::string>> csv_of(const fs::path& p) {
   std::vector<std::vector<std::string>> rows;
-  for (const std::string& l : lines_of(slurp(p))) {
-    if (l.empty() || l[0] == '#') continue;
+  const std::string text = slurp(p);
+  EXPECT_TRUE(!text.empty() && text.back() == '\n') << p << " has no final newline";
+  for (const std::string& l : lines_of(text)) {
+    EXPECT_FALSE(l.empty() || l[0] == '#') << p << ": '" << l << "'";
     std::vector<std::string> cells;
     std::stringstream ss(l);
     for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
@@ -145,9 +150,8 @@ TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
     EXPECT_LE(max_batch, previous);
     previous = max_batch;
     const std::int64_t capacity = details[i].at("capacity_bytes").get<std::int64_t>();
-    EXPECT_LE(details[i].at("at_max").at("device_peak_bytes").get<std::int64_t>(), capacity);
-    EXPECT_GT(details[i].at("max_plus_1_needed").at("device_peak_bytes").get<std::int64_t>(),
-              capacity);
+    EXPECT_LE(details[i].at("at_max").at("device_peak").get<std::int64_t>(), capacity);
+    EXPECT_GT(details[i].at("max_plus_1_needed").at("device_peak").get<std::int64_t>(), capacity);
   }
   EXPECT_NE(run.out.find("median |err|"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find(" per configuration) in "), std::string::npos) << run.out;
@@ -185,10 +189,11 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
 
 TEST(Cli, AHangingTrialTimesOutIntoARowAndTheSweepGoesOn) {
   const fs::path dir = scratch("hang");
-  const CommandResult run = vrambench("--isolate --trial-timeout 0.5 --device sim:rtx4090 "
-                                      "--preset tiny --sweep seq=64,128 --out " +
-                                          dir.string() + " --name h",
-                                      "VRAMBENCH_FAULT=hang");
+  const CommandResult run = vrambench(
+      "--isolate --trial-timeout 0.5 --device sim:rtx4090 "
+      "--preset tiny --sweep seq=64,128 --out " +
+          dir.string() + " --name h",
+      "VRAMBENCH_FAULT=hang");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto rows = table_rows(run.out);
   ASSERT_EQ(rows.size(), 2u) << run.out;
@@ -260,6 +265,212 @@ TEST(Cli, InformationalCommands) {
   const CommandResult program = vrambench("program --preset tiny --batch 2 --seq 16");
   EXPECT_EQ(program.exit_code, 0) << program.err;
   EXPECT_NE(program.out.find("peak"), std::string::npos);
+}
+
+// The committed headline table, as a fresh run writes it.
+const std::string kHeadline = "--device sim:h100-80gb --sweep seq=512..8192";
+const fs::path kCommittedHeadline =
+    fs::path(VRAMBENCH_SOURCE_DIR) / "results" / "sim-h100-80gb" / "headline-gpt2.csv";
+
+TEST(Cli, CompareACommittedTableWithAFreshRunThenWithOnePeakMovedFivePercent) {
+  const fs::path dir = scratch("compare");
+  ASSERT_EQ(vrambench(kHeadline + " --out " + dir.string() + " --name fresh").exit_code, 0);
+  const CommandResult same =
+      vrambench("compare " + kCommittedHeadline.string() + " " + (dir / "fresh.csv").string());
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("0 of 5 matched rows out of tolerance"), std::string::npos) << same.out;
+  // CSV against JSON: the same rows.
+  EXPECT_EQ(
+      vrambench("compare " + kCommittedHeadline.string() + " " + (dir / "fresh.json").string())
+          .exit_code,
+      0);
+
+  // The est peak of seq=2048 up by 5%.
+  std::string text = slurp(dir / "fresh.csv");
+  const std::string before = "2048,81,81,81,85234415104,";
+  const std::size_t at = text.find(before);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, before.size(), "2048,81,81,81,89496135859,");
+  std::ofstream(dir / "edited.csv") << text;
+  const std::string edited = kCommittedHeadline.string() + " " + (dir / "edited.csv").string();
+  const CommandResult moved = vrambench("compare " + edited);
+  EXPECT_EQ(moved.exit_code, 1) << moved.out << moved.err;
+  const auto rows = table_rows(moved.out);
+  ASSERT_EQ(rows.size(), 1u) << moved.out;
+  EXPECT_TRUE(rows[0].starts_with("| 2048 ")) << rows[0];
+  EXPECT_NE(rows[0].find("est peak +5%"), std::string::npos) << rows[0];
+  EXPECT_NE(moved.out.find("1 of 5 matched rows out of tolerance"), std::string::npos);
+  EXPECT_EQ(vrambench("compare " + edited + " --tolerance 5.1").exit_code, 0);
+  EXPECT_EQ(vrambench("compare " + edited + " --tolerance 4.9 --all --quiet").exit_code, 1);
+  EXPECT_EQ(table_rows(vrambench("compare " + edited + " --tolerance 5.1 --all").out).size(), 5u);
+
+  // A max batch one lower, and a row gone.
+  std::vector<std::string> lines = lines_of(slurp(dir / "fresh.csv"));
+  lines[1].replace(0, 11, "512,325,323");
+  lines.pop_back();
+  std::ofstream batch(dir / "batch.csv");
+  for (const std::string& l : lines) batch << l << "\n";
+  batch.close();
+  const CommandResult fewer = vrambench("compare " + kCommittedHeadline.string() + " " +
+                                        (dir / "batch.csv").string() + " --batch-tolerance 1");
+  EXPECT_EQ(fewer.exit_code, 1) << fewer.out;
+  EXPECT_TRUE(table_rows(fewer.out).empty()) << fewer.out;  // 324 → 323 is within 1
+  EXPECT_NE(fewer.out.find("seq=8192"), std::string::npos) << "the row only in BASE is named";
+  fs::remove_all(dir);
+}
+
+TEST(Cli, CompareBadInputExitsTwoWithOneLine) {
+  const fs::path dir = scratch("compare-bad");
+  fs::create_directories(dir);
+  std::ofstream(dir / "other.csv") << "preset,est_max_batch\ngpt2,4\n";
+  std::ofstream(dir / "broken.json") << "{";
+  std::ofstream(dir / "x.txt") << "seq\n";
+  const std::string base = kCommittedHeadline.string();
+  for (const std::string& args : std::vector<std::string>{
+           base + " " + (dir / "missing.csv").string(), base + " " + (dir / "other.csv").string(),
+           base + " " + (dir / "broken.json").string(), base + " " + (dir / "x.txt").string(), base,
+           base + " " + base + " --tolerance -1", base + " " + base + " --batch-tolerance x"}) {
+    const CommandResult run = vrambench("compare " + args);
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args << ": " << run.out;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Cli, TwoShardsMergedEqualTheUnshardedRunRowForRow) {
+  const fs::path dir = scratch("shards");
+  const std::string sweep =
+      "--device sim:rtx4090 --preset tiny --sweep seq=32..1024 --sweep dtype=fp32,bf16";
+  const std::string out = " --out " + dir.string();
+  ASSERT_EQ(vrambench(sweep + out + " --name whole").exit_code, 0);
+  const CommandResult first = vrambench(sweep + out + " --name part0 --shard 0/2");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(table_rows(first.out).size(), 6u);  // 12 configurations, every second from the first
+  ASSERT_EQ(vrambench(sweep + " --shard 1/2" + out + " --name part1").exit_code, 0);
+  const std::string parts = (dir / "part1.json").string() + " " + (dir / "part0.json").string();
+  const CommandResult merged = vrambench("merge " + (dir / "merged").string() + " " + parts);
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_EQ(table_rows(merged.out).size(), 12u);
+  EXPECT_EQ(slurp(dir / "merged.csv"), slurp(dir / "whole.csv"));
+  const auto whole = nlohmann::json::parse(slurp(dir / "whole.json"));
+  const auto joined = nlohmann::json::parse(slurp(dir / "merged.json"));
+  EXPECT_EQ(joined["rows"], whole["rows"]);
+  EXPECT_EQ(joined["summary"]["trials"], whole["summary"]["trials"]);
+  EXPECT_EQ(joined["summary"]["median_abs_rel_error"], whole["summary"]["median_abs_rel_error"]);
+  EXPECT_EQ(joined["summary"]["details"].size(), 12u);
+
+  // Refused: a part of another sweep, one of another version, a missing shard. Nothing written.
+  ASSERT_EQ(vrambench("--device sim:rtx4090 --preset tiny --sweep seq=32..512 --sweep "
+                      "dtype=fp32,bf16 --shard 1/2" +
+                      out + " --name other")
+                .exit_code,
+            0);
+  auto other_version = nlohmann::json::parse(slurp(dir / "part1.json"));
+  other_version["provenance"]["tool_version"] = "0.0.1";
+  std::ofstream(dir / "old.json") << other_version.dump();
+  for (const std::string& bad : std::vector<std::string>{
+           (dir / "other.json").string(), (dir / "old.json").string(), std::string()}) {
+    const CommandResult run = vrambench("merge " + (dir / "refused").string() + " " +
+                                        (dir / "part0.json").string() + " " + bad);
+    EXPECT_EQ(run.exit_code, 2) << bad << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << run.err;
+    EXPECT_FALSE(fs::exists(dir / "refused.csv"));
+  }
+  EXPECT_EQ(vrambench(sweep + " --shard 2/2" + out).exit_code, 2);
+  fs::remove_all(dir);
+}
+
+TEST(Cli, ResumeAfterAKillFinishesWithEveryRowExactlyOnce) {
+  const fs::path dir = scratch("resume");
+  const std::string sweep =
+      "--isolate --device sim:rtx4090 --preset tiny --sweep seq=32,64,128,256";
+  const std::string out = " --out " + dir.string() + " --name k";
+  // The trial of seq=128 hangs: the sweep is killed (SIGKILL) once the rows before it are written.
+  const std::string pid_file = (dir.string() + ".pid");
+  const std::string start = "VRAMBENCH_FAULT=hang@seq=128 " + std::string(VRAMBENCH_BINARY) + " " +
+                            sweep + out + " >/dev/null 2>&1 & echo $! >" + pid_file;
+  ASSERT_EQ(std::system(start.c_str()), 0);
+  const fs::path partial = dir / "k.csv.partial";
+  for (int i = 0; i < 300 && (!fs::exists(partial) || lines_of(slurp(partial)).size() < 3); ++i)
+    ::usleep(100 * 1000);
+  ASSERT_EQ(std::system(("kill -9 $(cat " + pid_file + ")").c_str()), 0);
+  fs::remove(pid_file);
+  ASSERT_EQ(lines_of(slurp(partial)).size(), 3u) << "header and the rows of seq=32 and 64";
+
+  // Another sweep under the same name is refused, and the partial is left as it was.
+  const CommandResult other = vrambench(
+      "--isolate --device sim:rtx4090 --preset tiny --sweep "
+      "seq=16,32" +
+      out + " --resume");
+  EXPECT_EQ(other.exit_code, 2) << other.out;
+  EXPECT_EQ(lines_of(slurp(partial)).size(), 3u);
+
+  // The kept rows are not measured again: a crash at seq=64 would show in its row.
+  const CommandResult resumed =
+      vrambench(sweep + out + " --resume", "VRAMBENCH_FAULT=abort@seq=64");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_FALSE(fs::exists(partial));
+  const auto csv = csv_of(dir / "k.csv");
+  ASSERT_EQ(csv.size(), 5u);
+  const std::size_t seq = column(csv[0], "seq");
+  for (std::size_t r = 1; r < csv.size(); ++r)
+    EXPECT_EQ(csv[r][seq], std::to_string(16 << r)) << "every row once, in the sweep's order";
+  // The same table as a run that was never killed (the figures; trials included).
+  ASSERT_EQ(vrambench(sweep + " --out " + dir.string() + " --name whole").exit_code, 0);
+  EXPECT_EQ(slurp(dir / "k.csv"), slurp(dir / "whole.csv"));
+  EXPECT_NE(resumed.out.find("4 configurations"), std::string::npos) << resumed.out;
+
+  // Resuming a finished run measures nothing and writes the same table.
+  const CommandResult again = vrambench(sweep + out + " --resume", "VRAMBENCH_FAULT=abort");
+  ASSERT_EQ(again.exit_code, 0);
+  EXPECT_EQ(slurp(dir / "k.csv"), slurp(dir / "whole.csv"));
+  EXPECT_EQ(vrambench(sweep + " --resume").exit_code, 2) << "--resume needs --name";
+  fs::remove_all(dir);
+}
+
+TEST(Cli, EveryCommandTakesQuiet) {
+  const fs::path dir = scratch("quiet");
+  const std::string out = " --out " + dir.string();
+  for (const std::string& args : std::vector<std::string>{
+           "presets --quiet", "devices --quiet", "program --preset tiny --batch 2 --seq 16 --quiet",
+           "estimate --preset tiny --quiet" + out,
+           "--preset tiny --device sim:rtx4090 --quiet" + out,
+           "compare --quiet " + kCommittedHeadline.string() + " " + kCommittedHeadline.string()}) {
+    const CommandResult run = vrambench(args);
+    EXPECT_EQ(run.exit_code, 0) << args << ": " << run.err;
+  }
+  EXPECT_NE(vrambench("selftest --quiet").exit_code, 2);  // fails without a GPU, but parses
+  const CommandResult help = vrambench("--help");
+  for (const char* taught : {"--resume", "--shard 0/2", "vrambench merge", "vrambench compare"})
+    EXPECT_NE(help.out.find(taught), std::string::npos) << taught;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, ProgressOnATerminalOnlyAndNotWithQuiet) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no `script` to give the sweep a terminal";
+  const fs::path dir = scratch("progress");
+  // `script` runs the sweep on a pseudo-terminal; the table goes to a file, stderr to the terminal.
+  const auto on_terminal = [&](const std::string& extra) {
+    const std::string cmd = "script -qec \"" + std::string(VRAMBENCH_BINARY) +
+                            " --device sim:rtx4090 --preset tiny --sweep seq=32,64 --out " +
+                            dir.string() + " " + extra + " >/dev/null\" /dev/null";
+    CommandResult run;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+      run.out.append(buffer, n);
+    run.exit_code = ::pclose(pipe);
+    return run;
+  };
+  const CommandResult shown = on_terminal("");
+  EXPECT_EQ(shown.exit_code, 0);
+  EXPECT_NE(shown.out.find("1/2 done, "), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find(" elapsed"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("left | seq=64: batch "), std::string::npos) << shown.out;
+  EXPECT_EQ(on_terminal("--quiet").out.find("done"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST(Cli, SelftestWithoutAGpuSaysSoAndFails) {

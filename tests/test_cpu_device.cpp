@@ -10,9 +10,9 @@
 #include "alloc/allocator.h"
 #include "common/math.h"
 #include "core/presets.h"
-#include "cpu/executor.h"
-#include "cpu/host_runner.h"
-#include "device/cpu_source.h"
+#include "device/cpu_executor.h"
+#include "device/host_runner.h"
+#include "device/sources.h"
 #include "program/program.h"
 #include "search/measure.h"
 #include "search/trial.h"
@@ -31,7 +31,7 @@ RunConfig tiny_16bit(Precision dtype) {
   cfg.attention = Attention::eager;
   cfg.optimizer = Optimizer::adamw;
   cfg.dropout = 0.1;
-  cfg.device = "cpu";
+  cfg.device = parse_device("cpu");
   return cfg;
 }
 
@@ -141,8 +141,8 @@ TEST(CpuDevice, Fp16WithMasterWeightsTrains) {
 // the segments handed out.
 class LoadingHostSource : public SegmentSource {
  public:
-  LoadingHostSource(Bytes capacity, bool& loaded) : inner_(make_host_source(capacity)),
-                                                    loaded_(loaded) {}
+  LoadingHostSource(Bytes capacity, bool& loaded)
+      : inner_(make_host_source(capacity)), loaded_(loaded) {}
   std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
     loaded_ = true;
     return inner_->allocate_segment(bytes);
@@ -163,28 +163,28 @@ class LoadingHostSource : public SegmentSource {
 
 TEST(CpuDevice, AWarmUpTrialComesFirstAndTheFixedOverheadIsMeasuredAfterIt) {
   RunConfig cfg = tiny_16bit(Precision::bf16);
-  DeviceSpec device;
-  device.kind = DeviceKind::cpu;
-  device.label = "cpu test";
-  device.total = 64 * MiB;
-  device.fixed_overhead = 1 * MiB;  // what was known before anything ran
-  device.gemm_workspace = 4096;
+  Device device;
+  device.info.kind = DeviceKind::cpu;
+  device.info.label = "cpu test";
+  device.info.total = 64 * MiB;
+  device.info.fixed_overhead = 1 * MiB;  // what was known before anything ran
+  device.info.gemm_workspace = 4096;
   bool loaded = false;
-  const SourceFactory sources = [&](Bytes capacity) -> std::unique_ptr<SegmentSource> {
+  device.sources = [&](Bytes capacity) -> std::unique_ptr<SegmentSource> {
     return std::make_unique<LoadingHostSource>(capacity, loaded);
   };
-  const ExecutorFactory executors = [] { return make_cpu_executor(5); };
+  device.executors = [] { return make_cpu_executor(5); };
   std::vector<std::int64_t> started;
   const TrialStarting starting = [&](std::int64_t batch) { started.push_back(batch); };
 
-  const Measurement cold = measure(cfg, device, sources, executors, {}, {}, starting);
+  const Measurement cold = measure(cfg, device, {}, {}, starting);
   EXPECT_EQ(cold.fixed_overhead, 1 * MiB) << "no warm-up asked for";
   ASSERT_FALSE(started.empty());
 
-  device.warm_up = true;
+  device.info.warm_up = true;
   loaded = false;
   started.clear();
-  const Measurement warm = measure(cfg, device, sources, executors, {}, {}, starting);
+  const Measurement warm = measure(cfg, device, {}, {}, starting);
   // Context and what the warm-up loaded, nothing of the step itself (all of it was freed).
   EXPECT_EQ(warm.fixed_overhead, 5 * MiB);
   // The estimate and the trials used it: the card holds 4 MiB less for the step than before.

@@ -9,9 +9,10 @@
 
 #include "common/math.h"
 #include "core/error.h"
-#include "cpu/executor.h"
-#include "cpu/host_runner.h"
-#include "device/cpu_source.h"
+#include "device/cpu_executor.h"
+#include "device/host_runner.h"
+#include "device/init.h"
+#include "device/sources.h"
 
 namespace vrambench {
 namespace {
@@ -261,12 +262,24 @@ TEST(CpuExecutor, RunnerUnbindsDeadTensors) {
   for (std::size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(cs[i], kmath::gelu(xs[i]) + xs[i]);
 }
 
-TEST(CpuExecutor, RejectsWrongArity) {
+TEST(CpuExecutor, RejectsAnOpThatDoesNotMatchItsSignature) {
   Program p;
   const int x = p.add_tensor("x", {4}, DType::f32, Role::input);
   const int y = p.add_tensor("y", {4}, DType::f32, Role::transient);
-  p.add_op(OpKind::add, "bad", {x}, {y});
+  // Past Program::add_op, which would refuse it: add takes two inputs.
+  Op bad;
+  bad.kind = OpKind::add;
+  bad.name = "bad";
+  bad.inputs = {x};
+  bad.outputs = {y};
+  p.ops.push_back(bad);
   Memory mem(p);
+  EXPECT_THROW(make_cpu_executor(1)->execute(p, 0, mem.data), InternalError);
+  // An attention op without its heads.
+  p.ops.back() = Op{};
+  p.ops.back().kind = OpKind::rope_fwd;
+  p.ops.back().inputs = {x};
+  p.ops.back().outputs = {y};
   EXPECT_THROW(make_cpu_executor(1)->execute(p, 0, mem.data), InternalError);
 }
 

@@ -12,8 +12,8 @@
 
 #include "common/math.h"
 #include "core/presets.h"
-#include "cpu/executor.h"
-#include "cpu/host_runner.h"
+#include "device/cpu_executor.h"
+#include "device/host_runner.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -34,7 +34,7 @@ RunConfig tiny(std::string_view preset, Attention attention, Recompute recompute
   cfg.optimizer = optimizer;
   // Dropout on for gpt: masks must regenerate identically in replays and in every evaluation.
   cfg.dropout = cfg.model.arch == Arch::gpt ? 0.1 : 0.0;
-  cfg.device = "cpu";
+  cfg.device = parse_device("cpu");
   return cfg;
 }
 

@@ -42,10 +42,12 @@ const Moment* find_moment(const Breakdown& b, const std::string& name) {
 
 TEST(EstimateModelState, ParameterCountsOfThePresets) {
   // bf16 weights are 2 bytes per parameter.
-  EXPECT_EQ(analyze(config("gpt2", 1024), kOverhead).component("weights"), 2 * kGpt2Params);
-  EXPECT_EQ(analyze(config("llama2-7b", 1024), kOverhead).component("weights"), 2 * kLlama2Params);
+  EXPECT_EQ(analyze(config("gpt2", 1024), kOverhead).component(MemoryComponent::weights),
+            2 * kGpt2Params);
+  EXPECT_EQ(analyze(config("llama2-7b", 1024), kOverhead).component(MemoryComponent::weights),
+            2 * kLlama2Params);
   // Past 1024 tokens gpt2's position table grows to the sequence: 3072 more rows of 768.
-  EXPECT_EQ(analyze(config("gpt2", 4096), kOverhead).component("weights"),
+  EXPECT_EQ(analyze(config("gpt2", 4096), kOverhead).component(MemoryComponent::weights),
             2 * (kGpt2Params + 3072 * 768));
 }
 
@@ -58,12 +60,12 @@ void expect_gpt2(std::int64_t S, std::int64_t expected_max_batch) {
   const Breakdown b = analyze(config("gpt2", S), kOverhead);
   EXPECT_EQ(b.moment, "cross-entropy backward");
 
-  EXPECT_EQ(b.component("weights"), 2 * P);
-  EXPECT_EQ(b.component("master weights"), 4 * P);
-  EXPECT_EQ(b.component("optimizer state"), 8 * P);
-  EXPECT_EQ(b.component("gradients"), 0);  // no parameter gradient is written yet
-  EXPECT_EQ(b.component("CUDA context"), 512 * MiB);
-  EXPECT_EQ(b.component("GEMM workspace"), 32 * MiB);
+  EXPECT_EQ(b.component(MemoryComponent::weights), 2 * P);
+  EXPECT_EQ(b.component(MemoryComponent::master_weights), 4 * P);
+  EXPECT_EQ(b.component(MemoryComponent::optimizer_state), 8 * P);
+  EXPECT_EQ(b.component(MemoryComponent::gradients), 0);  // no parameter gradient is written yet
+  EXPECT_EQ(b.component(MemoryComponent::cuda_context), 512 * MiB);
+  EXPECT_EQ(b.component(MemoryComponent::gemm_workspace), 32 * MiB);
   const Bytes fixed = 14 * P + kContextAndWorkspace;
   EXPECT_EQ(b.fixed_total(), fixed);
 
@@ -73,13 +75,13 @@ void expect_gpt2(std::int64_t S, std::int64_t expected_max_batch) {
   const Bytes stats = L * S * 2 * 8;       // two layer norms, fp32 mean and rstd per row
   const Bytes logits = 2 * S * V + 4 * S;  // logits and the fp32 log-sum-exp of the loss
   const Bytes dlogits = 2 * S * V;
-  EXPECT_EQ(b.component("saved activations"), saved);
-  EXPECT_EQ(b.component("norm statistics"), stats);
-  EXPECT_EQ(b.component("final block output"), 2 * S * H);
-  EXPECT_EQ(b.component("final norm"), 2 * S * H + 8 * S);
-  EXPECT_EQ(b.component("logits and loss"), logits);
-  EXPECT_EQ(b.component("backward transient"), dlogits);
-  EXPECT_EQ(b.component("tokens and targets"), 8 * S);
+  EXPECT_EQ(b.component(MemoryComponent::saved_activations), saved);
+  EXPECT_EQ(b.component(MemoryComponent::norm_statistics), stats);
+  EXPECT_EQ(b.component(MemoryComponent::final_block_output), 2 * S * H);
+  EXPECT_EQ(b.component(MemoryComponent::final_norm), 2 * S * H + 8 * S);
+  EXPECT_EQ(b.component(MemoryComponent::logits_and_loss), logits);
+  EXPECT_EQ(b.component(MemoryComponent::backward_transient), dlogits);
+  EXPECT_EQ(b.component(MemoryComponent::tokens_and_targets), 8 * S);
   const Bytes per_sample = saved + stats + 2 * S * H + 2 * S * H + 8 * S + logits + dlogits + 8 * S;
   EXPECT_EQ(b.per_sample_total(), per_sample);
 
@@ -112,9 +114,9 @@ void expect_llama2(std::int64_t S) {
   // gate, up and swiglu (3F); fp32 log-sum-exp per head; rms norms keep one fp32 rstd per row.
   const Bytes saved = L * S * (2 * (8 * H + 3 * F) + 4 * A);
   const Bytes stats = L * S * 2 * 4;
-  EXPECT_EQ(b.component("saved activations"), saved);
-  EXPECT_EQ(b.component("norm statistics"), stats);
-  EXPECT_EQ(b.component("final norm"), 2 * S * H + 4 * S);
+  EXPECT_EQ(b.component(MemoryComponent::saved_activations), saved);
+  EXPECT_EQ(b.component(MemoryComponent::norm_statistics), stats);
+  EXPECT_EQ(b.component(MemoryComponent::final_norm), 2 * S * H + 4 * S);
 
   const Bytes fixed = 14 * P + kContextAndWorkspace;
   const Bytes ce =
@@ -170,10 +172,10 @@ TEST(EstimateKorthikanti, GptBlockSavedActivations) {
       const Breakdown b = analyze(cfg, kOverhead);
       ASSERT_EQ(b.moment, "cross-entropy backward");
       // s*h*(34 + 5*a*s/h) = 34*s*h + 5*a*s*s, exact in integers.
-      EXPECT_EQ(b.component("saved activations"), L * (34 * s * h + 5 * a * s * s));
-      EXPECT_EQ(b.component("norm statistics"), L * s * 16);
+      EXPECT_EQ(b.component(MemoryComponent::saved_activations), L * (34 * s * h + 5 * a * s * s));
+      EXPECT_EQ(b.component(MemoryComponent::norm_statistics), L * s * 16);
       // Embedding dropout keeps one more 1-byte mask of the block input's size.
-      EXPECT_EQ(b.component("embedding dropout mask"), s * h);
+      EXPECT_EQ(b.component(MemoryComponent::embedding_dropout_mask), s * h);
     }
 }
 
@@ -186,9 +188,10 @@ TEST(EstimateRecompute, SelectiveRemovesTheSquareTerm) {
   const Breakdown selective = analyze(cfg, kOverhead);
   const Bytes s = 1024, h = 768, a = 12, L = 12;
   ASSERT_EQ(selective.moment, "cross-entropy backward");
-  EXPECT_EQ(none.component("saved activations") - selective.component("saved activations"),
+  EXPECT_EQ(none.component(MemoryComponent::saved_activations) -
+                selective.component(MemoryComponent::saved_activations),
             L * 5 * a * s * s);
-  EXPECT_EQ(selective.component("saved activations"), L * 34 * s * h);
+  EXPECT_EQ(selective.component(MemoryComponent::saved_activations), L * 34 * s * h);
 }
 
 TEST(EstimateRecompute, FullKeepsBlockInputsAndReplaysOneBlock) {
@@ -199,33 +202,35 @@ TEST(EstimateRecompute, FullKeepsBlockInputsAndReplaysOneBlock) {
   // Only the block inputs are saved: 2sbh per layer. The peak is inside the top block's backward
   // once the swiglu gradient is formed (down projection done, its input freed).
   EXPECT_EQ(b.moment, "block 31 backward: swiglu backward");
-  EXPECT_EQ(b.component("saved activations"), L * 2 * S * H);
+  EXPECT_EQ(b.component(MemoryComponent::saved_activations), L * 2 * S * H);
   // The replayed block minus what its backward already freed (swiglu.out): norm1.out, qkv_rot (3H),
   // attn.y, x_mid, norm2.out, gate, up (2F) in bf16; two fp32 rstd; the fp32 lse per head.
-  EXPECT_EQ(b.component("recomputed activations"), S * (2 * (7 * H + 2 * F) + 2 * 4 + 4 * A));
+  EXPECT_EQ(b.component(MemoryComponent::recomputed_activations),
+            S * (2 * (7 * H + 2 * F) + 2 * 4 + 4 * A));
   // Incoming dx, d(swiglu), d(gate), d(up).
-  EXPECT_EQ(b.component("backward transient"), S * 2 * (H + 3 * F));
+  EXPECT_EQ(b.component(MemoryComponent::backward_transient), S * 2 * (H + 3 * F));
   // Written so far: lm head, final norm, and the block's down projection.
-  EXPECT_EQ(b.component("gradients"), 2 * (V * H + H + F * H));
+  EXPECT_EQ(b.component(MemoryComponent::gradients), 2 * (V * H + H + F * H));
 
   // gpt2: the logits still dominate, and the saved part is exactly 2sbh per layer.
   RunConfig gpt = config("gpt2", S);
   gpt.recompute = Recompute::full;
-  EXPECT_EQ(analyze(gpt, kOverhead).component("saved activations"), 12 * 2 * S * 768);
+  EXPECT_EQ(analyze(gpt, kOverhead).component(MemoryComponent::saved_activations),
+            12 * 2 * S * 768);
 }
 
 TEST(EstimateAttention, FlashHasNoSquareTerm) {
   const Bytes S = 1024, A = 12, L = 12;
   RunConfig cfg = config("gpt2", S);
   cfg.attention = Attention::eager;
-  const Bytes eager = analyze(cfg, kOverhead).component("saved activations");
+  const Bytes eager = analyze(cfg, kOverhead).component(MemoryComponent::saved_activations);
   cfg.attention = Attention::flash;
-  const Bytes flash = analyze(cfg, kOverhead).component("saved activations");
+  const Bytes flash = analyze(cfg, kOverhead).component(MemoryComponent::saved_activations);
   // Eager keeps the softmax output [A, S, S] in bf16; flash keeps an fp32 lse [A, S] instead.
   EXPECT_EQ(eager - flash, L * (2 * A * S * S - 4 * A * S));
   // Without an S x S term the saved bytes are linear in the sequence.
   cfg.seq = 2 * S;
-  EXPECT_EQ(analyze(cfg, kOverhead).component("saved activations"), 2 * flash);
+  EXPECT_EQ(analyze(cfg, kOverhead).component(MemoryComponent::saved_activations), 2 * flash);
 }
 
 // Model state at the optimizer step, where every gradient is live: 16 bytes per parameter for
@@ -241,9 +246,9 @@ TEST(EstimateModelState, AdamwIsSixteenBytesPerParameterInFp32AndBf16) {
     EXPECT_EQ(step->fixed, 16 * kGpt2Params + 512 * MiB);  // the workspace is gone by then
     EXPECT_EQ(step->per_sample, 8 * 1024);                 // tokens and targets
     const bool mixed = p == Precision::bf16 || p == Precision::fp16;
-    EXPECT_EQ(b.component("weights"), (mixed ? 2 : 4) * kGpt2Params);
-    EXPECT_EQ(b.component("master weights"), mixed ? 4 * kGpt2Params : 0);
-    EXPECT_EQ(b.component("optimizer state"), 8 * kGpt2Params);
+    EXPECT_EQ(b.component(MemoryComponent::weights), (mixed ? 2 : 4) * kGpt2Params);
+    EXPECT_EQ(b.component(MemoryComponent::master_weights), mixed ? 4 * kGpt2Params : 0);
+    EXPECT_EQ(b.component(MemoryComponent::optimizer_state), 8 * kGpt2Params);
   }
 }
 
@@ -252,17 +257,19 @@ TEST(EstimateModelState, SgdAndNoOptimizer) {
   cfg.optimizer = Optimizer::sgd;
   Breakdown b = analyze(cfg, kOverhead);
   // bf16 weight 2 + grad 2 + fp32 master 4 + fp32 momentum 4.
-  EXPECT_EQ(b.component("optimizer state"), 4 * kGpt2Params);
+  EXPECT_EQ(b.component(MemoryComponent::optimizer_state), 4 * kGpt2Params);
   ASSERT_NE(find_moment(b, "optimizer step"), nullptr);
   EXPECT_EQ(find_moment(b, "optimizer step")->fixed, 12 * kGpt2Params + 512 * MiB);
+  EXPECT_EQ(b.model_state, 12 * kGpt2Params);  // the same without the context
 
   // Without an optimizer there is no step, so no master copy either: weight 2 + grad 2.
   cfg.optimizer = Optimizer::none;
   b = analyze(cfg, kOverhead);
-  EXPECT_EQ(b.component("optimizer state"), 0);
-  EXPECT_EQ(b.component("master weights"), 0);
+  EXPECT_EQ(b.component(MemoryComponent::optimizer_state), 0);
+  EXPECT_EQ(b.component(MemoryComponent::master_weights), 0);
   ASSERT_NE(find_moment(b, "end of step"), nullptr);
   EXPECT_EQ(find_moment(b, "end of step")->fixed, 4 * kGpt2Params + 512 * MiB);
+  EXPECT_EQ(b.model_state, 4 * kGpt2Params);
 
   cfg.dtype = Precision::fp32;
   cfg.optimizer = Optimizer::sgd;
@@ -272,8 +279,8 @@ TEST(EstimateModelState, SgdAndNoOptimizer) {
 
 TEST(EstimateBreakdown, MaxBatchIsTheFloorAndZeroWhenFixedDoesNotFit) {
   Breakdown b;
-  b.fixed = {{"weights", 10}};
-  b.per_sample = {{"saved activations", 3}};
+  b.fixed = {{MemoryComponent::weights, 10}};
+  b.per_sample = {{MemoryComponent::saved_activations, 3}};
   EXPECT_EQ(b.peak(4), 22);
   EXPECT_EQ(b.max_batch(22), 4);
   EXPECT_EQ(b.max_batch(24), 4);
@@ -281,8 +288,8 @@ TEST(EstimateBreakdown, MaxBatchIsTheFloorAndZeroWhenFixedDoesNotFit) {
   EXPECT_EQ(b.max_batch(12), 0);  // the fixed part fits, one sample does not
   EXPECT_EQ(b.max_batch(10), 0);
   EXPECT_EQ(b.max_batch(9), 0);  // the fixed part alone does not fit
-  EXPECT_EQ(b.component("weights"), 10);
-  EXPECT_EQ(b.component("absent"), 0);
+  EXPECT_EQ(b.component(MemoryComponent::weights), 10);
+  EXPECT_EQ(b.component(MemoryComponent::gradients), 0);  // absent
 
   // A later moment with more fixed bytes bounds small batches: peak is the larger line, max batch
   // the smaller bound.
@@ -294,11 +301,15 @@ TEST(EstimateBreakdown, MaxBatchIsTheFloorAndZeroWhenFixedDoesNotFit) {
   EXPECT_EQ(b.max_batch(19), 0);   // the later moment's fixed part does not fit
 }
 
-TEST(EstimateBreakdown, RejectsInvalidShapes) {
+// The shapes the formulas cannot take never reach them: validate() refuses them first, once per
+// configuration, and analyze() takes what it let through.
+TEST(EstimateBreakdown, InvalidShapesAreRefusedBeforeTheEstimate) {
   RunConfig cfg = config("gpt2", 1024);
   cfg.model.heads = 5;  // does not divide 768
-  EXPECT_THROW(analyze(cfg, kOverhead), UsageError);
+  EXPECT_THROW(validate(cfg), UsageError);
   cfg = config("gpt2", std::int64_t{1} << 40);  // S x S attention bytes overflow 64 bits
+  EXPECT_THROW(validate(cfg), UsageError);
+  cfg.attention = Attention::eager;  // the estimate's own products are checked too
   EXPECT_THROW(analyze(cfg, kOverhead), UsageError);
 }
 
@@ -346,10 +357,10 @@ TEST(EstimateScope, FlashAttentionCore) {
   EXPECT_EQ(b.moment, "attention backward: flash attention backward");
   // The context and the 256 bytes the fused backward's engine keeps whatever the batch.
   EXPECT_EQ(b.fixed_total(), 512 * MiB + 256);
-  EXPECT_EQ(b.component("inputs"), S * 2 * (3 * H + H));
-  EXPECT_EQ(b.component("saved activations"), S * (2 * H + 4 * A));
+  EXPECT_EQ(b.component(MemoryComponent::scope_inputs), S * 2 * (3 * H + H));
+  EXPECT_EQ(b.component(MemoryComponent::saved_activations), S * (2 * H + 4 * A));
   // dqkv and the scratch: the fp32 dq accumulator and row sums, two int32 sequence lengths.
-  EXPECT_EQ(b.component("backward transient"), S * (2 * 3 * H + 4 * H + 4 * A) + 8);
+  EXPECT_EQ(b.component(MemoryComponent::backward_transient), S * (2 * 3 * H + 4 * H + 4 * A) + 8);
 }
 
 // One gpt block: its parameters with the full recipe, and the block input and output gradient as
@@ -360,10 +371,10 @@ TEST(EstimateScope, LayerHoldsOneBlocksState) {
   RunConfig cfg = config("gpt2", 1024);
   cfg.scope = Scope::layer;
   const Breakdown b = analyze(cfg, kOverhead);
-  EXPECT_EQ(b.component("weights"), 2 * block);
-  EXPECT_EQ(b.component("master weights"), 4 * block);
-  EXPECT_EQ(b.component("optimizer state"), 8 * block);
-  EXPECT_EQ(b.component("inputs"), 1024 * 2 * 2 * H);
+  EXPECT_EQ(b.component(MemoryComponent::weights), 2 * block);
+  EXPECT_EQ(b.component(MemoryComponent::master_weights), 4 * block);
+  EXPECT_EQ(b.component(MemoryComponent::optimizer_state), 8 * block);
+  EXPECT_EQ(b.component(MemoryComponent::scope_inputs), 1024 * 2 * 2 * H);
   const Moment* step = find_moment(b, "optimizer step");
   ASSERT_NE(step, nullptr);
   // By the optimizer step the workspace has gone with the last GEMM; the inputs remain.
@@ -393,19 +404,19 @@ TEST(Estimate, AllocatorFragmentationOfEagerAttention) {
   // 11.8 segments' worth: 12 segments are held, the rest of the twelfth is free.
   const Bytes fragmentation = 12 * matrix - carved;
   EXPECT_EQ(fragmentation, 4'501'504);
-  EXPECT_EQ(b.component("allocator fragmentation"), fragmentation);
-  EXPECT_EQ(b.component("logits and loss"), S * V * e + S * 4);
+  EXPECT_EQ(b.component(MemoryComponent::allocator_fragmentation), fragmentation);
+  EXPECT_EQ(b.component(MemoryComponent::logits_and_loss), S * V * e + S * 4);
   // The same term is in every moment, so the peak at any batch is the tensor peak plus it.
   for (const Moment& m : b.other_moments) EXPECT_GE(m.per_sample, fragmentation);
 
   // Raw cudaMalloc has no cache to carve from, and flash attention allocates no S x S matrix.
   RunConfig direct = cfg;
   direct.allocator = AllocatorKind::direct;
-  EXPECT_EQ(analyze(direct, kOverhead).component("allocator fragmentation"), 0);
+  EXPECT_EQ(analyze(direct, kOverhead).component(MemoryComponent::allocator_fragmentation), 0);
   EXPECT_EQ(analyze(direct, kOverhead).per_sample_total(), b.per_sample_total() - fragmentation);
   RunConfig flash = cfg;
   flash.attention = Attention::flash;
-  EXPECT_EQ(analyze(flash, kOverhead).component("allocator fragmentation"), 0);
+  EXPECT_EQ(analyze(flash, kOverhead).component(MemoryComponent::allocator_fragmentation), 0);
 }
 
 // The model is the step program's live tensor bytes in closed form: for every architecture, scope,
@@ -436,7 +447,8 @@ TEST(EstimateAgainstProgram, PeakEqualsTheProgramsLiveTensorPeak) {
                     const LiveProfile live = live_profile(program, compute_liveness(program));
                     // The allocator's share is a per-sample component of its own, the same at
                     // every moment; without it the estimate is the tensor bytes to the byte.
-                    const Bytes allocator = batch * b.component("allocator fragmentation");
+                    const Bytes allocator =
+                        batch * b.component(MemoryComponent::allocator_fragmentation);
                     ASSERT_EQ(b.peak(batch) - overhead.context - allocator, live.peak)
                         << preset << " S=" << S << " " << to_string(p) << " " << to_string(att)
                         << " " << to_string(rc) << " " << to_string(opt) << " dropout " << dropout

@@ -34,9 +34,8 @@ GridError grid_error(AllocatorKind allocator) {
         cfg.attention = attention;
         cfg.recompute = recompute;
         cfg.allocator = allocator;
-        cfg.device = "sim:h100-80gb";
-        const DeviceSpec device = resolve_host_device(cfg, "", nullptr);
-        const Measurement m = measure(cfg, device, virtual_sources(), {}, {});
+        cfg.device = parse_device("sim:h100-80gb");
+        const Measurement m = measure(cfg, make_device(cfg), {});
         const double err = m.relative_error();
         SCOPED_TRACE(to_string(attention));
         EXPECT_GT(m.search.max_batch, 0) << "S=" << S << " " << to_string(recompute);

@@ -3,14 +3,22 @@
 
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/fields.h"
 #include "core/presets.h"
 
 namespace vrambench {
 namespace {
 
+// The typed value of --name text, as the command line stores it.
+FieldValue value(std::string_view name, std::string_view text) {
+  return parse_field(find_field(name), text);
+}
+
 TEST(Options, BaseConfigAppliesPresetThenExplicitFields) {
   CliOptions o;
-  o.fields = {{"layers", "4"}, {"preset", "llama2-7b"}, {"seq", "2048"}};
+  o.fields = {{"layers", value("layers", "4")},
+              {"preset", value("preset", "llama2-7b")},
+              {"seq", value("seq", "2048")}};
   const RunConfig cfg = base_config(o);
   EXPECT_EQ(cfg.model.arch, Arch::llama);
   EXPECT_EQ(cfg.model.hidden, 4096);
@@ -25,7 +33,7 @@ TEST(Options, DefaultModelIsGpt2) {
 
 TEST(Options, CustomLlamaUnties) {
   CliOptions o;
-  o.fields = {{"arch", "llama"}};
+  o.fields = {{"arch", value("arch", "llama")}};
   EXPECT_FALSE(base_config(o).model.tied_embeddings);
 }
 
@@ -40,8 +48,8 @@ TEST(Options, FormatsParseAnySubset) {
 
 TEST(Options, GridValidatesEveryPointAndNamesTheBadOne) {
   CliOptions o;
-  o.fields = {{"hidden", "768"}};
-  o.sweeps = {"heads=12,7"};
+  o.fields = {{"hidden", value("hidden", "768")}};
+  o.sweeps = {parse_axis("heads=12,7")};
   try {
     make_grid(o);
     FAIL() << "heads=7 does not divide 768";
@@ -54,7 +62,7 @@ TEST(Options, GridValidatesEveryPointAndNamesTheBadOne) {
 
 TEST(Options, GridExpandsTheCartesianProduct) {
   CliOptions o;
-  o.sweeps = {"seq=512..2048", "dtype=fp16,bf16"};
+  o.sweeps = {parse_axis("seq=512..2048"), parse_axis("dtype=fp16,bf16")};
   const Grid g = make_grid(o);
   ASSERT_EQ(g.configs.size(), 6u);
   EXPECT_EQ(g.varying, (std::vector<std::string>{"seq", "dtype"}));

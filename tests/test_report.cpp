@@ -112,6 +112,27 @@ TEST(ReportCsv, PercentKeepsSixSignificantDigits) {
   EXPECT_EQ(csv_row(t, {Cell::none(CellKind::percent)}), "");
 }
 
+TEST(ReportCells, ReadBackFromCsvTextAndJsonTheyPrintTheSame) {
+  const Table t = sample_table();
+  for (const auto& row : t.rows) {
+    std::vector<Cell> from_text, from_json;
+    const nlohmann::json json = json_row(t, row);
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      from_text.push_back(cell_from_text(t.columns[c].kind, cell_text(row[c])));
+      from_json.push_back(cell_from_json(t.columns[c].kind, json.at(t.columns[c].key)));
+    }
+    EXPECT_EQ(csv_row(t, from_text), csv_row(t, row));
+    EXPECT_EQ(json_row(t, from_json), json);
+  }
+  EXPECT_THROW(cell_from_text(CellKind::integer, "12a"), UsageError);
+  EXPECT_THROW(cell_from_text(CellKind::flag, "2"), UsageError);
+  EXPECT_THROW(cell_from_json(CellKind::bytes, "12"), UsageError);
+  for (const CellKind kind :
+       {CellKind::text, CellKind::integer, CellKind::bytes, CellKind::percent, CellKind::flag})
+    EXPECT_EQ(kind_from_name(kind_name(kind)), kind);
+  EXPECT_THROW(kind_from_name("float"), UsageError);
+}
+
 TEST(ReportCsv, QuotesTextThatNeedsIt) {
   Table t;
   t.columns = {{"a", "a", CellKind::text}, {"b", "b", CellKind::text}};
@@ -167,12 +188,14 @@ TEST(ReportProvenance, QuotesTheCommandLineForAShell) {
   EXPECT_EQ(p.git_commit, kGitCommit);
   EXPECT_TRUE(std::regex_match(p.utc_time, std::regex(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)")))
       << p.utc_time;
+  // The quoting reads back into the same words.
+  EXPECT_EQ(shell_words(p.command_line), std::vector<std::string>(argv, argv + 9));
 }
 
 TEST(ReportProvenance, ToJsonHoldsEveryField) {
   Provenance p{"1.2.3", "abc123", "cpu", "2026-11-22T10:00:00Z", "vrambench run", {}};
   p.extra = {{"cuda", "12.4"}, {"driver", "550.54"}};
-  const nlohmann::json j = to_json(p);
+  const nlohmann::json j = p;
   EXPECT_EQ(j["tool_version"], "1.2.3");
   EXPECT_EQ(j["git_commit"], "abc123");
   EXPECT_EQ(j["device"], "cpu");
@@ -213,13 +236,8 @@ class ReportWriter : public ::testing::Test {
   fs::path root_;
 };
 
-constexpr std::string_view kCsvPreamble =
-    "# vrambench 1.2.3 (abc123)\n"
-    "# device: sim:test\n"
-    "# utc: 2026-11-22T10:00:00Z\n"
-    "# command: vrambench run 'a b'\n"
-    "# cuda: 12.4\n"
-    "model,seq,peak_bytes,err,under\n";
+// The CSV is the header and the rows, nothing else: provenance lives in the JSON.
+constexpr std::string_view kCsvHeader = "model,seq,peak_bytes,err,under\n";
 
 TEST_F(ReportWriter, NothingIsCreatedBeforeTheFirstRow) {
   const fs::path folder = root_ / "out" / "nested";
@@ -235,9 +253,9 @@ TEST_F(ReportWriter, PartialFilesHoldEveryAppendedRow) {
   ResultWriter writer(root_.string(), "sweep", header_only(), provenance(), true, true);
   writer.append(rows.rows[0]);
   EXPECT_EQ(read(root_ / "sweep.csv.partial"),
-            std::string(kCsvPreamble) + "gpt2,1024,1572864,0.031,1\n");
+            std::string(kCsvHeader) + "gpt2,1024,1572864,0.031,1\n");
   writer.append(rows.rows[1]);
-  EXPECT_EQ(read(root_ / "sweep.csv.partial"), std::string(kCsvPreamble) +
+  EXPECT_EQ(read(root_ / "sweep.csv.partial"), std::string(kCsvHeader) +
                                                    "gpt2,1024,1572864,0.031,1\n"
                                                    "llama2-7b,,85899345920,-0.12,0\n");
   const std::vector<std::string> json_lines = lines_of(read(root_ / "sweep.jsonl.partial"));
@@ -258,7 +276,7 @@ TEST_F(ReportWriter, FinishWritesFinalFilesAndRemovesPartials) {
   writer.append(rows.rows[0]);
   writer.append(rows.rows[1]);
   const std::string partial_csv = read(root_ / "sweep.csv.partial");
-  writer.finish({{"capacity_bytes", 1024}});
+  writer.finish(rows, {{"capacity_bytes", 1024}});
 
   EXPECT_EQ(writer.written_files(), (std::vector<std::string>{(root_ / "sweep.csv").string(),
                                                               (root_ / "sweep.json").string()}));
@@ -285,7 +303,7 @@ TEST_F(ReportWriter, OnlyTheFormatsAskedFor) {
   ResultWriter writer(root_.string(), "csv_only", header_only(), provenance(), true, false);
   writer.append(sample_table().rows[0]);
   EXPECT_FALSE(fs::exists(root_ / "csv_only.jsonl.partial"));
-  writer.finish({});
+  writer.finish(sample_table(), {});
   EXPECT_TRUE(fs::exists(root_ / "csv_only.csv"));
   EXPECT_FALSE(fs::exists(root_ / "csv_only.json"));
   EXPECT_EQ(writer.written_files().size(), 1u);
@@ -293,7 +311,7 @@ TEST_F(ReportWriter, OnlyTheFormatsAskedFor) {
   const fs::path unused = root_ / "none";
   ResultWriter silent(unused.string(), "x", header_only(), provenance(), false, false);
   silent.append(sample_table().rows[0]);
-  silent.finish({});
+  silent.finish(sample_table(), {});
   EXPECT_FALSE(fs::exists(unused));
   EXPECT_TRUE(silent.written_files().empty());
 }
@@ -301,13 +319,35 @@ TEST_F(ReportWriter, OnlyTheFormatsAskedFor) {
 TEST_F(ReportWriter, FinishWithoutRowsWritesTheHeader) {
   const fs::path folder = root_ / "empty";
   ResultWriter writer(folder.string(), "sweep", header_only(), provenance(), true, true);
-  writer.finish(nlohmann::json());
-  EXPECT_EQ(read(folder / "sweep.csv"), std::string(kCsvPreamble));
+  writer.finish(header_only(), nlohmann::json());
+  EXPECT_EQ(read(folder / "sweep.csv"), std::string(kCsvHeader));
   const nlohmann::json doc = nlohmann::json::parse(read(folder / "sweep.json"));
   EXPECT_EQ(doc["summary"], nlohmann::json::object());
   EXPECT_TRUE(doc["rows"].is_array());
   EXPECT_TRUE(doc["rows"].empty());
   EXPECT_FALSE(fs::exists(folder / "sweep.csv.partial"));
+}
+
+TEST_F(ReportWriter, ResumeStartsThePartialsWithTheKeptRowsAndFinishTakesTheFinalOrder) {
+  const Table rows = sample_table();
+  {
+    ResultWriter first(root_.string(), "sweep", header_only(), provenance(), true, true);
+    first.append(rows.rows[1]);  // then the run is killed
+  }
+  ResultWriter writer(root_.string(), "sweep", header_only(), provenance(), true, true);
+  writer.resume({rows.rows[1]});
+  EXPECT_EQ(read(root_ / "sweep.csv.partial"),
+            std::string(kCsvHeader) + "llama2-7b,,85899345920,-0.12,0\n");
+  EXPECT_EQ(lines_of(read(root_ / "sweep.jsonl.partial")).size(), 1u);
+  writer.append(rows.rows[0]);
+  EXPECT_EQ(lines_of(read(root_ / "sweep.csv.partial")).size(), 3u);
+  EXPECT_THROW(writer.resume({}), InternalError);
+  writer.finish(rows, {});
+  // The final file has the rows in the order of the table given, not in the order they finished.
+  EXPECT_EQ(read(root_ / "sweep.csv"), std::string(kCsvHeader) +
+                                           "gpt2,1024,1572864,0.031,1\n"
+                                           "llama2-7b,,85899345920,-0.12,0\n");
+  EXPECT_FALSE(fs::exists(root_ / "sweep.csv.partial"));
 }
 
 TEST_F(ReportWriter, AFileInPlaceOfTheFolderIsAUsageError) {

@@ -1,6 +1,8 @@
 // The rows of the estimate and search tables.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -10,9 +12,9 @@
 namespace vrambench {
 namespace {
 
-DeviceSpec h100() {
+DeviceInfo h100() {
   const GpuProfile& p = find_gpu_profile("h100-80gb");
-  DeviceSpec d;
+  DeviceInfo d;
   d.total = p.total;
   d.fixed_overhead = p.context_overhead;
   d.gemm_workspace = p.gemm_workspace();
@@ -32,7 +34,7 @@ TEST(ResultTables, ModelStateIsSixteenBytesPerParameterForMixedAdamW) {
   cfg.model = find_preset("gpt2").model;
   cfg.dtype = Precision::bf16;
   cfg.optimizer = Optimizer::adamw;
-  const DeviceSpec d = h100();
+  const DeviceInfo d = h100();
   const Breakdown b = analyze(cfg, {d.fixed_overhead, d.gemm_workspace});
   const Table t = estimate_table({}, false);
   const std::vector<Cell> row = estimate_row(cfg, b, {}, d, false);
@@ -42,48 +44,103 @@ TEST(ResultTables, ModelStateIsSixteenBytesPerParameterForMixedAdamW) {
   EXPECT_EQ(row[column_index(t, "capacity_bytes")].integer, d.total);
 }
 
+// A measurement made by hand, so that every cell has a value worked out here: est peak at B is
+// 1000 + 100 B, the device fit 7 samples (peak 1650) and ran out at 8 (it would need 1800).
+Measurement hand_measurement() {
+  Measurement m;
+  m.config.model = find_preset("tiny").model;
+  m.config.seq = 64;
+  m.estimate.moment = "end of forward";
+  m.estimate.fixed = {{MemoryComponent::weights, 600}, {MemoryComponent::cuda_context, 400}};
+  m.estimate.per_sample = {{MemoryComponent::saved_activations, 100}};
+  m.est_max_batch = 7;
+  m.search.max_batch = 7;
+  m.search.trials = {{4, true}, {8, false}, {7, true}};
+  TrialResult fit;
+  fit.fit = true;
+  fit.device_peak = 1650;
+  TrialResult oom;
+  oom.oom = OomInfo{"matmul", "x", 100, 50};
+  oom.device_peak = 1700;
+  m.trials = {{7, fit}, {8, oom}};
+  TrialResult needed;
+  needed.fit = true;
+  needed.device_peak = 1800;
+  m.next_needed = needed;
+  return m;
+}
+
 TEST(ResultTables, SearchRowComparesAtTheMaxBatch) {
-  RunConfig cfg;
-  cfg.model = find_preset("tiny").model;
-  cfg.seq = 64;
-  DeviceSpec d;
-  d.total = 64 * MiB;
-  d.fixed_overhead = 8 * MiB;
-  const Measurement m = measure(cfg, d, virtual_sources(), {}, {});
-  ASSERT_GT(m.search.max_batch, 0);
+  const Measurement m = hand_measurement();
   const Table t = search_table({"seq"}, "sim");
   const std::vector<Cell> row = search_row(m, {"seq"});
   ASSERT_EQ(row.size(), t.columns.size());
   EXPECT_EQ(row[column_index(t, "seq")].integer, 64);
-  EXPECT_EQ(row[column_index(t, "sim_max_batch")].integer, m.search.max_batch);
-  EXPECT_EQ(row[column_index(t, "compared_batch")].integer, m.search.max_batch);
-  const std::int64_t sim_peak = row[column_index(t, "sim_peak_bytes")].integer;
-  const std::int64_t est_peak = row[column_index(t, "est_peak_bytes")].integer;
-  EXPECT_LE(sim_peak, d.total);
-  EXPECT_GT(row[column_index(t, "sim_next_peak_bytes")].integer, d.total);
-  EXPECT_DOUBLE_EQ(row[column_index(t, "rel_error")].real,
-                   static_cast<double>(est_peak - sim_peak) / static_cast<double>(sim_peak));
-  EXPECT_EQ(row[column_index(t, "under_estimate")].integer != 0, est_peak < sim_peak);
+  EXPECT_EQ(row[column_index(t, "est_max_batch")].integer, 7);
+  EXPECT_EQ(row[column_index(t, "sim_max_batch")].integer, 7);
+  EXPECT_EQ(row[column_index(t, "compared_batch")].integer, 7);
+  EXPECT_EQ(row[column_index(t, "est_peak_bytes")].integer, 1700);  // 1000 + 7 * 100
+  EXPECT_EQ(row[column_index(t, "sim_peak_bytes")].integer, 1650);
+  EXPECT_EQ(row[column_index(t, "sim_next_peak_bytes")].integer, 1800);
+  EXPECT_DOUBLE_EQ(row[column_index(t, "rel_error")].real, 50.0 / 1650.0);
+  EXPECT_EQ(row[column_index(t, "under_estimate")].integer, 0);
+  EXPECT_EQ(row[column_index(t, "trials")].integer, 3);
 }
 
-TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrors) {
+TEST(ResultTables, SearchRowOfAFailedMeasurementSaysHowItFailed) {
+  Measurement m = hand_measurement();
+  m.search = {};
+  m.trials.clear();
+  m.next_needed.reset();
+  m.failure = Failure::timeout;
+  m.reason = "the trial at batch 4 ran over 60 s";
+  const Table t = search_table({"seq"}, "sim");
+  const std::vector<Cell> row = search_row(m, {"seq"});
+  EXPECT_EQ(row[column_index(t, "sim_max_batch")].integer, 0);
+  EXPECT_EQ(row[column_index(t, "est_peak_bytes")].integer, 1100);  // compared at batch 1
+  EXPECT_EQ(row[column_index(t, "note")].text, "timeout: the trial at batch 4 ran over 60 s");
+}
+
+TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrorsFromTheRows) {
   RunConfig cfg;
   cfg.model = find_preset("tiny").model;
-  DeviceSpec d;
+  DeviceInfo d;
   d.total = 64 * MiB;
   d.fixed_overhead = 8 * MiB;
+  Table table = search_table({"seq"}, "sim");
   std::vector<Measurement> rows;
   for (std::int64_t seq : {32, 64, 128}) {
     cfg.seq = seq;
-    rows.push_back(measure(cfg, d, virtual_sources(), {}, {}));
+    rows.push_back(measure(cfg, simulated(d), {}));
+    table.add_row(search_row(rows.back(), {"seq"}));
   }
-  const ErrorSummary s = summarize_errors(rows);
-  ASSERT_EQ(s.compared, 3);
+  table.add_row(
+      search_row(failed_measurement(cfg, d, Failure::crashed, "signal 6 (Aborted)"), {"seq"}));
+  const SearchSummary s = summarize_search(table);
+  EXPECT_EQ(s.measured, "sim");
+  EXPECT_EQ(s.configurations, 4);
+  ASSERT_EQ(s.errors.compared, 3);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.timed_out, 0);
   std::vector<double> errors;
-  for (const Measurement& m : rows) errors.push_back(std::fabs(m.relative_error()));
+  std::int64_t trials = 0;
+  for (const Measurement& m : rows) {
+    errors.push_back(std::fabs(m.relative_error()));
+    trials += static_cast<std::int64_t>(m.search.trials.size());
+  }
+  EXPECT_EQ(s.trials, trials);
   std::sort(errors.begin(), errors.end());
-  EXPECT_DOUBLE_EQ(s.median_abs, errors[1]);
-  EXPECT_DOUBLE_EQ(s.max_abs, errors[2]);
+  EXPECT_DOUBLE_EQ(s.errors.median_abs, errors[1]);
+  EXPECT_DOUBLE_EQ(s.errors.max_abs, errors[2]);
+  const std::string line = search_summary_line(s, "sim:test", 1.5);
+  EXPECT_NE(line.find("4 configurations on sim:test, "), std::string::npos) << line;
+  EXPECT_NE(line.find(fmt::format("{} trials ({:.1f} per configuration) in 1.50 s", trials,
+                                  static_cast<double>(trials) / 4.0)),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("1 failed"), std::string::npos) << line;
+  EXPECT_TRUE(is_search_table(table));
+  EXPECT_FALSE(is_search_table(estimate_table({"seq"}, false)));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "alloc/allocator.h"
 #include "core/error.h"
 #include "core/presets.h"
+#include "device/sources.h"
 #include "search/scaled_program.h"
 #include "search/trial.h"
 

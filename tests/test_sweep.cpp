@@ -11,8 +11,12 @@ namespace {
 
 using Values = std::vector<std::string>;
 
+// The axis's values as the text parse_field reads back.
 Values values_of(std::string_view text) {
-  return parse_axis(text).values;
+  const Axis axis = parse_axis(text);
+  Values out;
+  for (const FieldValue& v : axis.values) out.push_back(field_text(find_field(axis.field), v));
+  return out;
 }
 
 // The error must be one line, quote what was given and show a valid form.
@@ -39,7 +43,7 @@ std::string usage_error(std::string_view text) {
 TEST(SweepParse, DoublingRangeIsInclusive) {
   const Axis axis = parse_axis("seq=512..8192");
   EXPECT_EQ(axis.field, "seq");
-  EXPECT_EQ(axis.values, (Values{"512", "1024", "2048", "4096", "8192"}));
+  EXPECT_EQ(values_of("seq=512..8192"), (Values{"512", "1024", "2048", "4096", "8192"}));
   EXPECT_EQ(values_of("seq=512..512"), (Values{"512"}));
   // The end is a bound, not a value: 3000 is never reached by doubling 512.
   EXPECT_EQ(values_of("seq=512..3000"), (Values{"512", "1024", "2048"}));
@@ -233,9 +237,23 @@ TEST(SweepExpand, ValuesRoundTripThroughGetField) {
   EXPECT_EQ(configs[0].vram, 24 * GiB);
   EXPECT_EQ(configs[3].vram, 80 * GiB);
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    EXPECT_EQ(get_field(configs[i], "vram"), axes[0].values[i / 2]);
-    EXPECT_EQ(get_field(configs[i], "kv-heads"), axes[1].values[i % 2]);
+    EXPECT_EQ(get_field(configs[i], find_field("vram")), axes[0].values[i / 2]);
+    EXPECT_EQ(get_field(configs[i], find_field("kv-heads")), axes[1].values[i % 2]);
   }
+}
+
+TEST(SweepParse, ValuesAreTypedWhenTheAxisIsRead) {
+  EXPECT_EQ(parse_axis("dtype=fp16,bf16").values,
+            (std::vector<FieldValue>{Precision::fp16, Precision::bf16}));
+  EXPECT_EQ(parse_axis("seq=512,1024").values,
+            (std::vector<FieldValue>{std::int64_t{512}, std::int64_t{1024}}));
+  EXPECT_EQ(parse_axis("vram=1GiB").values, (std::vector<FieldValue>{std::int64_t{GiB}}));
+  EXPECT_EQ(parse_axis("dropout=0.25").values, (std::vector<FieldValue>{0.25}));
+  EXPECT_EQ(parse_axis("device=sim:rtx4090").values,
+            (std::vector<FieldValue>{DeviceChoice{DeviceChoice::Kind::sim, "rtx4090"}}));
+  const Axis presets = parse_axis("preset=tiny");
+  ASSERT_EQ(presets.values.size(), 1u);
+  EXPECT_EQ(std::get<ModelConfig>(presets.values[0]).hidden, 64);
 }
 
 TEST(SweepExpand, RejectsTwoAxesOnOneField) {
@@ -261,10 +279,11 @@ TEST(SweepExpand, RejectsAGridOverAMillionPoints) {
 
 TEST(SweepExpand, RejectsAGridWhoseSizeOverflows) {
   // 100000^4 = 10^20 points does not fit in 64 bits; the message must still say it is too big.
-  const Axis wide{"seq", Values(100000, "1")};
-  const Axis wide_batch{"batch", Values(100000, "1")};
-  const Axis wide_layers{"layers", Values(100000, "1")};
-  const Axis wide_hidden{"hidden", Values(100000, "1")};
+  const std::vector<FieldValue> ones(100000, std::int64_t{1});
+  const Axis wide{"seq", ones};
+  const Axis wide_batch{"batch", ones};
+  const Axis wide_layers{"layers", ones};
+  const Axis wide_hidden{"hidden", ones};
   try {
     expand(base_config(), {wide, wide_batch, wide_layers, wide_hidden});
     FAIL() << "no UsageError";

@@ -29,7 +29,7 @@ RunConfig step_config(std::int64_t which) {
   cfg.attention = Attention::flash;
   cfg.recompute = Recompute::none;
   cfg.optimizer = Optimizer::adamw;
-  cfg.device = "cuda";
+  cfg.device = parse_device("cuda");
   if (which == 0) {
     cfg.model = find_preset("gpt2").model;
     cfg.scope = Scope::model;
@@ -72,8 +72,7 @@ void BM_TrainingStep(benchmark::State& state) {
   state.SetLabel(cfg.model.name + (cfg.scope == Scope::layer ? " layer" : " model") +
                  (flash == FlashImpl::cudnn ? ", cudnn-sdpa" : ", kernel"));
   const CudaDeviceInfo info = query_cuda_device(0);
-  const Program program =
-      build_program(cfg, cuda::gemm_workspace_bytes(info.compute_capability()));
+  const Program program = build_program(cfg, cuda::gemm_workspace_bytes(info.compute_capability()));
 
   std::vector<cuda::DeviceBuffer> buffers;
   std::vector<void*> data(program.tensors.size(), nullptr);

@@ -14,11 +14,13 @@
 
 #include <cstdint>
 
+#include "core/config.h"
+
 namespace vrambench::cpu {
 
 struct AttnShape {
   std::int64_t B = 1, S = 1, A = 1, K = 1, D = 1;
-  std::int64_t Q() const { return (A + 2 * K) * D; }
+  std::int64_t Q() const { return qkv_width(A, K, D); }
   std::int64_t kv_head(std::int64_t a) const { return a / (A / K); }
 };
 

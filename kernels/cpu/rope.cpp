@@ -2,12 +2,13 @@
 #include "cpu/rope.h"
 
 #include "common/math.h"
+#include "core/config.h"
 
 namespace vrambench::cpu {
 namespace {
 void rotate_all(float* out, const float* in, std::int64_t B, std::int64_t S, std::int64_t A,
                 std::int64_t K, std::int64_t D, bool inverse) {
-  const std::int64_t Q = (A + 2 * K) * D;
+  const std::int64_t Q = qkv_width(A, K, D);
   const std::int64_t rotated_columns = (A + K) * D;  // q and k heads; v follows untouched
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t s = 0; s < S; ++s) {

@@ -31,8 +31,8 @@ namespace vrambench::cuda {
 // One fused attention over the packed tensors.
 struct SdpaShape {
   std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  std::int64_t width() const { return (heads + 2 * kv_heads) * head_dim; }  // qkv columns
-  float scale() const;                                                      // 1 / sqrt(D)
+  std::int64_t width() const { return qkv_width(heads, kv_heads, head_dim); }  // qkv columns
+  float scale() const;                                                         // 1 / sqrt(D)
   bool operator==(const SdpaShape&) const = default;
 };
 

@@ -59,7 +59,7 @@ GemmPlan plan_linear_bwd_dw(std::int64_t M, std::int64_t in, std::int64_t out,
 // head a reads kv head a / (A / K). Offsets are in elements from each tensor's start.
 struct AttentionShape {
   std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  std::int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
+  std::int64_t qkv_width() const { return vrambench::qkv_width(heads, kv_heads, head_dim); }
   std::int64_t group() const { return heads / kv_heads; }
   std::int64_t kv_of(std::int64_t a) const { return a / group(); }
   std::int64_t q_offset(std::int64_t a) const { return a * head_dim; }

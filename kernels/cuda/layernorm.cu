@@ -87,6 +87,7 @@ void launch_layernorm_bwd(DType dtype, void* dx, void* dw, void* db, const void*
         static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
         static_cast<const T*>(w), mean, rstd, M, H);
     VB_CHECK_LAUNCH("layernorm_bwd_dx_kernel");
+    if (dw == nullptr) return;  // a frozen norm: dx alone
     if (chunks.count == 1) {
       layernorm_bwd_dw_kernel<T><<<grid_for(H, kColumnThreads), kColumnThreads, 0, stream>>>(
           static_cast<T*>(dw), static_cast<T*>(db), static_cast<const T*>(dy),
@@ -99,7 +100,7 @@ void launch_layernorm_bwd(DType dtype, void* dx, void* dw, void* db, const void*
         chunks.count, with_bias);
     VB_CHECK_LAUNCH("layernorm_dw_partial_kernel");
   });
-  if (chunks.count == 1) return;
+  if (dw == nullptr || chunks.count == 1) return;
   launch_column_finish(dtype, dw, partial, chunks.count, H, accumulate, stream);
   if (with_bias)
     launch_column_finish(dtype, db, partial + chunks.count * H, chunks.count, H, accumulate,

@@ -139,8 +139,9 @@ __host__ __device__ inline void layernorm_bwd_dw_body(std::int64_t h, T* dw, T* 
 void launch_layernorm_fwd(DType dtype, void* y, float* mean, float* rstd, const void* x,
                           const void* w, const void* b, std::int64_t M, std::int64_t H, float eps,
                           cudaStream_t stream);
-// db may be null (no bias). The dw/db partials go into `workspace` (the GEMM workspace); without
-// room for two chunks of them (column_chunks(M, H, db ? 2 : 1, workspace_bytes)) one pass runs.
+// db may be null (no bias); dw and db both null (a frozen norm) write dx alone. The dw/db partials
+// go into `workspace` (the GEMM workspace); without room for two chunks of them (column_chunks(M,
+// H, db ? 2 : 1, workspace_bytes)) one pass runs.
 void launch_layernorm_bwd(DType dtype, void* dx, void* dw, void* db, const void* dy, const void* x,
                           const void* w, const float* mean, const float* rstd, std::int64_t M,
                           std::int64_t H, bool accumulate, void* workspace, Bytes workspace_bytes,

@@ -72,6 +72,7 @@ void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const v
         static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
         static_cast<const T*>(w), rstd, M, H);
     VB_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
+    if (dw == nullptr) return;  // a frozen norm: dx alone
     if (chunks.count == 1) {
       rmsnorm_bwd_dw_kernel<T><<<grid_for(H, kColumnThreads), kColumnThreads, 0, stream>>>(
           static_cast<T*>(dw), static_cast<const T*>(dy), static_cast<const T*>(x), rstd, M, H,
@@ -83,7 +84,7 @@ void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const v
         partial, static_cast<const T*>(dy), static_cast<const T*>(x), rstd, M, H, chunks.rows);
     VB_CHECK_LAUNCH("rmsnorm_dw_partial_kernel");
   });
-  if (chunks.count > 1)
+  if (dw != nullptr && chunks.count > 1)
     launch_column_finish(dtype, dw, partial, chunks.count, H, accumulate, stream);
 }
 

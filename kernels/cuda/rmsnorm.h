@@ -92,8 +92,9 @@ __host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, T* dw, const
 
 void launch_rmsnorm_fwd(DType dtype, void* y, float* rstd, const void* x, const void* w,
                         std::int64_t M, std::int64_t H, float eps, cudaStream_t stream);
-// The dw partials go into `workspace` (the GEMM workspace); without room for two chunks of them
-// (column_chunks(M, H, 1, workspace_bytes)) one pass runs.
+// dw may be null (a frozen norm): dx alone. The dw partials go into `workspace` (the GEMM
+// workspace); without room for two chunks of them (column_chunks(M, H, 1, workspace_bytes)) one
+// pass runs.
 void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const void* x,
                         const void* w, const float* rstd, std::int64_t M, std::int64_t H,
                         bool accumulate, void* workspace, Bytes workspace_bytes,

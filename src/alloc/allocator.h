@@ -13,7 +13,8 @@
 
 namespace vrambench {
 
-// Where memory comes from. Implementations: virtual (sim), host (cpu), cudaMalloc (cuda).
+// Where memory comes from. The devices implement it (src/device/): virtual addresses (sim), host
+// memory (cpu), cudaMalloc (cuda).
 class SegmentSource {
  public:
   virtual ~SegmentSource() = default;
@@ -33,9 +34,6 @@ class SegmentSource {
 // that led here is the one to report (after a sticky CUDA error every cudaFree fails too, and the
 // memory goes with the context), and a destructor must not throw.
 void free_segment_quietly(SegmentSource& source, std::uintptr_t address, Bytes bytes) noexcept;
-
-// A SegmentSource of virtual addresses: hands out up to `capacity` bytes, no memory behind them.
-std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity);
 
 struct AllocStats {
   // Bytes of live blocks: `direct` counts the bytes requested (tensor bytes); `caching` counts

@@ -6,18 +6,23 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
 
-#include "cli/gpu.h"
+#include "cli/progress.h"
 #include "core/error.h"
 #include "core/fields.h"
 #include "core/presets.h"
+#include "device/device.h"
+#include "device/gpu.h"
 #include "estimate/estimate.h"
 #include "program/print.h"
 #include "program/program.h"
+#include "report/compare.h"
+#include "report/merge.h"
+#include "report/read.h"
 #include "report/result_tables.h"
 #include "report/table.h"
 #include "search/isolate.h"
@@ -26,63 +31,143 @@
 namespace vrambench {
 namespace {
 
-// Resolves the device of every grid point up front, so a bad device fails before any output.
-// Each distinct (device, vram) is resolved once: on a GPU that takes a child process and a context.
-std::vector<DeviceSpec> resolve_devices(const Grid& grid) {
-  std::vector<DeviceSpec> devices;
-  std::map<std::pair<std::string, Bytes>, DeviceSpec> resolved;
+// Makes the device of every grid point up front, so a bad device fails before any output. Each
+// distinct (device, vram) is made once: on a GPU that takes a child process and a context.
+std::vector<Device> make_devices(const Grid& grid, const DeviceOptions& options) {
+  std::vector<Device> devices;
+  std::map<std::pair<DeviceChoice, Bytes>, Device> made;
   std::string note;
   for (const RunConfig& cfg : grid.configs) {
-    const std::pair<std::string, Bytes> key{cfg.device, cfg.vram};
-    auto it = resolved.find(key);
-    if (it == resolved.end()) {
+    const std::pair<DeviceChoice, Bytes> key{cfg.device, cfg.vram};
+    auto it = made.find(key);
+    if (it == made.end()) {
       std::string this_note;
-      it = resolved.emplace(key, resolve_device(cfg, &this_note)).first;
+      it = made.emplace(key, make_device(cfg, options, &this_note)).first;
       if (note.empty()) note = this_note;
     }
     devices.push_back(it->second);
   }
-  if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+  if (!note.empty()) fmt::print(stderr, "{}\n", note);
   return devices;
 }
 
-std::string device_label(const std::vector<DeviceSpec>& devices) {
-  for (const DeviceSpec& d : devices)
-    if (d.label != devices.front().label) return "several (see the device and vram columns)";
-  return devices.front().label;
+std::string device_label(const std::vector<Device>& devices) {
+  for (const Device& d : devices)
+    if (d.info.label != devices.front().info.label)
+      return "several (see the device and vram columns)";
+  return devices.front().info.label;
+}
+
+// The device of the run, as provenance names it: that of its configurations, or for an empty shard
+// (more shards than configurations) that of the base configuration, so that its table has the
+// columns and device of the other shards.
+struct RunDevice {
+  DeviceKind kind;
+  std::string label;
+};
+RunDevice run_device(const std::vector<Device>& devices, const CliOptions& options) {
+  if (devices.empty()) {
+    const Device base = make_device(base_config(options), options.device);
+    return {base.info.kind, base.info.label};
+  }
+  return {devices.front().info.kind, device_label(devices)};
 }
 
 std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
   std::string out;
   for (const std::string& f : key_columns(varying))
-    out += fmt::format("{}{}={}", out.empty() ? "" : " ", f, get_field(cfg, f));
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", f,
+                       field_text(find_field(f), get_field(cfg, find_field(f))));
   return out;
+}
+
+// The rows of the configurations an earlier run of this command (--name, --out) finished, by
+// their index in the grid.
+struct ResumedRows {
+  explicit ResumedRows(std::size_t n) : rows(n), details(n) {}
+  std::vector<std::optional<std::vector<Cell>>> rows;
+  std::vector<nlohmann::json> details;
+};
+
+// Reads what an earlier run finished and starts the partials with it. A row of a configuration
+// this command does not run means another command: a UsageError, before anything is written.
+ResumedRows resume_rows(const Grid& grid, ResultWriter& writer, const Table& header) {
+  ResumedRows resumed(grid.configs.size());
+  FinishedRows finished = read_finished_rows(writer.path(""), header);
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < grid.configs.size(); ++i) {
+    std::string key;
+    for (const Cell& cell : key_cells(grid.configs[i], grid.varying)) key += cell_text(cell) + '\n';
+    index.emplace(std::move(key), i);
+  }
+  const std::size_t key_width = key_columns(grid.varying).size();
+  std::vector<std::vector<Cell>> kept;
+  for (std::size_t r = 0; r < finished.rows.size(); ++r) {
+    std::string key;
+    for (std::size_t c = 0; c < key_width; ++c) key += cell_text(finished.rows[r][c]) + '\n';
+    const auto it = index.find(key);
+    if (it == index.end()) {
+      std::replace(key.begin(), key.end(), '\n', ' ');
+      throw UsageError(fmt::format(
+          "--resume: '{}' has a row ({}) that this command does not run: another sweep?",
+          finished.path, key.substr(0, key.size() - 1)));
+    }
+    if (resumed.rows[it->second]) continue;  // a row twice: the first is the one kept
+    resumed.rows[it->second] = finished.rows[r];
+    resumed.details[it->second] = std::move(finished.details[r]);
+    kept.push_back(std::move(finished.rows[r]));
+  }
+  writer.resume(kept);
+  return resumed;
 }
 
 bool stderr_is_terminal() {
   return isatty(STDERR_FILENO) != 0;
 }
 
+// `vrambench devices`: the detected GPUs (none without one).
+Table gpu_table() {
+  Table t;
+  t.columns = {{"device", "device", CellKind::text},
+               {"name", "name", CellKind::text},
+               {"compute_capability", "cc", CellKind::text},
+               {"total_bytes", "total", CellKind::bytes},
+               {"free_bytes", "free", CellKind::bytes},
+               {"driver", "driver", CellKind::integer},
+               {"cuda_runtime", "CUDA runtime", CellKind::text},
+               {"cublaslt", "cuBLASLt", CellKind::text},
+               {"cudnn", "cuDNN", CellKind::text}};
+  for (const CudaDeviceInfo& d : list_gpus())
+    t.add_row({Cell::of_text(fmt::format("cuda:{}", d.ordinal)), Cell::of_text(d.name),
+               Cell::of_text(fmt::format("{}.{}", d.cc_major, d.cc_minor)),
+               Cell::of_bytes(d.total_memory), Cell::of_bytes(d.free_memory),
+               Cell::of_int(d.driver_version), Cell::of_text(d.libraries.runtime_text()),
+               Cell::of_text(d.libraries.cublaslt_text()),
+               Cell::of_text(d.libraries.cudnn_text())});
+  return t;
+}
+
 void print_written(const ResultWriter& writer) {
-  for (const std::string& path : writer.written_files()) std::printf("wrote %s\n", path.c_str());
+  for (const std::string& path : writer.written_files()) fmt::print("wrote {}\n", path);
 }
 
 }  // namespace
 
 int run_estimate_command(const CliOptions& options, int argc, const char* const* argv) {
-  const Formats formats = parse_formats(options.format);
+  const Formats& formats = options.formats;
   const Grid grid = make_grid(options);
-  const std::vector<DeviceSpec> devices = resolve_devices(grid);
+  const std::vector<Device> devices = make_devices(grid, {});
+  const std::string device_name = run_device(devices, options).label;
   const bool at_batch = options.fields.count("batch") > 0;
 
   Table table = estimate_table(grid.varying, at_batch);
-  ResultWriter writer(
-      options.out, options.name.empty() ? default_output_name("estimate") : options.name, table,
-      make_provenance(argc, argv, device_label(devices)), formats.csv, formats.json);
+  ResultWriter writer(options.out,
+                      options.name.empty() ? default_output_name("estimate") : options.name, table,
+                      make_provenance(argc, argv, device_name), formats.csv, formats.json);
   std::int64_t smallest = INT64_MAX, largest = 0;
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
-    const DeviceSpec& device = devices[i];
+    const DeviceInfo& device = devices[i].info;
     const Breakdown breakdown =
         analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
     std::vector<Cell> row = estimate_row(cfg, breakdown, grid.varying, device, at_batch);
@@ -92,29 +177,21 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
     smallest = std::min(smallest, max_batch);
     largest = std::max(largest, max_batch);
   }
-  if (formats.markdown) std::printf("%s", to_markdown(table).c_str());
-  const std::string summary_line = fmt::format(
-      "{} configuration{} on {}: estimated max batch {}", grid.configs.size(),
-      grid.configs.size() == 1 ? "" : "s", device_label(devices),
-      smallest == largest ? std::to_string(largest) : fmt::format("{}..{}", smallest, largest));
-  std::printf("\n%s\n", summary_line.c_str());
-  writer.finish({{"configurations", grid.configs.size()},
-                 {"min_est_max_batch", smallest},
-                 {"max_est_max_batch", largest},
-                 {"summary", summary_line}});
+  if (grid.configs.empty()) smallest = largest = 0;  // an empty shard
+  if (formats.markdown) fmt::print("{}", to_markdown(table));
+  const std::string summary_line = estimate_summary_line(
+      static_cast<std::int64_t>(grid.configs.size()), device_name, smallest, largest);
+  fmt::print("\n{}\n", summary_line);
+  writer.finish(table, {{"configurations", grid.configs.size()},
+                        {"min_est_max_batch", smallest},
+                        {"max_est_max_batch", largest},
+                        {"summary", summary_line}});
   print_written(writer);
   return 0;
 }
 
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
-  if (options.flash_impl != "auto" && options.flash_impl != "cudnn" &&
-      options.flash_impl != "kernels")
-    throw UsageError(fmt::format("invalid --flash-impl '{}': use auto, cudnn or kernels",
-                                 options.flash_impl));
-  if (options.cuda_memory != "malloc" && options.cuda_memory != "async")
-    throw UsageError(
-        fmt::format("invalid --cuda-memory '{}': use malloc or async", options.cuda_memory));
-  const Formats formats = parse_formats(options.format);
+  const Formats& formats = options.formats;
   const Grid grid = make_grid(options);
   const bool batch_given = options.fields.count("batch") > 0 ||
                            std::any_of(grid.axes.begin(), grid.axes.end(),
@@ -123,132 +200,97 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     throw UsageError(
         "--batch: the search finds the batch; for the peak of a given batch use "
         "`vrambench estimate --batch B` or `vrambench program --batch B`");
-  const std::vector<DeviceSpec> devices = resolve_devices(grid);
-  const std::string measured = devices.front().kind == DeviceKind::sim ? "sim" : "meas";
+  if (options.resume && options.name.empty())
+    throw UsageError(
+        "--resume: give the --name of the run to finish (and the same --out), e.g. --name grid "
+        "--resume");
+  const std::vector<Device> devices = make_devices(grid, options.device);
+  const RunDevice run = run_device(devices, options);
+  const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
   const SearchLimits limits{options.max_batch};
-  // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
-  const bool progress = !options.quiet && stderr_is_terminal();
 
   // On a real device each row also gets the sim replay of the same configuration.
   const bool with_sim = measured != "sim";
-  Table table = search_table(grid.varying, measured, with_sim);
-  ResultWriter writer(
-      options.out, options.name.empty() ? default_output_name("search") : options.name, table,
-      make_provenance(argc, argv, device_label(devices)), formats.csv, formats.json);
-  std::vector<Measurement> results, sims;
+  const bool with_paged = std::any_of(grid.configs.begin(), grid.configs.end(),
+                                      [](const RunConfig& c) { return is_paged(c.optimizer); });
+  Table table = search_table(grid.varying, measured, with_sim, with_paged);
+  ResultWriter writer(options.out,
+                      options.name.empty() ? default_output_name("search") : options.name, table,
+                      make_provenance(argc, argv, run.label), formats.csv, formats.json);
+  const ResumedRows resumed =
+      options.resume ? resume_rows(grid, writer, table) : ResumedRows(grid.configs.size());
+
+  // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
+  Progress progress(!options.quiet && stderr_is_terminal(),
+                    static_cast<std::int64_t>(grid.configs.size()));
   nlohmann::json details = nlohmann::json::array();
-  std::int64_t total_trials = 0;
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
-    const DeviceSpec& device = devices[i];
+    const Device& device = devices[i];
     const std::string point = describe_point(cfg, grid.varying);
-    if (progress)
-      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, grid.configs.size(), point.c_str());
-    int trials_so_far = 0;
-    const auto config_start = std::chrono::steady_clock::now();
-    const auto elapsed = [&] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - config_start).count();
+    if (resumed.rows[i]) {
+      table.add_row(*resumed.rows[i]);
+      nlohmann::json d =
+          resumed.details[i].is_object() ? resumed.details[i] : nlohmann::json::object();
+      d["point"] = point;
+      details.push_back(std::move(d));
+      progress.finished(false);
+      continue;
+    }
+    progress.starting(point);
+    const TrialObserver observe = [&](std::int64_t batch, const TrialResult& result) {
+      progress.trial(batch, result.fit);
     };
-    const TrialObserver observe = [&, i](std::int64_t batch, const TrialResult& result) {
-      ++trials_so_far;
-      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s: batch %lld %s (trial %d, %.1f s)", i + 1,
-                   grid.configs.size(), point.c_str(), static_cast<long long>(batch),
-                   result.fit ? "fits" : "out of memory", trials_so_far, elapsed());
-    };
-    const SourceFactory sources = sources_for(device, options.cuda_memory == "async");
-    const ExecutorFactory executors = executors_for(device, !options.no_execute, options.flash_impl);
+    const TrialObserver maybe_observe = progress.enabled() ? observe : TrialObserver{};
     std::optional<Measurement> measured_row;
     try {
       // On CUDA a sticky error poisons the process: each configuration gets its own child.
-      if (options.isolate || device.kind == DeviceKind::cuda)
-        measured_row =
-            measure_isolated(cfg, device, sources, executors, limits, fault_from_environment(),
-                             progress ? observe : TrialObserver{}, options.trial_timeout);
+      if (options.isolate || device.info.kind == DeviceKind::cuda)
+        measured_row = measure_isolated(cfg, device, limits, fault_from_environment(cfg),
+                                        maybe_observe, options.trial_timeout);
       else
-        measured_row =
-            measure(cfg, device, sources, executors, limits, progress ? observe : TrialObserver{});
+        measured_row = measure(cfg, device, limits, maybe_observe);
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
       // A broken configuration becomes a failed row; the sweep goes on.
-      measured_row = failed_measurement(cfg, device, fmt::format("failed: {}", e.what()));
+      measured_row = failed_measurement(cfg, device.info, Failure::failed, e.what());
     }
     Measurement& m = *measured_row;
-    total_trials += static_cast<std::int64_t>(m.search.trials.size());
     std::optional<Measurement> sim;
     if (with_sim) {
       // The sim replays the same step with the fixed overhead the device measured for this row
       // (after its warm-up), so that meas vs sim compares the allocations and nothing else.
-      DeviceSpec replayed = device;
-      if (m.fixed_overhead > 0) replayed.fixed_overhead = m.fixed_overhead;
-      sim = measure(cfg, replayed, virtual_sources(), {}, limits);
+      DeviceInfo replayed_info = device.info;
+      if (m.fixed_overhead > 0) replayed_info.fixed_overhead = m.fixed_overhead;
+      const Device replayed = simulated(replayed_info);
+      sim = measure(cfg, replayed, limits);
       // Make sure the sim has a trial at the device's batch, for the side-by-side peak.
       if (!sim->trials.count(m.compared_batch()))
-        sim->trials.emplace(m.compared_batch(),
-                            run_trial(cfg, replayed, m.compared_batch(),
-                                      replayed.tensor_capacity(), virtual_sources(), nullptr));
+        sim->trials.emplace(
+            m.compared_batch(),
+            run_trial(cfg, replayed, m.compared_batch(), replayed.info.tensor_capacity(), nullptr));
     }
-    std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr);
+    std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr, with_paged);
     writer.append(row);
     table.add_row(std::move(row));
-    nlohmann::json d = search_details(m, device);
+    nlohmann::json d = search_details(m, device.info);
     d["point"] = point;
     details.push_back(std::move(d));
-    results.push_back(std::move(m));
-    if (sim) sims.push_back(std::move(*sim));
+    progress.finished(true);
   }
-  if (progress) std::fprintf(stderr, "\r\033[K");
+  progress.clear();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (formats.markdown) std::printf("%s", to_markdown(table).c_str());
-  const ErrorSummary errors = summarize_errors(results);
-  std::string summary_line =
-      fmt::format("{} configuration{} on {}, {} trials ({:.1f} per configuration) in {:.2f} s",
-                  results.size(), results.size() == 1 ? "" : "s", device_label(devices),
-                  total_trials,
-                  static_cast<double>(total_trials) /
-                      static_cast<double>(std::max<std::size_t>(results.size(), 1)),
-                  seconds);
-  if (errors.compared > 0)
-    summary_line += fmt::format(
-        "; est vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%), {} under-estimate{}",
-        measured, 100 * errors.median_abs, 100 * errors.max_abs, 100 * errors.max_signed,
-        errors.under_estimates, errors.under_estimates == 1 ? "" : "s");
-  const DeviceVsSim vs_sim = summarize_device_vs_sim(results, sims);
-  if (vs_sim.compared > 0)
-    summary_line += fmt::format("; {} vs sim peak: median |diff| {:.1f}%, max |diff| {:.1f}% ({:+.1f}%)",
-                                measured, 100 * vs_sim.median_abs, 100 * vs_sim.max_abs,
-                                100 * vs_sim.max_signed);
-  if (errors.non_monotone > 0)
-    summary_line += fmt::format("; {} non-monotone", errors.non_monotone);
-  const auto failed = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
-    return m.reason.starts_with("failed") || m.reason.starts_with("crashed");
-  });
-  const auto timed_out = std::count_if(results.begin(), results.end(), [](const Measurement& m) {
-    return m.reason.starts_with("timeout");
-  });
-  if (failed > 0) summary_line += fmt::format("; {} failed (see the note column)", failed);
-  if (timed_out > 0)
-    summary_line += fmt::format("; {} timed out after {:g} s without a finished trial", timed_out,
-                                options.trial_timeout);
-  std::printf("\n%s\n", summary_line.c_str());
-  writer.finish({{"configurations", results.size()},
-                 {"trials", total_trials},
-                 {"seconds", seconds},
-                 {"compared", errors.compared},
-                 {"median_abs_rel_error", errors.median_abs},
-                 {"max_abs_rel_error", errors.max_abs},
-                 {"under_estimates", errors.under_estimates},
-                 {"non_monotone", errors.non_monotone},
-                 {"device_vs_sim_compared", vs_sim.compared},
-                 {"device_vs_sim_median_abs", vs_sim.median_abs},
-                 {"device_vs_sim_max_abs", vs_sim.max_abs},
-                 {"failed", failed},
-                 {"timed_out", timed_out},
-                 {"summary", summary_line},
-                 {"details", details}});
+  if (formats.markdown) fmt::print("{}", to_markdown(table));
+  const SearchSummary summary = summarize_search(table);
+  const std::string summary_line = search_summary_line(summary, run.label, seconds);
+  fmt::print("\n{}\n", summary_line);
+  nlohmann::json summary_json = search_summary_json(summary, summary_line, seconds);
+  summary_json["details"] = std::move(details);
+  writer.finish(table, summary_json);
   print_written(writer);
   return 0;
 }
@@ -258,9 +300,58 @@ int run_program_command(const CliOptions& options) {
   if (grid.configs.size() != 1)
     throw UsageError("`vrambench program` shows one configuration: drop --sweep");
   const RunConfig& cfg = grid.configs.front();
-  const DeviceSpec device = resolve_device(cfg, nullptr);
-  const Program program = build_program(cfg, device.gemm_workspace);
-  std::printf("%s", format_program(program, compute_liveness(program)).c_str());
+  const Device device = make_device(cfg);
+  const Program program = build_program(cfg, device.info.gemm_workspace);
+  fmt::print("{}", format_program(program, compute_liveness(program)));
+  return 0;
+}
+
+int run_compare_command(const CliOptions& options) {
+  const ResultFile base = read_result_file(options.base);
+  const ResultFile fresh = read_result_file(options.fresh);
+  const Comparison comparison = compare_results(base, fresh, options.compare);
+  fmt::print("{}", format_comparison(comparison, base, fresh, options.compare));
+  return comparison.passed() ? 0 : 1;
+}
+
+int run_merge_command(const CliOptions& options) {
+  std::filesystem::path out = options.merge_out;
+  if (out.extension() == ".csv" || out.extension() == ".json") out.replace_extension();
+  if (out.filename().empty())
+    throw UsageError(
+        fmt::format("merge: '{}' names no file: give OUT as FOLDER/NAME", options.merge_out));
+  std::vector<ResultFile> parts;
+  for (const std::string& part : options.parts) parts.push_back(read_result_file(part));
+  MergedResult merged = merge_shards(parts);
+
+  Table header = merged.table;
+  header.rows.clear();
+  ResultWriter writer(out.parent_path().string(), out.filename().string(), header,
+                      merged.provenance, options.formats.csv, options.formats.json);
+  nlohmann::json summary;
+  std::string summary_line;
+  const auto configurations = static_cast<std::int64_t>(merged.table.rows.size());
+  if (is_search_table(merged.table)) {
+    const SearchSummary s = summarize_search(merged.table);
+    summary_line = search_summary_line(s, merged.provenance.device, merged.seconds);
+    summary = search_summary_json(s, summary_line, merged.seconds);
+    if (!merged.details.is_null()) summary["details"] = merged.details;
+  } else {
+    summary_line =
+        estimate_summary_line(configurations, merged.provenance.device,
+                              merged.smallest_est_max_batch, merged.largest_est_max_batch);
+    summary = {{"configurations", configurations},
+               {"min_est_max_batch", merged.smallest_est_max_batch},
+               {"max_est_max_batch", merged.largest_est_max_batch},
+               {"summary", summary_line}};
+  }
+  summary_line += fmt::format(" (merged from {} shards)", merged.shards);
+  summary["shards"] = merged.shards;
+  summary["summary"] = summary_line;
+  if (options.formats.markdown) fmt::print("{}", to_markdown(merged.table));
+  fmt::print("\n{}\n", summary_line);
+  writer.finish(merged.table, summary);
+  print_written(writer);
   return 0;
 }
 
@@ -283,18 +374,18 @@ int run_presets_command() {
                Cell::of_int(m.heads), Cell::of_int(m.kv_heads), Cell::of_int(m.ffn),
                Cell::of_int(m.vocab), Cell::of_text(std::string(p.description))});
   }
-  std::printf(
-      "%s\n%zu presets; use one with --preset NAME, or sweep them: --sweep preset=gpt2,llama2-7b\n",
-      to_markdown(t).c_str(), presets().size());
+  fmt::print(
+      "{}\n{} presets; use one with --preset NAME, or sweep them: --sweep preset=gpt2,llama2-7b\n",
+      to_markdown(t), presets().size());
   return 0;
 }
 
 int run_devices_command() {
   const GpuPresence gpu = probe_gpu();
   if (gpu.available) {
-    std::printf("GPUs:\n\n%s\n", to_markdown(gpu_table()).c_str());
+    fmt::print("GPUs:\n\n{}\n", to_markdown(gpu_table()));
   } else {
-    std::printf("No GPU: %s.\n\n", gpu.why.c_str());
+    fmt::print("No GPU: {}.\n\n", gpu.why);
   }
   Table t;
   t.columns = {{"profile", "profile", CellKind::text},
@@ -308,11 +399,45 @@ int run_devices_command() {
                Cell::of_bytes(p.total), Cell::of_bytes(p.context_overhead),
                Cell::of_bytes(p.gemm_workspace()), Cell::of_int(p.compute_capability)});
   }
-  std::printf(
+  fmt::print(
       "Simulated devices (--device sim:PROFILE; totals as nvidia-smi reports them, "
-      "approximate, varying by board and driver):\n\n%s",
-      to_markdown(t).c_str());
+      "approximate, varying by board and driver):\n\n{}",
+      to_markdown(t));
   return 0;
+}
+
+int run_selftest_command() {
+  std::vector<SelftestRow> rows;
+  try {
+    rows = run_gpu_selftest();
+  } catch (const NeedsGpu& e) {
+    fmt::print(stderr, "vrambench: selftest {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "vrambench: selftest failed: {}\n", e.what());
+    return 1;
+  }
+  Table t;
+  t.columns = {{"config", "config", CellKind::text},
+               {"op", "op", CellKind::text},
+               {"dtype", "dtype", CellKind::text},
+               {"ops", "ops", CellKind::integer},
+               {"max_abs_error", "max abs error", CellKind::text},
+               {"worst_ratio", "x tolerance", CellKind::text},
+               {"passed", "passed", CellKind::flag},
+               {"tolerance", "tolerance", CellKind::text}};
+  bool all = true;
+  for (const SelftestRow& r : rows) {
+    all = all && r.passed;
+    t.add_row({Cell::of_text(r.config), Cell::of_text(r.op),
+               Cell::of_text(std::string(dtype_name(r.dtype))), Cell::of_int(r.ops),
+               Cell::of_text(fmt::format("{:.3g}", r.max_abs_error)),
+               Cell::of_text(fmt::format("{:.3g}", r.worst_ratio)), Cell::of_flag(r.passed),
+               Cell::of_text(r.note)});
+  }
+  fmt::print("{}\n", to_markdown(t));
+  fmt::print("selftest: {}\n", all ? "every op matches the CPU reference" : "FAILED");
+  return all ? 0 : 1;
 }
 
 }  // namespace vrambench

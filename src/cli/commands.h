@@ -9,7 +9,14 @@ namespace vrambench {
 int run_search_command(const CliOptions& options, int argc, const char* const* argv);
 int run_estimate_command(const CliOptions& options, int argc, const char* const* argv);
 int run_program_command(const CliOptions& options);
+// options.base, options.fresh. 0 when every row is within tolerance and both files have the same
+// configurations, 1 when not.
+int run_compare_command(const CliOptions& options);
+// options.merge_out (FOLDER/NAME, an extension .csv or .json dropped) and options.parts.
+int run_merge_command(const CliOptions& options);
 int run_presets_command();
 int run_devices_command();
+// Every CUDA op against the CPU reference; fails (1) without a GPU.
+int run_selftest_command();
 
 }  // namespace vrambench

@@ -2,23 +2,27 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
+#include <charconv>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/gpu.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/fields.h"
+#include "core/presets.h"
+#include "core/units.h"
 #include "core/version.h"
+#include "device/device.h"
+#include "sweep/shard.h"
+#include "sweep/sweep.h"
 
 namespace vrambench {
 namespace {
 
-constexpr std::string_view kSubcommands[] = {"search",  "estimate", "program",
-                                             "presets", "devices",  "selftest"};
+constexpr std::string_view kSubcommands[] = {"search", "estimate", "program", "compare",
+                                             "merge",  "presets",  "devices", "selftest"};
 
 constexpr const char* kExamples = R"(Examples:
   vrambench --sweep seq=512..8192
@@ -34,6 +38,15 @@ constexpr const char* kExamples = R"(Examples:
       every op of the training step with the live memory after it
   vrambench presets        the model presets;   vrambench devices   GPUs and simulated cards
 
+Workflows:
+  vrambench --sweep seq=512..8192 --out runs --name seq --resume
+      finish a sweep that was killed: the rows in runs/seq.* are kept, only the rest runs
+  vrambench --sweep seq=512..8192 --shard 0/2 --out parts --name seq-0    (and --shard 1/2 ...)
+  vrambench merge results/h100/seq parts/seq-0.json parts/seq-1.json
+      split a sweep over processes or GPUs, then join the parts in the sweep's order
+  vrambench compare results/sim-h100-80gb/grid-gpt2.csv fresh/grid-gpt2.csv --tolerance 1
+      the rows whose peaks moved more than 1% or whose max batch changed; exit 1 if any
+
 Sweeps (--sweep is repeatable; the grid is the Cartesian product):
   seq=512..8192 (doubling)   seq=512..4096:+512   seq=256..8192:*4   seq=512,1024,3000
   dtype=fp16,bf16   preset=gpt2,gpt2-medium   vram=16GiB,24GiB   seq=[512:4096:512]   seq[pow2]=[9:13]
@@ -43,7 +56,7 @@ Results: an aligned Markdown table on stdout; CSV and JSON under --out (default 
 // The value a field has when it is not given, for --help.
 std::string default_text(const RunConfig& defaults, const FieldInfo& info) {
   if (info.name == "vram") return "the device's memory";
-  return get_field(defaults, info.name);
+  return field_text(info, get_field(defaults, info));
 }
 
 std::string_view type_name(FieldKind kind) {
@@ -52,6 +65,8 @@ std::string_view type_name(FieldKind kind) {
       return "N";
     case FieldKind::real:
       return "P";
+    case FieldKind::number:
+      return "X";
     case FieldKind::size:
       return "SIZE";
     case FieldKind::choice:
@@ -62,20 +77,128 @@ std::string_view type_name(FieldKind kind) {
   return "VALUE";
 }
 
+// A name of enum_names<E>() becomes E: the validator turns the name into the enum's underlying
+// value, which CLI11 then converts; anything else fails naming the allowed names.
+template <typename E>
+CLI::Validator choice_of() {
+  std::string allowed;
+  for (const auto& [value, name] : enum_names<E>())
+    allowed += fmt::format("{}{}", allowed.empty() ? "" : "|", name);
+  return CLI::Validator(
+      [allowed](std::string& text) -> std::string {
+        for (const auto& [value, name] : enum_names<E>())
+          if (name == text) {
+            text = std::to_string(static_cast<std::underlying_type_t<E>>(value));
+            return {};
+          }
+        for (const auto& [value, name] : enum_aliases<E>())
+          if (name == text) {
+            text = std::to_string(static_cast<std::underlying_type_t<E>>(value));
+            return {};
+          }
+        return fmt::format("invalid '{}': allowed values are {}", text, allowed);
+      },
+      allowed);
+}
+
+// A size in the units parser's forms ("24GiB", "16GB", "20.5" GiB) becomes its bytes.
+CLI::Validator size_in_bytes() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          text = std::to_string(parse_bytes(text));
+          return {};
+        } catch (const UsageError& e) {
+          return e.what();
+        }
+      },
+      "");
+}
+
+// A whole number above 0 (counts and sizes of the model, --max-batch).
+const CLI::Validator kPositive(
+    [](std::string& text) -> std::string {
+      std::int64_t n = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec == std::errc::result_out_of_range)
+        return fmt::format("invalid '{}': overflows 64 bits", text);
+      if (ec != std::errc() || end != text.data() + text.size())
+        return fmt::format("invalid '{}': expected a whole number", text);
+      if (n <= 0) return fmt::format("invalid {}: must be a positive integer", text);
+      return {};
+    },
+    "POSITIVE");
+
+// [0, 1), for probabilities.
+const CLI::Validator kProbability(
+    [](std::string& text) -> std::string {
+      double p = 0;
+      if (!CLI::detail::lexical_cast(text, p) || !(p >= 0.0 && p < 1.0))
+        return fmt::format("{} is not in [0, 1)", text);
+      return {};
+    },
+    "in [0, 1)");
+
+// One --FIELD option, typed by the field's value in the default configuration; each stores what
+// it parsed in options.fields.
+void add_field_option(CLI::App* app, CliOptions& options, const FieldInfo& info,
+                      const RunConfig& defaults) {
+  const std::string name(info.name);
+  const std::string flag = "--" + name;
+  const std::string help = fmt::format("{} (default: {})", info.help, default_text(defaults, info));
+  auto store = [&options, name](const auto& value) { options.fields[name] = value; };
+  CLI::Option* option = std::visit(
+      [&](const auto& value) -> CLI::Option* {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_enum_v<T>) {
+          return app->add_option_function<T>(flag, store, help)->transform(choice_of<T>());
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          if (info.kind == FieldKind::size)
+            return app->add_option_function<T>(flag, store, help)->transform(size_in_bytes());
+          return app->add_option_function<T>(flag, store, help)->check(kPositive);
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (info.kind == FieldKind::number)
+            return app->add_option_function<T>(flag, store, help)->check(CLI::PositiveNumber);
+          return app->add_option_function<T>(flag, store, help)->check(kProbability);
+        } else if constexpr (std::is_same_v<T, LoraTargets>) {
+          return app->add_option_function<std::string>(
+              flag, [store](const std::string& text) { store(parse_lora_targets(text)); }, help);
+        } else if constexpr (std::is_same_v<T, ModelConfig>) {
+          std::vector<std::string> names;
+          for (const Preset& p : presets()) names.emplace_back(p.name);
+          return app
+              ->add_option_function<std::string>(
+                  flag, [store](const std::string& preset) { store(find_preset(preset).model); },
+                  help)
+              ->check(CLI::IsMember(names));
+        } else {
+          static_assert(std::is_same_v<T, DeviceChoice>);
+          return app->add_option_function<std::string>(
+              flag, [store](const std::string& text) { store(parse_device(text)); }, help);
+        }
+      },
+      get_field(defaults, info));
+  option->type_name(std::string(type_name(info.kind)))->group("Configuration");
+}
+
 void add_config_options(CLI::App* app, CliOptions& options) {
   const RunConfig defaults = base_config(CliOptions{});
-  for (const FieldInfo& info : fields()) {
-    const std::string name(info.name);
-    app->add_option_function<std::string>(
-           "--" + name, [&options, name](const std::string& v) { options.fields[name] = v; },
-           fmt::format("{} (default: {})", info.help, default_text(defaults, info)))
-        ->type_name(std::string(type_name(info.kind)))
-        ->group("Configuration");
-  }
-  app->add_option("--sweep", options.sweeps,
-                  "an axis FIELD=VALUES, e.g. seq=512..8192, dtype=fp16,bf16 (repeatable)")
+  for (const FieldInfo& info : fields()) add_field_option(app, options, info, defaults);
+  app->add_option_function<std::vector<std::string>>(
+         "--sweep",
+         [&options](const std::vector<std::string>& axes) {
+           for (const std::string& axis : axes) options.sweeps.push_back(parse_axis(axis));
+         },
+         "an axis FIELD=VALUES, e.g. seq=512..8192, dtype=fp16,bf16 (repeatable)")
       ->type_name("AXIS")
       ->group("Sweep");
+}
+
+void add_format_option(CLI::App* app, CliOptions& options) {
+  app->add_option_function<std::string>(
+         "--format", [&options](const std::string& text) { options.formats = parse_formats(text); },
+         "any of md,csv,json (default: md,csv,json)")
+      ->group("Output");
 }
 
 void add_output_options(CLI::App* app, CliOptions& options) {
@@ -84,8 +207,15 @@ void add_output_options(CLI::App* app, CliOptions& options) {
       ->group("Output");
   app->add_option("--name", options.name, "base name of the output files (default: command-time)")
       ->group("Output");
-  app->add_option("--format", options.format, "any of md,csv,json")
-      ->capture_default_str()
+  add_format_option(app, options);
+}
+
+void add_shard_option(CLI::App* app, CliOptions& options) {
+  app->add_option_function<std::string>(
+         "--shard", [&options](const std::string& text) { options.shard = parse_shard(text); },
+         "run every N-th configuration of the sweep starting at K (0 <= K < N); join the parts "
+         "with `vrambench merge`")
+      ->type_name("K/N")
       ->group("Output");
 }
 
@@ -119,44 +249,97 @@ int run(int argc, char** argv) {
   add_config_options(search, options);
   add_output_options(search, options);
   search->add_option("--max-batch", options.max_batch, "never try a batch above this")
+      ->check(kPositive)
       ->capture_default_str();
-  search->add_flag("--quiet", options.quiet, "no progress line on stderr");
+  search->add_flag("--resume", options.resume,
+                   "keep the rows a run of the same command, --out and --name finished (final or "
+                   "partial files) and run only the rest");
+  add_shard_option(search, options);
   search->add_flag("--isolate", options.isolate,
                    "measure each configuration in a child process (always on for cuda)");
   search
-      ->add_option("--flash-impl", options.flash_impl,
+      ->add_option("--flash-impl", options.device.flash,
                    "cuda: flash attention through cuDNN's fused attention (cudnn: an op cuDNN "
                    "cannot run fails the row, no fallback), the fused kernels (kernels), or "
-                   "cudnn for fp16/bf16 and kernels for fp32/tf32 (auto)")
-      ->capture_default_str();
+                   "cudnn for fp16/bf16 and kernels for fp32/tf32 (auto; the default)")
+      ->transform(choice_of<FlashImpl>());
   search
-      ->add_option("--cuda-memory", options.cuda_memory,
-                   "cuda: where segments come from: cudaMalloc (malloc) or cudaMallocAsync on "
-                   "a pool of their own (async)")
-      ->capture_default_str();
+      ->add_option("--cuda-memory", options.device.memory,
+                   "cuda: where segments come from: cudaMalloc (malloc; the default) or "
+                   "cudaMallocAsync on a pool of their own (async)")
+      ->transform(choice_of<CudaMemory>());
   search
       ->add_option("--trial-timeout", options.trial_timeout,
                    "seconds: an isolated trial (cuda, or --isolate) that runs longer is stopped "
                    "and its row says timeout")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  search->add_flag("--no-execute", options.no_execute,
-                   "allocate every tensor of the step but run no kernel (cpu, cuda)");
+  search->add_flag_callback(
+      "--no-execute", [&options] { options.device.execute = false; },
+      "allocate every tensor of the step but run no kernel (cpu, cuda)");
   search->footer(kExamples);
 
   CLI::App* estimate =
       app.add_subcommand("estimate", "the closed-form memory model over a sweep (no device)");
   add_config_options(estimate, options);
   add_output_options(estimate, options);
+  add_shard_option(estimate, options);
   estimate->footer(kExamples);
 
   CLI::App* program = app.add_subcommand(
       "program", "print the op list of one training step with the live bytes after each op");
   add_config_options(program, options);
 
-  app.add_subcommand("presets", "list the model presets with their parameter counts");
-  app.add_subcommand("devices", "list detected GPUs and the simulated GPU profiles");
-  app.add_subcommand("selftest", "run every CUDA op against the CPU reference (needs a GPU)");
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "join two result files (CSV or JSON) on their configuration columns and show what moved; "
+      "exit 0 when every row is within tolerance, 1 when not, 2 on bad input");
+  compare->add_option("BASE", options.base, "the reference: NAME.csv or NAME.json")->required();
+  compare->add_option("NEW", options.fresh, "the table to check against it")->required();
+  compare
+      ->add_option("--tolerance", options.compare.tolerance_percent,
+                   "percent a peak may move, relative to BASE")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("PCT")
+      ->capture_default_str();
+  compare
+      ->add_option("--batch-tolerance", options.compare.batch_tolerance,
+                   "how many a max batch may move")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  compare->add_flag("--all", options.compare.all,
+                    "show every matched row, not only those out of tolerance");
+  compare->footer(R"(Examples:
+  vrambench compare results/sim-h100-80gb/grid-gpt2.csv fresh/grid-gpt2.csv
+      any change at all fails (exit 1): the regression gate for the sim tables
+  vrambench compare results/h100/headline.json today/headline.json --tolerance 1 --batch-tolerance 1
+      a GPU run against its reference: peaks within 1%, max batches within 1
+  vrambench compare old.csv new.csv --all
+      every row with its changes, not only those out of tolerance)");
+
+  CLI::App* merge = app.add_subcommand(
+      "merge",
+      "join the JSON of the shards of one sweep (--shard K/N) into one table, in the sweep's "
+      "order; refuses parts of another command, version or device");
+  merge->add_option("OUT", options.merge_out, "FOLDER/NAME of the merged files")->required();
+  merge->add_option("PARTS", options.parts, "the NAME.json of every shard")->required();
+  add_format_option(merge, options);
+  merge->footer(R"(Examples:
+  vrambench merge results/h100/grid parts/grid-0.json parts/grid-1.json parts/grid-2.json
+      writes results/h100/grid.csv and .json, prints the table
+  vrambench merge results/h100/grid parts/grid-*.json --format csv,json
+      (see docs/cluster.md for Slurm job arrays and one process per GPU))");
+
+  CLI::App* presets =
+      app.add_subcommand("presets", "list the model presets with their parameter counts");
+  CLI::App* devices =
+      app.add_subcommand("devices", "list detected GPUs and the simulated GPU profiles");
+  CLI::App* selftest =
+      app.add_subcommand("selftest", "run every CUDA op against the CPU reference (needs a GPU)");
+  // Every command takes --quiet, so that scripts can pass it to any of them.
+  for (CLI::App* command : {search, estimate, program, compare, merge, presets, devices, selftest})
+    command->add_flag("--quiet", options.quiet, "no progress line on stderr");
 
   std::vector<std::string> args = with_default_command(argc, argv);
   std::vector<const char*> cargs;
@@ -170,7 +353,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "vrambench: error: %s (see vrambench --help)\n", e.what());
+    fmt::print(stderr, "vrambench: error: {} (see vrambench --help)\n", e.what());
     return 2;
   }
 
@@ -179,9 +362,11 @@ int run(int argc, char** argv) {
   if (search->parsed()) return run_search_command(options, n, a);
   if (estimate->parsed()) return run_estimate_command(options, n, a);
   if (program->parsed()) return run_program_command(options);
-  if (app.got_subcommand("presets")) return run_presets_command();
-  if (app.got_subcommand("devices")) return run_devices_command();
-  if (app.got_subcommand("selftest")) return run_selftest();
+  if (compare->parsed()) return run_compare_command(options);
+  if (merge->parsed()) return run_merge_command(options);
+  if (presets->parsed()) return run_presets_command();
+  if (devices->parsed()) return run_devices_command();
+  if (selftest->parsed()) return run_selftest_command();
   return 2;
 }
 
@@ -192,10 +377,10 @@ int main(int argc, char** argv) {
   try {
     return vrambench::run(argc, argv);
   } catch (const vrambench::UsageError& e) {
-    std::fprintf(stderr, "vrambench: error: %s\n", e.what());
+    fmt::print(stderr, "vrambench: error: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vrambench: internal error: %s\n", e.what());
+    fmt::print(stderr, "vrambench: internal error: {}\n", e.what());
     return 1;
   }
 }

@@ -14,7 +14,7 @@
 namespace vrambench {
 
 Formats parse_formats(const std::string& text) {
-  Formats f;
+  Formats f{false, false, false};
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -36,21 +36,18 @@ Formats parse_formats(const std::string& text) {
 RunConfig base_config(const CliOptions& options) {
   RunConfig cfg;
   cfg.model = find_preset("gpt2").model;
-  if (auto it = options.fields.find("preset"); it != options.fields.end())
-    set_field(cfg, "preset", it->second);
-  // Field table order, so that e.g. --arch applies before --hidden whatever the argv order.
-  for (const FieldInfo& info : fields()) {
-    if (info.name == "preset") continue;
+  // Field table order, preset first, so that e.g. --arch applies before --hidden whatever the argv
+  // order.
+  for (const FieldInfo& info : fields())
     if (auto it = options.fields.find(std::string(info.name)); it != options.fields.end())
-      set_field(cfg, info.name, it->second);
-  }
+      set_field(cfg, info, it->second);
   return cfg;
 }
 
 Grid make_grid(const CliOptions& options) {
   Grid grid;
   const RunConfig base = base_config(options);
-  for (const std::string& text : options.sweeps) grid.axes.push_back(parse_axis(text));
+  grid.axes = options.sweeps;
   grid.varying = varying_fields(grid.axes);
   grid.configs = expand(base, grid.axes);
   for (const RunConfig& cfg : grid.configs) {
@@ -59,14 +56,19 @@ Grid make_grid(const CliOptions& options) {
     } catch (const UsageError& e) {
       if (grid.configs.size() == 1) throw;
       std::string where;
-      for (const std::string& f : grid.varying)
-        where += fmt::format(" {}={}", f, get_field(cfg, f));
+      for (const std::string& f : grid.varying) {
+        const FieldInfo& info = find_field(f);
+        where += fmt::format(" {}={}", f, field_text(info, get_field(cfg, info)));
+      }
       throw UsageError(fmt::format("{} (at grid point{})", e.what(), where));
     }
   }
-  if (options.max_batch <= 0)
-    throw UsageError(
-        fmt::format("invalid --max-batch {}: must be a positive integer", options.max_batch));
+  if (options.shard) {
+    std::vector<RunConfig> mine;
+    for (std::size_t i = 0; i < grid.configs.size(); ++i)
+      if (in_shard(*options.shard, i)) mine.push_back(std::move(grid.configs[i]));
+    grid.configs = std::move(mine);
+  }
   return grid;
 }
 

@@ -4,35 +4,46 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "core/fields.h"
+#include "device/device.h"
+#include "report/compare.h"
+#include "sweep/shard.h"
 #include "sweep/sweep.h"
 
 namespace vrambench {
 
-struct CliOptions {
-  std::string command = "search";  // search | estimate | program | presets | devices | selftest
-  std::map<std::string, std::string> fields;  // explicit --FIELD VALUE, by canonical field name
-  std::vector<std::string> sweeps;            // --sweep, each one axis
-  std::string out = "results";                // --out folder
-  std::string name;                           // --name base of the output files
-  std::string format = "md,csv,json";         // --format
-  std::int64_t max_batch = 65536;             // --max-batch
-  bool quiet = false;                         // --quiet: no progress line
-  bool isolate = false;                       // --isolate: a child process per configuration
-  bool no_execute = false;                    // --no-execute: allocate only, run no kernel
-  std::string flash_impl = "auto";            // --flash-impl: auto | cudnn | kernels (cuda device)
-  std::string cuda_memory = "malloc";         // --cuda-memory: malloc | async (cuda device)
-  double trial_timeout = 600;                 // --trial-timeout: seconds per isolated trial
-};
-
 struct Formats {
-  bool markdown = false, csv = false, json = false;
+  bool markdown = true, csv = true, json = true;
 };
 // Parses "md,csv,json" (any subset, in any order). Throws UsageError naming the bad entry.
 Formats parse_formats(const std::string& text);
+
+// Every value is typed: main.cpp's CLI11 options parse each once, as it is given.
+struct CliOptions {
+  // search | estimate | program | compare | merge | presets | devices | selftest
+  std::string command = "search";
+  std::map<std::string, FieldValue> fields;  // explicit --FIELD VALUE, by canonical field name
+  std::vector<Axis> sweeps;                  // --sweep, each one axis
+  std::string out = "results";               // --out folder
+  std::string name;                          // --name base of the output files
+  Formats formats;                           // --format
+  std::int64_t max_batch = 65536;            // --max-batch
+  bool quiet = false;                        // --quiet: no progress line (every command)
+  bool resume = false;                       // --resume: keep the rows a run of --name finished
+  std::optional<Shard> shard;                // --shard K/N: every N-th configuration from K
+  bool isolate = false;                      // --isolate: a child process per configuration
+  DeviceOptions device;        // --no-execute, --flash-impl, --cuda-memory (cpu and cuda devices)
+  double trial_timeout = 600;  // --trial-timeout: seconds per isolated trial
+  CompareOptions compare;      // compare: --tolerance, --batch-tolerance, --all
+  std::string base, fresh;     // compare BASE NEW
+  std::string merge_out;       // merge OUT PARTS...
+  std::vector<std::string> parts;
+};
 
 // The base configuration: the gpt2 preset, then --preset, then every other explicit field.
 RunConfig base_config(const CliOptions& options);
@@ -40,10 +51,11 @@ RunConfig base_config(const CliOptions& options);
 struct Grid {
   std::vector<Axis> axes;
   std::vector<std::string> varying;  // fields with more than one value
-  std::vector<RunConfig> configs;    // every configuration, each validated
+  std::vector<RunConfig> configs;    // every configuration (of the shard), each validated
 };
-// Parses the sweeps, expands them over the base configuration and validates every point, so that
-// a mistake anywhere in the grid is reported before anything runs or is written.
+// Expands the sweeps over the base configuration and validates every point (the one validate() of
+// each configuration), so that a mistake anywhere in the grid is reported before anything runs or
+// is written; then keeps the configurations of --shard, when given.
 Grid make_grid(const CliOptions& options);
 
 // The default --name: "<command>-<UTC yyyymmdd-hhmmss>".

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/presets.h"
 
 namespace vrambench {
 namespace {
@@ -24,8 +25,45 @@ constexpr NameTable<Attention, 2> kAttention{
     {{Attention::eager, "eager"}, {Attention::flash, "flash"}}};
 constexpr NameTable<Recompute, 3> kRecompute{
     {{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}};
-constexpr NameTable<Optimizer, 3> kOptimizer{
-    {{Optimizer::adamw, "adamw"}, {Optimizer::sgd, "sgd"}, {Optimizer::none, "none"}}};
+constexpr NameTable<Optimizer, 6> kOptimizer{{{Optimizer::adamw, "adamw"},
+                                              {Optimizer::adamw_8bit, "adamw-8bit"},
+                                              {Optimizer::paged_adamw, "paged-adamw"},
+                                              {Optimizer::paged_adamw_8bit, "paged-adamw-8bit"},
+                                              {Optimizer::sgd, "sgd"},
+                                              {Optimizer::none, "none"}}};
+// Hugging Face TrainingArguments.optim spellings (transformers' OptimizerNames).
+constexpr NameTable<Optimizer, 8> kOptimizerAliases{{{Optimizer::adamw, "adamw_torch"},
+                                                     {Optimizer::adamw, "adamw_torch_fused"},
+                                                     {Optimizer::adamw_8bit, "adamw_bnb_8bit"},
+                                                     {Optimizer::adamw_8bit, "adamw_8bit"},
+                                                     {Optimizer::paged_adamw, "paged_adamw_32bit"},
+                                                     {Optimizer::paged_adamw_8bit, "paged_adamw_8bit"},
+                                                     {Optimizer::sgd, "sgd"},
+                                                     {Optimizer::none, "none"}}};
+constexpr NameTable<Finetune, 3> kFinetune{
+    {{Finetune::full, "full"}, {Finetune::lora, "lora"}, {Finetune::qlora, "qlora"}}};
+constexpr NameTable<QuantKind, 4> kQuant{{{QuantKind::none, "none"},
+                                          {QuantKind::nf4, "nf4"},
+                                          {QuantKind::fp4, "fp4"},
+                                          {QuantKind::int8, "int8"}}};
+constexpr NameTable<Toggle, 2> kToggle{{{Toggle::off, "off"}, {Toggle::on, "on"}}};
+
+constexpr std::array<std::string_view, kLoraModuleCount> kLoraModuleNames{
+    "q_proj", "k_proj",    "v_proj", "o_proj", "gate_proj", "up_proj",
+    "down_proj", "c_attn", "c_proj", "c_fc",   "c_proj"};
+constexpr std::array<LoraModule, 7> kLlamaModules{LoraModule::q,    LoraModule::k,  LoraModule::v,
+                                                  LoraModule::o,    LoraModule::gate,
+                                                  LoraModule::up,   LoraModule::down};
+constexpr std::array<LoraModule, 4> kGptModules{LoraModule::c_attn, LoraModule::attn_c_proj,
+                                                LoraModule::c_fc, LoraModule::mlp_c_proj};
+constexpr NameTable<LoraTargets::Shorthand, 3> kLoraShorthands{
+    {{LoraTargets::Shorthand::attn, "attn"},
+     {LoraTargets::Shorthand::attn_mlp, "attn-mlp"},
+     {LoraTargets::Shorthand::all_linear, "all-linear"}}};
+
+constexpr std::uint16_t bit(LoraModule m) {
+  return static_cast<std::uint16_t>(1u << static_cast<unsigned>(m));
+}
 constexpr NameTable<Scope, 4> kScope{{{Scope::model, "model"},
                                       {Scope::layer, "layer"},
                                       {Scope::attention, "attention"},
@@ -38,17 +76,6 @@ std::string_view name_of(const NameTable<E, N>& table, E value) {
   for (const auto& [e, name] : table)
     if (e == value) return name;
   return "?";
-}
-
-template <typename E, std::size_t N>
-E parse_of(const NameTable<E, N>& table, std::string_view text, std::string_view option) {
-  std::string allowed;
-  for (const auto& [e, name] : table) {
-    if (name == text) return e;
-    allowed += allowed.empty() ? "" : "|";
-    allowed += name;
-  }
-  throw UsageError(fmt::format("invalid --{} '{}': allowed values are {}", option, text, allowed));
 }
 
 void require_positive(std::int64_t value, std::string_view option) {
@@ -79,27 +106,176 @@ std::string_view to_string(Scope v) {
 std::string_view to_string(AllocatorKind v) {
   return name_of(kAllocator, v);
 }
+std::string_view to_string(Finetune v) {
+  return name_of(kFinetune, v);
+}
+std::string_view to_string(QuantKind v) {
+  return name_of(kQuant, v);
+}
+std::string_view to_string(Toggle v) {
+  return name_of(kToggle, v);
+}
 
-Arch parse_arch(std::string_view s) {
-  return parse_of(kArch, s, "arch");
+template <>
+EnumNames<Arch> enum_names<Arch>() {
+  return kArch;
 }
-Precision parse_precision(std::string_view s) {
-  return parse_of(kPrecision, s, "dtype");
+template <>
+EnumNames<Precision> enum_names<Precision>() {
+  return kPrecision;
 }
-Attention parse_attention(std::string_view s) {
-  return parse_of(kAttention, s, "attention");
+template <>
+EnumNames<Attention> enum_names<Attention>() {
+  return kAttention;
 }
-Recompute parse_recompute(std::string_view s) {
-  return parse_of(kRecompute, s, "recompute");
+template <>
+EnumNames<Recompute> enum_names<Recompute>() {
+  return kRecompute;
 }
-Optimizer parse_optimizer(std::string_view s) {
-  return parse_of(kOptimizer, s, "optimizer");
+template <>
+EnumNames<Optimizer> enum_names<Optimizer>() {
+  return kOptimizer;
 }
-Scope parse_scope(std::string_view s) {
-  return parse_of(kScope, s, "scope");
+template <>
+EnumNames<Scope> enum_names<Scope>() {
+  return kScope;
 }
-AllocatorKind parse_allocator(std::string_view s) {
-  return parse_of(kAllocator, s, "allocator");
+template <>
+EnumNames<AllocatorKind> enum_names<AllocatorKind>() {
+  return kAllocator;
+}
+template <>
+EnumNames<Finetune> enum_names<Finetune>() {
+  return kFinetune;
+}
+template <>
+EnumNames<QuantKind> enum_names<QuantKind>() {
+  return kQuant;
+}
+template <>
+EnumNames<Toggle> enum_names<Toggle>() {
+  return kToggle;
+}
+template <>
+EnumNames<Optimizer> enum_aliases<Optimizer>() {
+  return kOptimizerAliases;
+}
+
+template <typename E>
+E parse_enum(std::string_view text, std::string_view option) {
+  std::string allowed;
+  for (const auto& [e, name] : enum_names<E>()) {
+    if (name == text) return e;
+    allowed += allowed.empty() ? "" : "|";
+    allowed += name;
+  }
+  for (const auto& [e, name] : enum_aliases<E>())
+    if (name == text) return e;
+  throw UsageError(fmt::format("invalid --{} '{}': allowed values are {}", option, text, allowed));
+}
+template Arch parse_enum<Arch>(std::string_view, std::string_view);
+template Precision parse_enum<Precision>(std::string_view, std::string_view);
+template Attention parse_enum<Attention>(std::string_view, std::string_view);
+template Recompute parse_enum<Recompute>(std::string_view, std::string_view);
+template Optimizer parse_enum<Optimizer>(std::string_view, std::string_view);
+template Scope parse_enum<Scope>(std::string_view, std::string_view);
+template AllocatorKind parse_enum<AllocatorKind>(std::string_view, std::string_view);
+template Finetune parse_enum<Finetune>(std::string_view, std::string_view);
+template QuantKind parse_enum<QuantKind>(std::string_view, std::string_view);
+template Toggle parse_enum<Toggle>(std::string_view, std::string_view);
+
+LoraTargets parse_lora_targets(std::string_view text) {
+  LoraTargets t;
+  for (const auto& [shorthand, name] : kLoraShorthands)
+    if (name == text) {
+      t.shorthand = shorthand;
+      return t;
+    }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find_first_of(",+", start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view name = text.substr(start, end - start);
+    bool known = false;
+    for (int m = 0; m < kLoraModuleCount; ++m)
+      if (kLoraModuleNames[static_cast<std::size_t>(m)] == name) {
+        t.modules |= bit(static_cast<LoraModule>(m));
+        known = true;
+      }
+    if (!known)
+      throw UsageError(fmt::format(
+          "invalid --lora-targets '{}': unknown module '{}'; use attn, attn-mlp, all-linear, or "
+          "module names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (llama-style), "
+          "c_attn,c_proj,c_fc (gpt-style)",
+          text, name));
+    start = end + 1;
+  }
+  return t;
+}
+
+std::string to_string(const LoraTargets& targets) {
+  if (targets.shorthand != LoraTargets::Shorthand::none)
+    return std::string(name_of(kLoraShorthands, targets.shorthand));
+  std::string out;
+  for (int m = 0; m < kLoraModuleCount; ++m) {
+    const auto module = static_cast<LoraModule>(m);
+    if (module == LoraModule::mlp_c_proj) continue;  // "c_proj" is written once
+    if (targets.modules & bit(module)) {
+      if (!out.empty()) out += '+';
+      out += kLoraModuleNames[static_cast<std::size_t>(m)];
+    }
+  }
+  return out;
+}
+
+bool lora_targets_module(const LoraTargets& targets, Arch arch, LoraModule module) {
+  const bool llama_module = static_cast<int>(module) <= static_cast<int>(LoraModule::down);
+  if (llama_module != (arch == Arch::llama)) return false;
+  switch (targets.shorthand) {
+    case LoraTargets::Shorthand::none:
+      return (targets.modules & bit(module)) != 0;
+    case LoraTargets::Shorthand::attn:
+      return module == LoraModule::q || module == LoraModule::k || module == LoraModule::v ||
+             module == LoraModule::o || module == LoraModule::c_attn ||
+             module == LoraModule::attn_c_proj;
+    case LoraTargets::Shorthand::attn_mlp:
+    case LoraTargets::Shorthand::all_linear:
+      return true;
+  }
+  return false;
+}
+
+std::span<const LoraModule> lora_modules(Arch arch) {
+  if (arch == Arch::llama) return kLlamaModules;
+  return kGptModules;
+}
+
+std::string_view lora_module_name(LoraModule module) {
+  return kLoraModuleNames[static_cast<std::size_t>(module)];
+}
+
+std::string to_string(const DeviceChoice& device) {
+  switch (device.kind) {
+    case DeviceChoice::Kind::automatic:
+      return "auto";
+    case DeviceChoice::Kind::sim:
+      return "sim:" + device.profile;
+    case DeviceChoice::Kind::cpu:
+      return "cpu";
+    case DeviceChoice::Kind::cuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+DeviceChoice parse_device(std::string_view text) {
+  if (text == "auto") return {};
+  if (text == "cpu") return {DeviceChoice::Kind::cpu, {}};
+  if (text == "cuda") return {DeviceChoice::Kind::cuda, {}};
+  if (text.starts_with("sim:"))
+    return {DeviceChoice::Kind::sim, std::string(find_gpu_profile(text).name)};
+  throw UsageError(fmt::format(
+      "invalid --device '{}': use auto, cpu, cuda or sim:PROFILE (see `vrambench devices`)", text));
 }
 
 DType activation_dtype(Precision p) {
@@ -120,8 +296,8 @@ bool has_master_weights(Precision p) {
 }
 
 std::int64_t layer_parameter_count(const ModelConfig& m) {
-  const std::int64_t H = m.hidden, F = m.ffn, Dh = m.head_dim();
-  const std::int64_t qkv_out = (m.heads + 2 * m.kv_heads) * Dh;
+  const std::int64_t H = m.hidden, F = m.ffn;
+  const std::int64_t qkv_out = qkv_width(m);
   if (m.arch == Arch::gpt) {
     return 2 * H                    // ln1 weight, bias
            + qkv_out * H + qkv_out  // qkv
@@ -130,8 +306,9 @@ std::int64_t layer_parameter_count(const ModelConfig& m) {
            + F * H + F              // fc
            + H * F + H;             // mlp projection
   }
-  return H              // attention rms norm
-         + qkv_out * H  // q, k, v (no bias)
+  return H                                // attention rms norm
+         + qkv_out * H                    // q, k, v
+         + (m.qkv_bias ? qkv_out : 0)     // their biases (Qwen2)
          + H * H        // output projection
          + H            // mlp rms norm
          + 3 * F * H;   // gate, up, down
@@ -172,6 +349,34 @@ void validate(const RunConfig& cfg) {
   if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0))
     throw UsageError(fmt::format("invalid --dropout {}: must be in [0, 1)", cfg.dropout));
   if (cfg.vram < 0) throw UsageError("invalid --vram: must be positive");
+  require_positive(cfg.grad_accum, "grad-accum");
+  if (is_finetune(cfg)) {
+    require_positive(cfg.lora_rank, "lora-rank");
+    if (!(cfg.lora_dropout >= 0.0 && cfg.lora_dropout < 1.0))
+      throw UsageError(
+          fmt::format("invalid --lora-dropout {}: must be in [0, 1)", cfg.lora_dropout));
+    if (!(cfg.lora_alpha > 0.0))
+      throw UsageError(fmt::format("invalid --lora-alpha {}: must be positive", cfg.lora_alpha));
+    bool any = false;
+    for (LoraModule module : lora_modules(m.arch))
+      any = any || lora_targets_module(cfg.lora_targets, m.arch, module);
+    if (!any)
+      throw UsageError(fmt::format(
+          "invalid --lora-targets {}: no module of a {}-style block; {} has {}",
+          to_string(cfg.lora_targets), to_string(m.arch), m.name,
+          m.arch == Arch::llama ? "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+                                : "c_attn,c_proj,c_fc"));
+    if (cfg.scope != Scope::model)
+      throw UsageError(fmt::format("--finetune {} needs --scope model (got --scope {})",
+                                   to_string(cfg.finetune), to_string(cfg.scope)));
+  } else if (cfg.quant != QuantKind::none) {
+    throw UsageError(fmt::format(
+        "--quant {} stores a frozen base: use it with --finetune lora or qlora, not full",
+        to_string(cfg.quant)));
+  }
+  if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
+    throw UsageError("--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "
+                     "lora --quant int8)");
 
   // The largest byte counts the program and the estimate form; each must fit in 64 bits.
   const std::int64_t tokens = checked_mul(cfg.batch, cfg.seq, "batch x seq");

@@ -2,13 +2,16 @@
 // batch, precision, attention, recompute, optimizer, scope, allocator, device capacity).
 #pragma once
 
+#include <algorithm>
+#include <compare>
 #include <cstdint>
-#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
+#include <utility>
 
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/units.h"
 
 namespace vrambench {
@@ -19,7 +22,13 @@ enum class Arch { gpt, llama };
 enum class Precision { fp32, tf32, fp16, bf16 };
 enum class Attention { eager, flash };
 enum class Recompute { none, selective, full };
-enum class Optimizer { adamw, sgd, none };
+// adamw: torch AdamW, fp32 m and v. adamw_8bit: bitsandbytes' AdamW8bit (1-byte moments, fp32
+// absmax per 256). paged_*: the same state in managed memory (bitsandbytes' paged optimizers).
+enum class Optimizer { adamw, adamw_8bit, paged_adamw, paged_adamw_8bit, sgd, none };
+// full: every weight trains. lora: the base is frozen, adapters on --lora-targets train. qlora:
+// lora over a base stored in 4 bits (--quant nf4 unless given).
+enum class Finetune { full, lora, qlora };
+enum class Toggle { off, on };
 enum class Scope { model, layer, attention, mlp };
 enum class AllocatorKind { direct, caching };
 
@@ -30,20 +39,104 @@ std::string_view to_string(Recompute v);
 std::string_view to_string(Optimizer v);
 std::string_view to_string(Scope v);
 std::string_view to_string(AllocatorKind v);
+std::string_view to_string(Finetune v);
+std::string_view to_string(QuantKind v);
+std::string_view to_string(Toggle v);
 
-// Parse by name; throw UsageError naming the option and the allowed values.
-Arch parse_arch(std::string_view s);
-Precision parse_precision(std::string_view s);
-Attention parse_attention(std::string_view s);
-Recompute parse_recompute(std::string_view s);
-Optimizer parse_optimizer(std::string_view s);
-Scope parse_scope(std::string_view s);
-AllocatorKind parse_allocator(std::string_view s);
+// Every value of an enum above with its name, in declaration order: the one table the command
+// line, the sweep and the tables read names from.
+template <typename E>
+using EnumNames = std::span<const std::pair<E, std::string_view>>;
+template <typename E>
+EnumNames<E> enum_names();
+template <>
+EnumNames<Arch> enum_names<Arch>();
+template <>
+EnumNames<Precision> enum_names<Precision>();
+template <>
+EnumNames<Attention> enum_names<Attention>();
+template <>
+EnumNames<Recompute> enum_names<Recompute>();
+template <>
+EnumNames<Optimizer> enum_names<Optimizer>();
+template <>
+EnumNames<Scope> enum_names<Scope>();
+template <>
+EnumNames<AllocatorKind> enum_names<AllocatorKind>();
+template <>
+EnumNames<Finetune> enum_names<Finetune>();
+template <>
+EnumNames<QuantKind> enum_names<QuantKind>();
+template <>
+EnumNames<Toggle> enum_names<Toggle>();
+// Other spellings an enum accepts (not listed as its names): the Hugging Face `optim` names of
+// the optimizers ("adamw_torch", "paged_adamw_8bit"). Empty for most enums.
+template <typename E>
+EnumNames<E> enum_aliases() {
+  return {};
+}
+template <>
+EnumNames<Optimizer> enum_aliases<Optimizer>();
+// The value named `text`; throws UsageError naming --`option` and the allowed values.
+template <typename E>
+E parse_enum(std::string_view text, std::string_view option);
+
+// What --device names: auto (the GPU when there is one, else the default simulated card), a
+// simulated card (sim:PROFILE), the host (cpu) or the GPU (cuda).
+struct DeviceChoice {
+  enum class Kind { automatic, sim, cpu, cuda };
+  Kind kind = Kind::automatic;
+  std::string profile;  // sim: a GPU profile's name, "h100-80gb"
+  auto operator<=>(const DeviceChoice&) const = default;
+};
+// "auto", "sim:h100-80gb", "cpu", "cuda".
+std::string to_string(const DeviceChoice& device);
+// Reads those forms (a sim profile must be known); throws UsageError naming what is allowed.
+DeviceChoice parse_device(std::string_view text);
 
 // Storage type of activations and weights for a precision.
 DType activation_dtype(Precision p);
 // True when the recipe keeps separate fp32 master weights (fp16/bf16).
 bool has_master_weights(Precision p);
+
+// The optimizer's family and where its state lives.
+constexpr bool is_adamw(Optimizer o) {
+  return o == Optimizer::adamw || o == Optimizer::adamw_8bit || o == Optimizer::paged_adamw ||
+         o == Optimizer::paged_adamw_8bit;
+}
+constexpr bool is_8bit(Optimizer o) {
+  return o == Optimizer::adamw_8bit || o == Optimizer::paged_adamw_8bit;
+}
+constexpr bool is_paged(Optimizer o) {
+  return o == Optimizer::paged_adamw || o == Optimizer::paged_adamw_8bit;
+}
+
+// The linear modules of a block that LoRA can target, by the names PEFT's target_modules use.
+// llama-style blocks have q, k, v, o, gate, up, down (q_proj ...); gpt-style blocks have the packed
+// c_attn, the attention's c_proj, c_fc and the MLP's c_proj ("c_proj" names both, as in PEFT).
+enum class LoraModule : std::uint8_t { q, k, v, o, gate, up, down, c_attn, attn_c_proj, c_fc, mlp_c_proj };
+inline constexpr int kLoraModuleCount = 11;
+
+// What --lora-targets names: modules, or a shorthand resolved per architecture.
+struct LoraTargets {
+  std::uint16_t modules = 0;  // bit (1 << LoraModule)
+  enum class Shorthand : std::uint8_t { none, attn, attn_mlp, all_linear };
+  Shorthand shorthand = Shorthand::none;
+  bool operator==(const LoraTargets&) const = default;
+  auto operator<=>(const LoraTargets&) const = default;
+};
+// Module names separated by ',' or '+' ("q_proj,v_proj", "c_attn+c_proj"), or one of the
+// shorthands attn (every attention projection), attn-mlp and all-linear (every block linear; the
+// lm head is never a target, as in PEFT). Throws UsageError naming the unknown module.
+LoraTargets parse_lora_targets(std::string_view text);
+// The shorthand's name, or the modules joined by '+' (sweepable: a sweep splits its values on ',').
+std::string to_string(const LoraTargets& targets);
+// Whether `module` is targeted in a model of `arch` (a module of the other architecture never is).
+bool lora_targets_module(const LoraTargets& targets, Arch arch, LoraModule module);
+// The modules of each architecture's block, in block order.
+std::span<const LoraModule> lora_modules(Arch arch);
+// PEFT's name of the module: "q_proj", "c_attn", "c_proj".
+std::string_view lora_module_name(LoraModule module);
 
 struct ModelConfig {
   std::string name = "custom";  // preset name, or "custom"
@@ -56,9 +149,27 @@ struct ModelConfig {
   std::int64_t vocab = 50257;         // V
   std::int64_t max_positions = 1024;  // learned positions (gpt only)
   bool tied_embeddings = true;        // lm head shares the token embedding (gpt2) or not (llama)
+  bool qkv_bias = false;              // llama-style blocks with q/k/v biases (Qwen2); gpt has them
 
   std::int64_t head_dim() const { return hidden / heads; }
+  bool operator==(const ModelConfig&) const = default;
 };
+
+// The sub-formulas both the step program and the closed-form estimate need, written once.
+//
+// Columns of the packed q|k|v projection: `heads` query heads, then `kv_heads` key and `kv_heads`
+// value heads, each `head_dim` wide: (A + 2K) * D.
+constexpr std::int64_t qkv_width(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
+  return (heads + 2 * kv_heads) * head_dim;
+}
+inline std::int64_t qkv_width(const ModelConfig& m) {
+  return qkv_width(m.heads, m.kv_heads, m.head_dim());
+}
+// Rows of the learned position table a step of `seq` tokens has: the model's, or one per position
+// when the sequence is longer (so long sequences stay buildable); none for llama (rotary).
+inline std::int64_t position_rows(const ModelConfig& m, std::int64_t seq) {
+  return m.arch == Arch::gpt ? std::max(m.max_positions, seq) : 0;
+}
 
 struct RunConfig {
   ModelConfig model;
@@ -71,12 +182,33 @@ struct RunConfig {
   double dropout = 0.0;
   Scope scope = Scope::model;
   AllocatorKind allocator = AllocatorKind::caching;
-  std::string device = "auto";  // "auto", "sim:PROFILE", "cpu", "cuda"
-  Bytes vram = 0;               // capacity override; 0 = the device's own
+  DeviceChoice device;
+  Bytes vram = 0;  // capacity override; 0 = the device's own
+  // Fine-tuning recipe (docs/memory-model.md, "Fine-tuning").
+  Finetune finetune = Finetune::full;
+  std::int64_t lora_rank = 16;
+  double lora_alpha = 32.0;  // no memory effect; kept for the trainer settings
+  double lora_dropout = 0.0;
+  LoraTargets lora_targets{0, LoraTargets::Shorthand::all_linear};
+  QuantKind quant = QuantKind::none;  // of the frozen block linears; qlora without it means nf4
+  Toggle double_quant = Toggle::on;   // nf4 / fp4 only
+  std::int64_t grad_accum = 1;        // micro-steps per optimizer step; B is the micro-batch
+  bool operator==(const RunConfig&) const = default;
 };
 
-// Checks every field; throws UsageError with one line naming the value and what is allowed.
-// Also rejects configurations whose largest tensor or total parameter bytes overflow 64 bits.
+// The fine-tuning recipe's derived facts.
+constexpr bool is_finetune(const RunConfig& c) {
+  return c.finetune != Finetune::full;
+}
+// The storage of the frozen block linears: --quant, or nf4 under qlora when not given.
+constexpr QuantKind base_quant(const RunConfig& c) {
+  return c.finetune == Finetune::qlora && c.quant == QuantKind::none ? QuantKind::nf4 : c.quant;
+}
+
+// Checks every field and how they fit together; throws UsageError with one line naming the value
+// and what is allowed. Also rejects configurations whose largest tensor or total parameter bytes
+// overflow 64 bits. Runs once per configuration, when the grid is made; everything after it (the
+// estimate, the program builder, the trials) takes a validated configuration.
 void validate(const RunConfig& cfg);
 
 // Number of trainable parameters of the whole model (embeddings, blocks, final norm, lm head).

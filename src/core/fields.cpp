@@ -1,4 +1,5 @@
-// Field table: the single place that maps a field name to a member of RunConfig.
+// The field table: the single place that maps a field name to a member of RunConfig, its parser
+// and its text.
 #include "core/fields.h"
 
 #include <fmt/format.h>
@@ -13,7 +14,7 @@
 namespace vrambench {
 namespace {
 
-constexpr std::array<FieldInfo, 20> kFields{{
+constexpr std::array<FieldInfo, 28> kFields{{
     {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
     {"arch", FieldKind::choice, "gpt|llama"},
     {"hidden", FieldKind::integer, "hidden size H"},
@@ -28,13 +29,151 @@ constexpr std::array<FieldInfo, 20> kFields{{
     {"dtype", FieldKind::choice, "fp32|tf32|fp16|bf16"},
     {"attention", FieldKind::choice, "eager|flash"},
     {"recompute", FieldKind::choice, "none|selective|full"},
-    {"optimizer", FieldKind::choice, "adamw|sgd|none"},
+    {"optimizer", FieldKind::choice,
+     "adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|sgd|none (also Hugging Face's optim names: "
+     "adamw_torch, adamw_bnb_8bit, paged_adamw_32bit, paged_adamw_8bit)"},
     {"dropout", FieldKind::real, "dropout probability in [0, 1)"},
     {"scope", FieldKind::choice, "model|layer|attention|mlp"},
     {"allocator", FieldKind::choice, "direct|caching"},
     {"device", FieldKind::text, "auto|sim:PROFILE|cpu|cuda"},
     {"vram", FieldKind::size, "device capacity, e.g. 24GiB"},
+    {"finetune", FieldKind::choice, "full|lora|qlora"},
+    {"lora-rank", FieldKind::integer, "LoRA rank r"},
+    {"lora-alpha", FieldKind::number, "LoRA alpha (no memory effect; kept for trainer settings)"},
+    {"lora-dropout", FieldKind::real, "dropout on the LoRA input, in [0, 1)"},
+    {"lora-targets", FieldKind::text,
+     "attn|attn-mlp|all-linear, or module names as PEFT takes them: "
+     "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or c_attn,c_proj,c_fc "
+     "(join with + in a sweep)"},
+    {"quant", FieldKind::choice, "none|nf4|fp4|int8: storage of the frozen block linears"},
+    {"double-quant", FieldKind::choice, "on|off: 8-bit absmax of 4-bit weights"},
+    {"grad-accum", FieldKind::integer, "micro-steps per optimizer step (gradients stay live)"},
 }};
+
+// How each field of kFields (same order) is parsed, read and written.
+struct Access {
+  FieldValue (*parse)(std::string_view text, std::string_view option);
+  FieldValue (*get)(const RunConfig& cfg);
+  void (*set)(RunConfig& cfg, const FieldValue& value);
+};
+
+std::int64_t parse_positive(std::string_view text, std::string_view option) {
+  std::int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range)
+    throw UsageError(fmt::format("invalid --{} '{}': overflows 64 bits", option, text));
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw UsageError(fmt::format("invalid --{} '{}': expected a whole number", option, text));
+  if (value <= 0)
+    throw UsageError(fmt::format("invalid --{} '{}': must be a positive integer", option, text));
+  return value;
+}
+
+double parse_probability(std::string_view text, std::string_view option) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value))
+    throw UsageError(fmt::format("invalid --{} '{}': expected a number", option, text));
+  if (!(value >= 0.0 && value < 1.0))
+    throw UsageError(fmt::format("invalid --{} {}: must be in [0, 1)", option, text));
+  return value;
+}
+
+// A model field changed by hand makes the model "<preset> (custom)".
+void mark_custom(ModelConfig& m) {
+  if (m.name.find("(custom)") == std::string::npos) m.name += " (custom)";
+}
+
+template <std::int64_t ModelConfig::*M>
+constexpr Access model_integer() {
+  return {[](std::string_view t, std::string_view o) -> FieldValue { return parse_positive(t, o); },
+          [](const RunConfig& c) -> FieldValue { return c.model.*M; },
+          [](RunConfig& c, const FieldValue& v) {
+            c.model.*M = std::get<std::int64_t>(v);
+            mark_custom(c.model);
+          }};
+}
+
+template <typename T, T RunConfig::*M>
+constexpr Access run_value(FieldValue (*parse)(std::string_view, std::string_view)) {
+  return {parse, [](const RunConfig& c) -> FieldValue { return c.*M; },
+          [](RunConfig& c, const FieldValue& v) { c.*M = std::get<T>(v); }};
+}
+
+template <typename E>
+FieldValue parse_choice(std::string_view text, std::string_view option) {
+  return parse_enum<E>(text, option);
+}
+FieldValue parse_integer(std::string_view text, std::string_view option) {
+  return parse_positive(text, option);
+}
+FieldValue parse_size(std::string_view text, std::string_view option) {
+  return parse_bytes(text, fmt::format("--{}", option));
+}
+FieldValue parse_real(std::string_view text, std::string_view option) {
+  return parse_probability(text, option);
+}
+FieldValue parse_device_field(std::string_view text, std::string_view) {
+  return parse_device(text);
+}
+FieldValue parse_number(std::string_view text, std::string_view option) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
+      !(value > 0.0))
+    throw UsageError(fmt::format("invalid --{} '{}': expected a positive number", option, text));
+  return value;
+}
+FieldValue parse_lora_targets_field(std::string_view text, std::string_view) {
+  return parse_lora_targets(text);
+}
+
+const std::array<Access, kFields.size()> kAccess{{
+    // preset: the whole model.
+    {[](std::string_view t, std::string_view) -> FieldValue { return find_preset(t).model; },
+     [](const RunConfig& c) -> FieldValue { return c.model; },
+     [](RunConfig& c, const FieldValue& v) { c.model = std::get<ModelConfig>(v); }},
+    // arch: a custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
+    {parse_choice<Arch>, [](const RunConfig& c) -> FieldValue { return c.model.arch; },
+     [](RunConfig& c, const FieldValue& v) {
+       c.model.arch = std::get<Arch>(v);
+       c.model.tied_embeddings = c.model.arch == Arch::gpt;
+       mark_custom(c.model);
+     }},
+    model_integer<&ModelConfig::hidden>(),
+    model_integer<&ModelConfig::heads>(),
+    model_integer<&ModelConfig::kv_heads>(),
+    model_integer<&ModelConfig::layers>(),
+    model_integer<&ModelConfig::ffn>(),
+    model_integer<&ModelConfig::vocab>(),
+    model_integer<&ModelConfig::max_positions>(),
+    run_value<std::int64_t, &RunConfig::seq>(parse_integer),
+    run_value<std::int64_t, &RunConfig::batch>(parse_integer),
+    run_value<Precision, &RunConfig::dtype>(parse_choice<Precision>),
+    run_value<Attention, &RunConfig::attention>(parse_choice<Attention>),
+    run_value<Recompute, &RunConfig::recompute>(parse_choice<Recompute>),
+    run_value<Optimizer, &RunConfig::optimizer>(parse_choice<Optimizer>),
+    run_value<double, &RunConfig::dropout>(parse_real),
+    run_value<Scope, &RunConfig::scope>(parse_choice<Scope>),
+    run_value<AllocatorKind, &RunConfig::allocator>(parse_choice<AllocatorKind>),
+    run_value<DeviceChoice, &RunConfig::device>(parse_device_field),
+    run_value<Bytes, &RunConfig::vram>(parse_size),
+    run_value<Finetune, &RunConfig::finetune>(parse_choice<Finetune>),
+    run_value<std::int64_t, &RunConfig::lora_rank>(parse_integer),
+    run_value<double, &RunConfig::lora_alpha>(parse_number),
+    run_value<double, &RunConfig::lora_dropout>(parse_real),
+    run_value<LoraTargets, &RunConfig::lora_targets>(parse_lora_targets_field),
+    run_value<QuantKind, &RunConfig::quant>(parse_choice<QuantKind>),
+    run_value<Toggle, &RunConfig::double_quant>(parse_choice<Toggle>),
+    run_value<std::int64_t, &RunConfig::grad_accum>(parse_integer),
+}};
+
+const Access& access(const FieldInfo& field) {
+  const auto index = static_cast<std::size_t>(&field - kFields.data());
+  if (index >= kFields.size())
+    throw InternalError(fmt::format("field '{}' is not in the field table", field.name));
+  return kAccess[index];
+}
 
 std::string normalise(std::string_view name) {
   std::string out(name);
@@ -43,27 +182,7 @@ std::string normalise(std::string_view name) {
   return out;
 }
 
-double parse_real(std::string_view text, std::string_view what) {
-  double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value))
-    throw UsageError(fmt::format("invalid {} '{}': expected a number", what, text));
-  return value;
-}
-
 }  // namespace
-
-std::int64_t parse_int(std::string_view text, std::string_view what) {
-  std::int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range)
-    throw UsageError(fmt::format("invalid {} '{}': overflows 64 bits", what, text));
-  if (ec != std::errc() || end != text.data() + text.size())
-    throw UsageError(fmt::format("invalid {} '{}': expected a whole number", what, text));
-  if (value <= 0)
-    throw UsageError(fmt::format("invalid {} '{}': must be a positive integer", what, text));
-  return value;
-}
 
 std::span<const FieldInfo> fields() {
   return kFields;
@@ -78,90 +197,32 @@ const FieldInfo& find_field(std::string_view name) {
   throw UsageError(fmt::format("unknown field '{}': known fields are {}", name, known));
 }
 
-void set_field(RunConfig& cfg, std::string_view name, std::string_view value) {
-  const std::string n(find_field(name).name);
-  const std::string what = "--" + n;
-  ModelConfig& m = cfg.model;
-  auto custom = [&] {
-    if (m.name.find("(custom)") == std::string::npos) m.name += " (custom)";
-  };
-  if (n == "preset")
-    m = find_preset(value).model;
-  else if (n == "arch") {
-    // A custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
-    m.arch = parse_arch(value);
-    m.tied_embeddings = m.arch == Arch::gpt;
-    custom();
-  } else if (n == "hidden") {
-    m.hidden = parse_int(value, what);
-    custom();
-  } else if (n == "heads") {
-    m.heads = parse_int(value, what);
-    custom();
-  } else if (n == "kv-heads") {
-    m.kv_heads = parse_int(value, what);
-    custom();
-  } else if (n == "layers") {
-    m.layers = parse_int(value, what);
-    custom();
-  } else if (n == "ffn") {
-    m.ffn = parse_int(value, what);
-    custom();
-  } else if (n == "vocab") {
-    m.vocab = parse_int(value, what);
-    custom();
-  } else if (n == "max-positions") {
-    m.max_positions = parse_int(value, what);
-    custom();
-  } else if (n == "seq")
-    cfg.seq = parse_int(value, what);
-  else if (n == "batch")
-    cfg.batch = parse_int(value, what);
-  else if (n == "dtype")
-    cfg.dtype = parse_precision(value);
-  else if (n == "attention")
-    cfg.attention = parse_attention(value);
-  else if (n == "recompute")
-    cfg.recompute = parse_recompute(value);
-  else if (n == "optimizer")
-    cfg.optimizer = parse_optimizer(value);
-  else if (n == "dropout") {
-    cfg.dropout = parse_real(value, what);
-    if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0))
-      throw UsageError(fmt::format("invalid --dropout {}: must be in [0, 1)", value));
-  } else if (n == "scope")
-    cfg.scope = parse_scope(value);
-  else if (n == "allocator")
-    cfg.allocator = parse_allocator(value);
-  else if (n == "device")
-    cfg.device = std::string(value);
-  else if (n == "vram")
-    cfg.vram = parse_bytes(value, what);
+FieldValue parse_field(const FieldInfo& field, std::string_view text) {
+  return access(field).parse(text, field.name);
 }
 
-std::string get_field(const RunConfig& cfg, std::string_view name) {
-  const std::string n(find_field(name).name);
-  const ModelConfig& m = cfg.model;
-  if (n == "preset") return m.name;
-  if (n == "arch") return std::string(to_string(m.arch));
-  if (n == "hidden") return std::to_string(m.hidden);
-  if (n == "heads") return std::to_string(m.heads);
-  if (n == "kv-heads") return std::to_string(m.kv_heads);
-  if (n == "layers") return std::to_string(m.layers);
-  if (n == "ffn") return std::to_string(m.ffn);
-  if (n == "vocab") return std::to_string(m.vocab);
-  if (n == "max-positions") return std::to_string(m.max_positions);
-  if (n == "seq") return std::to_string(cfg.seq);
-  if (n == "batch") return std::to_string(cfg.batch);
-  if (n == "dtype") return std::string(to_string(cfg.dtype));
-  if (n == "attention") return std::string(to_string(cfg.attention));
-  if (n == "recompute") return std::string(to_string(cfg.recompute));
-  if (n == "optimizer") return std::string(to_string(cfg.optimizer));
-  if (n == "dropout") return fmt::format("{:g}", cfg.dropout);
-  if (n == "scope") return std::string(to_string(cfg.scope));
-  if (n == "allocator") return std::string(to_string(cfg.allocator));
-  if (n == "device") return cfg.device;
-  return std::to_string(cfg.vram) + "B";  // vram: raw bytes, readable back by set_field
+void set_field(RunConfig& cfg, const FieldInfo& field, const FieldValue& value) {
+  access(field).set(cfg, value);
+}
+
+FieldValue get_field(const RunConfig& cfg, const FieldInfo& field) {
+  return access(field).get(cfg);
+}
+
+std::string field_text(const FieldInfo& field, const FieldValue& value) {
+  return std::visit(
+      [&](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::int64_t>)
+          return field.kind == FieldKind::size ? fmt::format("{}B", v) : std::to_string(v);
+        else if constexpr (std::is_same_v<T, double>)
+          return fmt::format("{:g}", v);
+        else if constexpr (std::is_same_v<T, ModelConfig>)
+          return v.name;
+        else
+          return std::string(to_string(v));
+      },
+      value);
 }
 
 }  // namespace vrambench

@@ -42,8 +42,28 @@ constexpr ModelConfig llama(std::string_view name, std::int64_t H, std::int64_t 
   return m;
 }
 
-const std::array<Preset, 9>& preset_table() {
-  static const std::array<Preset, 9> table{{
+// Llama-style models that tie the lm head to the embedding (Llama 3.2) or add q/k/v biases (Qwen2).
+constexpr ModelConfig tied(ModelConfig m) {
+  m.tied_embeddings = true;
+  return m;
+}
+constexpr ModelConfig with_qkv_bias(ModelConfig m) {
+  m.qkv_bias = true;
+  return m;
+}
+
+const std::array<Preset, 13>& preset_table() {
+  // The fine-tuning presets take their sizes from each model's published config.json:
+  //   llama3.2-1b  huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json
+  //   llama3.2-3b  huggingface.co/meta-llama/Llama-3.2-3B/blob/main/config.json
+  //     (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads,
+  //      num_hidden_layers, vocab_size 128256, tie_word_embeddings true)
+  //   mistral-7b   huggingface.co/mistralai/Mistral-7B-v0.3/blob/main/config.json
+  //     (4096, 14336, 32 heads, 8 kv heads, 32 layers, vocab_size 32768, untied)
+  //   qwen2.5-7b   huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
+  //     (3584, 18944, 28 heads, 4 kv heads, 28 layers, vocab_size 152064, untied; Qwen2 blocks
+  //      have q/k/v biases, modeling_qwen2.py: q_proj = nn.Linear(..., bias=True))
+  static const std::array<Preset, 13> table{{
       {"tiny", "2-layer GPT for tests (H=64, A=4, V=256)", gpt("tiny", 64, 4, 2, 256, 256)},
       {"tiny-llama", "2-layer Llama for tests (H=64, A=4, KV=2, V=256)",
        llama("tiny-llama", 64, 4, 2, 2, 176, 256)},
@@ -55,6 +75,14 @@ const std::array<Preset, 9>& preset_table() {
       {"llama2-13b", "Llama 2 13B", llama("llama2-13b", 5120, 40, 40, 40, 13824, 32000)},
       {"llama3-8b", "Llama 3 8B (GQA, 8 KV heads)",
        llama("llama3-8b", 4096, 32, 8, 32, 14336, 128256)},
+      {"llama3.2-1b", "Llama 3.2 1B (GQA, tied embeddings)",
+       tied(llama("llama3.2-1b", 2048, 32, 8, 16, 8192, 128256))},
+      {"llama3.2-3b", "Llama 3.2 3B (GQA, tied embeddings)",
+       tied(llama("llama3.2-3b", 3072, 24, 8, 28, 8192, 128256))},
+      {"mistral-7b", "Mistral 7B v0.3 (GQA, 8 KV heads)",
+       llama("mistral-7b", 4096, 32, 8, 32, 14336, 32768)},
+      {"qwen2.5-7b", "Qwen2.5 7B (GQA, q/k/v biases, 152k vocabulary)",
+       with_qkv_bias(llama("qwen2.5-7b", 3584, 28, 4, 28, 18944, 152064))},
   }};
   return table;
 }

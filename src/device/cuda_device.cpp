@@ -33,18 +33,6 @@ bool cuda_available(std::string* why) {
   return true;
 }
 
-std::string CudaLibraryVersions::runtime_text() const {
-  return fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10);
-}
-std::string CudaLibraryVersions::cublaslt_text() const {
-  // cublasLtGetVersion: major * 10000 + minor * 100 + patch
-  return fmt::format("{}.{}.{}", cublaslt / 10000, cublaslt % 10000 / 100, cublaslt % 100);
-}
-std::string CudaLibraryVersions::cudnn_text() const {
-  // cuDNN 9: major * 10000 + minor * 100 + patch
-  return fmt::format("{}.{}.{}", cudnn / 10000, cudnn % 10000 / 100, cudnn % 100);
-}
-
 CudaLibraryVersions cuda_library_versions() {
   CudaLibraryVersions v;
   if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
@@ -73,14 +61,23 @@ CudaDeviceInfo query_cuda_device(int ordinal) {
   return info;
 }
 
-DeviceSpec resolve_cuda_device(const RunConfig& cfg, int ordinal) {
+std::vector<CudaDeviceInfo> query_cuda_devices() {
+  std::vector<CudaDeviceInfo> out;
+  if (!cuda_available()) return out;
+  int count = 0;
+  VB_CUDA_CHECK(cudaGetDeviceCount(&count));
+  for (int i = 0; i < count; ++i) out.push_back(query_cuda_device(i));
+  return out;
+}
+
+DeviceInfo resolve_cuda_device(const RunConfig& cfg, int ordinal) {
   CudaDeviceInfo info = query_cuda_device(ordinal);
   // The handles every trial holds: their memory is part of what the step cannot use.
   const cuda::CublasLtHandle cublas = cuda::make_cublaslt_handle();
   const cuda::CudnnHandle cudnn = cuda::make_cudnn_handle();
   std::size_t free_bytes = 0, total_bytes = 0;
   VB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  DeviceSpec spec;
+  DeviceInfo spec;
   spec.kind = DeviceKind::cuda;
   spec.label =
       fmt::format("cuda:{} {} (cc {}.{})", ordinal, info.name, info.cc_major, info.cc_minor);
@@ -104,13 +101,15 @@ std::optional<Bytes> driver_used() {
 
 class CudaSource final : public SegmentSource {
  public:
-  explicit CudaSource(Bytes capacity) : capacity_(capacity) {}
+  CudaSource(Bytes capacity, bool managed) : capacity_(capacity), managed_(managed) {}
   ~CudaSource() override = default;  // the allocator returns every segment before it goes
 
   std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
     if (bytes <= 0 || in_use_ + bytes > capacity_) return std::nullopt;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, static_cast<std::size_t>(bytes));
+    const cudaError_t e = managed_
+                              ? cudaMallocManaged(&p, static_cast<std::size_t>(bytes))
+                              : cudaMalloc(&p, static_cast<std::size_t>(bytes));
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // clear it: running out is a result, the next trial goes on
       return std::nullopt;
@@ -131,6 +130,7 @@ class CudaSource final : public SegmentSource {
 
  private:
   Bytes capacity_;
+  bool managed_;
   Bytes in_use_ = 0;
 };
 
@@ -239,7 +239,13 @@ class CudaAsyncSource final : public SegmentSource {
 std::unique_ptr<SegmentSource> make_cuda_source(Bytes capacity) {
   std::string why;
   if (!cuda_available(&why)) throw NeedsGpu(why);
-  return std::make_unique<CudaSource>(capacity);
+  return std::make_unique<CudaSource>(capacity, false);
+}
+
+std::unique_ptr<SegmentSource> make_cuda_managed_source(Bytes capacity) {
+  std::string why;
+  if (!cuda_available(&why)) throw NeedsGpu(why);
+  return std::make_unique<CudaSource>(capacity, true);
 }
 
 std::unique_ptr<SegmentSource> make_cuda_async_source(Bytes capacity) {

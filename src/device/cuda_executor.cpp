@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "cpu/executor.h"
 #include "cuda/activation.h"
 #include "cuda/add.h"
 #include "cuda/check.h"
@@ -24,10 +23,13 @@
 #include "cuda/layernorm.h"
 #include "cuda/optimizer.h"
 #include "cuda/owners.h"
+#include "cuda/quant.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
 #include "cuda/softmax.h"
 #include "device/cuda_device.h"
+#include "device/init.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
@@ -48,11 +50,6 @@ struct Args {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw InternalError(fmt::format("op '{}' ({}): {}", op.name, to_string(op.kind), what));
-  }
-  void expect(std::size_t in_min, std::size_t in_max, std::size_t out_min,
-              std::size_t out_max) const {
-    if (in.size() < in_min || in.size() > in_max || out.size() < out_min || out.size() > out_max)
-      fail(fmt::format("has {} inputs and {} outputs", in.size(), out.size()));
   }
   bool accumulate(const Bound& b) const { return op.accumulate && b.tensor->role == Role::grad; }
   DType dtype() const { return out.empty() ? in.at(0).tensor->dtype : out.at(0).tensor->dtype; }
@@ -80,16 +77,8 @@ P* offset(P* base, std::int64_t elements, DType dtype) {
 }
 
 AttentionShape attention_shape(const Args& a, const Tensor& qkv) {
-  if (qkv.shape.size() != 3) a.fail("qkv must be [B,S,Q]");
-  AttentionShape s;
-  s.batch = qkv.shape[0];
-  s.seq = qkv.shape[1];
-  s.heads = a.op.heads;
-  s.kv_heads = a.op.kv_heads > 0 ? a.op.kv_heads : a.op.heads;
-  if (s.heads <= 0 || s.heads % s.kv_heads != 0) a.fail("heads must be a multiple of kv_heads");
-  if (qkv.shape[2] % (s.heads + 2 * s.kv_heads) != 0) a.fail("qkv columns must be (A + 2K) * D");
-  s.head_dim = qkv.shape[2] / (s.heads + 2 * s.kv_heads);
-  return s;
+  const QkvShape s = qkv_shape(a.op, qkv);
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
 }
 
 class CudaExecutor final : public Executor {
@@ -109,6 +98,10 @@ class CudaExecutor final : public Executor {
   void initialize(const Program& program, int tensor_id, void* data) override {
     const Tensor& t = program.tensor(tensor_id);
     try {
+      if (const auto part = quantized_part(program, tensor_id)) {
+        initialize_quantized(program, tensor_id, *part, data);
+        return;
+      }
       launch_init(data, t.dtype, t.elements(), init_rule(program, tensor_id, seed_), stream_.get());
     } catch (const CudaOutOfMemory& e) {
       throw DeviceOutOfMemory(fmt::format("initialising '{}': {}", t.name, e.what()));
@@ -118,6 +111,7 @@ class CudaExecutor final : public Executor {
   void execute(const Program& program, std::size_t op_index,
                const std::vector<void*>& data) override {
     const Op& op = program.ops.at(op_index);
+    check_op(program, op);
     Args a{program, op, {}, {}, nullptr, 0};
     auto bind = [&](const std::vector<int>& ids, std::vector<Bound>& into) {
       for (int id : ids) {
@@ -160,8 +154,14 @@ class CudaExecutor final : public Executor {
     gemm().run(plan, math(a), A, B, C, bias, a.workspace, a.workspace_bytes, stream_.get());
   }
 
+  void initialize_quantized(const Program& program, int tensor_id, const QuantizedPart& part,
+                            void* data);
   void run(const Args& a);
   void attention(const Args& a);
+  void dequantize(const Args& a);
+  void lora_fwd(const Args& a);
+  void lora_bwd(const Args& a);
+  void adamw_8bit(const Args& a);
   void cudnn_flash(const Args& a, const AttentionShape& s, DType dt);
   void optimizer(const Args& a);
 
@@ -179,7 +179,6 @@ void CudaExecutor::run(const Args& a) {
   const DType dt = a.dtype();
   switch (op.kind) {
     case OpKind::embedding_fwd: {
-      a.expect(2, 3, 1, 1);
       const Tensor& tokens = *a.in[0].tensor;
       const Tensor& wte = *a.in[1].tensor;
       if (tokens.shape.size() != 2 || wte.shape.size() != 2) a.fail("tokens [B,S], wte [V,H]");
@@ -189,7 +188,6 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::embedding_bwd: {
-      a.expect(2, 2, 1, 2);
       const Tensor& tokens = *a.in[1].tensor;
       const Tensor& dwte = *a.out[0].tensor;
       if (tokens.shape.size() != 2 || dwte.shape.size() != 2) a.fail("tokens [B,S], dwte [V,H]");
@@ -201,31 +199,29 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::layernorm_fwd:
-      a.expect(2, 3, 3, 3);
       launch_layernorm_fwd(dt, a.out[0].data, f32(a.out[1]), f32(a.out[2]), cptr(a.in[0]),
                            cptr(a.in[1]), a.in.size() == 3 ? cptr(a.in[2]) : nullptr, rows(a.in[0]),
                            last_dim(a.in[0]), op.eps, st);
       return;
     case OpKind::layernorm_bwd:
-      a.expect(5, 5, 2, 3);
-      launch_layernorm_bwd(
-          dt, a.out[0].data, a.out[1].data, a.out.size() == 3 ? a.out[2].data : nullptr,
-          cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
-          last_dim(a.in[1]), a.accumulate(a.out[1]), a.workspace, a.workspace_bytes, st);
+      // A frozen norm (fine-tuning) writes dx alone.
+      launch_layernorm_bwd(dt, a.out[0].data, a.out.size() >= 2 ? a.out[1].data : nullptr,
+                           a.out.size() == 3 ? a.out[2].data : nullptr, cptr(a.in[0]),
+                           cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
+                           last_dim(a.in[1]), a.out.size() >= 2 && a.accumulate(a.out[1]),
+                           a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::rmsnorm_fwd:
-      a.expect(2, 2, 2, 2);
       launch_rmsnorm_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]),
                          rows(a.in[0]), last_dim(a.in[0]), op.eps, st);
       return;
     case OpKind::rmsnorm_bwd:
-      a.expect(4, 4, 2, 2);
-      launch_rmsnorm_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
-                         cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
-                         a.accumulate(a.out[1]), a.workspace, a.workspace_bytes, st);
+      launch_rmsnorm_bwd(dt, a.out[0].data, a.out.size() == 2 ? a.out[1].data : nullptr,
+                         cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]),
+                         last_dim(a.in[1]), a.out.size() == 2 && a.accumulate(a.out[1]),
+                         a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::linear_fwd: {
-      a.expect(2, 3, 1, 1);
       const Tensor& w = *a.in[1].tensor;
       if (w.shape.size() != 2) a.fail("w must be [Out,In]");
       const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[0].tensor->elements() / In;
@@ -236,7 +232,6 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::linear_bwd: {
-      a.expect(3, 3, 2, 3);
       const Tensor& w = *a.in[2].tensor;
       if (w.shape.size() != 2) a.fail("w must be [Out,In]");
       const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[1].tensor->elements() / In;
@@ -250,27 +245,22 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::gelu_fwd:
-      a.expect(1, 1, 1, 1);
       launch_gelu_fwd(dt, a.out[0].data, cptr(a.in[0]), a.in[0].tensor->elements(), st);
       return;
     case OpKind::gelu_bwd:
-      a.expect(2, 2, 1, 1);
       launch_gelu_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.in[1].tensor->elements(),
                       st);
       return;
     case OpKind::swiglu_fwd:
-      a.expect(2, 2, 1, 1);
       launch_swiglu_fwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]),
                         a.out[0].tensor->elements(), st);
       return;
     case OpKind::swiglu_bwd:
-      a.expect(3, 3, 2, 2);
       launch_swiglu_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
                         cptr(a.in[2]), a.in[0].tensor->elements(), st);
       return;
     case OpKind::rope_fwd:
     case OpKind::rope_bwd: {
-      a.expect(1, 1, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[0].tensor);
       const RopeShape r{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
       if (op.kind == OpKind::rope_fwd)
@@ -286,21 +276,15 @@ void CudaExecutor::run(const Args& a) {
       attention(a);
       return;
     case OpKind::softmax_fwd:
-      a.expect(1, 1, 1, 1);
       launch_softmax_fwd(dt, a.out[0].data, cptr(a.in[0]), rows(a.in[0]), last_dim(a.in[0]), st);
       return;
     case OpKind::softmax_bwd:
-      a.expect(2, 2, 1, 1);
       launch_softmax_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), rows(a.in[1]),
                          last_dim(a.in[1]), st);
       return;
     case OpKind::flash_fwd:
     case OpKind::flash_bwd: {
       const bool fwd = op.kind == OpKind::flash_fwd;
-      if (fwd)
-        a.expect(1, 1, 2, 2);
-      else
-        a.expect(4, 4, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
       if (resolve_flash_impl(flash_impl_, dt) == FlashImpl::cudnn) {  // cuDNN or fail: no fallback
         cudnn_flash(a, s, dt);
@@ -317,38 +301,54 @@ void CudaExecutor::run(const Args& a) {
       return;
     }
     case OpKind::dropout_fwd:
-      a.expect(1, 1, 2, 2);
       launch_dropout_fwd(dt, a.out[0].data, static_cast<std::uint8_t*>(a.out[1].data),
                          cptr(a.in[0]), static_cast<float>(op.dropout_p), op.seed,
                          a.in[0].tensor->elements(), st);
       return;
     case OpKind::dropout_bwd:
-      a.expect(2, 2, 1, 1);
       launch_dropout_bwd(dt, a.out[0].data, cptr(a.in[0]),
                          static_cast<const std::uint8_t*>(a.in[1].data),
                          static_cast<float>(op.dropout_p), a.in[0].tensor->elements(), st);
       return;
     case OpKind::add:
-      a.expect(2, 2, 1, 1);
       if (a.in[0].tensor->elements() != a.in[1].tensor->elements())
         a.fail("add operands differ in size");
       launch_add(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.out[0].tensor->elements(), st);
       return;
     case OpKind::cross_entropy_fwd: {
-      a.expect(2, 2, 2, 2);
       const DType logits_dt = a.in[0].tensor->dtype;
       launch_cross_entropy_fwd(logits_dt, f32(a.out[0]), f32(a.out[1]), cptr(a.in[0]), ids(a.in[1]),
                                rows(a.in[0]), last_dim(a.in[0]), st);
       return;
     }
     case OpKind::cross_entropy_bwd:
-      a.expect(3, 3, 1, 1);
       launch_cross_entropy_bwd(dt, a.out[0].data, cptr(a.in[0]), ids(a.in[1]), f32(a.in[2]),
                                rows(a.in[0]), last_dim(a.in[0]), op.grad_scale, st);
       return;
     case OpKind::adamw_step:
     case OpKind::sgd_step:
       optimizer(a);
+      return;
+    case OpKind::dequantize:
+      dequantize(a);
+      return;
+    case OpKind::linear_dgrad: {
+      const Tensor& w = *a.in[1].tensor;
+      if (w.shape.size() != 2) a.fail("w must be [Out,In]");
+      const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[0].tensor->elements() / Out;
+      if (M * Out != a.in[0].tensor->elements() || a.out[0].tensor->elements() != M * In)
+        a.fail("dy [M,Out] and dx [M,In] disagree with w");
+      run_gemm(a, plan_linear_bwd_dx(M, In, Out), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data);
+      return;
+    }
+    case OpKind::lora_fwd:
+      lora_fwd(a);
+      return;
+    case OpKind::lora_bwd:
+      lora_bwd(a);
+      return;
+    case OpKind::adamw8bit_step:
+      adamw_8bit(a);
       return;
   }
   a.fail("unknown op kind");
@@ -360,7 +360,6 @@ void CudaExecutor::attention(const Args& a) {
   const DType dt = a.dtype();
   switch (op.kind) {
     case OpKind::attn_scores: {
-      a.expect(1, 1, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[0].tensor);
       const GemmPlan plan = plan_attn_scores(s);
       for (std::int64_t h = 0; h < s.heads; ++h)
@@ -371,7 +370,6 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_values: {
-      a.expect(2, 2, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[1].tensor);
       const GemmPlan plan = plan_attn_values(s);
       for (std::int64_t h = 0; h < s.heads; ++h)
@@ -381,7 +379,6 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_values_bwd: {
-      a.expect(3, 3, 2, 2);
       const AttentionShape s = attention_shape(a, *a.in[2].tensor);
       const auto es = static_cast<std::size_t>(dtype_size(dt));
       // The q and k columns of dqkv are written by attn_scores_bwd; zero them here as the contract
@@ -403,7 +400,6 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_scores_bwd: {
-      a.expect(3, 3, 1, 1);
       const AttentionShape s = attention_shape(a, *a.in[1].tensor);
       if (a.out[0].data != a.in[2].data)  // keep the v part attn_values_bwd wrote
         VB_CUDA_CHECK(cudaMemcpyAsync(a.out[0].data, a.in[2].data,
@@ -449,14 +445,210 @@ void CudaExecutor::cudnn_flash(const Args& a, const AttentionShape& s, DType dt)
                           key, rng, a.workspace, a.workspace_bytes, op.name, stream_.get());
 }
 
+// A part of a quantised frozen weight: the module's weight drawn on the device by the init rule
+// (the dense linear's rows), quantised by the launchers into scratch, the part copied out. The
+// scratch is freed before the step starts; its values are bit for bit the cpu executor's.
+void CudaExecutor::initialize_quantized(const Program& program, int tensor_id,
+                                        const QuantizedPart& part, void* data) {
+  const Tensor& t = program.tensor(tensor_id);
+  cudaStream_t st = stream_.get();
+  using Kind = QuantizedPart::Kind;
+  if (part.kind == Kind::quant_map || part.kind == Kind::nested_quant_map) {
+    std::vector<float> table(static_cast<std::size_t>(t.elements()));
+    fill_code_table(part, table.data(), t.elements());
+    VB_CUDA_CHECK(cudaMemcpyAsync(data, table.data(), table.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice, st));
+    VB_CUDA_CHECK(cudaStreamSynchronize(st));
+    return;
+  }
+  const std::int64_t n = part.rows * part.cols;
+  const QuantizedWeightBytes bytes =
+      quantized_weight_bytes(n, part.rows, part.quant, part.double_quant);
+  const std::int64_t scales =
+      part.quant == QuantKind::int8 ? part.rows : quant_blocks(n, kQuant4bitBlock);
+  const Bytes absmax2_bytes =
+      part.double_quant ? quant_blocks(scales, kQuantNestedBlock) * Bytes{4} : 0;
+  // One scratch allocation: weight | codes | fp32 absmax | qabsmax | absmax2 | offset, each
+  // 256-byte aligned.
+  auto up = [](Bytes b) { return (b + 255) / 256 * 256; };
+  const Bytes w_bytes = up(n * dtype_size(part.dtype)), codes_bytes = up(bytes.data),
+              absmax_bytes = up(scales * Bytes{4}), q_bytes = up(part.double_quant ? scales : 0),
+              a2_bytes = up(absmax2_bytes);
+  const Bytes total = w_bytes + codes_bytes + absmax_bytes + q_bytes + a2_bytes + 256;
+  void* scratch = nullptr;
+  if (cudaMalloc(&scratch, total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw DeviceOutOfMemory(fmt::format(
+        "initialising '{}': no room for {} bytes of quantisation scratch", t.name, total));
+  }
+  char* base = static_cast<char*>(scratch);
+  void* w = base;
+  kquant::QuantizedWeightBuffers out;
+  out.data = reinterpret_cast<std::uint8_t*>(base + w_bytes);
+  out.absmax = reinterpret_cast<float*>(base + w_bytes + codes_bytes);
+  if (part.double_quant) {
+    out.qabsmax = reinterpret_cast<std::uint8_t*>(base + w_bytes + codes_bytes + absmax_bytes);
+    out.absmax2 = reinterpret_cast<float*>(base + w_bytes + codes_bytes + absmax_bytes + q_bytes);
+    out.offset =
+        reinterpret_cast<float*>(base + w_bytes + codes_bytes + absmax_bytes + q_bytes + a2_bytes);
+  }
+  try {
+    const kmath::InitRule rule = weight_init_rule(seed_, part.weight);
+    // Rows [row_offset, +rows) of the dense weight: element i of the module is element
+    // row_offset * cols + i of the weight's stream.
+    launch_init_offset(w, part.dtype, n, rule, part.row_offset * part.cols, st);
+    launch_quantize_weight(part.quant, part.double_quant, part.dtype, out, w, part.rows, part.cols,
+                           st);
+    const void* src = nullptr;
+    Bytes size = 0;
+    switch (part.kind) {
+      case Kind::codes:
+        src = out.data, size = bytes.data;
+        break;
+      case Kind::absmax:
+        src = part.double_quant ? static_cast<const void*>(out.qabsmax) : out.absmax;
+        size = part.double_quant ? scales : scales * Bytes{4};
+        break;
+      case Kind::absmax2:
+        src = out.absmax2, size = absmax2_bytes;
+        break;
+      case Kind::offset:
+        src = out.offset, size = 4;
+        break;
+      default:
+        break;
+    }
+    if (src == nullptr || size != t.bytes)
+      throw InternalError(
+          fmt::format("quantised part '{}': {} bytes, the program has {}", t.name, size, t.bytes));
+    VB_CUDA_CHECK(
+        cudaMemcpyAsync(data, src, static_cast<std::size_t>(size), cudaMemcpyDeviceToDevice, st));
+    VB_CUDA_CHECK(cudaStreamSynchronize(st));
+  } catch (...) {
+    (void)cudaStreamSynchronize(st);
+    (void)cudaFree(scratch);
+    throw;
+  }
+  VB_CUDA_CHECK(cudaFree(scratch));
+}
+
+// Rows [row_offset, +rows) of the compute-dtype weight from the quantised module.
+void CudaExecutor::dequantize(const Args& a) {
+  const Op& op = a.op;
+  const Tensor& w = *a.out[0].tensor;
+  if (w.shape.size() != 2) a.fail("w must be [Out,In]");
+  if (op.row_offset + op.rows > w.shape[0]) a.fail("rows past the weight's");
+  const std::int64_t cols = w.shape[1];
+  const bool nested = op.double_quant;
+  if (a.in.size() != (nested ? 4u : 2u)) a.fail("codes and absmax (and absmax2, offset nested)");
+  kquant::QuantizedWeightBuffers in;
+  in.data = static_cast<std::uint8_t*>(a.in[0].data);
+  if (nested) {
+    in.qabsmax = static_cast<std::uint8_t*>(a.in[1].data);
+    in.absmax2 = f32(a.in[2]);
+    in.offset = f32(a.in[3]);
+  } else {
+    in.absmax = f32(a.in[1]);
+  }
+  launch_dequantize_weight(op.quant, nested, w.dtype,
+                           offset(a.out[0].data, op.row_offset * cols, w.dtype), in, op.rows, cols,
+                           stream_.get());
+}
+
+namespace {
+struct LoraDims {
+  std::int64_t M, In, R, N, Out;
+};
+LoraDims lora_dims(const Args& a, const Bound& x, const Bound& A, const Bound& B, const Bound& y) {
+  if (A.tensor->shape.size() != 2 || B.tensor->shape.size() != 2 ||
+      B.tensor->shape[1] != A.tensor->shape[0])
+    a.fail("a must be [R,In] and b [N,R]");
+  LoraDims d{0, A.tensor->shape[1], A.tensor->shape[0], B.tensor->shape[0], last_dim(y)};
+  d.M = x.tensor->elements() / d.In;
+  if (d.M * d.In != x.tensor->elements() || y.tensor->elements() != d.M * d.Out)
+    a.fail("x [M,In] and y [M,Out] disagree with a");
+  if (a.op.col_offset + d.N > d.Out) a.fail("the adapter's columns run past y's");
+  return d;
+}
+}  // namespace
+
+// xa = x a^T; y[:, col_offset:+N] += scale xa b^T: the second GEMM writes a column slice of y, so
+// its C has leading dimension Out (y's row length), not N.
+void CudaExecutor::lora_fwd(const Args& a) {
+  const LoraDims d = lora_dims(a, a.in[0], a.in[1], a.in[2], a.in[3]);
+  if (a.out[1].data != a.in[3].data) a.fail("y is updated in place");
+  const DType dt = a.dtype();
+  run_gemm(a, plan_linear_fwd(d.M, d.In, d.R), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data);
+  GemmPlan up = plan_linear_fwd(d.M, d.R, d.N);
+  up.ldc = d.Out;
+  up.alpha = a.op.lora_scale;
+  up.beta = 1.0f;
+  run_gemm(a, up, cptr(a.in[2]), a.out[0].data, offset(a.out[1].data, a.op.col_offset, dt));
+}
+
+// g = scale dy[:, cols]; db = g^T xa; dxa = g b; da = dxa^T x; dx (+)= dxa a. dy's column slice
+// is read with leading dimension Out; the scale rides on alpha.
+void CudaExecutor::lora_bwd(const Args& a) {
+  const LoraDims d = lora_dims(a, a.in[1], a.in[3], a.in[4], a.in[0]);
+  if (a.in[2].tensor->elements() != d.M * d.R) a.fail("xa must be [M,R]");
+  const DType dt = a.dtype();
+  const void* dy = offset(cptr(a.in[0]), a.op.col_offset, dt);
+  GemmPlan db = plan_linear_bwd_dw(d.M, d.R, d.N, false);  // A = xa, B = dy slice, C = db
+  db.ldb = d.Out;
+  db.alpha = a.op.lora_scale;
+  run_gemm(a, db, cptr(a.in[2]), dy, a.out[1].data);
+  GemmPlan dxa = plan_linear_bwd_dx(d.M, d.R, d.N);  // A = b, B = dy slice, C = dxa
+  dxa.ldb = d.Out;
+  dxa.alpha = a.op.lora_scale;
+  run_gemm(a, dxa, cptr(a.in[4]), dy, a.out[2].data);
+  // A = x, B = dxa, C = da
+  run_gemm(a, plan_linear_bwd_dw(d.M, d.In, d.R, false), cptr(a.in[1]), a.out[2].data,
+           a.out[0].data);
+  if (a.out.size() == 4) {
+    GemmPlan dx = plan_linear_bwd_dx(d.M, d.In, d.R);  // A = a, B = dxa, C = dx
+    dx.beta = a.op.accumulate ? 1.0f : 0.0f;           // into the frozen base's dx
+    run_gemm(a, dx, cptr(a.in[3]), a.out[2].data, a.out[3].data);
+  }
+}
+
+// bitsandbytes' 8-bit AdamW, in place on the weight, its master and the codes and absmax.
+void CudaExecutor::adamw_8bit(const Args& a) {
+  const Op& op = a.op;
+  const Bound& weight = a.in[0];
+  const bool has_master = a.in.size() == signature(op.kind).max_inputs();
+  const std::int64_t n = weight.tensor->elements();
+  if (a.in[1].tensor->elements() != n || a.in[1].tensor->dtype != weight.tensor->dtype)
+    a.fail("grad and weight differ");
+  if (a.in[2].tensor->dtype != DType::u8 || a.in[3].tensor->dtype != DType::u8 ||
+      !optimizer_state_is_8bit(n) || a.in[2].tensor->elements() != n ||
+      a.in[3].tensor->elements() != n)
+    a.fail("8-bit moments (u8) of the weight's elements");
+  const std::int64_t blocks = quant_blocks(n, kOptimizer8bitBlock);
+  if (a.in[4].tensor->elements() != blocks || a.in[5].tensor->elements() != blocks)
+    a.fail("an fp32 absmax per block of m and of v");
+  kquant::AdamW8bitState state;
+  state.m_codes = static_cast<std::uint8_t*>(a.in[2].data);
+  state.v_codes = static_cast<std::uint8_t*>(a.in[3].data);
+  state.absmax_m = f32(a.in[4]);
+  state.absmax_v = f32(a.in[5]);
+  AdamWParams p;
+  p.lr = op.lr;
+  p.beta1 = op.beta1;
+  p.beta2 = op.beta2;
+  p.eps = op.adam_eps;
+  p.weight_decay = op.weight_decay;
+  p.step = ++steps_[weight.tensor->name];
+  p.grad_scale = op.grad_scale;
+  launch_adamw_8bit(weight.tensor->dtype, weight.data, cptr(a.in[1]), state,
+                    has_master ? f32(a.in.back()) : nullptr, p, n, stream_.get());
+}
+
 // In place on the weight, its state and its master copy (the last input when there is one).
 void CudaExecutor::optimizer(const Args& a) {
   const Op& op = a.op;
   const bool adam = op.kind == OpKind::adamw_step;
-  const std::size_t n_state = adam ? 2 : 1;
-  a.expect(2 + n_state, 3 + n_state, 0, 0);
   const Bound& weight = a.in[0];
-  const bool has_master = a.in.size() == 3 + n_state;
+  const bool has_master = a.in.size() == signature(op.kind).max_inputs();  // the optional master
   float* master = has_master ? f32(a.in.back()) : nullptr;
   if (a.in[1].tensor->elements() != weight.tensor->elements())
     a.fail("grad and weight differ in size");
@@ -486,18 +678,6 @@ void CudaExecutor::optimizer(const Args& a) {
 }
 
 }  // namespace
-
-FlashImpl resolve_flash_impl(FlashImpl impl, DType storage) {
-  if (impl != FlashImpl::automatic) return impl;
-  return storage == DType::f16 || storage == DType::bf16 ? FlashImpl::cudnn : FlashImpl::kernels;
-}
-
-FlashImpl parse_flash_impl(const std::string& text) {
-  if (text == "auto") return FlashImpl::automatic;
-  if (text == "cudnn") return FlashImpl::cudnn;
-  if (text == "kernels") return FlashImpl::kernels;
-  throw std::invalid_argument("invalid --flash-impl '" + text + "': use auto, cudnn or kernels");
-}
 
 std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed, FlashImpl flash) {
   std::string why;

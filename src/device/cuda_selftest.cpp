@@ -11,11 +11,11 @@
 
 #include "common/math.h"
 #include "core/config.h"
-#include "cpu/executor.h"
 #include "cuda/check.h"
 #include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
+#include "device/cpu_executor.h"
 #include "device/cuda_device.h"
 #include "program/program.h"
 
@@ -43,7 +43,20 @@ RunConfig small(Arch arch, Precision precision, Attention attention, Optimizer o
   c.optimizer = optimizer;
   c.dropout = dropout;
   c.scope = Scope::model;
-  c.device = "cuda";
+  c.device = parse_device("cuda");
+  return c;
+}
+
+// A fine-tuning recipe over small(): LoRA rank `rank` on every linear, the base frozen (and stored
+// as `quant`).
+RunConfig finetune(RunConfig c, Finetune how, QuantKind quant, Toggle double_quant,
+                   std::int64_t rank, double lora_dropout) {
+  c.finetune = how;
+  c.quant = quant;
+  c.double_quant = double_quant;
+  c.lora_rank = rank;
+  c.lora_alpha = 2.0 * static_cast<double>(rank);
+  c.lora_dropout = lora_dropout;
   return c;
 }
 
@@ -67,6 +80,21 @@ std::vector<SelftestConfig> selftest_configs() {
        FlashImpl::cudnn},
       {"gpt fp16 flash cudnn",
        small(Arch::gpt, Precision::fp16, Attention::flash, Optimizer::sgd, 0.0), FlashImpl::cudnn},
+      // Fine-tuning: dequantize, linear_dgrad, lora_fwd / lora_bwd, frozen norms, and 8-bit
+      // AdamW (rank 64 gives adapters of 4096 elements and more: 8-bit state).
+      {"gpt fp32 eager lora dropout",
+       finetune(small(Arch::gpt, Precision::fp32, Attention::eager, Optimizer::adamw, 0.0),
+                Finetune::lora, QuantKind::none, Toggle::off, 8, 0.1)},
+      {"llama bf16 flash qlora nf4 adamw-8bit",
+       finetune(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw_8bit, 0.0),
+                Finetune::qlora, QuantKind::nf4, Toggle::on, 64, 0.0)},
+      {"llama fp16 flash qlora fp4 paged-adamw-8bit",
+       finetune(
+           small(Arch::llama, Precision::fp16, Attention::flash, Optimizer::paged_adamw_8bit, 0.0),
+           Finetune::qlora, QuantKind::fp4, Toggle::off, 64, 0.0)},
+      {"gpt bf16 eager lora int8",
+       finetune(small(Arch::gpt, Precision::bf16, Attention::eager, Optimizer::adamw, 0.0),
+                Finetune::lora, QuantKind::int8, Toggle::off, 8, 0.0)},
   };
 }
 
@@ -74,7 +102,8 @@ namespace {
 
 bool is_gemm(OpKind k) {
   return k == OpKind::linear_fwd || k == OpKind::linear_bwd || k == OpKind::attn_scores ||
-         k == OpKind::attn_values || k == OpKind::attn_values_bwd || k == OpKind::attn_scores_bwd;
+         k == OpKind::attn_values || k == OpKind::attn_values_bwd || k == OpKind::attn_scores_bwd ||
+         k == OpKind::linear_dgrad || k == OpKind::lora_fwd || k == OpKind::lora_bwd;
 }
 
 // Tolerance for one op's outputs, scaled to the storage type the step runs in.
@@ -149,7 +178,8 @@ std::vector<SelftestRow> run_cuda_selftest() {
       host_ptr[id] = host[id].data();
       device_ptr[id] = device[id].get();
       const bool persistent = t.role == Role::weight || t.role == Role::master_weight ||
-                              t.role == Role::optimizer_state || t.role == Role::input;
+                              t.role == Role::optimizer_state ||
+                              t.role == Role::paged_optimizer_state || t.role == Role::input;
       if (persistent) cpu->initialize(program, static_cast<int>(id), host[id].data());
     }
     auto upload = [&](int id) {
@@ -199,7 +229,8 @@ std::vector<SelftestRow> run_cuda_selftest() {
       ++row.ops;
       const Tolerance tol = tolerance_for(sc.cfg, op.kind);
       // In-place ops (optimizer steps) change their inputs; others their outputs.
-      const bool in_place = op.kind == OpKind::adamw_step || op.kind == OpKind::sgd_step;
+      const bool in_place = op.kind == OpKind::adamw_step || op.kind == OpKind::sgd_step ||
+                            op.kind == OpKind::adamw8bit_step;
       Compare c{row.max_abs_error, row.worst_ratio};
       for (int id : in_place ? op.inputs : op.outputs) {
         const Tensor& t = program.tensor(id);

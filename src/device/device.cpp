@@ -1,41 +1,55 @@
-// Resolution of --device for the devices that need no GPU.
+// The parts of device.h and gpu.h that need no GPU and no factory: the sim device, the
+// flash-attention choice, the names of the cuda options, library versions as text.
 #include "device/device.h"
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include <array>
+
+#include "device/gpu.h"
+#include "device/sources.h"
 
 namespace vrambench {
+namespace {
 
-DeviceSpec resolve_host_device(const RunConfig& cfg, const std::string& why_no_gpu,
-                               std::string* note) {
-  std::string name = cfg.device;
-  if (name == "auto") {
-    name = fmt::format("sim:{}", kDefaultProfile);
-    if (note) *note = fmt::format("device auto: no GPU ({}); using {}", why_no_gpu, name);
-  }
-  DeviceSpec spec;
-  if (name == "cpu") {
-    spec.kind = DeviceKind::cpu;
-    spec.total = cfg.vram > 0 ? cfg.vram : kDefaultCpuCapacity;
-    spec.label = fmt::format("cpu (host memory capped at {})", format_bytes(spec.total));
-    return spec;
-  }
-  if (name.starts_with("sim:")) {
-    const GpuProfile& profile = find_gpu_profile(name);
-    spec.kind = DeviceKind::sim;
-    spec.profile = &profile;
-    spec.total = cfg.vram > 0 ? cfg.vram : profile.total;
-    spec.fixed_overhead = profile.context_overhead;
-    spec.gemm_workspace = profile.gemm_workspace();
-    spec.label = fmt::format("sim:{} ({})", profile.name, profile.label);
-    if (cfg.vram > 0) spec.label += fmt::format(", capped at {}", format_bytes(cfg.vram));
-    return spec;
-  }
-  if (name == "cuda") throw UsageError(fmt::format("--device cuda: no GPU ({})", why_no_gpu));
-  throw UsageError(fmt::format(
-      "invalid --device '{}': use auto, cpu, cuda or sim:PROFILE (see `vrambench devices`)",
-      cfg.device));
+constexpr std::array<std::pair<FlashImpl, std::string_view>, 3> kFlashImplNames{
+    {{FlashImpl::automatic, "auto"}, {FlashImpl::cudnn, "cudnn"}, {FlashImpl::kernels, "kernels"}}};
+constexpr std::array<std::pair<CudaMemory, std::string_view>, 2> kCudaMemoryNames{
+    {{CudaMemory::malloc, "malloc"}, {CudaMemory::async, "async"}}};
+
+}  // namespace
+
+FlashImpl resolve_flash_impl(FlashImpl impl, DType storage) {
+  if (impl != FlashImpl::automatic) return impl;
+  return storage == DType::f16 || storage == DType::bf16 ? FlashImpl::cudnn : FlashImpl::kernels;
+}
+
+template <>
+EnumNames<FlashImpl> enum_names<FlashImpl>() {
+  return kFlashImplNames;
+}
+
+template <>
+EnumNames<CudaMemory> enum_names<CudaMemory>() {
+  return kCudaMemoryNames;
+}
+
+std::string CudaLibraryVersions::runtime_text() const {
+  return fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10);
+}
+std::string CudaLibraryVersions::cublaslt_text() const {
+  // cublasLtGetVersion: major * 10000 + minor * 100 + patch
+  return fmt::format("{}.{}.{}", cublaslt / 10000, cublaslt % 10000 / 100, cublaslt % 100);
+}
+std::string CudaLibraryVersions::cudnn_text() const {
+  // cuDNN 9: major * 10000 + minor * 100 + patch
+  return fmt::format("{}.{}.{}", cudnn / 10000, cudnn % 10000 / 100, cudnn % 100);
+}
+
+Device simulated(DeviceInfo info) {
+  info.kind = DeviceKind::sim;
+  info.warm_up = false;  // nothing runs, nothing loads; trial_steps stay: the replay runs as many
+  return {std::move(info), [](Bytes capacity) { return make_virtual_source(capacity); }, {}, {}};
 }
 
 }  // namespace vrambench

@@ -9,37 +9,44 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "program/program.h"
 
 namespace vrambench {
 namespace {
 
-// Component names, shared by the per-sample ledger and the fixed part.
-constexpr std::string_view kWeights = "weights";
-constexpr std::string_view kMasterWeights = "master weights";
-constexpr std::string_view kGradients = "gradients";
-constexpr std::string_view kOptimizerState = "optimizer state";
-constexpr std::string_view kContext = "CUDA context";
-constexpr std::string_view kWorkspace = "GEMM workspace";
-constexpr std::string_view kSaved = "saved activations";
-constexpr std::string_view kStats = "norm statistics";
-constexpr std::string_view kRecomputed = "recomputed activations";
-constexpr std::string_view kTransient = "backward transient";
-constexpr std::string_view kInputs = "tokens and targets";
-constexpr std::string_view kScopeInputs = "inputs";
-constexpr std::string_view kFinalBlockOutput = "final block output";
-constexpr std::string_view kFinalNorm = "final norm";
-constexpr std::string_view kLogits = "logits and loss";
-constexpr std::string_view kEmbedMask = "embedding dropout mask";
-constexpr std::string_view kFragmentation = "allocator fragmentation";
+// Short names of the components, shared by the per-sample ledger and the fixed part.
+constexpr MemoryComponent kWeights = MemoryComponent::weights;
+constexpr MemoryComponent kMasterWeights = MemoryComponent::master_weights;
+constexpr MemoryComponent kGradients = MemoryComponent::gradients;
+constexpr MemoryComponent kOptimizerState = MemoryComponent::optimizer_state;
+constexpr MemoryComponent kContext = MemoryComponent::cuda_context;
+constexpr MemoryComponent kWorkspace = MemoryComponent::gemm_workspace;
+constexpr MemoryComponent kSaved = MemoryComponent::saved_activations;
+constexpr MemoryComponent kStats = MemoryComponent::norm_statistics;
+constexpr MemoryComponent kRecomputed = MemoryComponent::recomputed_activations;
+constexpr MemoryComponent kTransient = MemoryComponent::backward_transient;
+constexpr MemoryComponent kInputs = MemoryComponent::tokens_and_targets;
+constexpr MemoryComponent kScopeInputs = MemoryComponent::scope_inputs;
+constexpr MemoryComponent kFinalBlockOutput = MemoryComponent::final_block_output;
+constexpr MemoryComponent kFinalNorm = MemoryComponent::final_norm;
+constexpr MemoryComponent kLogits = MemoryComponent::logits_and_loss;
+constexpr MemoryComponent kEmbedMask = MemoryComponent::embedding_dropout_mask;
+constexpr MemoryComponent kFragmentation = MemoryComponent::allocator_fragmentation;
+constexpr MemoryComponent kQuantized = MemoryComponent::quantized_weights;
+constexpr MemoryComponent kFrozen = MemoryComponent::frozen_weights;
+constexpr MemoryComponent kAdapters = MemoryComponent::adapters;
+constexpr MemoryComponent kAdapterGrads = MemoryComponent::adapter_grads;
+constexpr MemoryComponent kPaged = MemoryComponent::paged_optimizer_state;
+constexpr MemoryComponent kDequant = MemoryComponent::dequant_transient;
 
 // The model's sizes as Bytes (signed 64-bit) so that every product is checked.
 struct Dims {
   Bytes S, H, A, K, D, L, V, F;
-  Bytes Q;            // packed q|k|v width: (A + 2K) * D
-  Bytes e;            // element size of activations, weights and gradients
+  Bytes Q;                 // packed q|k|v width: (A + 2K) * D
+  Bytes e;                 // element size of activations, weights and gradients
   DType act = DType::f32;  // their storage type
-  Bytes norm_stats;   // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
+  Bytes norm_stats;        // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
   Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
   Bytes positions;    // rows of the learned position table (gpt), 0 for llama
   // Bytes of one sample of the largest tensor the step allocates and frees again and again (an
@@ -64,14 +71,13 @@ Dims dims_of(const RunConfig& cfg) {
   d.L = m.layers;
   d.V = m.vocab;
   d.F = m.ffn;
-  d.Q = checked_mul(m.heads + 2 * m.kv_heads, d.D, "qkv width");
+  d.Q = qkv_width(m);
   d.act = activation_dtype(cfg.dtype);
   d.e = dtype_size(d.act);
   d.gpt = m.arch == Arch::gpt;
   d.norm_stats = d.gpt ? 8 : 4;
   d.norm_params = d.gpt ? 2 * d.H : d.H;
-  // The program sizes the position table to cover the sequence when it is longer than the preset.
-  d.positions = d.gpt ? std::max(m.max_positions, cfg.seq) : 0;
+  d.positions = position_rows(m, cfg.seq);
   d.eager = cfg.attention == Attention::eager;
   if (d.eager) {
     d.bin = checked_mul(checked_mul(d.A, d.S, "heads x seq"), checked_mul(d.S, d.e, "seq x elem"),
@@ -124,11 +130,11 @@ class Ledger {
  public:
   struct Entry {
     std::string_view name;
-    std::string_view component;
+    MemoryComponent component;
     Bytes bytes;
   };
 
-  void add(std::string_view name, std::string_view component, Bytes bytes) {
+  void add(std::string_view name, MemoryComponent component, Bytes bytes) {
     live_.push_back({name, component, bytes});
   }
   void pin(std::string_view name) { pinned_.push_back(name); }
@@ -154,22 +160,22 @@ class Ledger {
   std::vector<std::string_view> pinned_;
 };
 
-// A component while the walk runs. Names are the constants above (or literals), so the walk
-// allocates no strings; only the moment that becomes the breakdown is turned into Components.
+// A component's bytes while the walk runs; only the moment that becomes the breakdown is turned
+// into Components.
 struct Share {
-  std::string_view name;
+  MemoryComponent component;
   Bytes bytes = 0;
 };
 using Shares = std::vector<Share>;
 
-void add_to(Shares& list, std::string_view name, Bytes bytes) {
+void add_to(Shares& list, MemoryComponent component, Bytes bytes) {
   if (bytes == 0) return;
   for (Share& c : list)
-    if (c.name == name) {
+    if (c.component == component) {
       c.bytes = checked_add(c.bytes, bytes, "component bytes");
       return;
     }
-  list.push_back({name, bytes});
+  list.push_back({component, bytes});
 }
 
 Bytes sum(const Shares& list) {
@@ -178,16 +184,25 @@ Bytes sum(const Shares& list) {
   return total;
 }
 
+// Device bytes: paged optimizer state lives in managed memory, outside the device's capacity.
+Bytes device_sum(const Shares& list) {
+  Bytes total = 0;
+  for (const Share& c : list)
+    if (c.component != kPaged) total = checked_add(total, c.bytes, "breakdown total");
+  return total;
+}
+
 Bytes sum(const std::vector<Component>& list) {
   Bytes total = 0;
-  for (const Component& c : list) total = checked_add(total, c.bytes, "breakdown total");
+  for (const Component& c : list)
+    if (c.kind != kPaged) total = checked_add(total, c.bytes, "breakdown total");
   return total;
 }
 
 std::vector<Component> components(const Shares& list) {
   std::vector<Component> out;
   out.reserve(list.size());
-  for (const Share& c : list) out.push_back({std::string(c.name), c.bytes});
+  for (const Share& c : list) out.push_back({c.component, c.bytes});
   return out;
 }
 
@@ -217,11 +232,16 @@ struct Point {
 // Batch-independent bytes: parameters and their state, device overhead, gradients written so far.
 struct FixedState {
   Bytes weights = 0, master = 0, optimizer = 0, context = 0, workspace = 0;
+  // Fine-tuning: the frozen base (compute dtype, and quantised), the adapters, paged state.
+  Bytes frozen = 0, quantized = 0, adapters = 0, paged = 0;
+  bool finetune = false;  // gradients are the adapters'
+  // grad_accum > 1: every gradient is there from the start of the step (all of them, these bytes).
+  Bytes persistent_grads = -1;
 };
 
 // The attention core's saved tensors for one sample: with eager attention the S x S probabilities
 // (and, with dropout, their dropped copy and the mask), with flash only the fp32 log-sum-exp.
-void add_core_saved(Ledger& led, const Dims& d, std::string_view component) {
+void add_core_saved(Ledger& led, const Dims& d, MemoryComponent component) {
   if (d.eager) {
     led.add("attn.probs", component, square(d, d.e));
     if (d.dropout) {
@@ -234,8 +254,8 @@ void add_core_saved(Ledger& led, const Dims& d, std::string_view component) {
 }
 
 // Saved tensors of one block in forward order, as recompute none keeps them.
-void add_block_saved(Ledger& led, const Dims& d, std::string_view component,
-                     std::string_view stats_component) {
+void add_block_saved(Ledger& led, const Dims& d, MemoryComponent component,
+                     MemoryComponent stats_component) {
   led.add("x_in", component, rows(d, d.H, d.e));
   led.add("norm1.out", component, rows(d, d.H, d.e));
   led.add("norm1.stats", stats_component, rows(d, 1, d.norm_stats));
@@ -298,8 +318,9 @@ struct BlockPoint {
   std::string_view op;
   Shares live;
   Bytes grads = 0;
-  Bytes large = 0;  // per-sample bytes of tensors at least Dims::bin large (see Point::large)
+  Bytes large = 0;    // per-sample bytes of tensors at least Dims::bin large (see Point::large)
   Bytes scratch = 0;  // fixed bytes of the op's own scratch (workspace) at this point
+  Bytes dequant = 0;  // fixed bytes of a dequantised weight (fine-tuning over a quantised base)
 };
 
 // Per-sample bytes of the ledger's tensors that are at least `bin` large (none when bin is 0).
@@ -309,6 +330,63 @@ Bytes large_bytes(const Ledger& led, Bytes bin) {
   for (const Ledger::Entry& x : led.entries())
     if (x.bytes >= bin) total = checked_add(total, x.bytes, "large tensor bytes");
   return total;
+}
+
+// The attention core's backward from d.attn.y to d.attn.qkv (eager: selective recompute's
+// replay, values, dropout, softmax and scores; flash: the fused op and its scratch), recording a
+// point with `at` at every op. Full training and fine-tuning walk it alike.
+template <typename At>
+void attention_core_backward(Ledger& led, const Dims& d, Bytes& scratch_fixed, At&& at) {
+  if (d.eager) {
+    // Selective recompute replays scores, softmax and dropout just before they are needed.
+    if (d.recompute == Recompute::selective) {
+      led.add("attn.scores", kRecomputed, square(d, d.e));
+      led.add("attn.probs", kRecomputed, square(d, d.e));
+      at("softmax replay");
+      led.drop("attn.scores");
+      if (d.dropout) {
+        led.add("attn.probs_drop", kRecomputed, square(d, d.e));
+        led.add("attn.mask", kRecomputed, square(d, 1));
+        at("attention dropout replay");
+      }
+    }
+    led.add("d.attn.probs_drop", kTransient, square(d, d.e));
+    led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
+    at("attention values backward");
+    led.drop("d.attn.y");
+    std::string_view d_probs = "d.attn.probs_drop";
+    if (d.dropout) {
+      led.drop("attn.probs_drop");
+      led.add("d.attn.probs", kTransient, square(d, d.e));
+      at("attention dropout backward (probs)");
+      led.drop("d.attn.probs_drop");
+      led.drop("attn.mask");
+      d_probs = "d.attn.probs";
+    }
+    led.add("d.attn.scores", kTransient, square(d, d.e));
+    at("softmax backward");
+    led.drop(d_probs);
+    led.drop("attn.probs");
+    at("attention scores backward");
+    led.drop("d.attn.scores");
+    led.drop("attn.qkv");
+  } else {
+    led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
+    // FlashAttention's backward keeps scratch for the op's duration, what cuDNN asks for: per
+    // sample an fp32 dq accumulator [S, A, D] and softmax row sums [S, A], dK and dV per query
+    // head with grouped-query heads, two int32 sequence lengths; and 256 bytes of its own.
+    const Bytes per_sample_scratch = flash_bwd_scratch_bytes(1, d.S, d.A, d.K, d.D, d.act) -
+                                     flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
+    led.add("flash.scratch", kTransient, per_sample_scratch);
+    scratch_fixed = flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
+    at("flash attention backward");
+    scratch_fixed = 0;
+    led.drop("flash.scratch");
+    led.drop("d.attn.y");
+    led.drop("attn.qkv");
+    led.drop("attn.y");
+    led.drop("attn.lse");
+  }
 }
 
 // Walks the backward of one block (reverse order of its forward), starting from `led`, which holds
@@ -418,56 +496,7 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
     if (d.eager) led.drop("attn.y");  // flash backward reads the output again
   }
   if (part.attn_core) {
-    if (d.eager) {
-      // Selective recompute replays scores, softmax and dropout just before they are needed.
-      if (d.recompute == Recompute::selective) {
-        led.add("attn.scores", kRecomputed, square(d, d.e));
-        led.add("attn.probs", kRecomputed, square(d, d.e));
-        at("softmax replay");
-        led.drop("attn.scores");
-        if (d.dropout) {
-          led.add("attn.probs_drop", kRecomputed, square(d, d.e));
-          led.add("attn.mask", kRecomputed, square(d, 1));
-          at("attention dropout replay");
-        }
-      }
-      led.add("d.attn.probs_drop", kTransient, square(d, d.e));
-      led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-      at("attention values backward");
-      led.drop("d.attn.y");
-      std::string_view d_probs = "d.attn.probs_drop";
-      if (d.dropout) {
-        led.drop("attn.probs_drop");
-        led.add("d.attn.probs", kTransient, square(d, d.e));
-        at("attention dropout backward (probs)");
-        led.drop("d.attn.probs_drop");
-        led.drop("attn.mask");
-        d_probs = "d.attn.probs";
-      }
-      led.add("d.attn.scores", kTransient, square(d, d.e));
-      at("softmax backward");
-      led.drop(d_probs);
-      led.drop("attn.probs");
-      at("attention scores backward");
-      led.drop("d.attn.scores");
-      led.drop("attn.qkv");
-    } else {
-      led.add("d.attn.qkv", kTransient, rows(d, d.Q, d.e));
-      // FlashAttention's backward keeps scratch for the op's duration, what cuDNN asks for: per
-      // sample an fp32 dq accumulator [S, A, D] and softmax row sums [S, A], dK and dV per query
-      // head with grouped-query heads, two int32 sequence lengths; and 256 bytes of its own.
-      const Bytes per_sample_scratch = flash_bwd_scratch_bytes(1, d.S, d.A, d.K, d.D, d.act) -
-                                       flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
-      led.add("flash.scratch", kTransient, per_sample_scratch);
-      scratch_fixed = flash_bwd_scratch_bytes(0, d.S, d.A, d.K, d.D, d.act);
-      at("flash attention backward");
-      scratch_fixed = 0;
-      led.drop("flash.scratch");
-      led.drop("d.attn.y");
-      led.drop("attn.qkv");
-      led.drop("attn.y");
-      led.drop("attn.lse");
-    }
+    attention_core_backward(led, d, scratch_fixed, at);
   }
   if (part.attn_rest) {
     std::string_view d_qkv = "d.attn.qkv";
@@ -522,6 +551,7 @@ class Walk {
     grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads");
   }
   void add_grad_bytes(Bytes bytes) { grads_ = checked_add(grads_, bytes, "grads"); }
+  void set_grad_bytes(Bytes bytes) { grads_ = bytes; }
   void release_workspace() { fixed_.workspace = 0; }
 
   // Records a point: the model-level ledger, plus `extra` per-sample components (of which
@@ -529,20 +559,27 @@ class Walk {
   // point holds (the block in backward).
   void at(std::string_view op, const Ledger& led, const Shares& extra = {}, Bytes extra_large = 0,
           Bytes extra_grads = 0, std::string_view where = {}, std::int64_t block = -1,
-          Bytes extra_workspace = 0) {
+          Bytes extra_workspace = 0, Bytes dequant = 0) {
     Point p;
     p.where = where;
     p.block = block;
     p.op = op;
     add_to(p.fixed, kWeights, fixed_.weights);
+    add_to(p.fixed, kQuantized, fixed_.quantized);
+    add_to(p.fixed, kFrozen, fixed_.frozen);
+    add_to(p.fixed, kAdapters, fixed_.adapters);
     add_to(p.fixed, kMasterWeights, fixed_.master);
     add_to(p.fixed, kOptimizerState, fixed_.optimizer);
-    add_to(p.fixed, kGradients, checked_add(grads_, extra_grads, "grads"));
+    add_to(p.fixed, kPaged, fixed_.paged);
+    const Bytes grads = fixed_.persistent_grads >= 0 ? fixed_.persistent_grads
+                                                     : checked_add(grads_, extra_grads, "grads");
+    add_to(p.fixed, fixed_.finetune ? kAdapterGrads : kGradients, grads);
     add_to(p.fixed, kContext, fixed_.context);
     add_to(p.fixed, kWorkspace, checked_add(fixed_.workspace, extra_workspace, "workspace"));
+    add_to(p.fixed, kDequant, dequant);
     for (const Ledger::Entry& x : led.entries()) add_to(p.per_sample, x.component, x.bytes);
-    for (const Share& c : extra) add_to(p.per_sample, c.name, c.bytes);
-    p.fixed_total = sum(p.fixed);
+    for (const Share& c : extra) add_to(p.per_sample, c.component, c.bytes);
+    p.fixed_total = device_sum(p.fixed);
     p.per_sample_total = sum(p.per_sample);
     p.large = checked_add(large_bytes(led, bin_), extra_large, "large tensor bytes");
     points_.push_back(std::move(p));
@@ -565,10 +602,73 @@ void record_block(Walk& walk, const Dims& d, const Part& part, std::string_view 
                   Bytes others_large, Ledger block) {
   for (const BlockPoint& p : walk_block_backward(block, d, part)) {
     Shares live = others;
-    for (const Share& c : p.live) add_to(live, c.name, c.bytes);
+    for (const Share& c : p.live) add_to(live, c.component, c.bytes);
     walk.at(p.op, outside, live, checked_add(others_large, p.large, "large tensor bytes"), p.grads,
-            where, index, p.scratch);
+            where, index, p.scratch, p.dequant);
   }
+}
+
+// The element counts of one block's parameter tensors (mlp: its MLP's alone), as the program
+// allocates them: each gets its own optimizer state, whose form depends on its size.
+void block_tensors(std::vector<Bytes>& out, const Dims& d, const ModelConfig& m, bool mlp_only) {
+  const Bytes FH = checked_mul(d.F, d.H, "ffn x hidden");
+  if (d.gpt) {
+    if (!mlp_only)
+      out.insert(out.end(), {d.H, d.H, checked_mul(d.Q, d.H, "qkv"), d.Q,
+                             checked_mul(d.H, d.H, "proj"), d.H, d.H, d.H});
+    out.insert(out.end(), {FH, d.F, FH, d.H});
+  } else {
+    if (!mlp_only) {
+      out.insert(out.end(), {d.H, checked_mul(d.Q, d.H, "qkv")});
+      if (m.qkv_bias) out.push_back(d.Q);
+      out.insert(out.end(), {checked_mul(d.H, d.H, "o"), d.H});
+    }
+    out.insert(out.end(), {FH, FH, FH});
+  }
+}
+
+// The trainable tensors of a full-training step over `cfg.scope`.
+std::vector<Bytes> trainable_tensors(const RunConfig& cfg, const Dims& d) {
+  std::vector<Bytes> out;
+  const ModelConfig& m = cfg.model;
+  switch (cfg.scope) {
+    case Scope::attention:
+      return out;
+    case Scope::mlp:
+      block_tensors(out, d, m, true);
+      return out;
+    case Scope::layer:
+      block_tensors(out, d, m, false);
+      return out;
+    case Scope::model:
+      break;
+  }
+  out.push_back(checked_mul(d.V, d.H, "vocab x hidden"));
+  if (d.positions > 0) out.push_back(checked_mul(d.positions, d.H, "positions x hidden"));
+  for (Bytes l = 0; l < d.L; ++l) block_tensors(out, d, m, false);
+  out.insert(out.end(),
+             d.gpt ? std::initializer_list<Bytes>{d.H, d.H} : std::initializer_list<Bytes>{d.H});
+  if (!m.tied_embeddings) out.push_back(checked_mul(d.V, d.H, "vocab x hidden"));
+  return out;
+}
+
+// Optimizer state of one tensor of `numel` elements, on the device and in managed memory:
+// torch AdamW fp32 m and v; bitsandbytes' 8-bit AdamW one byte each plus an fp32 absmax per 256
+// (fp32 moments under 4096 elements); a paged optimizer keeps m and v of tensors from 1e5
+// elements in managed memory (core/quant.h); SGD fp32 momentum.
+void add_state(FixedState& f, Optimizer opt, Bytes numel) {
+  if (opt == Optimizer::none) return;
+  if (opt == Optimizer::sgd) {
+    f.optimizer = checked_add(f.optimizer, checked_mul(numel, 4, "momentum"), "optimizer state");
+    return;
+  }
+  const bool eight_bit = is_8bit(opt) && optimizer_state_is_8bit(numel);
+  const Bytes moments = checked_mul(numel, eight_bit ? 2 : 8, "optimizer moments");
+  const Bytes absmax =
+      eight_bit ? checked_mul(quant_blocks(numel, kOptimizer8bitBlock), 8, "absmax") : 0;
+  Bytes& where = is_paged(opt) && numel >= kPagedMinNumel ? f.paged : f.optimizer;
+  where = checked_add(where, moments, "optimizer state");
+  f.optimizer = checked_add(f.optimizer, absmax, "optimizer state");
 }
 
 // Parameters and their state. Without an optimizer there is no step to keep fp32 masters for.
@@ -580,13 +680,16 @@ FixedState fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, Byt
   f.weights = checked_mul(params, d.e, "weight bytes");
   f.master =
       step && has_master_weights(cfg.dtype) ? checked_mul(params, 4, "master weight bytes") : 0;
-  const Bytes state_per_param = cfg.optimizer == Optimizer::adamw ? 8
-                                : cfg.optimizer == Optimizer::sgd ? 4
-                                                                  : 0;
-  f.optimizer = checked_mul(params, state_per_param, "optimizer state bytes");
+  if (cfg.optimizer == Optimizer::adamw || cfg.optimizer == Optimizer::sgd) {
+    // One size for every tensor: the state is bytes per parameter.
+    add_state(f, cfg.optimizer, params);
+  } else {
+    for (Bytes numel : trainable_tensors(cfg, d)) add_state(f, cfg.optimizer, numel);
+  }
   f.context = overhead.context;
   // The workspace is a tensor of the program only when some op is a GEMM.
   f.workspace = has_gemms ? overhead.gemm_workspace : 0;
+  if (cfg.grad_accum > 1) f.persistent_grads = checked_mul(params, d.e, "grads");
   return f;
 }
 
@@ -676,6 +779,470 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
   walk.release_workspace();
   led.drop_if("dx0");
   led.drop_if("d.embed.out");
+  walk.at(end_of_step(cfg), led);
+  return walk.points();
+}
+
+// ---- fine-tuning (docs/memory-model.md, "Fine-tuning") ------------------------------------------
+
+// One block linear of a fine-tuning recipe: its modules (rows each), those with an adapter.
+struct FtLinear {
+  std::string_view name;  // "mlp.down"
+  Bytes out = 0, in = 0;
+  std::vector<Bytes> module_rows;
+  std::vector<Bytes> adapter_rows;  // rows of each targeted module
+  bool adapted() const { return !adapter_rows.empty(); }
+};
+
+struct FtBlock {
+  FtLinear qkv, proj, fc, up, out;  // llama: fc is gate; gpt has no up
+};
+
+FtBlock ft_block(const RunConfig& cfg, const Dims& d) {
+  const Arch arch = cfg.model.arch;
+  auto make = [&](std::string_view name, Bytes in,
+                  std::initializer_list<std::pair<LoraModule, Bytes>> modules) {
+    FtLinear lin;
+    lin.name = name;
+    lin.in = in;
+    for (const auto& [module, rows] : modules) {
+      lin.out += rows;
+      lin.module_rows.push_back(rows);
+      if (lora_targets_module(cfg.lora_targets, arch, module)) lin.adapter_rows.push_back(rows);
+    }
+    return lin;
+  };
+  FtBlock b;
+  if (d.gpt) {
+    b.qkv = make("attn.qkv", d.H, {{LoraModule::c_attn, d.Q}});
+    b.proj = make("attn.proj", d.H, {{LoraModule::attn_c_proj, d.H}});
+    b.fc = make("mlp.fc", d.H, {{LoraModule::c_fc, d.F}});
+    b.out = make("mlp.proj", d.F, {{LoraModule::mlp_c_proj, d.H}});
+  } else {
+    b.qkv =
+        make("attn.qkv", d.H,
+             {{LoraModule::q, d.A * d.D}, {LoraModule::k, d.K * d.D}, {LoraModule::v, d.K * d.D}});
+    b.proj = make("attn.o", d.H, {{LoraModule::o, d.H}});
+    b.fc = make("mlp.gate", d.H, {{LoraModule::gate, d.F}});
+    b.up = make("mlp.up", d.H, {{LoraModule::up, d.F}});
+    b.out = make("mlp.down", d.F, {{LoraModule::down, d.H}});
+  }
+  return b;
+}
+
+std::vector<const FtLinear*> ft_linears(const FtBlock& b, bool gpt) {
+  if (gpt) return {&b.qkv, &b.proj, &b.fc, &b.out};
+  return {&b.qkv, &b.proj, &b.fc, &b.up, &b.out};
+}
+
+// Which tensors of a block need a gradient: those downstream of an adapter (build.cpp
+// block_grad); the first block's input needs none (the embeddings are frozen).
+struct FtGrad {
+  bool x_in, qkv, proj, x_mid, fc, up, out;
+};
+FtGrad ft_grad(const FtBlock& b, bool x_in, bool gpt) {
+  FtGrad g{};
+  g.x_in = x_in;
+  g.qkv = x_in || b.qkv.adapted();
+  g.proj = g.qkv || b.proj.adapted();
+  g.x_mid = x_in || g.proj;
+  g.fc = g.x_mid || b.fc.adapted();
+  g.up = !gpt && (g.x_mid || b.up.adapted());
+  g.out = g.fc || g.up || b.out.adapted();
+  return g;
+}
+
+// Names of the adapters' saved x A^T, one per adapter slot of a block (at most 7).
+constexpr std::string_view kXa[] = {"xa.0", "xa.1", "xa.2", "xa.3", "xa.4", "xa.5", "xa.6", "xa.7"};
+constexpr std::string_view kLoraX[] = {"lora.x.0", "lora.x.1", "lora.x.2", "lora.x.3",
+                                       "lora.x.4", "lora.x.5", "lora.x.6", "lora.x.7"};
+constexpr std::string_view kLoraMask[] = {"lora.mask.0", "lora.mask.1", "lora.mask.2",
+                                          "lora.mask.3", "lora.mask.4", "lora.mask.5",
+                                          "lora.mask.6", "lora.mask.7"};
+
+// Adapter slots of each linear, in block order.
+int ft_first_slot(const FtBlock& b, const FtLinear* lin, bool gpt) {
+  int slot = 0;
+  for (const FtLinear* x : ft_linears(b, gpt)) {
+    if (x == lin) return slot;
+    slot += static_cast<int>(x->adapter_rows.size());
+  }
+  return slot;
+}
+
+// What a block's forward keeps for its backward under fine-tuning, before the recompute mode
+// filters it: what some backward op reads (build.cpp forward_only_activations_are_transient).
+void add_ft_block_saved(Ledger& led, const Dims& d, const FtBlock& b, const FtGrad& g, Bytes rank,
+                        bool lora_dropout, MemoryComponent component,
+                        MemoryComponent stats_component) {
+  const Bytes hidden = rows(d, d.H, d.e);
+  auto adapter_inputs = [&](const FtLinear& lin, std::string_view x, Bytes width) {
+    if (!lin.adapted()) return;
+    if (!lora_dropout) {
+      if (!led.has(x)) led.add(x, component, rows(d, width, d.e));
+      return;
+    }
+    const int first = ft_first_slot(b, &lin, d.gpt);
+    for (std::size_t k = 0; k < lin.adapter_rows.size(); ++k) {
+      led.add(kLoraX[first + static_cast<int>(k)], component, rows(d, width, d.e));
+      led.add(kLoraMask[first + static_cast<int>(k)], component, rows(d, width, 1));
+    }
+  };
+  if (g.x_in) led.add("x_in", component, hidden);
+  if (g.x_in) led.add("norm1.stats", stats_component, rows(d, 1, d.norm_stats));
+  adapter_inputs(b.qkv, "norm1.out", d.H);
+  if (g.qkv) {
+    led.add("attn.qkv", component, rows(d, d.Q, d.e));
+    add_core_saved(led, d, component);
+  }
+  if ((!d.eager && g.qkv) || b.proj.adapted()) led.add("attn.y", component, hidden);
+  adapter_inputs(b.proj, "attn.y", d.H);
+  if (d.dropout && g.x_mid) led.add("attn.proj.mask", component, rows(d, d.H, 1));
+  if (g.x_mid) {
+    led.add("x_mid", component, hidden);
+    led.add("norm2.stats", stats_component, rows(d, 1, d.norm_stats));
+  }
+  adapter_inputs(b.fc, "norm2.out", d.H);
+  if (!d.gpt) adapter_inputs(b.up, "norm2.out", d.H);
+  if (d.gpt) {
+    if (g.fc) led.add("mlp.fc.out", component, rows(d, d.F, d.e));
+    adapter_inputs(b.out, "mlp.gelu.out", d.F);
+  } else {
+    if (g.fc || g.up) {
+      led.add("mlp.gate", component, rows(d, d.F, d.e));
+      led.add("mlp.up", component, rows(d, d.F, d.e));
+    }
+    adapter_inputs(b.out, "mlp.swiglu", d.F);
+  }
+  if (d.dropout) led.add("mlp.mask", component, rows(d, d.H, 1));
+  int slot = 0;
+  for (const FtLinear* lin : ft_linears(b, d.gpt))
+    for (std::size_t k = 0; k < lin->adapter_rows.size(); ++k)
+      led.add(kXa[slot++], component, rows(d, rank, d.e));
+}
+
+// The saved tensors as the recompute mode keeps them: full keeps the block input (the replay
+// reads it), selective drops the S x S tensors.
+void add_ft_part_start(Ledger& led, const Dims& d, const FtBlock& b, const FtGrad& g, Bytes rank,
+                       bool lora_dropout) {
+  Ledger all;
+  add_ft_block_saved(all, d, b, g, rank, lora_dropout, kSaved, kStats);
+  if (d.recompute == Recompute::full) {
+    led.add("x_in", kSaved, rows(d, d.H, d.e));
+    return;
+  }
+  for (const Ledger::Entry& x : all.entries()) {
+    if (d.recompute == Recompute::selective && is_square(x.name)) continue;
+    led.add(x.name, x.component, x.bytes);
+  }
+}
+
+struct FtQuant {
+  QuantKind kind = QuantKind::none;
+  bool nested = false;
+};
+
+// The dequantised copy of a linear's weight, and the largest rebuilt absmax of its modules.
+Bytes dequant_bytes(const Dims& d, const FtLinear& lin, const FtQuant& q, bool with_scratch) {
+  if (q.kind == QuantKind::none) return 0;
+  Bytes bytes = checked_mul(checked_mul(lin.out, lin.in, "dequantised weight"), d.e, "dequant");
+  if (with_scratch) {
+    Bytes scratch = 0;
+    for (Bytes r : lin.module_rows)
+      scratch = std::max(
+          scratch, quantized_weight_bytes(checked_mul(r, lin.in, "module"), r, q.kind, q.nested)
+                       .nested_absmax_transient);
+    bytes = checked_add(bytes, scratch, "dequant");
+  }
+  return bytes;
+}
+
+// A fine-tuning block's backward (build.cpp block_bwd): frozen linears back-propagate through the
+// weight alone (dequantised first when quantised), adapters write their gradients.
+std::vector<BlockPoint> walk_ft_block_backward(Ledger& led, const Dims& d, const FtBlock& b,
+                                               const FtGrad& g, const FtQuant& q, Bytes rank,
+                                               bool lora_dropout) {
+  std::vector<BlockPoint> points;
+  Bytes grads = 0, scratch_fixed = 0, dequant = 0;
+  auto at = [&](std::string_view op) {
+    BlockPoint p{op, {}, grads, large_bytes(led, d.bin), scratch_fixed, dequant};
+    for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
+    points.push_back(std::move(p));
+  };
+  const Bytes hidden = rows(d, d.H, d.e);
+  const Bytes ffn = rows(d, d.F, d.e);
+
+  // A frozen linear's backward: dx (when wanted) through the weight, then each adapter.
+  auto linear = [&](const FtLinear& lin, std::string_view dx, Bytes dx_bytes, std::string_view x) {
+    if (!dx.empty()) {
+      dequant = dequant_bytes(d, lin, q, true);
+      if (dequant > 0) at("dequantize (backward)");
+      dequant = dequant_bytes(d, lin, q, false);
+      led.add(dx, kTransient, dx_bytes);
+      at("linear dgrad");
+      dequant = 0;
+    }
+    const int first = ft_first_slot(b, &lin, d.gpt);
+    for (std::size_t k = 0; k < lin.adapter_rows.size(); ++k) {
+      const Bytes r = lin.adapter_rows[k];
+      grads = checked_add(grads,
+                          checked_mul(checked_mul(rank, checked_add(lin.in, r, "A+B"), "adapter"),
+                                      d.e, "adapter grads"),
+                          "grads");
+      led.add("d.xa", kTransient, rows(d, rank, d.e));
+      const int slot = first + static_cast<int>(k);
+      if (lora_dropout && !dx.empty()) {
+        led.add("d.lora.x", kTransient, rows(d, lin.in, d.e));
+        at("lora backward");
+        led.drop("d.xa");
+        led.add("d.lora.in", kTransient, rows(d, lin.in, d.e));
+        at("lora dropout backward");
+        led.drop("d.lora.x");
+        led.add("d.lora.sum", kTransient, rows(d, lin.in, d.e));
+        at("lora input gradient sum");
+        led.drop("d.lora.in");
+        led.drop("d.lora.sum");  // stands in for the dx it replaces (same bytes)
+      } else {
+        at("lora backward");
+        led.drop("d.xa");
+      }
+      led.drop(kXa[slot]);
+      if (lora_dropout) {
+        led.drop(kLoraX[slot]);
+        led.drop(kLoraMask[slot]);
+      }
+    }
+    if (!lora_dropout && lin.adapted()) led.drop_if(x);
+  };
+
+  if (d.recompute == Recompute::full) {
+    Ledger all;
+    add_ft_block_saved(all, d, b, g, rank, lora_dropout, kRecomputed, kRecomputed);
+    for (const Ledger::Entry& x : all.entries())
+      if (!led.has(x.name)) led.add(x.name, x.component, x.bytes);
+    Bytes most = 0;
+    for (const FtLinear* lin : ft_linears(b, d.gpt))
+      most = std::max(most, dequant_bytes(d, *lin, q, true));
+    dequant = most;
+    at("replay forward");
+    dequant = 0;
+  }
+
+  // MLP.
+  std::string_view d_mlp_out = "dx_out";
+  if (d.dropout) {
+    led.add("d.mlp.drop", kTransient, hidden);
+    at("mlp dropout backward");
+    led.drop("mlp.mask");
+    d_mlp_out = "d.mlp.drop";
+  }
+  if (d.gpt) {
+    linear(b.out, g.fc ? "d.mlp.gelu.out" : "", ffn, "mlp.gelu.out");
+    if (d_mlp_out != "dx_out") led.drop(d_mlp_out);
+    if (g.fc) {
+      led.add("d.mlp.fc.out", kTransient, ffn);
+      at("gelu backward");
+      led.drop("d.mlp.gelu.out");
+      led.drop("mlp.fc.out");
+      linear(b.fc, g.x_mid ? "d.norm2.out" : "", hidden, "norm2.out");
+      led.drop("d.mlp.fc.out");
+    }
+  } else {
+    const bool swiglu = g.fc || g.up;
+    linear(b.out, swiglu ? "d.mlp.swiglu" : "", ffn, "mlp.swiglu");
+    if (d_mlp_out != "dx_out") led.drop(d_mlp_out);
+    if (swiglu) {
+      led.add("d.mlp.gate", kTransient, ffn);
+      led.add("d.mlp.up", kTransient, ffn);
+      at("swiglu backward");
+      led.drop("d.mlp.swiglu");
+      led.drop("mlp.gate");
+      led.drop("mlp.up");
+      linear(b.up, g.x_mid ? "d.norm2.out.up" : "", hidden, "");
+      led.drop("d.mlp.up");
+      linear(b.fc, g.x_mid ? "d.norm2.out.gate" : "", hidden, "norm2.out");
+      led.drop("d.mlp.gate");
+      if (g.x_mid) {
+        led.add("d.norm2.out", kTransient, hidden);
+        at("mlp input gradient sum");
+        led.drop("d.norm2.out.up");
+        led.drop("d.norm2.out.gate");
+      }
+    }
+  }
+  led.drop_if("norm2.out");
+  if (!g.x_mid) return points;
+  led.add("d.x_mid.norm", kTransient, hidden);
+  at("norm2 backward");
+  led.drop("d.norm2.out");
+  led.drop("x_mid");
+  led.drop("norm2.stats");
+  led.add("dx_mid", kTransient, hidden);
+  at("mlp residual gradient");
+  led.drop("dx_out");
+  led.drop("d.x_mid.norm");
+
+  std::string_view d_proj_out = "dx_mid";
+  if (d.dropout) {
+    led.add("d.attn.drop", kTransient, hidden);
+    at("attention dropout backward");
+    led.drop("attn.proj.mask");
+    d_proj_out = "d.attn.drop";
+  }
+  linear(b.proj, g.qkv ? "d.attn.y" : "", hidden, d.eager ? "attn.y" : "");
+  if (d_proj_out != "dx_mid") led.drop(d_proj_out);
+  if (!g.x_in) led.drop("dx_mid");  // nothing below adds into it
+  if (d.eager) led.drop_if("attn.y");
+  if (!g.qkv) return points;
+
+  attention_core_backward(led, d, scratch_fixed, at);
+  std::string_view d_qkv = "d.attn.qkv";
+  if (!d.gpt) {
+    led.add("d.attn.qkv.unrotated", kTransient, rows(d, d.Q, d.e));
+    at("rope backward");
+    led.drop("d.attn.qkv");
+    d_qkv = "d.attn.qkv.unrotated";
+  }
+  linear(b.qkv, g.x_in ? "d.norm1.out" : "", hidden, "norm1.out");
+  led.drop(d_qkv);
+  led.drop_if("norm1.out");
+  if (!g.x_in) return points;
+  led.add("d.x_in.norm", kTransient, hidden);
+  at("norm1 backward");
+  led.drop("d.norm1.out");
+  led.drop("x_in");
+  led.drop("norm1.stats");
+  led.add("dx_in", kTransient, hidden);
+  at("attention residual gradient");
+  return points;
+}
+
+// The fixed part of a fine-tuning step: the frozen base, quantised or not, the adapters with
+// their master copies and optimizer state.
+FixedState ft_fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, const Dims& d,
+                          const Params& p, const FtBlock& b, const FtQuant& q) {
+  FixedState f;
+  f.finetune = true;
+  f.context = overhead.context;
+  f.workspace = overhead.gemm_workspace;
+  Bytes frozen = p.total;
+  Bytes quantized = 0;
+  for (const FtLinear* lin : ft_linears(b, d.gpt)) {
+    if (q.kind == QuantKind::none) continue;
+    frozen -= checked_mul(checked_mul(lin->out, lin->in, "linear"), d.L, "linears");
+    for (Bytes r : lin->module_rows)
+      quantized = checked_add(
+          quantized,
+          quantized_weight_bytes(checked_mul(r, lin->in, "module"), r, q.kind, q.nested).total,
+          "quantised weights");
+  }
+  f.frozen = checked_mul(frozen, d.e, "frozen weights");
+  f.quantized = checked_mul(quantized, d.L, "quantised weights");
+  const bool step = cfg.optimizer != Optimizer::none;
+  Bytes adapter_params = 0;
+  for (Bytes l = 0; l < d.L; ++l)
+    for (const FtLinear* lin : ft_linears(b, d.gpt))
+      for (Bytes r : lin->adapter_rows) {
+        const Bytes a = checked_mul(cfg.lora_rank, lin->in, "lora A");
+        const Bytes bb = checked_mul(r, cfg.lora_rank, "lora B");
+        adapter_params = checked_add(adapter_params, a + bb, "adapter params");
+        add_state(f, cfg.optimizer, a);
+        add_state(f, cfg.optimizer, bb);
+      }
+  f.adapters = checked_mul(adapter_params, d.e, "adapters");
+  f.master = step && has_master_weights(cfg.dtype) ? checked_mul(adapter_params, 4, "masters") : 0;
+  if (cfg.grad_accum > 1) f.persistent_grads = f.adapters;
+  return f;
+}
+
+// The whole model under fine-tuning: loss, lm head (input gradient only), final norm, then the
+// blocks down to the first, which needs no input gradient; no embedding backward.
+std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& overhead) {
+  const Dims d = dims_of(cfg);
+  const Params p = params_of(cfg, d);
+  const FtBlock b = ft_block(cfg, d);
+  FtQuant q;
+  q.kind = base_quant(cfg);
+  q.nested = is_4bit(q.kind) && cfg.double_quant == Toggle::on;
+  const Bytes rank = cfg.lora_rank;
+  const bool lora_dropout = cfg.lora_dropout > 0.0;
+  Walk walk(ft_fixed_state(cfg, overhead, d, p, b, q), d.e, d.bin);
+  const Bytes hidden = rows(d, d.H, d.e);
+
+  Ledger led;
+  led.add("tokens", kInputs, rows(d, 2, 4));
+  led.pin("tokens");
+  led.add("x_L", kFinalBlockOutput, hidden);
+  led.add("final_norm.stats", kFinalNorm, rows(d, 1, d.norm_stats));
+  led.add("logits", kLogits, rows(d, d.V, d.e));
+  led.add("ce.lse", kLogits, rows(d, 1, 4));
+
+  auto saved_of = [&](bool x_in) {
+    Ledger one;
+    add_ft_part_start(one, d, b, ft_grad(b, x_in, d.gpt), rank, lora_dropout);
+    BlockSaved out;
+    for (const Ledger::Entry& x : one.entries()) {
+      Bytes& total = x.component == kStats ? out.stats : out.saved;
+      total = checked_add(total, x.bytes, "saved bytes of a block");
+    }
+    out.large = large_bytes(one, d.bin);
+    return out;
+  };
+  const BlockSaved first = saved_of(false), later = saved_of(true);
+  // Saved tensors of blocks 0 .. count-1.
+  auto below = [&](Bytes count) {
+    Shares list;
+    if (count <= 0) return std::make_pair(list, Bytes{0});
+    add_to(list, kSaved,
+           checked_add(first.saved, checked_mul(count - 1, later.saved, "saved"), "saved"));
+    add_to(list, kStats,
+           checked_add(first.stats, checked_mul(count - 1, later.stats, "stats"), "stats"));
+    return std::make_pair(
+        list, checked_add(first.large, checked_mul(count - 1, later.large, "large"), "large"));
+  };
+  const auto all_blocks = below(d.L);
+
+  led.add("dlogits", kTransient, rows(d, d.V, d.e));
+  walk.at("cross-entropy backward", led, all_blocks.first, all_blocks.second);
+  led.drop("logits");
+  led.drop("ce.lse");
+  led.add("d.final_norm.out", kTransient, hidden);
+  walk.at("lm head linear dgrad", led, all_blocks.first, all_blocks.second);
+  led.drop("dlogits");
+  led.add("dx_L", kTransient, hidden);
+  walk.at("final norm backward", led, all_blocks.first, all_blocks.second);
+  led.drop("d.final_norm.out");
+  led.drop("x_L");
+  led.drop("final_norm.stats");
+  led.drop("dx_L");
+
+  Bytes block_grads = 0;
+  for (const FtLinear* lin : ft_linears(b, d.gpt))
+    for (Bytes r : lin->adapter_rows)
+      block_grads = checked_add(
+          block_grads, checked_mul(rank, checked_add(lin->in, r, "A+B"), "adapter"), "grads");
+  block_grads = checked_mul(block_grads, d.e, "adapter grads");
+  // Block l in backward: blocks below it hold their saved tensors, those above have written
+  // their gradients; linear in l from block 1 up, so blocks L-1, 1 and the different block 0.
+  auto record = [&](Bytes l) {
+    Ledger block;
+    const FtGrad g = ft_grad(b, l > 0, d.gpt);
+    add_ft_part_start(block, d, b, g, rank, lora_dropout);
+    block.add("dx_out", kTransient, hidden);
+    const auto others = below(l);
+    walk.set_grad_bytes(checked_mul(d.L - 1 - l, block_grads, "block grads"));
+    for (const BlockPoint& pt : walk_ft_block_backward(block, d, b, g, q, rank, lora_dropout)) {
+      Shares live = others.first;
+      for (const Share& c : pt.live) add_to(live, c.component, c.bytes);
+      walk.at(pt.op, led, live, checked_add(others.second, pt.large, "large"), pt.grads, "block", l,
+              pt.scratch, pt.dequant);
+    }
+  };
+  record(d.L - 1);
+  if (d.L > 2) record(1);
+  if (d.L > 1) record(0);
+  walk.set_grad_bytes(checked_mul(d.L, block_grads, "block grads"));
+  walk.release_workspace();
   walk.at(end_of_step(cfg), led);
   return walk.points();
 }
@@ -822,18 +1389,17 @@ std::int64_t Breakdown::max_batch(Bytes capacity) const {
   return best;
 }
 
-Bytes Breakdown::component(const std::string& name) const {
+Bytes Breakdown::component(MemoryComponent kind) const {
   for (const auto* list : {&fixed, &per_sample})
     for (const Component& c : *list)
-      if (c.name == name) return c.bytes;
+      if (c.kind == kind) return c.bytes;
   return 0;
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  // Rejects shapes the formulas cannot take (heads not dividing hidden, sizes past 64 bits).
-  validate(cfg);
-  std::vector<Point> points =
-      cfg.scope == Scope::model ? walk_model(cfg, overhead) : walk_scope(cfg, overhead);
+  std::vector<Point> points = is_finetune(cfg)            ? walk_finetune(cfg, overhead)
+                              : cfg.scope == Scope::model ? walk_model(cfg, overhead)
+                                                          : walk_scope(cfg, overhead);
   const std::vector<std::size_t> order = envelope(points);
   Breakdown out;
   const Point& main = points[order.back()];
@@ -850,13 +1416,18 @@ Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
   const bool listed = std::any_of(order.begin(), order.end(),
                                   [&](std::size_t i) { return i == points.size() - 1; });
   if (!listed) out.other_moments.push_back({last.name(), last.fixed_total, last.per_sample_total});
+  for (const Share& c : last.fixed)
+    if (c.component == kWeights || c.component == kMasterWeights || c.component == kGradients ||
+        c.component == kOptimizerState || c.component == kQuantized || c.component == kFrozen ||
+        c.component == kAdapters || c.component == kAdapterGrads)
+      out.model_state = checked_add(out.model_state, c.bytes, "model state");
   // The allocator's share, the same at every moment, so that the tensor bytes stay apart.
   if (cfg.allocator == AllocatorKind::caching) {
     const Dims d = dims_of(cfg);
     const Bytes frag =
         fragmentation(points, order.back(), d.bin, rows(d, checked_add(2 * d.H, d.Q, "rows"), d.e));
     if (frag > 0) {
-      out.per_sample.push_back({std::string(kFragmentation), frag});
+      out.per_sample.push_back({kFragmentation, frag});
       for (Moment& m : out.other_moments)
         m.per_sample = checked_add(m.per_sample, frag, "allocator fragmentation");
     }

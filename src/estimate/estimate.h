@@ -19,12 +19,41 @@ struct DeviceOverhead {
                              // the partial sums of the norm and embedding backward)
 };
 
+// What the estimate files bytes under: the one vocabulary of memory components, for the estimate,
+// the tables and the JSON (whose keys are these names; estimate/json.h).
+enum class MemoryComponent : std::uint8_t {
+  // Fixed.
+  weights,
+  master_weights,   // fp32 copies of 16-bit weights
+  gradients,        // parameter gradients written so far
+  optimizer_state,  // Adam m and v, SGD momentum
+  cuda_context,     // the device's own: context, module images, library handles
+  gemm_workspace,   // plus the fused attention backward's fixed scratch
+  // Fine-tuning (docs/memory-model.md, "Fine-tuning").
+  quantized_weights,      // the frozen block linears as bitsandbytes stores them, constants included
+  frozen_weights,         // the frozen base in the compute dtype: embeddings, norms, lm head, biases
+  adapters,               // LoRA's A and B
+  adapter_grads,          // their gradients written so far
+  paged_optimizer_state,  // m and v in managed memory: reported, outside the device's capacity
+  dequant_transient,      // a quantised linear dequantised for one GEMM (+ its rebuilt absmax)
+  // Per sample.
+  saved_activations,
+  norm_statistics,
+  recomputed_activations,
+  backward_transient,
+  tokens_and_targets,
+  scope_inputs,  // the activation entering a layer, mlp or attention scope and its gradient
+  final_block_output,
+  final_norm,
+  logits_and_loss,
+  embedding_dropout_mask,
+  allocator_fragmentation,  // caching allocator, eager attention: the one that is not tensor bytes
+};
+
 struct Component {
-  std::string name;  // "weights", "master weights", "gradients", "optimizer state",
-                     // "saved activations", "logits and loss", "backward transient", ...,
-                     // and "allocator fragmentation" (per sample, caching allocator, eager
-                     // attention: the one component that is not tensor bytes)
-  Bytes bytes = 0;   // for per-sample components: bytes for one sample (B = 1)
+  MemoryComponent kind{};
+  Bytes bytes = 0;  // for per-sample components: bytes for one sample (B = 1)
+  bool operator==(const Component&) const = default;
 };
 
 // One point of the step, by its totals: the bytes live there are fixed + batch * per_sample.
@@ -33,6 +62,7 @@ struct Moment {
   Bytes fixed = 0;
   Bytes per_sample = 0;
   Bytes peak(std::int64_t batch) const;  // fixed + batch * per_sample (checked)
+  bool operator==(const Moment&) const = default;
 };
 
 struct Breakdown {
@@ -44,6 +74,11 @@ struct Breakdown {
   // are freed), so they can be the peak at small batches; and the end of the step ("optimizer
   // step" or "end of step": the whole model state), listed even when it is never the peak.
   std::vector<Moment> other_moments;
+  // Weights, master weights, gradients and optimizer state: what no batch size changes, as live at
+  // the end of the step.
+  Bytes model_state = 0;
+  // Fixed bytes on the device: paged optimizer state is left out (managed memory), as it is of
+  // peak() and max_batch().
   Bytes fixed_total() const;
   Bytes per_sample_total() const;
   // max(fixed + batch * per_sample, the same for each of other_moments) (checked). Without other
@@ -52,10 +87,13 @@ struct Breakdown {
   // The largest batch whose peak fits: min over the moments of floor((capacity - fixed) /
   // per_sample), 0 when a fixed part alone does not fit.
   std::int64_t max_batch(Bytes capacity) const;
-  // A component's bytes by name (fixed or per-sample), 0 when absent.
-  Bytes component(const std::string& name) const;
+  // A component's bytes (fixed or per-sample), 0 when absent.
+  Bytes component(MemoryComponent kind) const;
+  bool operator==(const Breakdown&) const = default;
 };
 
+// `cfg` has passed validate() (heads dividing hidden, sizes within 64 bits); the bytes of larger
+// batches are checked as they are formed.
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead);
 
 }  // namespace vrambench

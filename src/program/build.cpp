@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "program/program.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
@@ -35,7 +37,8 @@ enum class DropoutSite : std::uint64_t {
   embedding = 1,
   attn_probs = 2,
   attn_proj = 3,
-  mlp_proj = 4
+  mlp_proj = 4,
+  lora = 16,  // + the adapter's index in its layer
 };
 
 std::uint64_t dropout_seed(int layer, DropoutSite site) {
@@ -50,22 +53,61 @@ std::uint64_t dropout_seed(int layer, DropoutSite site) {
 // A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
 struct Param {
   int w = -1;
-  int grad = -1;
-  int master = -1;     // fp32 master copy (16-bit recipes with an optimizer)
-  int m = -1, v = -1;  // adamw
-  int momentum = -1;   // sgd
+  int grad = -1;                     // -1: frozen (fine-tuning's base)
+  int master = -1;                   // fp32 master copy (16-bit recipes with an optimizer)
+  int m = -1, v = -1;                // adamw: fp32, or 8-bit codes with their block absmax below
+  int m_absmax = -1, v_absmax = -1;  // 8-bit adamw
+  int momentum = -1;                 // sgd
   int layer = -1;
   bool present() const { return w >= 0; }
+  bool trainable() const { return grad >= 0; }
+};
+
+// One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
+// as the tensors bitsandbytes allocates (core/quant.h).
+struct QuantModule {
+  std::string name;  // "layer0.attn.q"
+  int codes = -1, absmax = -1, absmax2 = -1, offset = -1;
+  std::int64_t row_offset = 0, rows = 0, blocks = 0;
+};
+
+// One LoRA adapter on columns [col_offset, +out) of a linear's output.
+struct Adapter {
+  std::string name;  // "layer0.attn.q"
+  Param a, b;        // A [r, In], B [out, r]
+  std::int64_t col_offset = 0, out = 0;
+  int index = 0;  // in its layer: the dropout seed
+};
+
+// A block linear: its weight (or the quantised modules standing for it), bias and adapters.
+struct Linear {
+  std::string name;  // "layer0.attn.qkv"
+  Param w, b;        // w.w is -1 when the weight is stored quantised
+  std::vector<QuantModule> quant;
+  std::vector<Adapter> lora;
+  std::int64_t out = 0, in = 0;
+  bool trainable() const { return w.trainable(); }
+};
+
+// What a linear's forward keeps for the backward of its adapters.
+struct LinearSaved {
+  std::vector<int> x, mask, xa;  // per adapter: its input (x, or x after LoRA dropout), mask, x A^T
 };
 
 struct BlockWeights {
   Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
-  Param qkv_w, qkv_b;      // [Q,H], [Q]
-  Param proj_w, proj_b;    // attention output projection [H,H], [H]
+  Linear qkv;              // [Q,H], [Q]
+  Linear proj;             // attention output projection [H,H], [H]
   Param norm2_w, norm2_b;  // gpt: ln2; llama: mlp_norm
-  Param fc_w, fc_b;        // gpt: fc [F,H], [F]; llama: gate [F,H]
-  Param up_w;              // llama: up [F,H]
-  Param out_w, out_b;      // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+  Linear fc;               // gpt: fc [F,H], [F]; llama: gate [F,H]
+  Linear up;               // llama: up [F,H]
+  Linear out;              // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+};
+
+// Which tensors of a block need a gradient (fine-tuning: only what lies above an adapter).
+struct BlockGrad {
+  bool x_in = true, qkv = true, proj = true, x_mid = true, fc = true, up = true, mlp_in = true,
+       out = true, x_out = true;
 };
 
 // How a forward pass treats what it produces.
@@ -88,6 +130,7 @@ struct Mlp {
   int gate_out = -1, up_out = -1, swiglu_out = -1;  // llama
   int out = -1;                                     // mlp.proj.out / mlp.down.out
   int drop = -1, mask = -1;                         // dropout after the output projection
+  LinearSaved fc_saved, up_saved, out_saved;
   int y() const { return drop >= 0 ? drop : out; }
 };
 
@@ -103,6 +146,8 @@ struct Block {
   int norm2_out = -1, norm2_mean = -1, norm2_rstd = -1;
   Mlp mlp;
   int x_out = -1;
+  LinearSaved qkv_saved, proj_saved;
+  BlockGrad grad;
 };
 
 class Builder {
@@ -115,7 +160,7 @@ class Builder {
     A_ = m.heads;
     K_ = m.kv_heads;
     D_ = m.head_dim();
-    Q_ = (A_ + 2 * K_) * D_;
+    Q_ = qkv_width(A_, K_, D_);
     F_ = m.ffn;
     V_ = m.vocab;
     M_ = checked_mul(B_, S_, "batch x seq");
@@ -123,6 +168,9 @@ class Builder {
     gpt_ = m.arch == Arch::gpt;
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
+    finetune_ = is_finetune(cfg);
+    quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
+    lora_scale_ = static_cast<float>(cfg.lora_alpha / static_cast<double>(cfg.lora_rank));
     p_.config = cfg;
   }
 
@@ -176,18 +224,34 @@ class Builder {
     return workspace_;
   }
 
-  Param weight(std::string name, Shape shape, int layer) {
+  // A parameter; under fine-tuning the base's are frozen (`trainable` false): the weight alone.
+  Param weight(std::string name, Shape shape, int layer, bool trainable = true) {
     Param param;
     param.layer = layer;
     param.w = tensor(name, shape, act_, Role::weight);
+    if (!trainable) return param;
     // The master copy follows its weight: executors initialise persistent tensors in id order and
     // the master starts as the fp32 copy of the weight.
     const bool step = cfg_.optimizer != Optimizer::none;
     if (step && has_master_weights(cfg_.dtype))
       param.master = tensor(name + ".master", shape, DType::f32, Role::master_weight);
-    if (cfg_.optimizer == Optimizer::adamw) {
-      param.m = tensor(name + ".m", shape, DType::f32, Role::optimizer_state);
-      param.v = tensor(name + ".v", shape, DType::f32, Role::optimizer_state);
+    std::int64_t numel = 1;
+    for (std::int64_t d : shape) numel *= d;
+    if (is_adamw(cfg_.optimizer)) {
+      // bitsandbytes (core/quant.h): 8-bit moments from kMin8bitSize elements, each with an fp32
+      // absmax per kOptimizer8bitBlock; a paged optimizer pages m and v from kPagedMinNumel.
+      const bool eight_bit = is_8bit(cfg_.optimizer) && optimizer_state_is_8bit(numel);
+      const Role where = is_paged(cfg_.optimizer) && numel >= kPagedMinNumel
+                             ? Role::paged_optimizer_state
+                             : Role::optimizer_state;
+      const DType moment = eight_bit ? DType::u8 : DType::f32;
+      param.m = tensor(name + ".m", shape, moment, where);
+      param.v = tensor(name + ".v", shape, moment, where);
+      if (eight_bit) {
+        const std::int64_t blocks = quant_blocks(numel, kOptimizer8bitBlock);
+        param.m_absmax = tensor(name + ".m.absmax", {blocks}, DType::f32, Role::optimizer_state);
+        param.v_absmax = tensor(name + ".v.absmax", {blocks}, DType::f32, Role::optimizer_state);
+      }
     } else if (cfg_.optimizer == Optimizer::sgd) {
       param.momentum = tensor(name + ".momentum", shape, DType::f32, Role::optimizer_state);
     }
@@ -196,23 +260,89 @@ class Builder {
     return param;
   }
 
+  // A block linear of `modules` (each a LoRA target name and its rows, in row order) from `in`
+  // columns: trainable under full training; else frozen, stored quantised under --quant, with
+  // an adapter on each targeted module.
+  Linear linear(const std::string& name, std::int64_t in,
+                const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
+                int layer) {
+    Linear lin;
+    lin.name = name;
+    lin.in = in;
+    for (const auto& [module, rows] : modules) lin.out += rows;
+    const bool train = !finetune_;
+    if (quant_ == QuantKind::none) {
+      lin.w = weight(name + ".w", {lin.out, in}, layer, train);
+    } else {
+      std::int64_t row = 0;
+      for (const auto& [module, rows] : modules) {
+        QuantModule q;
+        q.name = module_name(name, module, modules.size());
+        q.row_offset = row;
+        q.rows = rows;
+        q.blocks = quant_blocks(rows * in, kQuant4bitBlock);
+        const bool nested = is_4bit(quant_) && cfg_.double_quant == Toggle::on;
+        for (const QuantizedTensor& t : quantized_weight_tensors(rows * in, rows, quant_, nested)) {
+          const std::string part = q.name + ".w." + std::string(t.name);
+          // Codes and 8-bit absmax are bytes; every other part is fp32.
+          const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
+          const int id = tensor(part, {bytes ? t.bytes : t.bytes / 4},
+                                bytes ? DType::u8 : DType::f32, Role::weight);
+          if (t.name == "weight") q.codes = id;
+          if (t.name == "absmax" || t.name == "row_absmax") q.absmax = id;
+          if (t.name == "nested_absmax") q.absmax2 = id;
+          if (t.name == "offset") q.offset = id;
+        }
+        lin.quant.push_back(std::move(q));
+        row += rows;
+      }
+    }
+    if (bias) lin.b = weight(name + ".b", {lin.out}, layer, train);
+    if (finetune_) {
+      std::int64_t col = 0;
+      for (const auto& [module, rows] : modules) {
+        if (lora_targets_module(cfg_.lora_targets, cfg_.model.arch, module)) {
+          Adapter ad;
+          ad.name = module_name(name, module, modules.size());
+          ad.index = adapters_in_layer_++;
+          ad.a = weight(ad.name + ".lora_A", {cfg_.lora_rank, in}, layer);
+          ad.b = weight(ad.name + ".lora_B", {rows, cfg_.lora_rank}, layer);
+          ad.col_offset = col;
+          ad.out = rows;
+          lin.lora.push_back(std::move(ad));
+        }
+        col += rows;
+      }
+    }
+    return lin;
+  }
+
+  // A module's own name inside a packed linear ("layer0.attn.q"), or the linear's.
+  static std::string module_name(const std::string& linear, LoraModule module, std::size_t count) {
+    if (count == 1) return linear;
+    const std::string_view peft = lora_module_name(module);  // "q_proj"
+    return linear.substr(0, linear.rfind('.') + 1) + std::string(peft.substr(0, 1));
+  }
+
   BlockWeights block_weights(int l) {
     const std::string pre = fmt::format("layer{}.", l);
+    const bool train = !finetune_;
+    adapters_in_layer_ = 0;
     BlockWeights w;
     if (gpt_) {
-      w.norm1_w = weight(pre + "ln1.w", {H_}, l);
-      w.norm1_b = weight(pre + "ln1.b", {H_}, l);
-      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
-      w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
-      w.proj_w = weight(pre + "attn.proj.w", {H_, H_}, l);
-      w.proj_b = weight(pre + "attn.proj.b", {H_}, l);
-      w.norm2_w = weight(pre + "ln2.w", {H_}, l);
-      w.norm2_b = weight(pre + "ln2.b", {H_}, l);
+      w.norm1_w = weight(pre + "ln1.w", {H_}, l, train);
+      w.norm1_b = weight(pre + "ln1.b", {H_}, l, train);
+      w.qkv = linear(pre + "attn.qkv", H_, {{LoraModule::c_attn, Q_}}, true, l);
+      w.proj = linear(pre + "attn.proj", H_, {{LoraModule::attn_c_proj, H_}}, true, l);
+      w.norm2_w = weight(pre + "ln2.w", {H_}, l, train);
+      w.norm2_b = weight(pre + "ln2.b", {H_}, l, train);
     } else {
-      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l);
-      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
-      w.proj_w = weight(pre + "attn.o.w", {H_, H_}, l);
-      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l);
+      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l, train);
+      w.qkv = linear(pre + "attn.qkv", H_,
+                     {{LoraModule::q, A_ * D_}, {LoraModule::k, K_ * D_}, {LoraModule::v, K_ * D_}},
+                     cfg_.model.qkv_bias, l);
+      w.proj = linear(pre + "attn.o", H_, {{LoraModule::o, H_}}, false, l);
+      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l, train);
     }
     mlp_weights(l, w);
     return w;
@@ -221,15 +351,116 @@ class Builder {
   void mlp_weights(int l, BlockWeights& w) {
     const std::string pre = fmt::format("layer{}.", l);
     if (gpt_) {
-      w.fc_w = weight(pre + "mlp.fc.w", {F_, H_}, l);
-      w.fc_b = weight(pre + "mlp.fc.b", {F_}, l);
-      w.out_w = weight(pre + "mlp.proj.w", {H_, F_}, l);
-      w.out_b = weight(pre + "mlp.proj.b", {H_}, l);
+      w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
+      w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
     } else {
-      w.fc_w = weight(pre + "mlp.gate.w", {F_, H_}, l);
-      w.up_w = weight(pre + "mlp.up.w", {F_, H_}, l);
-      w.out_w = weight(pre + "mlp.down.w", {H_, F_}, l);
+      w.fc = linear(pre + "mlp.gate", H_, {{LoraModule::gate, F_}}, false, l);
+      w.up = linear(pre + "mlp.up", H_, {{LoraModule::up, F_}}, false, l);
+      w.out = linear(pre + "mlp.down", F_, {{LoraModule::down, H_}}, false, l);
     }
+  }
+
+  // ---- linears of the fine-tuning recipes ---------------------------------------------------
+
+  // The weight operand of a linear's GEMM: the weight, or under --quant its dequantised copy in
+  // the compute dtype, a transient made by one dequantize op per module (in the forward, and
+  // again in the backward).
+  int weight_operand(const Linear& lin, int layer, bool replay, bool backward) {
+    if (lin.quant.empty()) return lin.w.w;
+    const std::string name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
+    const int w = tensor(replay ? name + std::string(kRecomputeSuffix) : name, {lin.out, lin.in},
+                         act_, Role::transient);
+    for (const QuantModule& q : lin.quant) {
+      std::vector<int> in{q.codes, q.absmax};
+      if (q.absmax2 >= 0) in.push_back(q.absmax2);
+      if (q.offset >= 0) in.push_back(q.offset);
+      std::vector<int> out{w};
+      // Dequantising a double-quantised weight first rebuilds its fp32 absmax.
+      if (q.absmax2 >= 0)
+        out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
+                             DType::f32, Role::workspace));
+      Op& o = op(OpKind::dequantize, q.name + ".dequantize" + (backward ? ".bwd" : ""),
+                 std::move(in), std::move(out), layer, replay);
+      o.quant = quant_;
+      o.double_quant = q.absmax2 >= 0;
+      o.row_offset = q.row_offset;
+      o.rows = q.rows;
+    }
+    return w;
+  }
+
+  // y = x w^T + b, then each adapter adds its share; returns what the adapters' backward reads.
+  LinearSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass) {
+    const int w = weight_operand(lin, layer, pass.replay, false);
+    std::vector<int> in{x, w};
+    push_if(in, lin.b);
+    gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.replay);
+    LinearSaved saved_by;
+    const Role role = saved(pass);
+    const Shape x_shape = p_.tensor(x).shape;
+    for (const Adapter& ad : lin.lora) {
+      int x_in = x, mask = -1;
+      if (cfg_.lora_dropout > 0.0) {
+        x_in = tensor(suffixed(pass, ad.name + ".lora_dropout.out"), x_shape, act_, role);
+        mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), x_shape, DType::u8, role);
+        lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {x}, {x_in, mask},
+                              layer, pass.replay),
+                           layer, ad);
+      }
+      const int xa =
+          tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, act_, role);
+      Op& o = gemm(OpKind::lora_fwd, ad.name + ".lora", {x_in, ad.a.w, ad.b.w, y}, {xa, y}, layer,
+                   pass.replay);
+      o.col_offset = ad.col_offset;
+      o.lora_scale = lora_scale_;
+      saved_by.x.push_back(x_in);
+      saved_by.mask.push_back(mask);
+      saved_by.xa.push_back(xa);
+    }
+    return saved_by;
+  }
+
+  // The backward of a linear from dy: its weight's and bias's gradients when it trains, its
+  // adapters' gradients, and dx (the gradient of its input x) into `dx` when dx >= 0. Returns
+  // the tensor that holds dx in the end (LoRA dropout sums into a new one), or -1.
+  int linear_bwd(const Linear& lin, const LinearSaved& saved_by, int dy, int x, int dx, int layer) {
+    if (lin.trainable()) {
+      std::vector<int> grads{dx, lin.w.grad};
+      push_grad_if(grads, lin.b);
+      gemm(OpKind::linear_bwd, lin.name + ".bwd", {dy, x, lin.w.w}, std::move(grads), layer);
+      return dx;
+    }
+    if (dx >= 0) {
+      const int w = weight_operand(lin, layer, false, true);
+      gemm(OpKind::linear_dgrad, lin.name + ".dgrad", {dy, w}, {dx}, layer);
+    }
+    for (std::size_t k = 0; k < lin.lora.size(); ++k) {
+      const Adapter& ad = lin.lora[k];
+      const int dxa =
+          tensor(ad.name + ".lora_xa.grad", {B_, S_, cfg_.lora_rank}, act_, Role::transient);
+      std::vector<int> out{ad.a.grad, ad.b.grad, dxa};
+      const bool dropped = saved_by.mask[k] >= 0;
+      int dx_in = -1;
+      if (dx >= 0) {
+        dx_in = dropped ? grad_of(saved_by.x[k]) : dx;
+        out.push_back(dx_in);
+      }
+      Op& o = gemm(OpKind::lora_bwd, ad.name + ".lora.bwd",
+                   {dy, saved_by.x[k], saved_by.xa[k], ad.a.w, ad.b.w}, std::move(out), layer);
+      o.col_offset = ad.col_offset;
+      o.lora_scale = lora_scale_;
+      o.accumulate = dx >= 0 && !dropped;  // added into the frozen base's dx
+      if (dx >= 0 && dropped) {
+        const int dx_lora = grad_named(ad.name + ".lora.in.grad", x);
+        lora_dropout_attrs(op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd",
+                              {dx_in, saved_by.mask[k]}, {dx_lora}, layer),
+                           layer, ad);
+        const int sum = grad_named(ad.name + ".in.grad.sum", x);
+        op(OpKind::add, ad.name + ".lora.grad_sum.bwd", {dx, dx_lora}, {sum}, layer);
+        dx = sum;
+      }
+    }
+    return dx;
   }
 
   // ---- ops ----------------------------------------------------------------------------------
@@ -262,13 +493,7 @@ class Builder {
     if (p.present()) list.push_back(p.w);
   }
   static void push_grad_if(std::vector<int>& list, const Param& p) {
-    if (p.present()) list.push_back(p.grad);
-  }
-
-  std::vector<int> with_bias(int x, const Param& w, const Param& b) {
-    std::vector<int> in{x, w.w};
-    push_if(in, b);
-    return in;
+    if (p.trainable()) list.push_back(p.grad);
   }
 
   // ---- naming and roles of a pass -----------------------------------------------------------
@@ -360,24 +585,21 @@ class Builder {
     const Role role = saved(pass);
     if (gpt_) {
       mlp.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), {B_, S_, F_}, act_, role);
-      gemm(OpKind::linear_fwd, pre + "mlp.fc", with_bias(x, w.fc_w, w.fc_b), {mlp.fc_out}, layer,
-           pass.replay);
+      mlp.fc_saved = linear_fwd(w.fc, x, mlp.fc_out, layer, pass);
       mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), {B_, S_, F_}, act_, role);
       op(OpKind::gelu_fwd, pre + "mlp.gelu", {mlp.fc_out}, {mlp.gelu_out}, layer, pass.replay);
       mlp.out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), act_, Role::transient);
-      gemm(OpKind::linear_fwd, pre + "mlp.proj", with_bias(mlp.gelu_out, w.out_w, w.out_b),
-           {mlp.out}, layer, pass.replay);
+      mlp.out_saved = linear_fwd(w.out, mlp.gelu_out, mlp.out, layer, pass);
     } else {
       mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), {B_, S_, F_}, act_, role);
-      gemm(OpKind::linear_fwd, pre + "mlp.gate", {x, w.fc_w.w}, {mlp.gate_out}, layer, pass.replay);
+      mlp.fc_saved = linear_fwd(w.fc, x, mlp.gate_out, layer, pass);
       mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), {B_, S_, F_}, act_, role);
-      gemm(OpKind::linear_fwd, pre + "mlp.up", {x, w.up_w.w}, {mlp.up_out}, layer, pass.replay);
+      mlp.up_saved = linear_fwd(w.up, x, mlp.up_out, layer, pass);
       mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), {B_, S_, F_}, act_, role);
       op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {mlp.gate_out, mlp.up_out}, {mlp.swiglu_out},
          layer, pass.replay);
       mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);
-      gemm(OpKind::linear_fwd, pre + "mlp.down", {mlp.swiglu_out, w.out_w.w}, {mlp.out}, layer,
-           pass.replay);
+      mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
     if (dropout_) {
       const std::string site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
@@ -396,18 +618,19 @@ class Builder {
     Block b;
     b.layer = l;
     b.x_in = x_in;
+    // Under fine-tuning the embedding is frozen: the first block's input needs no gradient, every
+    // later one does (each block has adapters: validate() requires a targeted module).
+    b.grad = block_grad(w, !finetune_ || l > 0);
     norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, role,
              b.norm1_out, b.norm1_mean, b.norm1_rstd);
     if (gpt_) {
       b.qkv_linear = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, act_, role);
-      gemm(OpKind::linear_fwd, pre + "attn.qkv", with_bias(b.norm1_out, w.qkv_w, w.qkv_b),
-           {b.qkv_linear}, l, pass.replay);
+      b.qkv_saved = linear_fwd(w.qkv, b.norm1_out, b.qkv_linear, l, pass);
       b.qkv = b.qkv_linear;
     } else {
       // Rope reads the projection once; only the rotated copy is kept for backward.
       b.qkv_linear = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, act_, Role::transient);
-      gemm(OpKind::linear_fwd, pre + "attn.qkv", {b.norm1_out, w.qkv_w.w}, {b.qkv_linear}, l,
-           pass.replay);
+      b.qkv_saved = linear_fwd(w.qkv, b.norm1_out, b.qkv_linear, l, pass);
       b.qkv = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, act_, role);
       attention_attrs(
           op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv_linear}, {b.qkv}, l, pass.replay));
@@ -416,8 +639,7 @@ class Builder {
 
     const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), act_, Role::transient);
-    gemm(OpKind::linear_fwd, proj, with_bias(b.core.y, w.proj_w, w.proj_b), {b.proj_out}, l,
-         pass.replay);
+    b.proj_saved = linear_fwd(w.proj, b.core.y, b.proj_out, l, pass);
     int residual = b.proj_out;
     if (dropout_) {
       b.proj_drop = tensor(suffixed(pass, proj + ".drop"), bsh(), act_, Role::transient);
@@ -449,6 +671,13 @@ class Builder {
     o.dropout_p = cfg_.dropout;
     o.seed = dropout_seed(layer, site);
   }
+  // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
+  void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
+    o.dropout_p = cfg_.lora_dropout;
+    o.seed =
+        dropout_seed(layer, static_cast<DropoutSite>(static_cast<std::uint64_t>(DropoutSite::lora) +
+                                                     static_cast<std::uint64_t>(ad.index)));
+  }
 
   // ---- backward -----------------------------------------------------------------------------
 
@@ -460,8 +689,8 @@ class Builder {
       // dq accumulator [B, A, S, D] and softmax row sums [B, A, S] first, which is all the plain
       // kernels use, then dK and dV per query head with grouped-query heads, and small change.
       const int scratch =
-          tensor(pre + "attn.flash_bwd.scratch", {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)},
-                 DType::u8, Role::workspace);
+          tensor(pre + "attn.flash_bwd.scratch",
+                 {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)}, DType::u8, Role::workspace);
       Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
                  {dqkv, scratch}, layer);
       attention_attrs(o);
@@ -491,9 +720,10 @@ class Builder {
     return dqkv;
   }
 
-  // Gradient of the MLP input x from the gradient of the MLP output.
+  // Gradient of the MLP input x from the gradient of the MLP output, -1 when x needs none
+  // (fine-tuning below the first adapter); `g` says which tensors need a gradient.
   int mlp_bwd(const std::string& pre, int layer, int x, const Mlp& mlp, const BlockWeights& w,
-              int dy) {
+              int dy, const BlockGrad& g) {
     int dout = dy;
     if (dropout_) {
       dout = grad_of(mlp.out);
@@ -502,32 +732,27 @@ class Builder {
                     layer, DropoutSite::mlp_proj);
     }
     if (gpt_) {
-      const int dgelu = grad_of(mlp.gelu_out);
-      std::vector<int> grads{dgelu, w.out_w.grad};
-      push_grad_if(grads, w.out_b);
-      gemm(OpKind::linear_bwd, pre + "mlp.proj.bwd", {dout, mlp.gelu_out, w.out_w.w},
-           std::move(grads), layer);
+      const int dgelu = g.fc ? grad_of(mlp.gelu_out) : -1;
+      linear_bwd(w.out, mlp.out_saved, dout, mlp.gelu_out, dgelu, layer);
+      if (!g.fc) return -1;
       const int dfc = grad_of(mlp.fc_out);
       op(OpKind::gelu_bwd, pre + "mlp.gelu.bwd", {dgelu, mlp.fc_out}, {dfc}, layer);
-      const int dx = grad_of(x);
-      grads = {dx, w.fc_w.grad};
-      push_grad_if(grads, w.fc_b);
-      gemm(OpKind::linear_bwd, pre + "mlp.fc.bwd", {dfc, x, w.fc_w.w}, std::move(grads), layer);
-      return dx;
+      return linear_bwd(w.fc, mlp.fc_saved, dfc, x, g.mlp_in ? grad_of(x) : -1, layer);
     }
-    const int dswiglu = grad_of(mlp.swiglu_out);
-    gemm(OpKind::linear_bwd, pre + "mlp.down.bwd", {dout, mlp.swiglu_out, w.out_w.w},
-         {dswiglu, w.out_w.grad}, layer);
+    const bool swiglu = g.fc || g.up;
+    const int dswiglu = swiglu ? grad_of(mlp.swiglu_out) : -1;
+    linear_bwd(w.out, mlp.out_saved, dout, mlp.swiglu_out, dswiglu, layer);
+    if (!swiglu) return -1;
     const int dgate = grad_of(mlp.gate_out);
     const int dup = grad_of(mlp.up_out);
     op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, mlp.gate_out, mlp.up_out},
        {dgate, dup}, layer);
     // x feeds two projections: autograd sums their input gradients.
-    const int dx_up = grad_named(pre + "mlp.up.in.grad", x);
-    gemm(OpKind::linear_bwd, pre + "mlp.up.bwd", {dup, x, w.up_w.w}, {dx_up, w.up_w.grad}, layer);
-    const int dx_gate = grad_named(pre + "mlp.gate.in.grad", x);
-    gemm(OpKind::linear_bwd, pre + "mlp.gate.bwd", {dgate, x, w.fc_w.w}, {dx_gate, w.fc_w.grad},
-         layer);
+    int dx_up = g.mlp_in ? grad_named(pre + "mlp.up.in.grad", x) : -1;
+    if (g.up) dx_up = linear_bwd(w.up, mlp.up_saved, dup, x, dx_up, layer);
+    int dx_gate = g.mlp_in ? grad_named(pre + "mlp.gate.in.grad", x) : -1;
+    if (g.fc) dx_gate = linear_bwd(w.fc, mlp.fc_saved, dgate, x, dx_gate, layer);
+    if (!g.mlp_in) return -1;
     const int dx = grad_of(x);
     op(OpKind::add, pre + "mlp.grad_sum.bwd", {dx_gate, dx_up}, {dx}, layer);
     return dx;
@@ -536,21 +761,26 @@ class Builder {
   // Norm backward into `dx` (the norm's share of its input's gradient).
   void norm_bwd(const std::string& name, int dy, int x, const Param& w, const Param& b, int mean,
                 int rstd, int dx, int layer) {
+    std::vector<int> grads{dx};
+    push_grad_if(grads, w);
+    push_grad_if(grads, b);
     if (gpt_)
-      row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
+      row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, std::move(grads),
               layer);
     else
-      row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, x, w.w, rstd}, {dx, w.grad}, layer);
+      row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, x, w.w, rstd}, std::move(grads), layer);
   }
 
-  // Gradient of the block input from the gradient of its output.
+  // Gradient of the block input from the gradient of its output; -1 when the input needs none.
   int block_bwd(const Block& b, const BlockWeights& w, int dx_out) {
     const int l = b.layer;
+    const BlockGrad& g = b.grad;
     const std::string pre = fmt::format("layer{}.", l);
     const std::string norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
     const std::string norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
-    const int dnorm2_out = mlp_bwd(pre, l, b.norm2_out, b.mlp, w, dx_out);
+    const int dnorm2_out = mlp_bwd(pre, l, b.norm2_out, b.mlp, w, dx_out, g);
+    if (!g.x_mid) return -1;
     const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
     norm_bwd(norm2, dnorm2_out, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean, b.norm2_rstd,
              dnorm2_in, l);
@@ -565,10 +795,9 @@ class Builder {
           op(OpKind::dropout_bwd, proj + "_dropout.bwd", {dx_mid, b.proj_mask}, {dproj}, l), l,
           DropoutSite::attn_proj);
     }
-    const int dy = grad_of(b.core.y);
-    std::vector<int> grads{dy, w.proj_w.grad};
-    push_grad_if(grads, w.proj_b);
-    gemm(OpKind::linear_bwd, proj + ".bwd", {dproj, b.core.y, w.proj_w.w}, std::move(grads), l);
+    const int dy = g.qkv ? grad_of(b.core.y) : -1;
+    linear_bwd(w.proj, b.proj_saved, dproj, b.core.y, dy, l);
+    if (!g.qkv) return g.x_in ? dx_mid : -1;
 
     int dqkv = attention_bwd(pre, l, b.qkv, b.core, dy);
     if (!gpt_) {
@@ -576,17 +805,32 @@ class Builder {
       attention_attrs(op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {dqkv_linear}, l));
       dqkv = dqkv_linear;
     }
-    const int dnorm1_out = grad_of(b.norm1_out);
-    grads = {dnorm1_out, w.qkv_w.grad};
-    push_grad_if(grads, w.qkv_b);
-    gemm(OpKind::linear_bwd, pre + "attn.qkv.bwd", {dqkv, b.norm1_out, w.qkv_w.w}, std::move(grads),
-         l);
+    const int dnorm1_out =
+        linear_bwd(w.qkv, b.qkv_saved, dqkv, b.norm1_out, g.x_in ? grad_of(b.norm1_out) : -1, l);
+    if (!g.x_in) return -1;
     const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
     norm_bwd(norm1, dnorm1_out, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean, b.norm1_rstd, dnorm1_in,
              l);
     const int dx_in = grad_of(b.x_in);
     op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
     return dx_in;
+  }
+
+  // Which tensors of block `l` need a gradient, given whether its input does: every one under
+  // full training; under fine-tuning those downstream of an adapter.
+  BlockGrad block_grad(const BlockWeights& w, bool x_in) const {
+    BlockGrad g;
+    if (!finetune_) return g;
+    g.x_in = x_in;
+    g.qkv = x_in || !w.qkv.lora.empty();
+    g.proj = g.qkv || !w.proj.lora.empty();
+    g.x_mid = x_in || g.proj;
+    g.mlp_in = g.x_mid;
+    g.fc = g.x_mid || !w.fc.lora.empty();
+    g.up = gpt_ ? false : g.x_mid || !w.up.lora.empty();
+    g.out = g.fc || g.up || !w.out.lora.empty();
+    g.x_out = g.x_mid || g.out;
+    return g;
   }
 
   // ---- scopes -------------------------------------------------------------------------------
@@ -598,20 +842,21 @@ class Builder {
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 
-    const Param wte = weight("wte", {V_, H_}, -1);
+    // Fine-tuning freezes the embeddings, the norms and the lm head (never quantised).
+    const bool train = !finetune_;
+    const Param wte = weight("wte", {V_, H_}, -1, train);
     Param wpe;
-    // Positions past the model's table get their own rows, so long sequences stay buildable.
-    if (gpt_) wpe = weight("wpe", {std::max(m.max_positions, S_), H_}, -1);
+    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1, train);
     std::vector<BlockWeights> weights;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
     Param final_w, final_b;
     if (gpt_) {
-      final_w = weight("ln_f.w", {H_}, -1);
-      final_b = weight("ln_f.b", {H_}, -1);
+      final_w = weight("ln_f.w", {H_}, -1, train);
+      final_b = weight("ln_f.b", {H_}, -1, train);
     } else {
-      final_w = weight("norm.w", {H_}, -1);
+      final_w = weight("norm.w", {H_}, -1, train);
     }
-    const Param lm = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1);
+    const Param lm = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1, train);
 
     // Forward.
     const int x0 = tensor("x0", bsh(), act_, Role::activation);
@@ -647,12 +892,17 @@ class Builder {
     p_.loss_tensor = loss;
 
     // Backward.
+    backward_start_ = static_cast<int>(p_.ops.size());
     const int dlogits = grad_of(logits);
     op(OpKind::cross_entropy_bwd, "ce.bwd", {logits, targets, lse}, {dlogits}, -1).grad_scale =
         loss_scale_;
     const int dfinal_out = grad_of(final_out);
     // Tied: the lm head is the first writer of wte.grad; embedding_bwd accumulates into it.
-    gemm(OpKind::linear_bwd, "lm_head.bwd", {dlogits, final_out, lm.w}, {dfinal_out, lm.grad}, -1);
+    if (lm.trainable())
+      gemm(OpKind::linear_bwd, "lm_head.bwd", {dlogits, final_out, lm.w}, {dfinal_out, lm.grad},
+           -1);
+    else
+      gemm(OpKind::linear_dgrad, "lm_head.dgrad", {dlogits, lm.w}, {dfinal_out}, -1);
     int dx = grad_of(x);
     norm_bwd(final_name, dfinal_out, x, final_w, final_b, final_mean, final_rstd, dx, -1);
 
@@ -661,6 +911,11 @@ class Builder {
       Block b = blocks[static_cast<std::size_t>(l)];
       if (cfg_.recompute == Recompute::full) b = block_fwd(l, b.x_in, w, replay_pass());
       dx = block_bwd(b, w, dx);
+      if (dx < 0) break;  // nothing below needs a gradient
+    }
+    if (!wte.trainable()) {
+      forward_only_activations_are_transient();
+      return;
     }
 
     int dembed = dx;
@@ -674,6 +929,19 @@ class Builder {
     Op& embed_bwd =
         row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
     embed_bwd.accumulate = m.tied_embeddings;
+  }
+
+  // Under fine-tuning, an activation that no op of the backward reads was not saved: it is a
+  // forward transient (its liveness, from the op order, already ends in the forward).
+  void forward_only_activations_are_transient() {
+    std::vector<int> last_use(p_.tensors.size(), -1);
+    for (int i = 0; i < static_cast<int>(p_.ops.size()); ++i)
+      for (const auto* list : {&p_.ops[static_cast<std::size_t>(i)].inputs,
+                               &p_.ops[static_cast<std::size_t>(i)].outputs})
+        for (int id : *list) last_use[static_cast<std::size_t>(id)] = i;
+    for (Tensor& t : p_.tensors)
+      if (t.role == Role::activation && last_use[static_cast<std::size_t>(t.id)] < backward_start_)
+        t.role = Role::transient;
   }
 
   void build_layer() {
@@ -703,7 +971,7 @@ class Builder {
     const int dout = tensor("dout", bsh(), act_, Role::input);
     p_.output_grad_tensor = dout;
     if (cfg_.recompute == Recompute::full) mlp = mlp_fwd("layer0.", 0, x, w, replay_pass());
-    mlp_bwd("layer0.", 0, x, mlp, w, dout);
+    mlp_bwd("layer0.", 0, x, mlp, w, dout, BlockGrad{});
   }
 
   // ---- optimizer ----------------------------------------------------------------------------
@@ -713,7 +981,10 @@ class Builder {
     for (const Param& param : params_) {
       std::vector<int> in{param.w, param.grad};
       OpKind kind = OpKind::adamw_step;
-      if (cfg_.optimizer == Optimizer::adamw) {
+      if (param.m_absmax >= 0) {
+        kind = OpKind::adamw8bit_step;
+        in.insert(in.end(), {param.m, param.v, param.m_absmax, param.v_absmax});
+      } else if (is_adamw(cfg_.optimizer)) {
         in.push_back(param.m);
         in.push_back(param.v);
       } else {
@@ -730,7 +1001,11 @@ class Builder {
   Bytes gemm_workspace_;
   std::int64_t B_ = 0, S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, M_ = 0;
   DType act_ = DType::f32;
-  bool gpt_ = true, eager_ = false, dropout_ = false;
+  bool gpt_ = true, eager_ = false, dropout_ = false, finetune_ = false;
+  QuantKind quant_ = QuantKind::none;  // of the frozen block linears
+  float lora_scale_ = 0.0f;
+  int adapters_in_layer_ = 0;
+  int backward_start_ = 0;   // index of the first backward op (model scope)
   float loss_scale_ = 1.0f;  // model scope: static_loss_scale; other scopes have no loss
   Program p_;
   int workspace_ = -1;
@@ -740,10 +1015,11 @@ class Builder {
 }  // namespace
 
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
-  validate(cfg);
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
-  return Builder(cfg, gemm_workspace).build();
+  Program program = Builder(cfg, gemm_workspace).build();
+  for (const Op& op : program.ops) check_op(program, op);
+  return program;
 }
 
 }  // namespace vrambench

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "program/signature.h"
 
 namespace vrambench {
 
@@ -25,70 +26,8 @@ std::string_view to_string(Role r) {
       return "workspace";
     case Role::input:
       return "input";
-  }
-  return "?";
-}
-
-std::string_view to_string(OpKind k) {
-  switch (k) {
-    case OpKind::embedding_fwd:
-      return "embedding_fwd";
-    case OpKind::embedding_bwd:
-      return "embedding_bwd";
-    case OpKind::layernorm_fwd:
-      return "layernorm_fwd";
-    case OpKind::layernorm_bwd:
-      return "layernorm_bwd";
-    case OpKind::rmsnorm_fwd:
-      return "rmsnorm_fwd";
-    case OpKind::rmsnorm_bwd:
-      return "rmsnorm_bwd";
-    case OpKind::linear_fwd:
-      return "linear_fwd";
-    case OpKind::linear_bwd:
-      return "linear_bwd";
-    case OpKind::gelu_fwd:
-      return "gelu_fwd";
-    case OpKind::gelu_bwd:
-      return "gelu_bwd";
-    case OpKind::swiglu_fwd:
-      return "swiglu_fwd";
-    case OpKind::swiglu_bwd:
-      return "swiglu_bwd";
-    case OpKind::rope_fwd:
-      return "rope_fwd";
-    case OpKind::rope_bwd:
-      return "rope_bwd";
-    case OpKind::attn_scores:
-      return "attn_scores";
-    case OpKind::softmax_fwd:
-      return "softmax_fwd";
-    case OpKind::softmax_bwd:
-      return "softmax_bwd";
-    case OpKind::attn_values:
-      return "attn_values";
-    case OpKind::attn_values_bwd:
-      return "attn_values_bwd";
-    case OpKind::attn_scores_bwd:
-      return "attn_scores_bwd";
-    case OpKind::flash_fwd:
-      return "flash_fwd";
-    case OpKind::flash_bwd:
-      return "flash_bwd";
-    case OpKind::dropout_fwd:
-      return "dropout_fwd";
-    case OpKind::dropout_bwd:
-      return "dropout_bwd";
-    case OpKind::add:
-      return "add";
-    case OpKind::cross_entropy_fwd:
-      return "cross_entropy_fwd";
-    case OpKind::cross_entropy_bwd:
-      return "cross_entropy_bwd";
-    case OpKind::adamw_step:
-      return "adamw_step";
-    case OpKind::sgd_step:
-      return "sgd_step";
+    case Role::paged_optimizer_state:
+      return "paged_optimizer_state";
   }
   return "?";
 }
@@ -144,17 +83,12 @@ Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t
 
 Op& Program::add_op(OpKind kind, std::string name, std::vector<int> inputs,
                     std::vector<int> outputs) {
-  for (int id : inputs)
-    if (id < 0 || id >= static_cast<int>(tensors.size()))
-      throw InternalError("op '" + name + "' reads an unknown tensor");
-  for (int id : outputs)
-    if (id < 0 || id >= static_cast<int>(tensors.size()))
-      throw InternalError("op '" + name + "' writes an unknown tensor");
   Op op;
   op.kind = kind;
   op.name = std::move(name);
   op.inputs = std::move(inputs);
   op.outputs = std::move(outputs);
+  check_operands(*this, op);
   ops.push_back(std::move(op));
   return ops.back();
 }
@@ -162,7 +96,7 @@ Op& Program::add_op(OpKind kind, std::string name, std::vector<int> inputs,
 namespace {
 bool whole_step(Role r) {
   return r == Role::weight || r == Role::master_weight || r == Role::optimizer_state ||
-         r == Role::input;
+         r == Role::input || r == Role::paged_optimizer_state;
 }
 }  // namespace
 
@@ -193,7 +127,15 @@ Liveness compute_liveness(const Program& program) {
       live.persistent.push_back(static_cast<int>(t));
       continue;
     }
-    if (role == Role::grad) live.free_after[t] = n_ops;
+    if (role == Role::grad) {
+      live.free_after[t] = n_ops;
+      // Accumulating over micro-steps: the gradients are there before this step starts.
+      if (program.config.grad_accum > 1) {
+        live.alloc_at[t] = -1;
+        live.persistent.push_back(static_cast<int>(t));
+        continue;
+      }
+    }
     live.allocs_before[static_cast<std::size_t>(live.alloc_at[t])].push_back(static_cast<int>(t));
     if (live.free_after[t] < n_ops)
       live.frees_after[static_cast<std::size_t>(live.free_after[t])].push_back(static_cast<int>(t));

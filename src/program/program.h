@@ -26,9 +26,13 @@ enum class Role : std::uint8_t {
                     // op's own scratch listed as its output (cuDNN workspace, fp32
                     // accumulators), live for that op alone
   input,            // tokens and targets; whole step
+  // Optimizer state a paged optimizer keeps in managed (unified) memory: whole step, outside the
+  // device's capacity (a trial allocates it from a separate, unbounded pool; on cuda with
+  // cudaMallocManaged).
+  paged_optimizer_state,
 };
 std::string_view to_string(Role r);
-inline constexpr int kRoleCount = 8;
+inline constexpr int kRoleCount = 9;
 
 struct Tensor {
   int id = -1;
@@ -40,66 +44,53 @@ struct Tensor {
   std::int64_t elements() const;
 };
 
-// The op catalogue. Inputs and outputs are listed in the order given here; `[..]` marks optional
-// tensors, present only when the model has them (biases, positions). Shapes: M = B*S rows, H
-// hidden, A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v columns, F ffn, V
-// vocab. Unless noted, an op overwrites its outputs; `Op::accumulate` makes it add into its `grad`
-// outputs. Tensors of role workspace may follow the listed inputs or outputs of any op: the GEMM
-// workspace as the last input of linear and attention GEMM ops and of the ops whose kernels sum
-// over the rows (layernorm_bwd, rmsnorm_bwd: dw and db; embedding_bwd: the token sort and dwpe),
-// which keep their fp32 partials there; an op's own scratch as its last output. Kernels find them
-// by role; the positions above count only the other tensors.
-// clang-format off: the catalogue reads as a table.
+// What a step does, one kind per kernel family. The tensors each kind reads and writes, in order,
+// and the attributes it uses are in the op signature table (program/signature.h).
 enum class OpKind : std::uint8_t {
-  embedding_fwd,    // in: tokens[B,S] i32, wte[V,H], [wpe[P,H]] -> out: x[B,S,H]
-  embedding_bwd,    // in: dx[B,S,H], tokens -> out: dwte[V,H], [dwpe[P,H]]
-                    // (accumulate: adds into dwte only, which the tied lm head wrote first;
-                    // dwpe has no other writer and is always overwritten)
-  layernorm_fwd,    // in: x[M,H], w[H], b[H] -> out: y[M,H], mean[M] f32, rstd[M] f32
-  layernorm_bwd,    // in: dy, x, w, mean, rstd -> out: dx, dw, db
-  rmsnorm_fwd,      // in: x[M,H], w[H] -> out: y[M,H], rstd[M] f32
-  rmsnorm_bwd,      // in: dy, x, w, rstd -> out: dx, dw
-  linear_fwd,       // in: x[M,In], w[Out,In], [b[Out]] -> out: y[M,Out]   (y = x w^T + b)
-  linear_bwd,       // in: dy[M,Out], x[M,In], w[Out,In] -> out: dx[M,In], dw[Out,In], [db[Out]]
-  gelu_fwd,         // in: x -> out: y            (tanh approximation)
-  gelu_bwd,         // in: dy, x -> out: dx
-  swiglu_fwd,       // in: gate[M,F], up[M,F] -> out: y[M,F]        (silu(gate) * up)
-  swiglu_bwd,       // in: dy, gate, up -> out: dgate, dup
-  rope_fwd,         // in: qkv[B,S,Q] -> out: qkv_rot[B,S,Q]  (rotates the q and k parts, copies v)
-  rope_bwd,         // in: dqkv_rot -> out: dqkv
-  attn_scores,      // in: qkv[B,S,Q] -> out: scores[B,A,S,S] = q k^T / sqrt(D), causal (-inf above)
-  softmax_fwd,      // in: scores -> out: probs[B,A,S,S]  (row softmax)
-  softmax_bwd,      // in: dprobs, probs -> out: dscores
-  attn_values,      // in: probs[B,A,S,S], qkv -> out: y[B,S,A*D] = probs v (grouped: head a uses kv
-                    // a/(A/K))
-  attn_values_bwd,  // in: dy[B,S,A*D], probs, qkv -> out: dprobs[B,A,S,S], dqkv (writes v part,
-                    // zeroes q,k)
-  attn_scores_bwd,  // in: dscores, qkv, dqkv -> out: dqkv (writes the q and k parts of dqkv in
-                    // place)
-  flash_fwd,        // in: qkv[B,S,Q] -> out: y[B,S,A*D], lse[B,A,S] f32   (causal, dropout p;
-                    // scratch: flash_fwd_scratch_bytes)
-  flash_bwd,        // in: dy, qkv, y, lse -> out: dqkv[B,S,Q]   (scratch: flash_bwd_scratch_bytes,
-                    // an fp32 dq accumulator and row sums first)
-  dropout_fwd,      // in: x -> out: y, mask(u8, 1 = kept)   (y = x * mask / (1 - p); seeded by
-                    // Op::seed)
-  dropout_bwd,      // in: dy, mask -> out: dx
-  add,              // in: a, b -> out: c = a + b                  (residual stream, gradient sums)
-  cross_entropy_fwd,  // in: logits[M,V], targets[B,S] i32 -> out: loss[1] f32, lse[M] f32 (mean
-                      // over M)
-  cross_entropy_bwd,  // in: logits, targets, lse -> out: dlogits[M,V]  (of grad_scale x the
-                      // mean loss)
-  adamw_step,  // in: w, grad, m, v, [master] -> updates w, m, v, [master] in place; no outputs
-               // (grad is divided by grad_scale first)
-  sgd_step,    // in: w, grad, momentum, [master] -> updates in place; no outputs (likewise)
+  embedding_fwd,
+  embedding_bwd,
+  layernorm_fwd,
+  layernorm_bwd,
+  rmsnorm_fwd,
+  rmsnorm_bwd,
+  linear_fwd,
+  linear_bwd,
+  gelu_fwd,
+  gelu_bwd,
+  swiglu_fwd,
+  swiglu_bwd,
+  rope_fwd,
+  rope_bwd,
+  attn_scores,
+  softmax_fwd,
+  softmax_bwd,
+  attn_values,
+  attn_values_bwd,
+  attn_scores_bwd,
+  flash_fwd,
+  flash_bwd,
+  dropout_fwd,
+  dropout_bwd,
+  add,
+  cross_entropy_fwd,
+  cross_entropy_bwd,
+  adamw_step,
+  sgd_step,
+  // Fine-tuning recipes.
+  dequantize,      // a quantised frozen weight into rows of its compute-dtype copy
+  linear_dgrad,    // dx = dy w: the input gradient of a frozen linear
+  lora_fwd,        // xa = x A^T; y[:, cols] += scale xa B^T
+  lora_bwd,        // dA, dB and (added into) dx of one adapter
+  adamw8bit_step,  // bitsandbytes' blockwise 8-bit AdamW
 };
-// clang-format on
+// The kind's name in the signature table: "linear_fwd".
 std::string_view to_string(OpKind k);
 
 struct Op {
   OpKind kind{};
   std::string name;          // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
-  std::vector<int> inputs;   // tensor ids, in the catalogue's order
-  std::vector<int> outputs;  // tensor ids, in the catalogue's order
+  std::vector<int> inputs;   // tensor ids, in the signature's order, workspace last
+  std::vector<int> outputs;  // tensor ids, in the signature's order, workspace last
   int layer = -1;            // block index, -1 outside blocks
   bool recompute = false;    // a forward op replayed in backward
   bool accumulate = false;   // add into `grad` outputs instead of overwriting (tied weights)
@@ -115,6 +106,13 @@ struct Op {
   // Optimizer hyper-parameters.
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f, weight_decay = 0.0f;
   float momentum = 0.9f;
+  // dequantize: the storage, and the rows [row_offset, row_offset + rows) of the output it writes
+  // (a packed q|k|v weight is three modules). lora_fwd / lora_bwd: the columns
+  // [col_offset, col_offset + the adapter's out) of y / dy, and scale = alpha / rank.
+  QuantKind quant = QuantKind::none;
+  bool double_quant = false;
+  std::int64_t row_offset = 0, rows = 0, col_offset = 0;
+  float lora_scale = 0.0f;
 };
 
 struct Program {
@@ -125,6 +123,7 @@ struct Program {
   int output_grad_tensor = -1;  // layer/attention/mlp scopes: the incoming gradient (an input)
 
   int add_tensor(std::string name, std::vector<std::int64_t> shape, DType dtype, Role role);
+  // Throws InternalError when the operands do not match the kind's signature (program/signature.h).
   Op& add_op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs);
   const Tensor& tensor(int id) const { return tensors.at(static_cast<std::size_t>(id)); }
 };
@@ -168,7 +167,9 @@ Bytes flash_fwd_scratch_bytes();
 Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t heads,
                               std::int64_t kv_heads, std::int64_t head_dim, DType storage);
 
-// Builds the program of one training step for cfg at cfg.batch (see build.cpp for the layout).
+// Builds the program of one training step for cfg at cfg.batch (see build.cpp for the layout);
+// every op is checked against its signature (check_op). `cfg` has passed validate(); tensor bytes
+// are checked as they are formed (a batch past what 64 bits hold throws UsageError).
 // The workspace sizes come from `gemm_workspace` (cuBLASLt scratch, one tensor for the whole step).
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace);
 

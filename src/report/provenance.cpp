@@ -54,11 +54,33 @@ Provenance make_provenance(int argc, const char* const* argv, std::string device
   return p;
 }
 
-nlohmann::json to_json(const Provenance& p) {
-  nlohmann::json extra = nlohmann::json::object();
-  for (const auto& [key, value] : p.extra) extra[key] = value;
-  return {{"tool_version", p.tool_version}, {"git_commit", p.git_commit},     {"device", p.device},
-          {"utc_time", p.utc_time},         {"command_line", p.command_line}, {"extra", extra}};
+std::vector<std::string> shell_words(std::string_view command_line) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false, quoted = false;
+  for (std::size_t i = 0; i < command_line.size(); ++i) {
+    const char c = command_line[i];
+    if (quoted) {
+      if (c == '\'')
+        quoted = false;
+      else
+        word += c;
+    } else if (c == '\'') {
+      quoted = in_word = true;
+    } else if (c == '\\' && i + 1 < command_line.size()) {
+      word += command_line[++i];
+      in_word = true;
+    } else if (c == ' ') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
 }
 
 }  // namespace vrambench

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/fields.h"
-#include "search/isolate.h"
+#include "search/json.h"
 
 namespace vrambench {
 namespace {
@@ -23,19 +23,10 @@ Column key_column(const std::string& field) {
 
 Cell key_cell(const RunConfig& cfg, const std::string& field) {
   const FieldInfo& info = find_field(field);
-  const std::string value = get_field(cfg, field);
-  if (info.kind == FieldKind::integer) return Cell::of_int(std::stoll(value));
-  if (info.kind == FieldKind::size) return Cell::of_bytes(std::stoll(value));
-  return Cell::of_text(value);
-}
-
-// Weights, master weights, gradients and optimizer state: the fixed bytes at the end of the step
-// (where the whole model state is live, and the GEMM workspace no longer is) less the context.
-Bytes model_state(const Breakdown& b) {
-  Bytes end_of_step = b.fixed_total();
-  for (const Moment& m : b.other_moments)
-    if (m.name == "optimizer step" || m.name == "end of step") end_of_step = m.fixed;
-  return end_of_step - b.component("CUDA context");
+  const FieldValue value = get_field(cfg, info);
+  if (info.kind == FieldKind::integer) return Cell::of_int(std::get<std::int64_t>(value));
+  if (info.kind == FieldKind::size) return Cell::of_bytes(std::get<std::int64_t>(value));
+  return Cell::of_text(field_text(info, value));
 }
 
 }  // namespace
@@ -48,6 +39,20 @@ Bytes sim_peak_at(const Measurement& sim, std::int64_t batch) {
 std::vector<std::string> key_columns(const std::vector<std::string>& varying) {
   if (!varying.empty()) return varying;
   return {"preset", "seq"};
+}
+
+std::vector<Cell> key_cells(const RunConfig& cfg, const std::vector<std::string>& varying) {
+  std::vector<Cell> cells;
+  for (const std::string& f : key_columns(varying)) cells.push_back(key_cell(cfg, f));
+  return cells;
+}
+
+std::string estimate_summary_line(std::int64_t configurations, const std::string& device,
+                                  std::int64_t smallest, std::int64_t largest) {
+  return fmt::format(
+      "{} configuration{} on {}: estimated max batch {}", configurations,
+      configurations == 1 ? "" : "s", device,
+      smallest == largest ? std::to_string(largest) : fmt::format("{}..{}", smallest, largest));
 }
 
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
@@ -69,10 +74,9 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
 }
 
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
-                               const std::vector<std::string>& varying, const DeviceSpec& device,
+                               const std::vector<std::string>& varying, const DeviceInfo& device,
                                bool at_batch) {
-  std::vector<Cell> row;
-  for (const std::string& f : key_columns(varying)) row.push_back(key_cell(cfg, f));
+  std::vector<Cell> row = key_cells(cfg, varying);
   if (at_batch) {
     const Bytes peak = breakdown.peak(cfg.batch);
     row.push_back(Cell::of_int(cfg.batch));
@@ -84,7 +88,7 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
     row.push_back(max_batch > 0 ? Cell::of_bytes(breakdown.peak(max_batch))
                                 : Cell::none(CellKind::bytes));
   }
-  row.push_back(Cell::of_bytes(model_state(breakdown)));
+  row.push_back(Cell::of_bytes(breakdown.model_state));
   row.push_back(Cell::of_bytes(breakdown.fixed_total()));
   row.push_back(Cell::of_bytes(breakdown.per_sample_total()));
   row.push_back(Cell::of_bytes(device.total));
@@ -92,7 +96,7 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
 }
 
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
-                   bool with_sim) {
+                   bool with_sim, bool with_paged) {
   Table t;
   for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
   t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
@@ -102,6 +106,8 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
   if (with_sim) t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
   t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
+  if (with_paged)
+    t.columns.push_back({measured + "_paged_bytes", "paged state", CellKind::bytes});
   if (with_sim)
     t.columns.push_back({measured + "_vs_sim", measured + " vs sim", CellKind::percent});
   t.columns.push_back(
@@ -115,9 +121,8 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
 }
 
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             const Measurement* sim) {
-  std::vector<Cell> row;
-  for (const std::string& f : key_columns(varying)) row.push_back(key_cell(m.config, f));
+                             const Measurement* sim, bool with_paged) {
+  std::vector<Cell> row = key_cells(m.config, varying);
   row.push_back(Cell::of_int(m.est_max_batch));
   if (sim) row.push_back(Cell::of_int(sim->search.max_batch));
   row.push_back(Cell::of_int(m.search.max_batch));
@@ -128,6 +133,11 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
   if (sim) row.push_back(sim_peak > 0 ? Cell::of_bytes(sim_peak) : Cell::none(CellKind::bytes));
   const Bytes measured = m.measured_peak();
   row.push_back(measured > 0 ? Cell::of_bytes(measured) : Cell::none(CellKind::bytes));
+  if (with_paged) {
+    // Managed memory, outside the peak: the same at every batch.
+    const TrialResult* t = m.at_max() ? m.at_max() : m.next_needed ? &*m.next_needed : nullptr;
+    row.push_back(t ? Cell::of_bytes(t->paged_bytes) : Cell::none(CellKind::bytes));
+  }
   if (sim)
     row.push_back(measured > 0 && sim_peak > 0
                       ? Cell::of_percent(static_cast<double>(measured - sim_peak) /
@@ -147,30 +157,25 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
     row.push_back(m.attention_impl.empty() ? Cell::none(CellKind::text)
                                            : Cell::of_text(m.attention_impl));
   row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
-  std::string note = m.reason;
+  std::string note = m.note();
   if (m.search.hit_limit) note = fmt::format("hit --max-batch {}", m.search.max_batch);
   row.push_back(Cell::of_text(note));
   return row;
 }
 
-nlohmann::json search_details(const Measurement& m, const DeviceSpec& device) {
+nlohmann::json search_details(const Measurement& m, const DeviceInfo& device) {
+  const Bytes fixed = m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead;
   nlohmann::json j;
   j["capacity_bytes"] = device.total;
-  j["fixed_overhead_bytes"] = m.fixed_overhead > 0 ? m.fixed_overhead : device.fixed_overhead;
+  j["fixed_overhead_bytes"] = fixed;
   j["device_fixed_overhead_bytes"] = device.fixed_overhead;  // as resolved before any warm-up
-  j["tensor_capacity_bytes"] =
-      std::max<Bytes>(0, device.total - (m.fixed_overhead > 0 ? m.fixed_overhead
-                                                              : device.fixed_overhead));
-  if (const TrialResult* t = m.at_max()) j["at_max"] = to_json(*t);
-  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = to_json(*t);
-  if (m.next_needed) j["max_plus_1_needed"] = to_json(*m.next_needed);
-  nlohmann::json log = nlohmann::json::array();
-  for (const Probe& p : m.search.trials) log.push_back({{"batch", p.batch}, {"fit", p.fits}});
-  j["trials"] = log;
-  nlohmann::json est;
-  for (const Component& c : m.estimate.fixed) est["fixed"][c.name] = c.bytes;
-  for (const Component& c : m.estimate.per_sample) est["per_sample"][c.name] = c.bytes;
-  j["estimate_bytes"] = est;
+  j["tensor_capacity_bytes"] = std::max<Bytes>(0, device.total - fixed);
+  if (const TrialResult* t = m.at_max()) j["at_max"] = *t;
+  if (const TrialResult* t = m.at_next()) j["at_max_plus_1"] = *t;
+  if (m.next_needed) j["max_plus_1_needed"] = *m.next_needed;
+  j["trials"] = m.search.trials;
+  j["estimate"] = m.estimate;
+  if (m.failure != Failure::none) j["failure"] = m.failure;
   return j;
 }
 
@@ -200,39 +205,106 @@ Spread spread_of(const std::vector<double>& errors) {
 
 }  // namespace
 
-ErrorSummary summarize_errors(const std::vector<Measurement>& rows) {
-  ErrorSummary s;
-  std::vector<double> errors;
-  for (const Measurement& m : rows) {
-    if (m.search.non_monotone) ++s.non_monotone;
-    if (m.measured_peak() <= 0) continue;
-    errors.push_back(m.relative_error());
-    if (m.estimated_peak() < m.measured_peak()) ++s.under_estimates;
-  }
-  s.compared = static_cast<int>(errors.size());
+namespace {
+
+ErrorSummary error_summary(const std::vector<double>& errors) {
   const Spread spread = spread_of(errors);
-  s.median_abs = spread.median_abs;
-  s.max_abs = spread.max_abs;
-  s.max_signed = spread.max_signed;
+  return {static_cast<int>(errors.size()), spread.median_abs, spread.max_abs, spread.max_signed};
+}
+
+// The cells of column `key`, or nothing when the table has no such column.
+std::vector<const Cell*> column_cells(const Table& table, std::string_view key) {
+  std::vector<const Cell*> cells;
+  for (std::size_t c = 0; c < table.columns.size(); ++c)
+    if (table.columns[c].key == key)
+      for (const auto& row : table.rows) cells.push_back(&row[c]);
+  return cells;
+}
+
+bool has_value(const Cell& cell) {
+  return !cell.empty && (cell.kind != CellKind::percent || std::isfinite(cell.real));
+}
+
+}  // namespace
+
+bool is_search_table(const Table& table) {
+  return std::any_of(table.columns.begin(), table.columns.end(),
+                     [](const Column& c) { return c.key == "trials"; });
+}
+
+SearchSummary summarize_search(const Table& table) {
+  SearchSummary s;
+  s.measured = std::any_of(table.columns.begin(), table.columns.end(),
+                           [](const Column& c) { return c.key == "meas_max_batch"; })
+                   ? "meas"
+                   : "sim";
+  s.configurations = static_cast<std::int64_t>(table.rows.size());
+  for (const Cell* cell : column_cells(table, "trials"))
+    if (has_value(*cell)) s.trials += cell->integer;
+  std::vector<double> errors, vs_sim;
+  for (const Cell* cell : column_cells(table, "rel_error"))
+    if (has_value(*cell)) errors.push_back(cell->real);
+  for (const Cell* cell : column_cells(table, "under_estimate"))
+    if (has_value(*cell) && cell->integer != 0) ++s.under_estimates;
+  for (const Cell* cell : column_cells(table, s.measured + "_vs_sim"))
+    if (has_value(*cell)) vs_sim.push_back(cell->real);
+  s.errors = error_summary(errors);
+  s.vs_sim = error_summary(vs_sim);
+  // The note starts with the failure's name ("crashed: signal 6 (Aborted)"), see
+  // Measurement::note().
+  const auto starts = [](const Cell* cell, std::string_view prefix) {
+    return cell->kind == CellKind::text && cell->text.starts_with(prefix);
+  };
+  for (const Cell* note : column_cells(table, "note")) {
+    if (starts(note, "non-monotone:")) ++s.non_monotone;
+    if (starts(note, to_string(Failure::failed) + ":") ||
+        starts(note, to_string(Failure::crashed) + ":"))
+      ++s.failed;
+    if (starts(note, to_string(Failure::timeout) + ":")) ++s.timed_out;
+  }
   return s;
 }
 
-DeviceVsSim summarize_device_vs_sim(const std::vector<Measurement>& rows,
-                                    const std::vector<Measurement>& sims) {
-  std::vector<double> errors;
-  for (std::size_t i = 0; i < rows.size() && i < sims.size(); ++i) {
-    const Bytes measured = rows[i].measured_peak();
-    const Bytes sim = sim_peak_at(sims[i], rows[i].compared_batch());
-    if (measured > 0 && sim > 0)
-      errors.push_back(static_cast<double>(measured - sim) / static_cast<double>(sim));
-  }
-  DeviceVsSim d;
-  d.compared = static_cast<int>(errors.size());
-  const Spread spread = spread_of(errors);
-  d.median_abs = spread.median_abs;
-  d.max_abs = spread.max_abs;
-  d.max_signed = spread.max_signed;
-  return d;
+std::string search_summary_line(const SearchSummary& s, const std::string& device, double seconds) {
+  std::string line =
+      fmt::format("{} configuration{} on {}, {} trials ({:.1f} per configuration) in {:.2f} s",
+                  s.configurations, s.configurations == 1 ? "" : "s", device, s.trials,
+                  static_cast<double>(s.trials) /
+                      static_cast<double>(std::max<std::int64_t>(s.configurations, 1)),
+                  seconds);
+  if (s.errors.compared > 0)
+    line += fmt::format(
+        "; est vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%), {} under-estimate{}",
+        s.measured, 100 * s.errors.median_abs, 100 * s.errors.max_abs, 100 * s.errors.max_signed,
+        s.under_estimates, s.under_estimates == 1 ? "" : "s");
+  if (s.vs_sim.compared > 0)
+    line += fmt::format("; {} vs sim peak: median |diff| {:.1f}%, max |diff| {:.1f}% ({:+.1f}%)",
+                        s.measured, 100 * s.vs_sim.median_abs, 100 * s.vs_sim.max_abs,
+                        100 * s.vs_sim.max_signed);
+  if (s.non_monotone > 0) line += fmt::format("; {} non-monotone", s.non_monotone);
+  if (s.failed > 0) line += fmt::format("; {} failed (see the note column)", s.failed);
+  if (s.timed_out > 0)
+    line +=
+        fmt::format("; {} timed out without a finished trial (see the note column)", s.timed_out);
+  return line;
+}
+
+nlohmann::json search_summary_json(const SearchSummary& s, const std::string& line,
+                                   double seconds) {
+  return {{"configurations", s.configurations},
+          {"trials", s.trials},
+          {"seconds", seconds},
+          {"compared", s.errors.compared},
+          {"median_abs_rel_error", s.errors.median_abs},
+          {"max_abs_rel_error", s.errors.max_abs},
+          {"under_estimates", s.under_estimates},
+          {"non_monotone", s.non_monotone},
+          {"device_vs_sim_compared", s.vs_sim.compared},
+          {"device_vs_sim_median_abs", s.vs_sim.median_abs},
+          {"device_vs_sim_max_abs", s.vs_sim.max_abs},
+          {"failed", s.failed},
+          {"timed_out", s.timed_out},
+          {"summary", line}};
 }
 
 }  // namespace vrambench

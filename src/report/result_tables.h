@@ -17,41 +17,53 @@ namespace vrambench {
 // `at_batch`: rows give the peak at cfg.batch (and whether it fits) instead of the max batch.
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
-                               const std::vector<std::string>& varying, const DeviceSpec& device,
+                               const std::vector<std::string>& varying, const DeviceInfo& device,
                                bool at_batch);
 
 // `measured`: the column prefix of the device's figures, "sim" or "meas". `with_sim`: a real
 // device's rows also carry the sim replay of the same configuration (max batch and peak).
+// with_paged: a column of the paged optimizer state (managed memory, outside the peaks), for
+// grids with a paged optimizer.
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
-                   bool with_sim = false);
+                   bool with_sim = false, bool with_paged = false);
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             const Measurement* sim = nullptr);
+                             const Measurement* sim = nullptr, bool with_paged = false);
 // Extra JSON per row: capacity, peaks at max and max + 1 by role, the trial log, the reason.
-nlohmann::json search_details(const Measurement& m, const DeviceSpec& device);
+nlohmann::json search_details(const Measurement& m, const DeviceInfo& device);
 
-// The summary of a search: how far est is from the device over the rows that have both.
+// The summary of a search table, from its rows alone, so that a table resumed (--resume) or merged
+// from shards gets the figures of one run in one go.
 struct ErrorSummary {
   int compared = 0;
   double median_abs = 0.0;  // median |relative error|
   double max_abs = 0.0;     // largest |relative error|
   double max_signed = 0.0;  // the signed error of the row with the largest |error|
-  int under_estimates = 0;  // rows where est < device peak
-  int non_monotone = 0;
 };
-ErrorSummary summarize_errors(const std::vector<Measurement>& rows);
-
-// The sim replay's device peak at `batch`, or 0 when it has no fitting trial there.
-Bytes sim_peak_at(const Measurement& sim, std::int64_t batch);
-// How far a real device's peak is from the sim replay's at the same batch, over the rows that have
-// both: `sims[i]` is the sim of `rows[i]`. Errors are (device - sim) / sim.
-struct DeviceVsSim {
-  int compared = 0;
-  double median_abs = 0.0, max_abs = 0.0, max_signed = 0.0;
+struct SearchSummary {
+  std::string measured;  // the device's column prefix, "sim" or "meas"
+  std::int64_t configurations = 0, trials = 0;
+  ErrorSummary errors;      // est against the device's peak (rel_error)
+  int under_estimates = 0;  // rows where est < the device's peak
+  ErrorSummary vs_sim;      // a real device's peak against the sim replay's (meas_vs_sim)
+  int non_monotone = 0;     // rows whose note says the search was not monotone
+  int failed = 0;           // rows that failed or crashed
+  int timed_out = 0;        // rows whose trial timed out
 };
-DeviceVsSim summarize_device_vs_sim(const std::vector<Measurement>& rows,
-                                    const std::vector<Measurement>& sims);
+SearchSummary summarize_search(const Table& table);
+// "5 configurations on DEVICE, 15 trials (3.0 per configuration) in 0.12 s; est vs sim peak:
+// median |err| ...".
+std::string search_summary_line(const SearchSummary& s, const std::string& device, double seconds);
+// The JSON summary's figures (the caller adds details).
+nlohmann::json search_summary_json(const SearchSummary& s, const std::string& line, double seconds);
+// Whether `table` is a search table (an estimate table otherwise).
+bool is_search_table(const Table& table);
 
 // Field names shown as key columns: the varying fields, or "preset" and "seq" when nothing varies.
 std::vector<std::string> key_columns(const std::vector<std::string>& varying);
+// The key cells of `cfg`, the first cells of its row in either table.
+std::vector<Cell> key_cells(const RunConfig& cfg, const std::vector<std::string>& varying);
+// "5 configurations on DEVICE: estimated max batch 12..40".
+std::string estimate_summary_line(std::int64_t configurations, const std::string& device,
+                                  std::int64_t smallest, std::int64_t largest);
 
 }  // namespace vrambench

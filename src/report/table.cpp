@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "core/error.h"
@@ -70,19 +71,7 @@ std::string csv_field(std::string_view s) {
 }
 
 std::string csv_cell(const Cell& cell) {
-  if (is_empty(cell)) return "";
-  switch (cell.kind) {
-    case CellKind::text:
-      return csv_field(cell.text);
-    case CellKind::integer:
-    case CellKind::bytes:
-      return std::to_string(cell.integer);
-    case CellKind::percent:
-      return fmt::format("{:.6g}", cell.real);
-    case CellKind::flag:
-      return cell.integer != 0 ? "1" : "0";
-  }
-  return {};
+  return cell.kind == CellKind::text && !is_empty(cell) ? csv_field(cell.text) : cell_text(cell);
 }
 
 nlohmann::json json_cell(const Cell& cell) {
@@ -108,6 +97,88 @@ void check_width(const Table& table, const std::vector<Cell>& row) {
 }
 
 }  // namespace
+
+std::string cell_text(const Cell& cell) {
+  if (is_empty(cell)) return "";
+  switch (cell.kind) {
+    case CellKind::text:
+      return cell.text;
+    case CellKind::integer:
+    case CellKind::bytes:
+      return std::to_string(cell.integer);
+    case CellKind::percent:
+      return fmt::format("{:.6g}", cell.real);
+    case CellKind::flag:
+      return cell.integer != 0 ? "1" : "0";
+  }
+  return {};
+}
+
+Cell cell_from_text(CellKind kind, std::string_view text) {
+  if (kind == CellKind::text) return Cell::of_text(std::string(text));
+  if (text.empty()) return Cell::none(kind);
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (kind == CellKind::percent) {
+    double fraction = 0;
+    const auto [end, ec] = std::from_chars(first, last, fraction);
+    if (ec == std::errc() && end == last) return Cell::of_percent(fraction);
+  } else {
+    std::int64_t n = 0;
+    const auto [end, ec] = std::from_chars(first, last, n);
+    if (ec == std::errc() && end == last) {
+      if (kind == CellKind::integer) return Cell::of_int(n);
+      if (kind == CellKind::bytes) return Cell::of_bytes(n);
+      if (n == 0 || n == 1) return Cell::of_flag(n == 1);
+    }
+  }
+  throw UsageError(fmt::format("'{}' is not a {} value", text, kind_name(kind)));
+}
+
+Cell cell_from_json(CellKind kind, const nlohmann::json& value) {
+  if (value.is_null()) return Cell::none(kind);
+  switch (kind) {
+    case CellKind::text:
+      if (value.is_string()) return Cell::of_text(value.get<std::string>());
+      break;
+    case CellKind::integer:
+      if (value.is_number_integer()) return Cell::of_int(value.get<std::int64_t>());
+      break;
+    case CellKind::bytes:
+      if (value.is_number_integer()) return Cell::of_bytes(value.get<std::int64_t>());
+      break;
+    case CellKind::percent:
+      if (value.is_number()) return Cell::of_percent(value.get<double>());
+      break;
+    case CellKind::flag:
+      if (value.is_boolean()) return Cell::of_flag(value.get<bool>());
+      break;
+  }
+  throw UsageError(fmt::format("{} is not a {} value", value.dump(), kind_name(kind)));
+}
+
+namespace {
+
+// The JSON's names of the cell kinds, both ways.
+constexpr std::pair<CellKind, std::string_view> kKindNames[] = {{CellKind::text, "text"},
+                                                                {CellKind::integer, "integer"},
+                                                                {CellKind::bytes, "bytes"},
+                                                                {CellKind::percent, "percent"},
+                                                                {CellKind::flag, "flag"}};
+
+}  // namespace
+
+std::string_view kind_name(CellKind kind) {
+  for (const auto& [k, name] : kKindNames)
+    if (k == kind) return name;
+  return "text";
+}
+
+CellKind kind_from_name(std::string_view name) {
+  for (const auto& [kind, n] : kKindNames)
+    if (n == name) return kind;
+  throw UsageError(fmt::format("unknown column kind '{}'", name));
+}
 
 Cell Cell::of_text(std::string s) {
   Cell c;

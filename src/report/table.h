@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace vrambench {
@@ -52,30 +54,52 @@ std::string csv_row(const Table& table, const std::vector<Cell>& row);
 // JSON value of one row: {key: value, ...}.
 nlohmann::json json_row(const Table& table, const std::vector<Cell>& row);
 
-// Where a result came from; written at the top of every output file.
+// A cell's value as the CSV writes it, unquoted ("" when it has none).
+std::string cell_text(const Cell& cell);
+// The inverses of the CSV and JSON printers, for tables read back (--resume, compare, merge): the
+// cell of `kind` that prints as `text` or as `value`. Throw UsageError naming the value when it is
+// not one of that kind.
+Cell cell_from_text(CellKind kind, std::string_view text);
+Cell cell_from_json(CellKind kind, const nlohmann::json& value);
+// "text", "integer", "bytes", "percent", "flag": the JSON's column kinds. kind_from_name throws
+// UsageError for another name.
+std::string_view kind_name(CellKind kind);
+CellKind kind_from_name(std::string_view name);
+
+// Where a result came from; written into the JSON beside the rows (the CSV is rows alone).
 struct Provenance {
   std::string tool_version;
   std::string git_commit;
   std::string device;        // "sim:h100-80gb (H100 SXM 80GB)", "cpu", "NVIDIA H100 80GB HBM3"
   std::string utc_time;      // ISO 8601, "2026-11-22T10:00:00Z"
   std::string command_line;  // the full argv, shell-quoted
-  std::vector<std::pair<std::string, std::string>> extra;  // driver, CUDA, cuDNN versions ...
+  std::map<std::string, std::string> extra;  // driver, CUDA, cuDNN versions ...
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Provenance, tool_version, git_commit, device, utc_time,
+                                   command_line, extra)
 Provenance make_provenance(int argc, const char* const* argv, std::string device);
-nlohmann::json to_json(const Provenance& p);
+// The words of a command line as make_provenance quotes it (single quotes, '\'' for a quote).
+std::vector<std::string> shell_words(std::string_view command_line);
 
 // Writes a table's CSV and JSON under a folder as rows complete: each row is appended and flushed
 // to NAME.csv.partial and NAME.jsonl.partial, so a killed run keeps its finished rows; finish()
 // writes NAME.csv and NAME.json through a temporary file and rename, then removes the partials.
-// Only the formats asked for are written. Nothing is created until the first row or finish().
+// Only the formats asked for are written. Nothing is created until the first row, resume() with a
+// row, or finish().
 class ResultWriter {
  public:
   ResultWriter(std::string folder, std::string name, Table header_only, Provenance provenance,
                bool write_csv, bool write_json);
+  // Before any append: rows an earlier run finished (--resume). The partials start with them,
+  // each replaced whole (through a temporary file), so that a kill at any point leaves them.
+  void resume(const std::vector<std::vector<Cell>>& kept);
   void append(const std::vector<Cell>& row);
-  // `summary` goes into the JSON document beside "provenance" and "rows" (capacity, medians ...).
-  void finish(const nlohmann::json& summary);
+  // Writes `table` (this writer's columns, the rows in their final order); `summary` goes into the
+  // JSON document beside "provenance" and "rows" (capacity, medians ...).
+  void finish(const Table& table, const nlohmann::json& summary);
   std::vector<std::string> written_files() const;  // paths of the final files
+  // FOLDER/NAME + extension: path(".csv"), path(".jsonl.partial").
+  std::string path(std::string_view extension) const;
 
  private:
   std::string folder_, name_;

@@ -46,27 +46,10 @@ void replace_file(const std::string& path, std::string_view text) {
   }
 }
 
-// A comment line must stay one line whatever a value holds.
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s;
-}
-
-std::string csv_preamble(const Provenance& p) {
-  std::string out =
-      fmt::format("# vrambench {} ({})\n", one_line(p.tool_version), one_line(p.git_commit));
-  out += fmt::format("# device: {}\n", one_line(p.device));
-  out += fmt::format("# utc: {}\n", one_line(p.utc_time));
-  out += fmt::format("# command: {}\n", one_line(p.command_line));
-  for (const auto& [key, value] : p.extra)
-    out += fmt::format("# {}: {}\n", one_line(key), one_line(value));
-  return out;
-}
-
-// Everything the CSV file holds: provenance comments, the header, every row.
-std::string csv_document(const Table& table, const Provenance& p) {
-  std::string text = csv_preamble(p) + csv_header(table) + '\n';
+// Everything the CSV file holds: the header, every row, each line ending in a newline. Provenance
+// lives in the JSON: any CSV reader opens this file without options.
+std::string csv_document(const Table& table) {
+  std::string text = csv_header(table) + '\n';
   for (const auto& row : table.rows) text += csv_row(table, row) + '\n';
   return text;
 }
@@ -78,28 +61,19 @@ void create_folder(const std::string& folder) {
   if (ec) throw UsageError(fmt::format("cannot create folder '{}': {}", folder, ec.message()));
 }
 
-std::string_view kind_name(CellKind kind) {
-  switch (kind) {
-    case CellKind::text:
-      return "text";
-    case CellKind::integer:
-      return "integer";
-    case CellKind::bytes:
-      return "bytes";
-    case CellKind::percent:
-      return "percent";
-    case CellKind::flag:
-      return "flag";
-  }
-  return "text";
-}
-
 // A row with its keys in column order (nlohmann::json would sort them).
 ordered_json ordered_row(const Table& table, const std::vector<Cell>& row) {
   const nlohmann::json values = json_row(table, row);
   ordered_json out = ordered_json::object();
   for (const Column& column : table.columns) out[column.key] = values.at(column.key);
   return out;
+}
+
+// One JSON object per line, one line per row.
+std::string jsonl_document(const Table& table) {
+  std::string text;
+  for (const auto& row : table.rows) text += ordered_row(table, row).dump() + '\n';
+  return text;
 }
 
 }  // namespace
@@ -116,13 +90,23 @@ ResultWriter::ResultWriter(std::string folder, std::string name, Table header_on
 // Creates the folder and starts both partial files with everything known so far.
 void ResultWriter::open_partials() {
   create_folder(folder_);
-  const fs::path base = fs::path(folder_) / name_;
-  if (write_csv_) put_text(base.string() + ".csv.partial", csv_document(table_, provenance_), "w");
-  if (write_json_) {
-    std::string text;
-    for (const auto& row : table_.rows) text += ordered_row(table_, row).dump() + '\n';
-    put_text(base.string() + ".jsonl.partial", text, "w");
-  }
+  if (write_csv_) put_text(path(".csv.partial"), csv_document(table_), "w");
+  if (write_json_) put_text(path(".jsonl.partial"), jsonl_document(table_), "w");
+  opened_ = true;
+}
+
+std::string ResultWriter::path(std::string_view extension) const {
+  return (fs::path(folder_) / (name_ + std::string(extension))).string();
+}
+
+void ResultWriter::resume(const std::vector<std::vector<Cell>>& kept) {
+  if (opened_ || !table_.rows.empty()) throw InternalError("ResultWriter::resume after a row");
+  for (const auto& row : kept) table_.add_row(row);
+  if (kept.empty() || (!write_csv_ && !write_json_)) return;
+  create_folder(folder_);
+  // The partials may be what the rows were read from: each is replaced whole, never truncated.
+  if (write_csv_) replace_file(path(".csv.partial"), csv_document(table_));
+  if (write_json_) replace_file(path(".jsonl.partial"), jsonl_document(table_));
   opened_ = true;
 }
 
@@ -134,41 +118,40 @@ void ResultWriter::append(const std::vector<Cell>& row) {
     open_partials();  // writes every row held, this one included
     return;
   }
-  const fs::path base = fs::path(folder_) / name_;
-  if (write_csv_) put_text(base.string() + ".csv.partial", csv_row(table_, row) + '\n', "a");
-  if (write_json_)
-    put_text(base.string() + ".jsonl.partial", ordered_row(table_, row).dump() + '\n', "a");
+  if (write_csv_) put_text(path(".csv.partial"), csv_row(table_, row) + '\n', "a");
+  if (write_json_) put_text(path(".jsonl.partial"), ordered_row(table_, row).dump() + '\n', "a");
 }
 
-void ResultWriter::finish(const nlohmann::json& summary) {
+void ResultWriter::finish(const Table& table, const nlohmann::json& summary) {
   if (!written_.empty()) throw InternalError("ResultWriter::finish called twice");
+  if (table.columns.size() != table_.columns.size())
+    throw InternalError("ResultWriter::finish with another table");
   if (!write_csv_ && !write_json_) return;
   if (!opened_) create_folder(folder_);
-  const fs::path base = fs::path(folder_) / name_;
   std::vector<std::string> finished;
   if (write_csv_) {
-    finished.push_back(base.string() + ".csv");
-    replace_file(finished.back(), csv_document(table_, provenance_));
+    finished.push_back(path(".csv"));
+    replace_file(finished.back(), csv_document(table));
   }
   if (write_json_) {
     ordered_json columns = ordered_json::array();
-    for (const Column& column : table_.columns)
+    for (const Column& column : table.columns)
       columns.push_back(
           {{"key", column.key}, {"title", column.title}, {"kind", kind_name(column.kind)}});
     ordered_json rows = ordered_json::array();
-    for (const auto& row : table_.rows) rows.push_back(ordered_row(table_, row));
+    for (const auto& row : table.rows) rows.push_back(ordered_row(table, row));
     ordered_json document = ordered_json::object();
-    document["provenance"] = to_json(provenance_);
+    document["provenance"] = nlohmann::json(provenance_);
     document["summary"] = summary.is_null() ? nlohmann::json::object() : summary;
     document["columns"] = std::move(columns);
     document["rows"] = std::move(rows);
-    finished.push_back(base.string() + ".json");
+    finished.push_back(path(".json"));
     replace_file(finished.back(), document.dump(2) + '\n');
   }
   // The final files hold every row now; a partial left behind would only confuse a reader.
   std::error_code ec;
-  fs::remove(base.string() + ".csv.partial", ec);
-  fs::remove(base.string() + ".jsonl.partial", ec);
+  fs::remove(path(".csv.partial"), ec);
+  fs::remove(path(".jsonl.partial"), ec);
   written_ = std::move(finished);
 }
 

@@ -1,59 +1,29 @@
-// Runs measure() for one configuration in a child process, so that a sticky CUDA error or a crash
-// (illegal address, launch failure, abort) poisons only that child: the parent never touches the
-// device, and a crashed configuration comes back as a failed measurement with its reason.
+// Runs measure() for one configuration in a child process (device/child_process.h), so that a
+// sticky CUDA error or a crash (illegal address, launch failure, abort) poisons only that child:
+// the parent never touches the device, and a crashed configuration comes back as a failed
+// measurement with its reason.
 #pragma once
-
-#include <functional>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <string>
 
 #include "search/measure.h"
 
 namespace vrambench {
 
-// Runs `work` in a forked child and returns what it returned, or nullopt with *why set to how the
-// child ended (a signal, an exit code, an exception's message). The parent touches nothing that
-// `work` touches: the way to ask a CUDA question without a CUDA context in this process.
-std::optional<std::string> run_in_child(const std::function<std::string()>& work, std::string* why);
-
-// What a working child tells its parent before its answer, one JSON value per message.
-using ChildSend = std::function<void(const nlohmann::json& message)>;
-struct ChildWatch {
-  // Called in the parent for every message, in order, as it arrives.
-  std::function<void(const nlohmann::json& message)> on_message;
-  // A child silent for longer than this (no message and no answer) is killed, and *why starts
-  // with "timeout: ". 0 waits for ever.
-  double silence_limit_seconds = 0;
-};
-std::optional<std::string> run_in_child(const std::function<std::string(const ChildSend&)>& work,
-                                        const ChildWatch& watch, std::string* why);
-
 // What the child does wrong on purpose, to test the crash and timeout paths without a GPU.
 enum class Fault { none, abort, segfault, exit_nonzero, hang_up, hang };
 
-// Measures in a forked child and returns what it sent back; on a crash, a Measurement with
-// config, estimate and est_max_batch filled and reason "crashed: ..." (search left empty). The child
-// reports each trial as it starts and ends: `observe` runs in the parent, and a trial (or the
-// device's start before the first) silent for more than `trial_timeout_seconds` (0: no limit) is
-// killed with its child; the row's reason is then "timeout: ..." naming the batch, and the trials
-// that finished before it are kept.
-Measurement measure_isolated(const RunConfig& cfg, const DeviceSpec& device,
-                             const SourceFactory& sources, const ExecutorFactory& executors,
-                             const SearchLimits& limits, Fault fault = Fault::none,
-                             const TrialObserver& observe = {}, double trial_timeout_seconds = 0);
+// Measures in a forked child and returns what it sent back (as JSON, search/json.h); on a crash, a
+// Measurement with config, estimate and est_max_batch filled, failure crashed and its detail
+// (search left empty). The child reports each trial as it starts and ends: `observe` runs in the
+// parent, and a trial (or the device's start before the first) silent for more than
+// `trial_timeout_seconds` (0: no limit) is killed with its child; the failure is then timeout, the
+// detail names the batch, and the trials that finished before it are kept.
+Measurement measure_isolated(const RunConfig& cfg, const Device& device, const SearchLimits& limits,
+                             Fault fault = Fault::none, const TrialObserver& observe = {},
+                             double trial_timeout_seconds = 0);
 
-// The fault named by the environment variable VRAMBENCH_FAULT (abort, segfault, exit, hang), else
-// none.
-Fault fault_from_environment();
-
-// A trial as JSON (raw integer bytes, peaks by role, the OOM), and back: the pipe between child
-// and parent, and the per-row details of the result files.
-nlohmann::json to_json(const TrialResult& t);
-TrialResult trial_from_json(const nlohmann::json& j);
-
-// Round trip of a Measurement through JSON (the pipe between child and parent).
-nlohmann::json to_json(const Measurement& m);
-Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg);
+// The fault the environment variable VRAMBENCH_FAULT names for `cfg`: abort, segfault, exit or
+// hang for every configuration, or e.g. hang@seq=128 for those whose field seq is 128 (to stop a
+// sweep part-way in tests); else none.
+Fault fault_from_environment(const RunConfig& cfg);
 
 }  // namespace vrambench

@@ -40,39 +40,49 @@ double Measurement::relative_error() const {
   return static_cast<double>(estimated_peak() - measured) / static_cast<double>(measured);
 }
 
-SourceFactory virtual_sources() {
-  return [](Bytes capacity) { return make_virtual_source(capacity); };
-}
-
 namespace {
 
-// One trial of a program already built: cfg's allocator over a fresh source of `capacity` bytes.
+// One trial of a program already built: cfg's allocator over a fresh source of `capacity` bytes of
+// `device`, and paged optimizer state in its own pool.
 TrialResult replay(const Program& program, const Liveness& liveness, const RunConfig& cfg,
-                   const DeviceSpec& device, Bytes capacity, const SourceFactory& sources,
-                   Executor* executor) {
-  std::unique_ptr<SegmentSource> source = sources(capacity);
+                   const Device& device, Bytes capacity, Executor* executor) {
+  std::unique_ptr<SegmentSource> source = device.make_source(capacity);
   std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
-  return run_step(program, liveness, *allocator, executor, device.fixed_overhead,
-                  device.trial_steps, source.get());
+  // Paged optimizer state: its own pool, allocated once (direct), outside the capacity.
+  std::unique_ptr<SegmentSource> paged_source;
+  std::unique_ptr<Allocator> paged;
+  if (is_paged(cfg.optimizer)) {
+    paged_source = device.make_paged_source();
+    paged = make_allocator(AllocatorKind::direct, *paged_source);
+  }
+  return run_step(program, liveness, *allocator, executor, device.info.fixed_overhead,
+                  device.info.trial_steps, source.get(), paged.get());
 }
 
 }  // namespace
 
-TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64_t batch,
-                      Bytes capacity, const SourceFactory& sources, Executor* executor) {
+TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t batch,
+                      Bytes capacity, Executor* executor) {
   RunConfig at = cfg;
   at.batch = batch;
-  const Program program = build_program(at, device.gemm_workspace);
-  return replay(program, compute_liveness(program), cfg, device, capacity, sources, executor);
+  const Program program = build_program(at, device.info.gemm_workspace);
+  return replay(program, compute_liveness(program), cfg, device, capacity, executor);
 }
 
-Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason) {
+std::string Measurement::note() const {
+  if (failure != Failure::none) return fmt::format("{}: {}", to_string(failure), reason);
+  return reason;
+}
+
+Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
+                               std::string detail) {
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = device.fixed_overhead;
   m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
   m.est_max_batch = m.estimate.max_batch(device.total);
-  m.reason = std::move(reason);
+  m.failure = failure;
+  m.reason = std::move(detail);
   return m;
 }
 
@@ -95,52 +105,53 @@ SearchHint search_hint(const Breakdown& estimate, std::int64_t est_max_batch,
 
 }  // namespace
 
-DeviceSpec warm_up(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
-                   Executor* executor) {
-  DeviceSpec warmed = device;
-  run_trial(cfg, device, 1, device.tensor_capacity(), sources, executor);
-  if (const std::optional<Bytes> used = sources(0)->device_used()) warmed.fixed_overhead = *used;
+DeviceInfo warm_up(const RunConfig& cfg, const Device& device, Executor* executor) {
+  DeviceInfo warmed = device.info;
+  run_trial(cfg, device, 1, device.info.tensor_capacity(), executor);
+  if (const std::optional<Bytes> used = device.make_source(0)->device_used())
+    warmed.fixed_overhead = *used;
   return warmed;
 }
 
-Measurement measure(const RunConfig& cfg, const DeviceSpec& given, const SourceFactory& sources,
-                    const ExecutorFactory& executors, const SearchLimits& limits,
+Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimits& limits,
                     const TrialObserver& observe, const TrialStarting& starting) {
-  std::unique_ptr<Executor> executor = executors ? executors() : nullptr;
-  if (executor && given.warm_up && starting) starting(1);  // the warm-up can hang like a trial
-  const DeviceSpec device =
-      executor && given.warm_up ? warm_up(cfg, given, sources, executor.get()) : given;
+  std::unique_ptr<Executor> executor = given.make_executor();
+  if (executor && given.info.warm_up && starting) starting(1);  // the warm-up can hang like a trial
+  Device device = given;
+  if (executor && given.info.warm_up) device.info = warm_up(cfg, given, executor.get());
+  const DeviceInfo& info = device.info;
   Measurement m;
   m.config = cfg;
-  m.fixed_overhead = device.fixed_overhead;
-  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
-  m.est_max_batch = m.estimate.max_batch(device.total);
+  m.fixed_overhead = info.fixed_overhead;
+  m.estimate = analyze(cfg, DeviceOverhead{info.fixed_overhead, info.gemm_workspace});
+  m.est_max_batch = m.estimate.max_batch(info.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
 
   // Replays that run no executor (every trial on sim, and what a batch needs) rescale one program
   // instead of building one per batch.
-  BatchScaledProgram sizes(cfg, device.gemm_workspace);
-  auto allocate_only = [&](std::int64_t batch, Bytes capacity, const SourceFactory& from) {
+  BatchScaledProgram sizes(cfg, info.gemm_workspace);
+  auto allocate_only = [&](std::int64_t batch, Bytes capacity, const Device& on) {
     const Program& program = sizes.at(batch);
-    return replay(program, sizes.liveness(), cfg, device, capacity, from, nullptr);
+    return replay(program, sizes.liveness(), cfg, on, capacity, nullptr);
   };
   // What a batch would need, replayed without a limit (sizes only).
+  const Device unlimited_sizes = simulated(info);
   auto needed = [&](std::int64_t batch) {
-    return allocate_only(batch, std::numeric_limits<Bytes>::max() / 4, virtual_sources());
+    return allocate_only(batch, std::numeric_limits<Bytes>::max() / 4, unlimited_sizes);
   };
   const SearchHint hint = search_hint(m.estimate, m.est_max_batch, limits);
   std::map<std::int64_t, TrialResult> needs;  // of the batches that failed, by batch
   bool any_fit = false;
   auto trial = [&](std::int64_t batch) {
     if (starting) starting(batch);
-    TrialResult result =
-        executor ? run_trial(cfg, device, batch, device.tensor_capacity(), sources, executor.get())
-                 : allocate_only(batch, device.tensor_capacity(), sources);
+    TrialResult result = executor
+                             ? run_trial(cfg, device, batch, info.tensor_capacity(), executor.get())
+                             : allocate_only(batch, info.tensor_capacity(), device);
     if (observe) observe(batch, result);
     // The peak of a failure is what it reached before the OOM; the search predicts from what the
     // batch needs, which the replay without a limit tells. With the hint's fixed bytes it reads
     // that only until a batch has fit (search.h), so later failures are not replayed twice.
-    TrialOutcome outcome{result.fit, result.device_peak, device.total};
+    TrialOutcome outcome{result.fit, result.device_peak, info.total};
     any_fit = any_fit || result.fit;
     if (!result.fit)
       outcome.peak =
@@ -159,20 +170,19 @@ Measurement measure(const RunConfig& cfg, const DeviceSpec& given, const SourceF
       // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
       RunConfig at = cfg;
       at.batch = 1;
-      const Program program = build_program(at, device.gemm_workspace);
+      const Program program = build_program(at, info.gemm_workspace);
       Bytes state = 0;
       for (const Tensor& t : program.tensors)
         if (t.role == Role::weight || t.role == Role::master_weight || t.role == Role::grad ||
             t.role == Role::optimizer_state)
           state += t.bytes;
-      if (state + device.fixed_overhead > device.total)
+      if (state + info.fixed_overhead > info.total)
         m.reason = fmt::format("model state alone exceeds capacity ({} + {} context > {})",
-                               format_bytes(state), format_bytes(device.fixed_overhead),
-                               format_bytes(device.total));
+                               format_bytes(state), format_bytes(info.fixed_overhead),
+                               format_bytes(info.total));
       else
-        m.reason =
-            fmt::format("batch 1 needs {}, capacity {}", format_bytes(m.next_needed->device_peak),
-                        format_bytes(device.total));
+        m.reason = fmt::format("batch 1 needs {}, capacity {}",
+                               format_bytes(m.next_needed->device_peak), format_bytes(info.total));
     }
   }
   if (m.search.non_monotone)

@@ -4,23 +4,18 @@
 
 #include <functional>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 
-#include "alloc/allocator.h"
 #include "core/config.h"
+#include "device/child_process.h"
 #include "device/device.h"
-#include "device/executor.h"
 #include "estimate/estimate.h"
 #include "search/search.h"
 #include "search/trial.h"
 
 namespace vrambench {
 
-using SourceFactory = std::function<std::unique_ptr<SegmentSource>(Bytes capacity)>;
-// Returns nullptr for devices that execute nothing (sim).
-using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
 // Told about each trial of the search as it finishes (progress lines on long runs).
 using TrialObserver = std::function<void(std::int64_t batch, const TrialResult& result)>;
 // Told before each trial starts: a watchdog can name the trial that hangs.
@@ -34,10 +29,14 @@ struct Measurement {
   std::map<std::int64_t, TrialResult> trials;  // by batch
   // The first failing batch (max + 1) replayed on an unlimited device: what it would need.
   std::optional<TrialResult> next_needed;
-  std::string reason;  // why the max batch is 0, or what went wrong
+  // How the measurement failed, when it did (then `reason` is the detail: the message, the signal,
+  // the batch that timed out); else none, and `reason` says why the max batch is 0, if it is, or
+  // that the search was not monotone.
+  Failure failure = Failure::none;
+  std::string reason;
   std::string attention_impl;  // what ran the attention core (Executor::attention_impl); "" = none
   // The fixed overhead the estimate and the trials used: the device's, or on a device that warms
-  // up (DeviceSpec::warm_up), what the driver reported after the warm-up in the measuring process.
+  // up (DeviceInfo::warm_up), what the driver reported after the warm-up in the measuring process.
   Bytes fixed_overhead = 0;
 
   const TrialResult* at_max() const;   // nullptr when max batch is 0
@@ -47,27 +46,29 @@ struct Measurement {
   Bytes measured_peak() const;  // device_peak at compared_batch
   Bytes estimated_peak() const;
   double relative_error() const;  // (est - measured) / measured
+  // What the row's note says: "crashed: signal 6 (Aborted)", "model state alone exceeds ...".
+  std::string note() const;
+  bool operator==(const Measurement&) const = default;
 };
 
 // One trial of cfg at `batch`: build the program, replay it through cfg's allocator over a fresh
-// source of `capacity` bytes, executing with `executor` when given.
-TrialResult run_trial(const RunConfig& cfg, const DeviceSpec& device, std::int64_t batch,
-                      Bytes capacity, const SourceFactory& sources, Executor* executor);
+// source of the device of `capacity` bytes, executing with `executor` when given.
+TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t batch,
+                      Bytes capacity, Executor* executor);
 
-// A configuration that could not be measured: the estimate and the reason, no trials.
-Measurement failed_measurement(const RunConfig& cfg, const DeviceSpec& device, std::string reason);
+// A configuration that could not be measured: the estimate and how it failed, no trials.
+Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
+                               std::string detail);
 
 // On a device that warms up, the first thing measure() does: one trial at batch 1 (its result is
 // dropped, an OOM included), then the driver's view of the memory in use with nothing allocated.
-// Returns the device with that fixed overhead (unchanged where the source has no driver view).
-DeviceSpec warm_up(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
-                   Executor* executor);
+// Returns the device's info with that fixed overhead (unchanged where the source has no driver
+// view).
+DeviceInfo warm_up(const RunConfig& cfg, const Device& device, Executor* executor);
 
-Measurement measure(const RunConfig& cfg, const DeviceSpec& device, const SourceFactory& sources,
-                    const ExecutorFactory& executors, const SearchLimits& limits,
+// The estimate, then the search over trials on `device` (its executor, when it has one, made once
+// for the whole search).
+Measurement measure(const RunConfig& cfg, const Device& device, const SearchLimits& limits,
                     const TrialObserver& observe = {}, const TrialStarting& starting = {});
-
-// The sim device's segment source: virtual addresses up to the capacity.
-SourceFactory virtual_sources();
 
 }  // namespace vrambench

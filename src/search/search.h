@@ -15,6 +15,7 @@ namespace vrambench {
 struct Probe {
   std::int64_t batch = 0;
   bool fits = false;
+  bool operator==(const Probe&) const = default;
 };
 
 struct SearchLimits {
@@ -30,6 +31,7 @@ struct SearchResult {
   std::vector<Probe> trials;  // in the order they ran
   // Set when the trials contradict monotonicity (a batch failed while a larger one fit).
   std::optional<std::pair<std::int64_t, std::int64_t>> non_monotone;  // {failed batch, larger fit}
+  bool operator==(const SearchResult&) const = default;
 };
 
 // Probes `hint` (clamped to [1, limits.max_batch]) first, then expands geometrically (doubling away

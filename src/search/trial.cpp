@@ -26,9 +26,10 @@ namespace {
 // byte counts behind the peaks.
 class Replay {
  public:
-  Replay(const Program& program, Allocator& allocator)
+  Replay(const Program& program, Allocator& allocator, Allocator* paged)
       : program_(program),
         allocator_(allocator),
+        paged_(paged),
         blocks_(program.tensors.size()),
         data_(program.tensors.size(), nullptr) {}
 
@@ -41,18 +42,17 @@ class Replay {
     auto& slot = blocks_.at(static_cast<std::size_t>(id));
     if (slot)
       throw InternalError(fmt::format("trial: tensor '{}' allocated while live", tensor.name));
+    if (tensor.role == Role::paged_optimizer_state) return allocate_paged(id, op_index, result);
     const std::optional<Block> block = allocator_.allocate(tensor.bytes);
     if (!block) {
-      const std::string op_name =
-          op_index < 0 ? std::string{} : program_.ops[static_cast<std::size_t>(op_index)].name;
-      result.oom = OomInfo{op_name, tensor.name, tensor.bytes, allocator_.free_bytes()};
+      result.oom = OomInfo{op_name(op_index), tensor.name, tensor.bytes, allocator_.free_bytes()};
       return false;
     }
     slot = *block;
     // The block address is the device pointer for real devices; for sim it is never dereferenced.
     data_[static_cast<std::size_t>(id)] = reinterpret_cast<void*>(block->address);
     live_ += tensor.bytes;
-    live_by_role_[static_cast<std::size_t>(tensor.role)] += tensor.bytes;
+    live_by_role_[tensor.role] += tensor.bytes;
     // Strictly greater: the first op to reach the peak names it, and later steps repeating the
     // same peak do not move it.
     if (live_ > result.tensor_peak) {
@@ -69,11 +69,17 @@ class Replay {
       throw InternalError(
           fmt::format("trial: tensor '{}' freed while not live", program_.tensor(id).name));
     const Tensor& tensor = program_.tensor(id);
+    if (tensor.role == Role::paged_optimizer_state) {
+      paged_->free(*slot);
+      slot.reset();
+      data_[static_cast<std::size_t>(id)] = nullptr;
+      return;
+    }
     allocator_.free(*slot);
     slot.reset();
     data_[static_cast<std::size_t>(id)] = nullptr;
     live_ -= tensor.bytes;
-    live_by_role_[static_cast<std::size_t>(tensor.role)] -= tensor.bytes;
+    live_by_role_[tensor.role] -= tensor.bytes;
   }
 
   // Frees the live tensors that are not persistent: what liveness keeps "until the end of the
@@ -90,16 +96,39 @@ class Replay {
       if (blocks_[id]) release(static_cast<int>(id));
   }
 
+  // The op an allocation is made for: "" for the persistent tensors before the first op.
+  std::string op_name(int op_index) const {
+    return op_index < 0 ? std::string{} : program_.ops[static_cast<std::size_t>(op_index)].name;
+  }
+
+  // Managed memory: outside the device's capacity and its peaks, counted on its own.
+  bool allocate_paged(int id, int op_index, TrialResult& result) {
+    const Tensor& tensor = program_.tensor(id);
+    if (paged_ == nullptr)
+      throw InternalError(
+          fmt::format("trial: tensor '{}' is paged and the trial has no paged memory", tensor.name));
+    const std::optional<Block> block = paged_->allocate(tensor.bytes);
+    if (!block) {
+      result.oom = OomInfo{op_name(op_index), tensor.name, tensor.bytes, paged_->free_bytes()};
+      return false;
+    }
+    blocks_[static_cast<std::size_t>(id)] = *block;
+    data_[static_cast<std::size_t>(id)] = reinterpret_cast<void*>(block->address);
+    result.paged_bytes += tensor.bytes;
+    return true;
+  }
+
   const std::vector<void*>& data() const { return data_; }
   void* data(int id) const { return data_[static_cast<std::size_t>(id)]; }
 
  private:
   const Program& program_;
   Allocator& allocator_;
+  Allocator* paged_;
   std::vector<std::optional<Block>> blocks_;  // per tensor id: its block while live
   std::vector<void*> data_;                   // per tensor id: what the executor sees
   Bytes live_ = 0;
-  std::array<Bytes, kRoleCount> live_by_role_{};
+  RoleBytes live_by_role_;
 };
 
 void check_shapes(const Program& program, const Liveness& liveness, int steps) {
@@ -165,11 +194,11 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
 
 TrialResult run_step(const Program& program, const Liveness& liveness, Allocator& allocator,
                      Executor* executor, Bytes fixed_overhead, int steps,
-                     const SegmentSource* sampled) {
+                     const SegmentSource* sampled, Allocator* paged) {
   check_shapes(program, liveness, steps);
   allocator.reset_peaks();
   TrialResult result;
-  Replay replay(program, allocator);
+  Replay replay(program, allocator, paged);
   try {
     walk(program, liveness, executor, steps, sampled, replay, result);
     // After an OOM, kernels queued before it may still be running over live blocks.
@@ -182,6 +211,7 @@ TrialResult run_step(const Program& program, const Liveness& liveness, Allocator
     try {
       replay.release_all();
       allocator.release_cached();
+      if (paged) paged->release_cached();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is rethrown below
     }
     throw;
@@ -190,6 +220,7 @@ TrialResult run_step(const Program& program, const Liveness& liveness, Allocator
   result.reserved_peak = allocator.stats().reserved_peak;
   result.device_peak = std::max(result.reserved_peak + fixed_overhead, result.driver_peak);
   allocator.release_cached();
+  if (paged) paged->release_cached();
   return result;
 }
 

@@ -19,10 +19,19 @@ struct OomInfo {
   std::string tensor;   // name of the tensor that could not be allocated
   Bytes requested = 0;  // the tensor's bytes, as asked of the allocator
   Bytes free = 0;       // allocator.free_bytes() when the request failed
+  bool operator==(const OomInfo&) const = default;
 };
 
 // "OOM before the first op allocating 'wte': 1.50 GiB requested, 812.0 KiB free".
 std::string to_string(const OomInfo& oom);
+
+// Bytes per Role, indexed by the role (JSON: an object keyed by role name, search/json.h).
+struct RoleBytes {
+  std::array<Bytes, kRoleCount> bytes{};
+  Bytes& operator[](Role r) { return bytes[static_cast<std::size_t>(r)]; }
+  Bytes operator[](Role r) const { return bytes[static_cast<std::size_t>(r)]; }
+  bool operator==(const RoleBytes&) const = default;
+};
 
 struct TrialResult {
   bool fit = false;
@@ -34,7 +43,10 @@ struct TrialResult {
   Bytes device_peak = 0;    // max(reserved_peak + fixed_overhead, driver_peak)
   Bytes driver_peak = 0;    // highest device_used() sampled around the ops (0 without a driver)
   int peak_op = -1;         // op index at which tensor bytes peaked (-1: before the first op)
-  std::array<Bytes, kRoleCount> peak_by_role{};  // live tensor bytes per Role at the tensor peak
+  RoleBytes peak_by_role;   // live tensor bytes per Role at the tensor peak
+  // Bytes of the paged optimizer state (managed memory, outside tensor_peak and device_peak).
+  Bytes paged_bytes = 0;
+  bool operator==(const TrialResult&) const = default;
 };
 
 // Runs `steps` training steps of `program` (persistent tensors allocated once, the op walk
@@ -42,9 +54,11 @@ struct TrialResult {
 // allocator's peaks first; frees every block and releases the allocator's cache before returning,
 // fit or not, so the next trial starts clean. An OOM is a result, never an exception; other
 // failures (an executor error, steps < 1) throw after the memory has been returned.
-// `executor` may be nullptr (sim): then nothing is initialised or run.
+// `executor` may be nullptr (sim): then nothing is initialised or run. Tensors of role
+// paged_optimizer_state come from `paged` (managed memory: not in the peaks, counted in
+// paged_bytes); a program with such tensors and no `paged` allocator throws InternalError.
 TrialResult run_step(const Program& program, const Liveness& liveness, Allocator& allocator,
                      Executor* executor, Bytes fixed_overhead, int steps = 1,
-                     const SegmentSource* sampled = nullptr);
+                     const SegmentSource* sampled = nullptr, Allocator* paged = nullptr);
 
 }  // namespace vrambench

@@ -47,11 +47,13 @@ std::string example_for(const FieldInfo* field) {
       return name + "=512..8192";
     case FieldKind::real:
       return name + "=0,0.1";
+    case FieldKind::number:
+      return name + "=16,32";
     case FieldKind::size:
       return name + "=24GiB,80GiB";
     case FieldKind::choice: {
-      // The help of a choice field is its allowed values, "a|b|c".
-      std::string values(field->help);
+      // The help of a choice field starts with its allowed values, "a|b|c".
+      std::string values(field->help.substr(0, field->help.find_first_of(" :")));
       std::replace(values.begin(), values.end(), '|', ',');
       return name + "=" + values;
     }
@@ -60,6 +62,7 @@ std::string example_for(const FieldInfo* field) {
   }
   if (name == "preset") return "preset=gpt2,llama2-7b";
   if (name == "device") return "device=cpu,sim:h100-80gb";
+  if (name == "lora-targets") return "lora-targets=attn,q_proj+v_proj,all-linear";
   return name + "=a,b";
 }
 
@@ -220,7 +223,7 @@ Axis parse_axis(std::string_view text) {
   const bool is_range = pow2 || spec.find("..") != std::string_view::npos ||
                         (bracketed && spec.find(':') != std::string_view::npos);
 
-  std::vector<std::string> raw;
+  Axis axis{std::string(field.name), {}};
   if (is_range) {
     if (field.kind != FieldKind::integer)
       throw fail(fmt::format("ranges need an integer field; give {} a list of values", field.name));
@@ -231,30 +234,24 @@ Axis parse_axis(std::string_view text) {
       numbers = bracket_range(trim(spec.substr(1, spec.size() - 2)), 1, fail);
     else
       numbers = dotted_range(spec, fail);
-    for (const std::int64_t v : numbers) raw.push_back(std::to_string(v));
+    // Bounds and steps are whole numbers >= 1 (pow2: 2^0 and up): already what the field takes.
+    axis.values.assign(numbers.begin(), numbers.end());
   } else {
     // A list; nvbench also writes it in brackets: "[512,1024]".
     const std::string_view list = bracketed ? trim(spec.substr(1, spec.size() - 2)) : spec;
-    for (std::string_view token : split(list, ',')) {
+    const std::vector<std::string_view> tokens = split(list, ',');
+    if (std::ssize(tokens) > kMaxAxisValues)
+      throw fail(fmt::format("list has {} values, more than the {} allowed", tokens.size(),
+                             kMaxAxisValues));
+    for (std::string_view token : tokens) {
       if (token.empty()) throw fail("empty value in the list");
-      raw.emplace_back(token);
+      // Each value on its own; how fields fit together is validate()'s, once per grid point.
+      try {
+        axis.values.push_back(parse_field(field, token));
+      } catch (const UsageError& e) {
+        throw fail(e.what());
+      }
     }
-    if (std::ssize(raw) > kMaxAxisValues)
-      throw fail(
-          fmt::format("list has {} values, more than the {} allowed", raw.size(), kMaxAxisValues));
-  }
-
-  Axis axis{std::string(field.name), {}};
-  axis.values.reserve(raw.size());
-  for (const std::string& value : raw) {
-    // A scratch config checks each value on its own; cross-field checks are the caller's.
-    RunConfig scratch;
-    try {
-      set_field(scratch, field.name, value);
-    } catch (const UsageError& e) {
-      throw fail(e.what());
-    }
-    axis.values.push_back(get_field(scratch, field.name));
   }
   return axis;
 }
@@ -297,7 +294,8 @@ std::vector<RunConfig> expand(const RunConfig& base, const std::vector<Axis>& ax
   std::vector<std::size_t> index(axes.size(), 0);  // an odometer; the last axis turns fastest
   for (std::int64_t point = 0; point < points; ++point) {
     RunConfig cfg = base;
-    for (const std::size_t a : apply_order) set_field(cfg, names[a], axes[a].values[index[a]]);
+    for (const std::size_t a : apply_order)
+      set_field(cfg, *fields_of_axes[a], axes[a].values[index[a]]);
     configs.push_back(std::move(cfg));
     for (std::size_t a = axes.size(); a-- > 0;) {
       if (++index[a] < axes[a].values.size()) break;

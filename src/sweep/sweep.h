@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/fields.h"
 
 namespace vrambench {
 
-// One axis: a configuration field (core/fields.h) and the values it takes, as text, in order.
+// One axis: a configuration field (core/fields.h) and the values it takes, typed, in order.
 struct Axis {
-  std::string field;                // canonical field name ("seq", "kv-heads")
-  std::vector<std::string> values;  // canonical text of each value ("512", "bf16", "25769803776")
+  std::string field;               // canonical field name ("seq", "kv-heads")
+  std::vector<FieldValue> values;  // parsed once, when the axis is read
 };
 
 // Parses one --sweep argument. Forms:
@@ -23,8 +24,9 @@ struct Axis {
 //   seq=512,1024,3000      list (any field: dtype=fp16,bf16  preset=gpt2,llama2-7b
 //   vram=24GiB,80GiB) seq=[512:4096:512]     nvbench range: start:end:step, inclusive
 //   seq[pow2]=[9:13]       nvbench power-of-two range: 2^9 .. 2^13
-// Ranges are for integer fields only. Every value is checked with set_field. A malformed axis
-// throws UsageError quoting the offending text and showing a valid form.
+// Ranges are for integer fields only. Every value is parsed (and checked on its own) with
+// parse_field. A malformed axis throws UsageError quoting the offending text and showing a valid
+// form.
 Axis parse_axis(std::string_view text);
 
 // The Cartesian product of the axes applied to `base`, first axis outermost. A `preset` axis is

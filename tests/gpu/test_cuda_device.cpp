@@ -1,6 +1,7 @@
 // The cuda device: availability and library versions (no GPU needed), the segment sources
 // (cudaMalloc and the cudaMallocAsync pool), the executor and the selftest against the CPU
 // reference (GPU needed: skipped with the reason).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,18 +12,16 @@
 #include <utility>
 #include <vector>
 
-#include <cuda_runtime.h>
-
-#include "gpu/require_gpu.h"
-#include "cpu/executor.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
+#include "device/cpu_executor.h"
 #include "device/cuda_device.h"
+#include "device/sources.h"
+#include "gpu/require_gpu.h"
 #include "program/program.h"
 
 namespace vrambench {
 namespace {
-
 
 TEST(CudaDevice, AvailabilityExplainsItselfWhenFalse) {
   std::string why;
@@ -230,8 +229,7 @@ TEST(CudaExecutor, StartsFromTheCpuExecutorsValues) {
       ASSERT_EQ(cudaMemcpy(got.data(), buffer.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
       std::size_t differing = 0;
       for (std::size_t i = 0; i < bytes; ++i) differing += want[i] != got[i];
-      EXPECT_EQ(differing, 0u) << t.name << " (" << to_string(t.role) << ", " << bytes
-                               << " bytes)";
+      EXPECT_EQ(differing, 0u) << t.name << " (" << to_string(t.role) << ", " << bytes << " bytes)";
     }
   }
 }

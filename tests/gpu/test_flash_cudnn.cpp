@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "gpu/require_gpu.h"
 #include "core/config.h"
 #include "cpu/attention.h"
 #include "cuda/check.h"
@@ -26,6 +25,7 @@
 #include "cuda/owners.h"
 #include "cuda/types.h"
 #include "device/cuda_device.h"
+#include "gpu/require_gpu.h"
 #include "program/program.h"
 
 namespace vrambench::cuda {
@@ -265,7 +265,6 @@ TEST(CudnnFrontendErrors, AllocationFailuresAreOutOfMemory) {
 
 // ---- on a GPU ----------------------------------------------------------------------------------
 
-
 // Deterministic values in [-1, 1), rounded to `dt` so that the GPU and the CPU read the same.
 float round_to(float v, DType dt) {
   float out = v;
@@ -488,7 +487,7 @@ RunConfig flash_config(Arch arch, Precision precision, std::int64_t heads, std::
   c.optimizer = Optimizer::adamw;
   c.dropout = dropout;
   c.scope = Scope::attention;
-  c.device = "cuda";
+  c.device = parse_device("cuda");
   return c;
 }
 

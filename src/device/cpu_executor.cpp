@@ -1,6 +1,8 @@
 // CpuExecutor: binds an op's tensors to fp32 copies, runs the reference kernel, stores the outputs
 // rounded to their dtypes (adding into `grad` outputs when the op accumulates).
-#include "cpu/executor.h"
+#include "device/cpu_executor.h"
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
@@ -13,22 +15,12 @@
 #include "common/math.h"
 #include "core/error.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
+#include "device/init.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
-
-std::uint64_t name_hash(std::string_view name) {  // FNV-1a
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : name) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 // ---- binding
 // --------------------------------------------------------------------------------------
@@ -73,7 +65,7 @@ void store(const Bound& b, const std::vector<float>& values, bool accumulate) {
   }
 }
 
-// The op's tensors without its workspace, in catalogue order.
+// The op's tensors without its workspace, in the signature's order.
 struct Args {
   const Op& op;
   std::vector<Bound> in, out;
@@ -81,14 +73,6 @@ struct Args {
   void store_out(std::size_t k, const std::vector<float>& values) const {
     const Bound& b = out.at(k);
     store(b, values, op.accumulate && b.tensor->role == Role::grad);
-  }
-  void expect(std::size_t n_in_min, std::size_t n_in_max, std::size_t n_out_min,
-              std::size_t n_out_max) const {
-    if (in.size() < n_in_min || in.size() > n_in_max || out.size() < n_out_min ||
-        out.size() > n_out_max)
-      throw InternalError("op '" + op.name + "' (" + std::string(to_string(op.kind)) + ") has " +
-                          std::to_string(in.size()) + " inputs and " + std::to_string(out.size()) +
-                          " outputs");
   }
 };
 
@@ -108,16 +92,8 @@ std::int64_t rows(const Bound& b) {
 }
 
 cpu::AttnShape attn_shape(const Op& op, const Tensor& qkv) {
-  require(qkv.shape.size() == 3, op, "qkv must be [B,S,Q]");
-  cpu::AttnShape s;
-  s.B = qkv.shape[0];
-  s.S = qkv.shape[1];
-  s.A = op.heads;
-  s.K = op.kv_heads > 0 ? op.kv_heads : op.heads;
-  require(s.A > 0 && s.K > 0 && s.A % s.K == 0, op, "heads must be a multiple of kv_heads");
-  require(qkv.shape[2] % (s.A + 2 * s.K) == 0, op, "qkv columns must be (A + 2K) * D");
-  s.D = qkv.shape[2] / (s.A + 2 * s.K);
-  return s;
+  const QkvShape s = qkv_shape(op, qkv);
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
 }
 
 // ---- the executor
@@ -132,6 +108,10 @@ class CpuExecutor final : public Executor {
   void initialize(const Program& program, int tensor_id, void* data) override {
     const Tensor& t = program.tensor(tensor_id);
     if (t.role == Role::input && fill_ && fill_(program, t, data)) return;
+    if (const auto part = quantized_part(program, tensor_id)) {
+      fill_quantized_part(program, tensor_id, *part, seed_, data);
+      return;
+    }
     const kmath::InitRule rule = init_rule(program, tensor_id, seed_);
     for (std::int64_t i = 0; i < t.elements(); ++i) kmath::init_element(data, t.dtype, rule, i);
   }
@@ -139,6 +119,7 @@ class CpuExecutor final : public Executor {
   void execute(const Program& program, std::size_t op_index,
                const std::vector<void*>& data) override {
     const Op& op = program.ops.at(op_index);
+    check_op(program, op);
     Args args{op, bind(program, op.inputs, data, op), bind(program, op.outputs, data, op)};
     run(args);
   }
@@ -161,7 +142,6 @@ class CpuExecutor final : public Executor {
     const Op& op = a.op;
     switch (op.kind) {
       case OpKind::embedding_fwd: {
-        a.expect(2, 3, 1, 1);
         const Tensor& tokens = *a.in[0].tensor;
         const Tensor& wte = *a.in[1].tensor;
         require(tokens.shape.size() == 2 && wte.shape.size() == 2, op, "tokens [B,S], wte [V,H]");
@@ -182,7 +162,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::embedding_bwd: {
-        a.expect(2, 2, 1, 2);
         const Tensor& tokens = *a.in[1].tensor;
         const Tensor& dwte = *a.out[0].tensor;
         require(tokens.shape.size() == 2 && dwte.shape.size() == 2, op, "tokens [B,S], dwte [V,H]");
@@ -208,7 +187,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::layernorm_fwd: {
-        a.expect(2, 3, 3, 3);
         const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
         const auto x = load(a.in[0]), w = load(a.in[1]);
         const auto b = a.in.size() == 3 ? load(a.in[2]) : std::vector<float>{};
@@ -221,21 +199,19 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::layernorm_bwd: {
-        a.expect(5, 5, 2, 3);
         const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
         const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]);
         const auto mean = load(a.in[3]), rstd = load(a.in[4]);
-        auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
-        std::vector<float> db(static_cast<std::size_t>(H));
+        auto dx = zeros_like(a.out[0]);
+        std::vector<float> dw(static_cast<std::size_t>(H)), db(static_cast<std::size_t>(H));
         cpu::layernorm_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                            mean.data(), rstd.data(), M, H);
         a.store_out(0, dx);
-        a.store_out(1, dw);
+        if (a.out.size() >= 2) a.store_out(1, dw);  // a frozen norm writes dx alone
         if (a.out.size() == 3) a.store_out(2, db);
         return;
       }
       case OpKind::rmsnorm_fwd: {
-        a.expect(2, 2, 2, 2);
         const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
         const auto x = load(a.in[0]), w = load(a.in[1]);
         auto y = zeros_like(a.out[0]), rstd = zeros_like(a.out[1]);
@@ -245,17 +221,16 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::rmsnorm_bwd: {
-        a.expect(4, 4, 2, 2);
         const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
         const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]), rstd = load(a.in[3]);
-        auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
+        auto dx = zeros_like(a.out[0]);
+        std::vector<float> dw(static_cast<std::size_t>(H));
         cpu::rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), M, H);
         a.store_out(0, dx);
-        a.store_out(1, dw);
+        if (a.out.size() == 2) a.store_out(1, dw);  // a frozen norm writes dx alone
         return;
       }
       case OpKind::linear_fwd: {
-        a.expect(2, 3, 1, 1);
         const Tensor& w_t = *a.in[1].tensor;
         require(w_t.shape.size() == 2, op, "w must be [Out,In]");
         const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
@@ -270,7 +245,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::linear_bwd: {
-        a.expect(3, 3, 2, 3);
         const Tensor& w_t = *a.in[2].tensor;
         require(w_t.shape.size() == 2, op, "w must be [Out,In]");
         const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
@@ -286,7 +260,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::gelu_fwd: {
-        a.expect(1, 1, 1, 1);
         const auto x = load(a.in[0]);
         auto y = zeros_like(a.out[0]);
         cpu::gelu_fwd(y.data(), x.data(), static_cast<std::int64_t>(x.size()));
@@ -294,7 +267,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::gelu_bwd: {
-        a.expect(2, 2, 1, 1);
         const auto dy = load(a.in[0]), x = load(a.in[1]);
         auto dx = zeros_like(a.out[0]);
         cpu::gelu_bwd(dx.data(), dy.data(), x.data(), static_cast<std::int64_t>(x.size()));
@@ -302,7 +274,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::swiglu_fwd: {
-        a.expect(2, 2, 1, 1);
         const auto gate = load(a.in[0]), up = load(a.in[1]);
         auto y = zeros_like(a.out[0]);
         cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()));
@@ -310,7 +281,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::swiglu_bwd: {
-        a.expect(3, 3, 2, 2);
         const auto dy = load(a.in[0]), gate = load(a.in[1]), up = load(a.in[2]);
         auto dgate = zeros_like(a.out[0]), dup = zeros_like(a.out[1]);
         cpu::swiglu_bwd(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(),
@@ -321,7 +291,6 @@ class CpuExecutor final : public Executor {
       }
       case OpKind::rope_fwd:
       case OpKind::rope_bwd: {
-        a.expect(1, 1, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
         const auto in = load(a.in[0]);
         auto out = zeros_like(a.out[0]);
@@ -333,7 +302,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_scores: {
-        a.expect(1, 1, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
         require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, op,
                 "scores must be [B,A,S,S]");
@@ -344,7 +312,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::softmax_fwd: {
-        a.expect(1, 1, 1, 1);
         const auto scores = load(a.in[0]);
         auto probs = zeros_like(a.out[0]);
         cpu::softmax_fwd(probs.data(), scores.data(), rows(a.in[0]), last_dim(a.in[0]));
@@ -352,7 +319,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::softmax_bwd: {
-        a.expect(2, 2, 1, 1);
         const auto dprobs = load(a.in[0]), probs = load(a.in[1]);
         auto dscores = zeros_like(a.out[0]);
         cpu::softmax_bwd(dscores.data(), dprobs.data(), probs.data(), rows(a.in[1]),
@@ -361,7 +327,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_values: {
-        a.expect(2, 2, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
         require(a.in[0].tensor->elements() == s.B * s.A * s.S * s.S, op, "probs must be [B,A,S,S]");
         require(a.out[0].tensor->elements() == s.B * s.S * s.A * s.D, op, "y must be [B,S,A*D]");
@@ -372,7 +337,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_values_bwd: {
-        a.expect(3, 3, 2, 2);
         const cpu::AttnShape s = attn_shape(op, *a.in[2].tensor);
         const auto dy = load(a.in[0]), probs = load(a.in[1]), qkv = load(a.in[2]);
         auto dprobs = zeros_like(a.out[0]), dqkv = zeros_like(a.out[1]);
@@ -382,7 +346,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::attn_scores_bwd: {
-        a.expect(3, 3, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
         const auto dscores = load(a.in[0]), qkv = load(a.in[1]);
         auto dqkv = load(a.in[2]);  // its v part, written by attn_values_bwd, is kept
@@ -391,7 +354,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::flash_fwd: {
-        a.expect(1, 1, 2, 2);
         const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
         require(a.out[1].tensor->elements() == s.B * s.A * s.S, op, "lse must be [B,A,S]");
         const auto qkv = load(a.in[0]);
@@ -403,7 +365,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::flash_bwd: {
-        a.expect(4, 4, 1, 1);
         const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
         const auto dy = load(a.in[0]), qkv = load(a.in[1]), y = load(a.in[2]), lse = load(a.in[3]);
         auto dqkv = zeros_like(a.out[0]);
@@ -413,7 +374,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::dropout_fwd: {
-        a.expect(1, 1, 2, 2);
         const auto x = load(a.in[0]);
         auto y = zeros_like(a.out[0]), mask = zeros_like(a.out[1]);
         cpu::dropout_fwd(y.data(), mask.data(), x.data(), static_cast<std::int64_t>(x.size()),
@@ -423,7 +383,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::dropout_bwd: {
-        a.expect(2, 2, 1, 1);
         const auto dy = load(a.in[0]), mask = load(a.in[1]);
         auto dx = zeros_like(a.out[0]);
         cpu::dropout_bwd(dx.data(), dy.data(), mask.data(), static_cast<std::int64_t>(dy.size()),
@@ -432,7 +391,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::add: {
-        a.expect(2, 2, 1, 1);
         const auto x = load(a.in[0]), y = load(a.in[1]);
         require(x.size() == y.size(), op, "add operands differ in size");
         auto c = zeros_like(a.out[0]);
@@ -441,7 +399,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::cross_entropy_fwd: {
-        a.expect(2, 2, 2, 2);
         const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
         require(a.in[1].tensor->elements() == M, op, "targets must have one id per logits row");
         const auto logits = load(a.in[0]);
@@ -453,7 +410,6 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::cross_entropy_bwd: {
-        a.expect(3, 3, 1, 1);
         const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
         const auto logits = load(a.in[0]);
         const auto targets = load_ids(a.in[1]);
@@ -468,8 +424,176 @@ class CpuExecutor final : public Executor {
       case OpKind::sgd_step:
         optimizer_step(a);
         return;
+      case OpKind::dequantize:
+        dequantize(a);
+        return;
+      case OpKind::linear_dgrad: {
+        const Tensor& w_t = *a.in[1].tensor;
+        require(w_t.shape.size() == 2, op, "w must be [Out,In]");
+        const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
+        const std::int64_t M = a.in[0].tensor->elements() / Out;
+        require(a.in[0].tensor->elements() == M * Out && a.out[0].tensor->elements() == M * In, op,
+                "dy [M,Out] and dx [M,In] disagree with w");
+        const auto dy = load(a.in[0]), w = load(a.in[1]);
+        auto dx = zeros_like(a.out[0]);
+        matmul(dx.data(), dy.data(), Out, 1, w.data(), In, 1, M, Out, In);
+        a.store_out(0, dx);
+        return;
+      }
+      case OpKind::lora_fwd:
+        lora_fwd(a);
+        return;
+      case OpKind::lora_bwd:
+        lora_bwd(a);
+        return;
+      case OpKind::adamw8bit_step:
+        adamw_8bit(a);
+        return;
     }
-    throw InternalError("op '" + op.name + "': unknown kind");
+    throw InternalError(fmt::format("op '{}': unknown kind {}", op.name, to_string(op.kind)));
+  }
+
+  // c[M,N] = sum over k of a(m, k) b(k, n), the operands read through their strides (row, column),
+  // so a transpose is a swap of strides; accumulated in double.
+  static void matmul(float* c, const float* a, std::int64_t a_row, std::int64_t a_col,
+                     const float* b, std::int64_t b_row, std::int64_t b_col, std::int64_t M,
+                     std::int64_t K, std::int64_t N) {
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t n = 0; n < N; ++n) {
+        double sum = 0.0;
+        for (std::int64_t k = 0; k < K; ++k)
+          sum += static_cast<double>(a[m * a_row + k * a_col]) * b[k * b_row + n * b_col];
+        c[m * N + n] = static_cast<float>(sum);
+      }
+  }
+
+  // Rows [row_offset, +rows) of the compute-dtype weight from the quantised module.
+  static void dequantize(const Args& a) {
+    const Op& op = a.op;
+    const Tensor& w = *a.out[0].tensor;
+    require(w.shape.size() == 2, op, "w must be [Out,In]");
+    const std::int64_t cols = w.shape[1];
+    require(op.row_offset + op.rows <= w.shape[0], op, "rows past the weight's");
+    const bool nested = op.double_quant;
+    require(a.in.size() == (nested ? 4u : 2u), op,
+            nested ? "double quantisation reads codes, absmax, absmax2 and offset"
+                   : "reads codes and absmax");
+    kquant::QuantizedWeightBuffers in;
+    in.data = static_cast<std::uint8_t*>(a.in[0].data);
+    if (nested) {
+      in.qabsmax = static_cast<std::uint8_t*>(a.in[1].data);
+      in.absmax2 = static_cast<float*>(a.in[2].data);
+      in.offset = static_cast<float*>(a.in[3].data);
+    } else {
+      in.absmax = static_cast<float*>(a.in[1].data);
+    }
+    void* rows = static_cast<char*>(a.out[0].data) + op.row_offset * cols * dtype_size(w.dtype);
+    cpu::dequantize_weight(op.quant, nested, w.dtype, rows, in, op.rows, cols);
+  }
+
+  struct LoraShape {
+    std::int64_t M, In, R, N, Out;
+  };
+  static LoraShape lora_shape(const Op& op, const Bound& x, const Bound& a_w, const Bound& b_w,
+                              const Bound& y) {
+    const Tensor& A = *a_w.tensor;
+    const Tensor& B = *b_w.tensor;
+    require(A.shape.size() == 2 && B.shape.size() == 2 && B.shape[1] == A.shape[0], op,
+            "a must be [R,In] and b [N,R]");
+    LoraShape s{0, A.shape[1], A.shape[0], B.shape[0], last_dim(y)};
+    s.M = x.tensor->elements() / s.In;
+    require(s.M * s.In == x.tensor->elements() && y.tensor->elements() == s.M * s.Out, op,
+            "x [M,In] and y [M,Out] disagree with a");
+    require(op.col_offset + s.N <= s.Out, op, "the adapter's columns run past y's");
+    return s;
+  }
+
+  // xa = x a^T; y[:, cols] += scale xa b^T (from xa as stored).
+  static void lora_fwd(const Args& a) {
+    const Op& op = a.op;
+    const LoraShape s = lora_shape(op, a.in[0], a.in[1], a.in[2], a.in[3]);
+    require(a.out[1].data == a.in[3].data, op, "y is updated in place");
+    const auto x = load(a.in[0]), A = load(a.in[1]), B = load(a.in[2]);
+    auto xa = zeros_like(a.out[0]);
+    matmul(xa.data(), x.data(), s.In, 1, A.data(), 1, s.In, s.M, s.In, s.R);
+    store(a.out[0], xa, false);
+    xa = load(a.out[0]);
+    std::vector<float> delta(static_cast<std::size_t>(s.M * s.N));
+    matmul(delta.data(), xa.data(), s.R, 1, B.data(), 1, s.R, s.M, s.R, s.N);
+    auto y = load(a.in[3]);
+    for (std::int64_t m = 0; m < s.M; ++m)
+      for (std::int64_t n = 0; n < s.N; ++n)
+        y[static_cast<std::size_t>(m * s.Out + op.col_offset + n)] +=
+            op.lora_scale * delta[static_cast<std::size_t>(m * s.N + n)];
+    store(a.out[1], y, false);
+  }
+
+  // g = scale dy[:, cols]; db = g^T xa; dxa = g b; da = dxa^T x; dx (+)= dxa a. The adapter's
+  // gradients are written; dx is added into the frozen base's when the op accumulates.
+  static void lora_bwd(const Args& a) {
+    const Op& op = a.op;
+    const Bound &dy_b = a.in[0], &x_b = a.in[1], &xa_b = a.in[2], &a_b = a.in[3], &b_b = a.in[4];
+    const std::int64_t In = a_b.tensor->shape.at(1), M = x_b.tensor->elements() / In;
+    const LoraShape s = lora_shape(op, x_b, a_b, b_b, dy_b);
+    require(xa_b.tensor->elements() == M * s.R, op, "xa must be [M,R]");
+    const auto dy = load(dy_b), x = load(x_b), xa = load(xa_b), A = load(a_b), B = load(b_b);
+    std::vector<float> g(static_cast<std::size_t>(s.M * s.N));
+    for (std::int64_t m = 0; m < s.M; ++m)
+      for (std::int64_t n = 0; n < s.N; ++n)
+        g[static_cast<std::size_t>(m * s.N + n)] =
+            op.lora_scale * dy[static_cast<std::size_t>(m * s.Out + op.col_offset + n)];
+    auto dB = zeros_like(a.out[1]);
+    matmul(dB.data(), g.data(), 1, s.N, xa.data(), s.R, 1, s.N, s.M, s.R);
+    auto dxa = zeros_like(a.out[2]);
+    matmul(dxa.data(), g.data(), s.N, 1, B.data(), s.R, 1, s.M, s.N, s.R);
+    store(a.out[2], dxa, false);
+    dxa = load(a.out[2]);  // as stored: what the CUDA GEMMs read
+    auto dA = zeros_like(a.out[0]);
+    matmul(dA.data(), dxa.data(), 1, s.R, x.data(), s.In, 1, s.R, s.M, s.In);
+    store(a.out[0], dA, false);
+    store(a.out[1], dB, false);
+    if (a.out.size() == 4) {
+      auto dx = zeros_like(a.out[3]);
+      matmul(dx.data(), dxa.data(), s.R, 1, A.data(), s.In, 1, s.M, s.R, s.In);
+      store(a.out[3], dx, op.accumulate);
+    }
+  }
+
+  // bitsandbytes' 8-bit AdamW on the weight (or its master), in place on the codes and absmax.
+  void adamw_8bit(const Args& a) {
+    const Op& op = a.op;
+    const Bound& weight = a.in[0];
+    const bool has_master = a.in.size() == signature(op.kind).max_inputs();
+    const Bound& param_src = has_master ? a.in.back() : weight;
+    auto param = load(param_src);
+    const auto grad = load(a.in[1]);
+    const auto n = static_cast<std::int64_t>(param.size());
+    require(static_cast<std::int64_t>(grad.size()) == n && a.in[2].tensor->elements() == n &&
+                a.in[3].tensor->elements() == n,
+            op, "grad, m and v must have the weight's elements");
+    require(a.in[2].tensor->dtype == DType::u8 && a.in[3].tensor->dtype == DType::u8 &&
+                optimizer_state_is_8bit(n),
+            op, "8-bit moments (u8) of a tensor of kMin8bitSize elements or more");
+    const std::int64_t blocks = quant_blocks(n, kOptimizer8bitBlock);
+    require(a.in[4].tensor->elements() == blocks && a.in[5].tensor->elements() == blocks &&
+                a.in[4].tensor->dtype == DType::f32 && a.in[5].tensor->dtype == DType::f32,
+            op, "an fp32 absmax per block of m and of v");
+    kquant::AdamW8bitState state;
+    state.m_codes = static_cast<std::uint8_t*>(a.in[2].data);
+    state.v_codes = static_cast<std::uint8_t*>(a.in[3].data);
+    state.absmax_m = static_cast<float*>(a.in[4].data);
+    state.absmax_v = static_cast<float*>(a.in[5].data);
+    kmath::AdamParams p;
+    p.lr = op.lr;
+    p.beta1 = op.beta1;
+    p.beta2 = op.beta2;
+    p.eps = op.adam_eps;
+    p.weight_decay = op.weight_decay;
+    p.step = ++steps_[weight.tensor->name];
+    p.grad_scale = op.grad_scale;
+    cpu::adamw_8bit_step(param.data(), grad.data(), state, n, p);
+    if (has_master) store(param_src, param, false);
+    store(weight, param, false);
   }
 
   // In place on the weight, its state and its master copy: the update runs in fp32 on the master
@@ -477,10 +601,8 @@ class CpuExecutor final : public Executor {
   void optimizer_step(const Args& a) {
     const Op& op = a.op;
     const bool adam = op.kind == OpKind::adamw_step;
-    const std::size_t n_state = adam ? 2 : 1;
-    a.expect(2 + n_state, 3 + n_state, 0, 0);
     const Bound& weight = a.in[0];
-    const bool has_master = a.in.size() == 3 + n_state;
+    const bool has_master = a.in.size() == signature(op.kind).max_inputs();  // the optional master
     const Bound& param_src = has_master ? a.in.back() : weight;
     auto param = load(param_src);
     const auto grad = load(a.in[1]);
@@ -520,61 +642,6 @@ class CpuExecutor final : public Executor {
 };
 
 }  // namespace
-
-namespace {
-
-// Weights: N(0, 0.02) from a stream of the name and the seed; biases 0; norm weights 1.
-kmath::InitRule weight_rule(std::uint64_t seed, const std::string& name) {
-  kmath::InitRule rule;
-  const bool bias = ends_with(name, ".b") || ends_with(name, ".bias");
-  const bool norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
-  if (bias || norm) {
-    rule.kind = kmath::InitKind::constant;
-    rule.value = bias ? 0.0f : 1.0f;
-    return rule;
-  }
-  rule.kind = kmath::InitKind::normal;
-  rule.value = 0.02f;
-  rule.stream = name_hash(name) ^ (seed * 0x9E3779B97F4A7C15ull);
-  return rule;
-}
-
-}  // namespace
-
-kmath::InitRule init_rule(const Program& program, int tensor_id, std::uint64_t seed) {
-  const Tensor& t = program.tensor(tensor_id);
-  kmath::InitRule rule;
-  switch (t.role) {
-    case Role::weight:
-      return weight_rule(seed, t.name);
-    case Role::master_weight: {
-      std::string weight_name = t.name;
-      if (const auto at = weight_name.rfind(".master"); at != std::string::npos)
-        weight_name.erase(at, 7);
-      rule = weight_rule(seed, weight_name);
-      for (const Tensor& other : program.tensors)
-        if (other.name == weight_name && other.role == Role::weight)
-          rule.round_through = other.dtype;
-      return rule;
-    }
-    case Role::input:
-      rule.stream = name_hash(t.name) ^ seed;
-      if (t.dtype == DType::i32) {
-        rule.kind = kmath::InitKind::token_ids;
-        rule.vocab = static_cast<std::uint64_t>(program.config.model.vocab);
-      } else {
-        rule.kind = kmath::InitKind::normal;
-        rule.value = 1.0f;
-      }
-      return rule;
-    default:
-      return rule;  // optimizer state and anything else starts at zero
-  }
-}
-
-float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i) {
-  return kmath::init_value(weight_rule(seed, name), i);
-}
 
 std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed) {
   return make_cpu_executor(seed, {});

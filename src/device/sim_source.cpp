@@ -6,8 +6,8 @@
 #include <source_location>
 #include <string_view>
 
-#include "alloc/allocator.h"
 #include "core/error.h"
+#include "device/sources.h"
 
 namespace vrambench {
 namespace {

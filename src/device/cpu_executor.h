@@ -1,15 +1,7 @@
 // The cpu device's Executor: runs each op of a Program with the reference kernels, reading every
 // tensor through its dtype into fp32 and storing results rounded back to it.
 //
-// Initial contents (deterministic in the seed and the tensor name, so a tensor gets the same values
-// in every program and every trial):
-//   weights            N(0, 0.02); biases (name ending ".b") 0; norm weights (name containing "ln"
-//                      or "norm") 1
-//   master weights     the fp32 value of the weight named without ".master", as stored in its dtype
-//   optimizer state    0
-//   inputs             i32: token ids uniform in [0, vocab); floating (the incoming activation or
-//                      gradient of layer/attention/mlp scopes): N(0, 1)
-//   anything else      0
+// Initial contents follow device/init.h (deterministic in the seed and the tensor name).
 // An InputFiller, when given, is asked first for every tensor of role input and may fill it
 // (returns true) — tests use it to give a task's tokens and targets.
 //
@@ -29,7 +21,6 @@
 #include <memory>
 #include <string>
 
-#include "common/init.h"
 #include "device/executor.h"
 
 namespace vrambench {
@@ -39,13 +30,5 @@ using InputFiller = std::function<bool(const Program&, const Tensor&, void* data
 
 std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed);
 std::unique_ptr<Executor> make_cpu_executor(std::uint64_t seed, InputFiller fill_inputs);
-
-// The starting value of element i of a weight tensor named `name` under `seed` (before rounding to
-// its dtype); exposed so tests can compare against what initialize() stores.
-float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i);
-
-// The rule initialize() applies to a persistent tensor (the table above), for executors that fill
-// tensors where they live (the cuda device fills on the GPU with the same values).
-kmath::InitRule init_rule(const Program& program, int tensor_id, std::uint64_t seed);
 
 }  // namespace vrambench

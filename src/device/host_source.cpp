@@ -1,11 +1,10 @@
 // Host segments: aligned operator new/delete with a running total checked against the capacity.
-#include "device/cpu_source.h"
-
 #include <new>
 #include <string>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "device/sources.h"
 
 namespace vrambench {
 namespace {

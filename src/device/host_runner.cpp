@@ -1,5 +1,5 @@
 // HostRunner: std::vector storage per live tensor, bound and unbound at the liveness points.
-#include "cpu/host_runner.h"
+#include "device/host_runner.h"
 
 #include <limits>
 #include <string>

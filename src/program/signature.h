@@ -1,0 +1,82 @@
+// The op signature table: for every OpKind its name, the tensors it reads and writes in order, and
+// the Op attributes it uses. The builder checks every op against it (Program::add_op the operand
+// counts, build_program each op whole), the printer names kinds by it, and both executors check
+// each op with it before they run it; no executor keeps arity rules of its own.
+//
+// Operands are listed as "name[shape] dtype"; "[...]" around one marks it optional (present only
+// when the model has it: biases, positions, master weights), and optional operands come last.
+// Shapes: M = B*S rows, H hidden, A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v
+// columns, F ffn, V vocab, P position rows. Unless noted, an op overwrites its outputs; with
+// `accumulate` it adds into its `grad` outputs. Tensors of role workspace may follow the listed
+// inputs or outputs of any op and are not counted: the GEMM workspace as the last input of linear
+// and attention GEMM ops and of the ops whose kernels sum over the rows (layernorm_bwd,
+// rmsnorm_bwd: dw and db; embedding_bwd: the token sort and dwpe), which keep their fp32 partials
+// there; an op's own scratch as its last output. Kernels find them by role.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "program/program.h"
+
+namespace vrambench {
+
+// The Op fields a kind reads.
+struct OpAttrs {
+  bool heads = false;       // heads, kv_heads: heads > 0, kv_heads > 0 dividing heads
+  bool dropout = false;     // dropout_p in [0, 1) and seed; 0 for every other kind
+  bool eps = false;         // eps > 0 (norms)
+  bool grad_scale = false;  // grad_scale > 0 (loss backward, optimizer steps)
+  bool optimizer = false;   // lr, beta1, beta2, adam_eps, weight_decay, momentum
+  bool accumulate = false;  // may add into its grad outputs (tied weights); false for others
+  bool quant = false;       // dequantize: quant (not none), double_quant, row_offset, rows
+  bool lora = false;        // lora_fwd / lora_bwd: col_offset, lora_scale > 0
+};
+
+struct OpSignature {
+  OpKind kind{};
+  std::string_view name;                    // "linear_fwd"
+  std::array<std::string_view, 7> inputs;   // in order; "" after the last
+  std::array<std::string_view, 4> outputs;  // likewise
+  OpAttrs attrs;
+  std::string_view note;  // what it computes, where the operands do not say
+
+  std::size_t min_inputs() const { return count(inputs, false); }
+  std::size_t max_inputs() const { return count(inputs, true); }
+  std::size_t min_outputs() const { return count(outputs, false); }
+  std::size_t max_outputs() const { return count(outputs, true); }
+
+ private:
+  template <std::size_t N>
+  static constexpr std::size_t count(const std::array<std::string_view, N>& operands,
+                                     bool optional_too) {
+    std::size_t n = 0;
+    for (std::string_view o : operands)
+      if (!o.empty() && (optional_too || !o.starts_with('['))) ++n;
+    return n;
+  }
+};
+
+const OpSignature& signature(OpKind kind);
+
+// The number of op kinds: every OpKind has one row in the table.
+inline constexpr std::size_t kOpKindCount = 34;
+
+// Throws InternalError naming the op when its operand counts (workspace tensors, which come last,
+// not counted) differ from its signature. Program::add_op runs it as the op is added.
+void check_operands(const Program& program, const Op& op);
+
+// check_operands, and the attributes the kind uses (and the ones it must leave alone). Throws
+// InternalError naming the op and what is wrong.
+void check_op(const Program& program, const Op& op);
+
+// The attention dimensions of an op that uses the heads attribute, read from its packed q|k|v
+// tensor [B,S,Q]. Throws InternalError naming the op when the tensor does not fit them.
+struct QkvShape {
+  std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+QkvShape qkv_shape(const Op& op, const Tensor& qkv);
+
+}  // namespace vrambench

@@ -1,0 +1,116 @@
+// compare: the join on configuration columns, the tolerances, rows in one file only, bad input.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "report/compare.h"
+
+namespace vrambench {
+namespace {
+
+ResultFile table_of(const std::string& path, std::vector<std::vector<std::string>> rows,
+                    std::vector<std::string> keys = {"seq", "dtype", "sim_max_batch",
+                                                     "sim_peak_bytes", "note"}) {
+  ResultFile file;
+  file.path = path;
+  for (const std::string& key : keys) file.table.columns.push_back({key, key, CellKind::text});
+  for (const auto& row : rows) {
+    std::vector<Cell> cells;
+    for (const std::string& text : row) cells.push_back(Cell::of_text(text));
+    file.table.add_row(std::move(cells));
+  }
+  return file;
+}
+
+const ResultFile kBase = table_of("base.csv", {{"512", "bf16", "40", "1000", ""},
+                                               {"1024", "bf16", "20", "2000", ""},
+                                               {"512", "fp16", "40", "1000", ""}});
+
+TEST(Compare, ConfigurationColumnsAreTheFieldNames) {
+  Table t;
+  t.columns = {{"seq", "seq", CellKind::integer},
+               {"vram_bytes", "vram", CellKind::bytes},
+               {"kv-heads", "kv-heads", CellKind::integer},
+               {"est_max_batch", "est", CellKind::integer},
+               {"note", "note", CellKind::text}};
+  EXPECT_EQ(configuration_columns(t), (std::vector<std::string>{"seq", "vram_bytes", "kv-heads"}));
+}
+
+TEST(Compare, SameTablesInAnotherOrderPass) {
+  const ResultFile fresh = table_of("new.csv", {{"512", "fp16", "40", "1000", "moved note"},
+                                                {"512", "bf16", "40", "1000", ""},
+                                                {"1024", "bf16", "20", "2000", ""}});
+  const Comparison c = compare_results(kBase, fresh, {});
+  EXPECT_TRUE(c.passed());
+  EXPECT_EQ(c.matched, 3);
+  EXPECT_EQ(c.compared, (std::vector<std::string>{"sim_max_batch", "sim_peak_bytes"}));
+  EXPECT_TRUE(c.table.rows.empty());  // only rows out of tolerance are shown
+  EXPECT_EQ(compare_results(kBase, fresh, {0, 0, true}).table.rows.size(), 3u);
+}
+
+TEST(Compare, APeakBeyondTheToleranceFailsNamingTheRow) {
+  const ResultFile fresh = table_of("new.csv", {{"512", "bf16", "40", "1000", ""},
+                                                {"1024", "bf16", "20", "2100", ""},
+                                                {"512", "fp16", "40", "1000", ""}});
+  const Comparison strict = compare_results(kBase, fresh, {});
+  EXPECT_FALSE(strict.passed());
+  EXPECT_EQ(strict.out_of_tolerance, 1);
+  ASSERT_EQ(strict.table.rows.size(), 1u);
+  EXPECT_EQ(strict.table.rows[0][0].text, "1024");
+  EXPECT_EQ(strict.table.rows[0][1].text, "bf16");
+  EXPECT_EQ(strict.table.rows[0][3].text, "+5%");
+  EXPECT_EQ(strict.table.rows[0][4].text, "sim peak +5%");
+  const std::string text = format_comparison(strict, kBase, fresh, {});
+  EXPECT_NE(text.find("| 1024 | bf16"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 of 3 matched rows out of tolerance"), std::string::npos) << text;
+  EXPECT_TRUE(compare_results(kBase, fresh, {5.0, 0, false}).passed());
+  EXPECT_FALSE(compare_results(kBase, fresh, {4.9, 0, false}).passed());
+}
+
+TEST(Compare, AMaxBatchBeyondTheBatchToleranceFails) {
+  const ResultFile fresh = table_of("new.csv", {{"512", "bf16", "38", "1000", ""},
+                                                {"1024", "bf16", "20", "2000", ""},
+                                                {"512", "fp16", "40", "1000", ""}});
+  const Comparison c = compare_results(kBase, fresh, {});
+  ASSERT_EQ(c.table.rows.size(), 1u);
+  EXPECT_EQ(c.table.rows[0][2].text, "40 → 38");
+  EXPECT_FALSE(compare_results(kBase, fresh, {0, 1, false}).passed());
+  EXPECT_TRUE(compare_results(kBase, fresh, {0, 2, false}).passed());
+}
+
+TEST(Compare, AValueGoneOrRowsInOneFileOnlyFail) {
+  const ResultFile fresh = table_of("new.csv", {{"512", "bf16", "40", "", ""},
+                                                {"2048", "bf16", "10", "3000", ""},
+                                                {"512", "fp16", "40", "1000", ""}});
+  const Comparison c = compare_results(kBase, fresh, {100, 100, false});
+  EXPECT_EQ(c.out_of_tolerance, 1);  // a peak that is gone is out of any tolerance
+  EXPECT_EQ(c.only_in_base, (std::vector<std::string>{"seq=1024 dtype=bf16"}));
+  EXPECT_EQ(c.only_in_new, (std::vector<std::string>{"seq=2048 dtype=bf16"}));
+  EXPECT_FALSE(c.passed());
+  const std::string text = format_comparison(c, kBase, fresh, {100, 100, false});
+  EXPECT_NE(text.find("Only in base.csv:\n  seq=1024 dtype=bf16"), std::string::npos) << text;
+}
+
+TEST(Compare, BadInputIsAUsageError) {
+  // Other configuration columns.
+  EXPECT_THROW(compare_results(kBase,
+                               table_of("new.csv", {{"512", "40", "1000", ""}},
+                                        {"seq", "sim_max_batch", "sim_peak_bytes", "note"}),
+                               {}),
+               UsageError);
+  // A configuration twice.
+  EXPECT_THROW(compare_results(kBase,
+                               table_of("new.csv", {{"512", "bf16", "40", "1000", ""},
+                                                    {"512", "bf16", "40", "1000", ""}}),
+                               {}),
+               UsageError);
+  // Nothing to compare.
+  EXPECT_THROW(compare_results(kBase, table_of("new.csv", {}, {"seq", "dtype", "note"}), {}),
+               UsageError);
+  // A figure that is not a number.
+  EXPECT_THROW(
+      compare_results(kBase, table_of("new.csv", {{"512", "bf16", "forty", "1000", ""}}), {}),
+      UsageError);
+}
+
+}  // namespace
+}  // namespace vrambench

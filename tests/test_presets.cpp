@@ -1,0 +1,82 @@
+// The presets against the parameter counts their publishers state (the model cards' totals), and
+// the fine-tuning options' parsing.
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/fields.h"
+#include "core/presets.h"
+
+namespace vrambench {
+namespace {
+
+TEST(Presets, ParameterCountsMatchThePublishedModels) {
+  // safetensors totals on each model's Hugging Face page (the sum of every tensor's elements).
+  EXPECT_EQ(parameter_count(find_preset("llama3.2-1b").model), 1'235'814'400);
+  EXPECT_EQ(parameter_count(find_preset("llama3.2-3b").model), 3'212'749'824);
+  EXPECT_EQ(parameter_count(find_preset("mistral-7b").model), 7'248'023'552);
+  EXPECT_EQ(parameter_count(find_preset("qwen2.5-7b").model), 7'615'616'512);
+  EXPECT_EQ(parameter_count(find_preset("llama2-7b").model), 6'738'415'616);
+}
+
+TEST(Presets, QwenHasQkvBiasesAndLlamaThreeTwoTiesItsHead) {
+  EXPECT_TRUE(find_preset("qwen2.5-7b").model.qkv_bias);
+  EXPECT_FALSE(find_preset("mistral-7b").model.qkv_bias);
+  EXPECT_TRUE(find_preset("llama3.2-1b").model.tied_embeddings);
+  EXPECT_FALSE(find_preset("qwen2.5-7b").model.tied_embeddings);
+}
+
+TEST(FinetuneOptions, OptimizerTakesHuggingFaceNames) {
+  EXPECT_EQ(parse_enum<Optimizer>("adamw_torch", "optimizer"), Optimizer::adamw);
+  EXPECT_EQ(parse_enum<Optimizer>("adamw_bnb_8bit", "optimizer"), Optimizer::adamw_8bit);
+  EXPECT_EQ(parse_enum<Optimizer>("paged_adamw_8bit", "optimizer"), Optimizer::paged_adamw_8bit);
+  EXPECT_EQ(parse_enum<Optimizer>("paged_adamw_32bit", "optimizer"), Optimizer::paged_adamw);
+  EXPECT_EQ(parse_enum<Optimizer>("paged-adamw-8bit", "optimizer"), Optimizer::paged_adamw_8bit);
+  EXPECT_THROW(parse_enum<Optimizer>("adafactor", "optimizer"), UsageError);
+  // Tables name the canonical spelling.
+  EXPECT_EQ(to_string(Optimizer::paged_adamw_8bit), "paged-adamw-8bit");
+}
+
+TEST(FinetuneOptions, LoraTargetsResolvePerArchitecture) {
+  const LoraTargets qv = parse_lora_targets("q_proj,v_proj");
+  EXPECT_EQ(parse_lora_targets("q_proj+v_proj"), qv);
+  EXPECT_EQ(to_string(qv), "q_proj+v_proj");
+  EXPECT_TRUE(lora_targets_module(qv, Arch::llama, LoraModule::q));
+  EXPECT_FALSE(lora_targets_module(qv, Arch::llama, LoraModule::k));
+  EXPECT_FALSE(lora_targets_module(qv, Arch::gpt, LoraModule::c_attn));
+  // "c_proj" names both gpt projections, as PEFT matches it.
+  const LoraTargets c_proj = parse_lora_targets("c_proj");
+  EXPECT_TRUE(lora_targets_module(c_proj, Arch::gpt, LoraModule::attn_c_proj));
+  EXPECT_TRUE(lora_targets_module(c_proj, Arch::gpt, LoraModule::mlp_c_proj));
+  EXPECT_FALSE(lora_targets_module(c_proj, Arch::gpt, LoraModule::c_fc));
+  const LoraTargets attn = parse_lora_targets("attn");
+  EXPECT_TRUE(lora_targets_module(attn, Arch::llama, LoraModule::o));
+  EXPECT_FALSE(lora_targets_module(attn, Arch::llama, LoraModule::up));
+  EXPECT_TRUE(lora_targets_module(parse_lora_targets("all-linear"), Arch::llama, LoraModule::down));
+  EXPECT_THROW(parse_lora_targets("q_proj,lm_head"), UsageError);
+  // Round trip through the field table, as a sweep reads it.
+  const FieldInfo& field = find_field("lora-targets");
+  EXPECT_EQ(std::get<LoraTargets>(parse_field(field, field_text(field, qv))), qv);
+}
+
+TEST(FinetuneOptions, ValidateRefusesRecipesThatCannotBe) {
+  RunConfig cfg;
+  cfg.model = find_preset("tiny-llama").model;
+  cfg.quant = QuantKind::nf4;
+  EXPECT_THROW(validate(cfg), UsageError);  // a quantised base cannot train in full
+  cfg.finetune = Finetune::lora;
+  EXPECT_NO_THROW(validate(cfg));
+  cfg.lora_targets = parse_lora_targets("c_attn");  // a gpt module on a llama block
+  EXPECT_THROW(validate(cfg), UsageError);
+  cfg.lora_targets = parse_lora_targets("q_proj");
+  cfg.finetune = Finetune::qlora;
+  cfg.quant = QuantKind::int8;
+  EXPECT_THROW(validate(cfg), UsageError);
+  cfg.quant = QuantKind::none;
+  EXPECT_EQ(base_quant(cfg), QuantKind::nf4);  // qlora means nf4 unless told
+  cfg.grad_accum = 0;
+  EXPECT_THROW(validate(cfg), UsageError);
+}
+
+}  // namespace
+}  // namespace vrambench
