@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "core/presets.h"
+#include "measure_all.h"
 #include "search/measure.h"
 #include "sweep/sweep.h"
 
@@ -30,13 +31,7 @@ void BM_SimSweep100(benchmark::State& state) {
   device.fixed_overhead = profile.context_overhead;
   device.gemm_workspace = profile.gemm_workspace();
   std::int64_t trials = 0;
-  for (auto _ : state) {
-    for (const RunConfig& cfg : grid) {
-      const Measurement m = measure(cfg, simulated(device), {});
-      trials += static_cast<std::int64_t>(m.search.trials.size());
-      benchmark::DoNotOptimize(m.search.max_batch);
-    }
-  }
+  for (auto _ : state) trials += measure_all(grid, device);
   state.counters["configs/s"] = benchmark::Counter(
       static_cast<double>(state.iterations() * grid.size()), benchmark::Counter::kIsRate);
   state.counters["trials/s"] =

@@ -157,6 +157,7 @@ TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
     EXPECT_GT(details[i].at("max_plus_1_needed").at("device_peak").get<std::int64_t>(), capacity);
   }
   EXPECT_NE(run.out.find("median |err|"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(" per configuration) in "), std::string::npos) << run.out;
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,8 @@
 // The rows of the estimate and search tables.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -132,6 +134,10 @@ TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrorsFromTheRows) {
   EXPECT_DOUBLE_EQ(s.errors.max_abs, errors[2]);
   const std::string line = search_summary_line(s, "sim:test", 1.5);
   EXPECT_NE(line.find("4 configurations on sim:test, "), std::string::npos) << line;
+  EXPECT_NE(line.find(fmt::format("{} trials ({:.1f} per configuration) in 1.50 s", trials,
+                                  static_cast<double>(trials) / 4.0)),
+            std::string::npos)
+      << line;
   EXPECT_NE(line.find("1 failed"), std::string::npos) << line;
   EXPECT_TRUE(is_search_table(table));
   EXPECT_FALSE(is_search_table(estimate_table({"seq"}, false)));

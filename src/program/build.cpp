@@ -814,7 +814,7 @@ class Builder : private build_common::StepShape {
   void build_model() {
     const ModelConfig& m = cfg_.model;
     // The loss's gradient and the optimizer's division agree on one scale.
-    loss_scale_ = static_loss_scale(cfg_.dtype, M_, V_);
+    loss_scale_ = step_loss_scale(cfg_);
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 

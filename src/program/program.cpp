@@ -44,6 +44,12 @@ float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t voc
   return static_cast<float>(scale);
 }
 
+float step_loss_scale(const RunConfig& cfg) {
+  if (cfg.scope != Scope::model) return 1.0f;
+  return static_loss_scale(cfg.dtype, checked_mul(cfg.batch, cfg.seq, "batch x seq"),
+                           cfg.model.vocab);
+}
+
 std::int64_t Tensor::elements() const {
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;

@@ -42,6 +42,7 @@ struct Tensor {
   Role role = Role::transient;
   Bytes bytes = 0;  // product(shape) * dtype_size, or a library's stated size
   std::int64_t elements() const;
+  bool operator==(const Tensor&) const = default;
 };
 
 // What a step does, one kind per kernel family. The tensors each kind reads and writes, in order,
@@ -121,6 +122,7 @@ struct Op {
   bool double_quant = false;
   std::int64_t row_offset = 0, rows = 0, col_offset = 0;
   float lora_scale = 0.0f;
+  bool operator==(const Op&) const = default;
 };
 
 struct Program {
@@ -158,6 +160,10 @@ Liveness compute_liveness(const Program& program);
 // to 2^-14, at most 2^16 (PyTorch GradScaler's initial scale); 1 for fp32, tf32 and bf16, whose
 // exponent range holds the unscaled gradient.
 float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t vocab);
+// The scale cfg's step program carries in the grad_scale of its loss backward and optimizer steps:
+// static_loss_scale over the B*S rows of the batch in model scope; 1 in the other scopes, which
+// have no loss. Throws UsageError when B*S passes 64 bits.
+float step_loss_scale(const RunConfig& cfg);
 
 // The scratch (role workspace) of the fused attention ops, in bytes: what cuDNN's fused attention
 // graphs ask for as their workspace (graph.get_workspace_size(), measured on an H100 with cuDNN

@@ -330,8 +330,11 @@ SearchSummary summarize_search(const Table& table) {
 
 std::string search_summary_line(const SearchSummary& s, const std::string& device, double seconds) {
   std::string line =
-      fmt::format("{} configuration{} on {}, {} trials in {:.2f} s", s.configurations,
-                  s.configurations == 1 ? "" : "s", device, s.trials, seconds);
+      fmt::format("{} configuration{} on {}, {} trials ({:.1f} per configuration) in {:.2f} s",
+                  s.configurations, s.configurations == 1 ? "" : "s", device, s.trials,
+                  static_cast<double>(s.trials) /
+                      static_cast<double>(std::max<std::int64_t>(s.configurations, 1)),
+                  seconds);
   if (s.errors.compared > 0)
     line += fmt::format(
         "; est vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%), {} under-estimate{}",

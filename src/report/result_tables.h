@@ -59,7 +59,8 @@ struct SearchSummary {
   int timed_out = 0;        // rows whose trial timed out
 };
 SearchSummary summarize_search(const Table& table);
-// "5 configurations on DEVICE, 15 trials in 0.12 s; est vs sim peak: median |err| ...".
+// "5 configurations on DEVICE, 15 trials (3.0 per configuration) in 0.12 s; est vs sim peak:
+// median |err| ...".
 std::string search_summary_line(const SearchSummary& s, const std::string& device, double seconds);
 // The JSON summary's figures (the caller adds details).
 nlohmann::json search_summary_json(const SearchSummary& s, const std::string& line, double seconds);

@@ -3,11 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
 #include "core/error.h"
 #include "program/program.h"
+#include "search/scaled_program.h"
 
 namespace vrambench {
 
@@ -40,12 +42,12 @@ double Measurement::relative_error() const {
   return static_cast<double>(estimated_peak() - measured) / static_cast<double>(measured);
 }
 
-TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t batch,
-                      Bytes capacity, Executor* executor) {
-  RunConfig at = cfg;
-  at.batch = batch;
-  const Program program = build_program(at, device.info.gemm_workspace);
-  const Liveness liveness = compute_liveness(program);
+namespace {
+
+// One trial of a program already built: cfg's allocator over a fresh source of `capacity` bytes of
+// `device`, and paged optimizer state in its own pool.
+TrialResult replay(const Program& program, const Liveness& liveness, const RunConfig& cfg,
+                   const Device& device, Bytes capacity, Executor* executor) {
   std::unique_ptr<SegmentSource> source = device.make_source(capacity);
   std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
   // Paged optimizer state: its own pool, allocated once (direct), outside the capacity.
@@ -57,6 +59,16 @@ TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t b
   }
   return run_step(program, liveness, *allocator, executor, device.info.fixed_overhead,
                   device.info.trial_steps, source.get(), paged.get());
+}
+
+}  // namespace
+
+TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t batch,
+                      Bytes capacity, Executor* executor) {
+  RunConfig at = cfg;
+  at.batch = batch;
+  const Program program = build_program(at, device.info.gemm_workspace);
+  return replay(program, compute_liveness(program), cfg, device, capacity, executor);
 }
 
 std::string Measurement::note() const {
@@ -82,6 +94,25 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, F
   return m;
 }
 
+namespace {
+
+// The estimate as the search's starting point: its max batch, and the fixed bytes of its line
+// through that batch (the peak is a maximum of lines; the one at the hint is what counts there).
+SearchHint search_hint(const Breakdown& estimate, std::int64_t est_max_batch,
+                       const SearchLimits& limits) {
+  SearchHint hint;
+  hint.batch =
+      std::clamp<std::int64_t>(est_max_batch, 1, std::max<std::int64_t>(limits.max_batch, 1));
+  if (hint.batch < std::numeric_limits<std::int64_t>::max()) {
+    const Bytes at = estimate.peak(hint.batch);
+    const Bytes per_sample = estimate.peak(hint.batch + 1) - at;
+    if (per_sample > 0 && per_sample <= at / hint.batch) hint.fixed = at - hint.batch * per_sample;
+  }
+  return hint;
+}
+
+}  // namespace
+
 DeviceInfo warm_up(const RunConfig& cfg, const Device& device, Executor* executor) {
   DeviceInfo warmed = device.info;
   run_trial(cfg, device, 1, device.info.tensor_capacity(), executor);
@@ -104,21 +135,45 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   m.est_max_batch = m.estimate.max_batch(info.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
 
-  auto fits = [&](std::int64_t batch) {
-    if (starting) starting(batch);
-    TrialResult result = run_trial(cfg, device, batch, info.tensor_capacity(), executor.get());
-    const bool fit = result.fit;
-    if (observe) observe(batch, result);
-    m.trials.emplace(batch, std::move(result));
-    return fit;
+  // Replays that run no executor (every trial on sim, and what a batch needs) rescale one program
+  // instead of building one per batch.
+  BatchScaledProgram sizes(cfg, info.gemm_workspace);
+  auto allocate_only = [&](std::int64_t batch, Bytes capacity, const Device& on) {
+    const Program& program = sizes.at(batch);
+    return replay(program, sizes.liveness(), cfg, on, capacity, nullptr);
   };
-  const std::int64_t hint = m.est_max_batch > 0 ? m.est_max_batch : 1;
-  m.search = find_max_batch(fits, hint, limits);
+  // What a batch would need, replayed without a limit (sizes only).
+  const Device unlimited_sizes = simulated(info);
+  auto needed = [&](std::int64_t batch) {
+    return allocate_only(batch, std::numeric_limits<Bytes>::max() / 4, unlimited_sizes);
+  };
+  const SearchHint hint = search_hint(m.estimate, m.est_max_batch, limits);
+  std::map<std::int64_t, TrialResult> needs;  // of the batches that failed, by batch
+  bool any_fit = false;
+  auto trial = [&](std::int64_t batch) {
+    if (starting) starting(batch);
+    TrialResult result = executor
+                             ? run_trial(cfg, device, batch, info.tensor_capacity(), executor.get())
+                             : allocate_only(batch, info.tensor_capacity(), device);
+    if (observe) observe(batch, result);
+    // The peak of a failure is what it reached before the OOM; the search predicts from what the
+    // batch needs, which the replay without a limit tells. With the hint's fixed bytes it reads
+    // that only until a batch has fit (search.h), so later failures are not replayed twice.
+    TrialOutcome outcome{result.fit, result.device_peak, info.total};
+    any_fit = any_fit || result.fit;
+    if (!result.fit)
+      outcome.peak =
+          any_fit && hint.fixed ? 0 : needs.emplace(batch, needed(batch)).first->second.device_peak;
+    m.trials.emplace(batch, std::move(result));
+    return outcome;
+  };
+  m.search = find_max_batch(trial, hint, limits);
 
   if (!m.search.hit_limit) {
-    // What the first failing batch would need, replayed without a limit (sizes only).
-    const Bytes unlimited = std::numeric_limits<Bytes>::max() / 4;
-    m.next_needed = run_trial(cfg, simulated(info), m.search.max_batch + 1, unlimited, nullptr);
+    // What the first failing batch would need (the search has replayed it already).
+    const std::int64_t next = m.search.max_batch + 1;
+    auto found = needs.find(next);
+    m.next_needed = found != needs.end() ? std::move(found->second) : needed(next);
     if (m.search.max_batch == 0) {
       // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
       RunConfig at = cfg;

@@ -1,5 +1,5 @@
-// The OOM-bisection search for the largest batch that fits, over any predicate. Pure: the caller's
-// predicate runs the trial (sim, cpu or cuda) and says fit or not.
+// The search for the largest batch that fits, over any predicate. Pure: the caller's predicate
+// runs the trial (sim, cpu or cuda) and says fit or not, and when it can, the peak it measured.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,8 @@
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "core/units.h"
 
 namespace vrambench {
 
@@ -56,5 +58,33 @@ struct SeqSearchResult {
 // (at least one granule). Throws InternalError for a granule below 1 or a limit below it.
 SeqSearchResult find_max_seq(const std::function<bool(std::int64_t)>& fits, std::int64_t hint_seq,
                              const SeqLimits& limits = {});
+
+// What one trial tells the measurement-guided search.
+struct TrialOutcome {
+  bool fits = false;
+  // The batch's peak: what it reached when it fit; when it did not, what it would have needed, if
+  // the predicate can tell. 0: unknown.
+  Bytes peak = 0;
+  Bytes capacity = 0;  // what the peak is held against (fits == peak <= capacity); 0: unknown
+};
+using MeasuredFits = std::function<TrialOutcome(std::int64_t batch)>;
+
+// Where the measurement-guided search starts: the estimate.
+struct SearchHint {
+  std::int64_t batch = 1;  // the estimated max batch, probed first
+  // The estimate's peak at batch 0 on its line through `batch` (fixed + batch * per_sample): with
+  // it, the first measured peak already predicts the boundary. Without it, two measured peaks do.
+  std::optional<Bytes> fixed;
+};
+
+// The same answer as the search above, found from fewer trials where the predicate reports peaks:
+// peaks are affine in the batch, so the line through two measured peaks (or through the hint's
+// fixed bytes and one measured peak) predicts the largest batch within the capacity. Each step
+// probes the prediction, or the batch after it once the prediction has fit; it falls back to
+// the expansion and bisection above without a prediction or after two predictions in a row
+// missed. Without peaks it probes exactly the batches the search above probes. See
+// docs/search.md.
+SearchResult find_max_batch(const MeasuredFits& measure, const SearchHint& hint,
+                            const SearchLimits& limits = {});
 
 }  // namespace vrambench
