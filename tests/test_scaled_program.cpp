@@ -166,7 +166,8 @@ TEST(BatchScaledProgram, FineTuningProgramsMatchTheBuiltProgramAtEveryBatch) {
       RunConfig at = cfg;
       at.batch = batch;
       const Program built = build_program(at, kWorkspace);
-      expect_same(sizes.at(batch), sizes.liveness(), built);
+      const Program& scaled = sizes.at(batch);  // before liveness(), which is of the last
+      expect_same(scaled, sizes.liveness(), built);
       if (batch == 1)
         for (const Tensor& t : built.tensors) {
           with_paged += t.role == Role::paged_optimizer_state;
@@ -182,6 +183,45 @@ TEST(BatchScaledProgram, FineTuningProgramsMatchTheBuiltProgramAtEveryBatch) {
   EXPECT_GT(with_quant, 0);
   EXPECT_GT(with_adapters, 0);
   EXPECT_GT(with_masks, 0);
+}
+
+// The hf programs (framework hf): their extra tensors (kv caches, autocast copies, fp32 loss
+// intermediates, AccumulateGrad's new gradients) and the ops' held lists rescale like the rest.
+TEST(BatchScaledProgram, HfProgramsMatchTheBuiltProgramAtEveryBatch) {
+  constexpr Bytes kWorkspace = 32 * MiB;
+  int i = 0, configs = 0;
+  for (const char* preset : {"tiny", "tiny-llama"})
+    for (Precision dtype : {Precision::fp32, Precision::fp16, Precision::bf16, Precision::amp_bf16})
+      for (Attention attention : {Attention::eager, Attention::flash})
+        for (Recompute recompute : {Recompute::none, Recompute::full}) {
+          RunConfig cfg;
+          cfg.model = find_preset(preset).model;
+          cfg.framework = Framework::hf;
+          cfg.seq = 128;
+          cfg.dtype = dtype;
+          cfg.attention = attention;
+          cfg.recompute = recompute;
+          cfg.dropout = i % 2 == 0 ? 0.1 : 0.0;
+          cfg.optimizer = i % 3 == 0 ? Optimizer::none : Optimizer::adamw;
+          cfg.grad_accum = i % 5 == 1 ? 2 : 1;
+          ++i;
+          validate(cfg);
+          SCOPED_TRACE(describe(cfg) + " hf");
+          BatchScaledProgram sizes(cfg, kWorkspace);
+          for (std::int64_t batch : {37, 38, 1, 2, 300, 36}) {
+            SCOPED_TRACE(batch);
+            RunConfig at = cfg;
+            at.batch = batch;
+            const Program& scaled = sizes.at(batch);  // before liveness(), which is of the last
+            expect_same(scaled, sizes.liveness(), build_program(at, kWorkspace));
+          }
+          // gpt2-style eager attention keeps other tensors at batch 1: built apart.
+          const bool apart = structure_key(cfg, 1) != structure_key(cfg, 2);
+          EXPECT_EQ(apart, cfg.model.arch == Arch::gpt && attention == Attention::eager);
+          EXPECT_EQ(sizes.builds(), apart ? 3 : 2);
+          ++configs;
+        }
+  EXPECT_EQ(configs, 32);
 }
 
 // What the tensors of a fine-tuning program look like against the batch: quantised weights, their
@@ -307,7 +347,8 @@ TEST(BatchScaledProgram, ABatchTheBuilderRefusesIsRefusedTheSameWay) {
   EXPECT_THROW(sizes.at(kHuge), UsageError);
   // And the batches after it are still right.
   at.batch = 5;
-  expect_same(sizes.at(5), sizes.liveness(), build_program(at, 0));
+  const Program& scaled = sizes.at(5);
+  expect_same(scaled, sizes.liveness(), build_program(at, 0));
 }
 
 }  // namespace

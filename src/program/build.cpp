@@ -989,6 +989,13 @@ class Builder : private build_common::StepShape {
 
 }  // namespace
 
+int structure_key(const RunConfig& cfg, std::int64_t batch) {
+  if (cfg.framework != Framework::hf) return 0;
+  return build_common::hf_query_is_a_view(cfg, batch) != build_common::hf_query_is_a_view(cfg, 2)
+             ? 1
+             : 0;
+}
+
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));

@@ -50,4 +50,8 @@ struct StepShape {
   std::int64_t B_, S_, H_, A_, K_, D_, Q_, F_, V_, M_;
 };
 
+// hf: whether attention saves the query as a view of the q|k|v projection (build_hf.cpp); the one
+// place where the batch changes the hf program's structure, not only its sizes.
+bool hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch);
+
 }  // namespace vrambench::build_common

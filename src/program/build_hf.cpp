@@ -75,6 +75,17 @@ struct Block {
   std::vector<int> norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
 };
 
+}  // namespace
+
+// gpt2's eager attention: matmul folds a batch-1 query into its batches without a copy, so it
+// saves a view of c_attn's output; from batch 2 it saves a copy. The fused kernel reads the
+// query in place, and llama's query is a tensor of its own either way.
+bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) {
+  return cfg.model.arch != Arch::gpt || cfg.attention != Attention::eager || batch == 1;
+}
+
+namespace {
+
 class HfBuilder : private build_common::StepShape {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
@@ -330,7 +341,7 @@ class HfBuilder : private build_common::StepShape {
     const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
     // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
     // kernel reads in place is saved as a view of c_attn's output; else matmul saves a copy.
-    const bool query_view = !gpt_ || !eager_ || B_ == 1;
+    const bool query_view = build_common::hf_query_is_a_view(cfg_, B_);
     std::vector<int> fwd_held;  // what only the forward of the core holds
     if (gpt_) {
       // The cache's keys and values are new tensors (DynamicLayer.update concatenates); attention

@@ -206,6 +206,12 @@ struct HfOptions {
 // cfg has passed validate(). build_program calls it with default options.
 Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options);
 
+// Programs of one configuration built at batches with the same key have the same structure
+// (tensors and ops, their names, roles, dtypes and ranks): only sizes differ between them. The
+// lean programs have one structure at every batch; an hf program's gpt2 eager attention keeps
+// other tensors at batch 1.
+int structure_key(const RunConfig& cfg, std::int64_t batch);
+
 // Sum of bytes by role of the tensors live after each op, and the peak.
 struct LiveProfile {
   std::vector<Bytes> live_after;  // per op

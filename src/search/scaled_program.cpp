@@ -22,7 +22,7 @@ std::optional<Bytes> on_line(Bytes a, Bytes b, std::int64_t batch) {
 }  // namespace
 
 BatchScaledProgram::BatchScaledProgram(const RunConfig& cfg, Bytes gemm_workspace)
-    : cfg_(cfg), gemm_workspace_(gemm_workspace) {}
+    : cfg_(cfg), gemm_workspace_(gemm_workspace), key_(structure_key(cfg, 2)) {}
 
 bool BatchScaledProgram::same_structure(const Program& other) const {
   const Program& p = program_;
@@ -113,6 +113,15 @@ void BatchScaledProgram::build(std::int64_t batch) {
 }
 
 const Program& BatchScaledProgram::at(std::int64_t batch) {
+  last_apart_ = structure_key(cfg_, batch) != key_;
+  if (last_apart_) {
+    RunConfig at = cfg_;
+    at.batch = batch;
+    apart_ = build_program(at, gemm_workspace_);
+    apart_liveness_ = compute_liveness(apart_);
+    ++builds_;
+    return apart_;
+  }
   if (scaled_) {
     std::vector<Tensor>& tensors = program_.tensors;
     bool fits_64_bits = true;

@@ -25,8 +25,11 @@ class BatchScaledProgram {
   // tensor's bytes are a product of dimensions holding the batch at most once, or the flash
   // scratch, affine in it; a dimension is B, B*S or that scratch) and the loss scale is worked out
   // again. Throws what build_program throws at `batch`. The reference is valid until the next call.
+  // A batch whose program has another structure (structure_key: hf's gpt2 eager attention at
+  // batch 1) is built on its own, leaving the lines of the others as they are.
   const Program& at(std::int64_t batch);
-  const Liveness& liveness() const { return liveness_; }  // of the program `at` returned last
+  // Of the program `at` returned last.
+  const Liveness& liveness() const { return last_apart_ ? apart_liveness_ : liveness_; }
 
   int builds() const { return builds_; }  // programs built so far (the rest were scaled)
 
@@ -59,6 +62,11 @@ class BatchScaledProgram {
   bool scaled_ = false;         // lines known: every batch is read off them
   std::vector<Line> bytes_;     // per tensor
   std::vector<DimLine> dims_;   // the dimensions that move with the batch
+  // The structure the lines are for: the one of batch 2 and up; a batch of another is built apart.
+  int key_ = 0;
+  Program apart_;
+  Liveness apart_liveness_;
+  bool last_apart_ = false;
 };
 
 }  // namespace vrambench
