@@ -10,35 +10,14 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "estimate/walk.h"
 #include "program/program.h"
 
 namespace vrambench {
 namespace {
 
-// Short names of the components, shared by the per-sample ledger and the fixed part.
-constexpr MemoryComponent kWeights = MemoryComponent::weights;
-constexpr MemoryComponent kMasterWeights = MemoryComponent::master_weights;
-constexpr MemoryComponent kGradients = MemoryComponent::gradients;
-constexpr MemoryComponent kOptimizerState = MemoryComponent::optimizer_state;
-constexpr MemoryComponent kContext = MemoryComponent::cuda_context;
-constexpr MemoryComponent kWorkspace = MemoryComponent::gemm_workspace;
-constexpr MemoryComponent kSaved = MemoryComponent::saved_activations;
-constexpr MemoryComponent kStats = MemoryComponent::norm_statistics;
-constexpr MemoryComponent kRecomputed = MemoryComponent::recomputed_activations;
-constexpr MemoryComponent kTransient = MemoryComponent::backward_transient;
-constexpr MemoryComponent kInputs = MemoryComponent::tokens_and_targets;
-constexpr MemoryComponent kScopeInputs = MemoryComponent::scope_inputs;
-constexpr MemoryComponent kFinalBlockOutput = MemoryComponent::final_block_output;
-constexpr MemoryComponent kFinalNorm = MemoryComponent::final_norm;
-constexpr MemoryComponent kLogits = MemoryComponent::logits_and_loss;
-constexpr MemoryComponent kEmbedMask = MemoryComponent::embedding_dropout_mask;
-constexpr MemoryComponent kFragmentation = MemoryComponent::allocator_fragmentation;
-constexpr MemoryComponent kQuantized = MemoryComponent::quantized_weights;
-constexpr MemoryComponent kFrozen = MemoryComponent::frozen_weights;
-constexpr MemoryComponent kAdapters = MemoryComponent::adapters;
-constexpr MemoryComponent kAdapterGrads = MemoryComponent::adapter_grads;
-constexpr MemoryComponent kPaged = MemoryComponent::paged_optimizer_state;
-constexpr MemoryComponent kDequant = MemoryComponent::dequant_transient;
+using namespace estimate_walk;  // NOLINT: the walk's shared vocabulary
+
 
 // The model's sizes as Bytes (signed 64-bit) so that every product is checked.
 struct Dims {
@@ -160,38 +139,6 @@ class Ledger {
   std::vector<std::string_view> pinned_;
 };
 
-// A component's bytes while the walk runs; only the moment that becomes the breakdown is turned
-// into Components.
-struct Share {
-  MemoryComponent component;
-  Bytes bytes = 0;
-};
-using Shares = std::vector<Share>;
-
-void add_to(Shares& list, MemoryComponent component, Bytes bytes) {
-  if (bytes == 0) return;
-  for (Share& c : list)
-    if (c.component == component) {
-      c.bytes = checked_add(c.bytes, bytes, "component bytes");
-      return;
-    }
-  list.push_back({component, bytes});
-}
-
-Bytes sum(const Shares& list) {
-  Bytes total = 0;
-  for (const Share& c : list) total = checked_add(total, c.bytes, "breakdown total");
-  return total;
-}
-
-// Device bytes: paged optimizer state lives in managed memory, outside the device's capacity.
-Bytes device_sum(const Shares& list) {
-  Bytes total = 0;
-  for (const Share& c : list)
-    if (c.component != kPaged) total = checked_add(total, c.bytes, "breakdown total");
-  return total;
-}
-
 Bytes sum(const std::vector<Component>& list) {
   Bytes total = 0;
   for (const Component& c : list)
@@ -205,29 +152,6 @@ std::vector<Component> components(const Shares& list) {
   for (const Share& c : list) out.push_back({c.component, c.bytes});
   return out;
 }
-
-// One point of the walk: an op ("block 31 backward: softmax backward") and what is live there.
-struct Point {
-  std::string_view where;  // "block", a scope's "layer backward", or empty for model-level ops
-  std::int64_t block = -1;
-  std::string_view op;
-  Shares fixed;
-  Shares per_sample;
-  Bytes fixed_total = 0;
-  Bytes per_sample_total = 0;
-  // Per-sample bytes of the tensors live here that are at least as large as Dims::bin: they get
-  // segments of their own; the rest is what the caching allocator carves out of freed ones.
-  Bytes large = 0;
-
-  std::string name() const {
-    std::string out;
-    if (block >= 0)
-      out = "block " + std::to_string(block) + " backward: ";
-    else if (!where.empty())
-      out = std::string(where) + ": ";
-    return out + std::string(op);
-  }
-};
 
 // Batch-independent bytes: parameters and their state, device overhead, gradients written so far.
 struct FixedState {
@@ -652,15 +576,6 @@ std::vector<Bytes> trainable_tensors(const RunConfig& cfg, const Dims& d) {
   return out;
 }
 
-// What the allocator holds for one persistent tensor of `bytes`. With `own_segments` (the direct
-// allocator) each tensor has a segment of its own, rounded to whole 2 MiB pages above 1 MiB
-// (core/units.h); the caching allocator packs them into shared segments, so a tensor costs its
-// bytes. Full training's parameter tensors are whole pages or tiny; the adapters of fine-tuning,
-// [r, in] and [out, r], are neither (lora_B of a [11008, 64] module in fp32 is 2.75 MiB).
-Bytes held(Bytes bytes, bool own_segments) {
-  return own_segments ? direct_segment_bytes(bytes) : bytes;
-}
-
 // Optimizer state of one tensor of `numel` elements, on the device and in managed memory:
 // torch AdamW fp32 m and v; bitsandbytes' 8-bit AdamW one byte each plus an fp32 absmax per 256
 // (fp32 moments under 4096 elements); a paged optimizer keeps m and v of tensors from 1e5
@@ -705,10 +620,6 @@ FixedState fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, Byt
   f.workspace = has_gemms ? overhead.gemm_workspace : 0;
   if (cfg.grad_accum > 1) f.persistent_grads = checked_mul(params, d.e, "grads");
   return f;
-}
-
-std::string_view end_of_step(const RunConfig& cfg) {
-  return cfg.optimizer == Optimizer::none ? "end of step" : "optimizer step";
 }
 
 // The whole model: forward ends with every block's saved tensors, the final norm and the logits;
@@ -1418,9 +1329,10 @@ Bytes Breakdown::component(MemoryComponent kind) const {
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  std::vector<Point> points = is_finetune(cfg)            ? walk_finetune(cfg, overhead)
-                              : cfg.scope == Scope::model ? walk_model(cfg, overhead)
-                                                          : walk_scope(cfg, overhead);
+  std::vector<Point> points = cfg.framework == Framework::hf ? walk_hf(cfg, overhead)
+                              : is_finetune(cfg)              ? walk_finetune(cfg, overhead)
+                              : cfg.scope == Scope::model     ? walk_model(cfg, overhead)
+                                                              : walk_scope(cfg, overhead);
   const std::vector<std::size_t> order = envelope(points);
   Breakdown out;
   const Point& main = points[order.back()];

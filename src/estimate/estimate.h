@@ -36,6 +36,8 @@ enum class MemoryComponent : std::uint8_t {
   adapter_grads,          // their gradients written so far
   paged_optimizer_state,  // m and v in managed memory: reported, outside the device's capacity
   dequant_transient,      // a quantised linear dequantised for one GEMM (+ its rebuilt absmax)
+  // Frameworks (docs/memory-model.md, "Frameworks").
+  optimizer_temporaries,  // hf: what the optimizer step makes (AdamW foreach's sqrt(exp_avg_sq))
   // Per sample.
   saved_activations,
   norm_statistics,

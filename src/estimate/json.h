@@ -22,6 +22,7 @@ NLOHMANN_JSON_SERIALIZE_ENUM(
                          {MemoryComponent::adapter_grads, "adapter_grads"},
                          {MemoryComponent::paged_optimizer_state, "paged_optimizer_state"},
                          {MemoryComponent::dequant_transient, "dequant_transient"},
+                         {MemoryComponent::optimizer_temporaries, "optimizer_temporaries"},
                          {MemoryComponent::saved_activations, "saved_activations"},
                          {MemoryComponent::norm_statistics, "norm_statistics"},
                          {MemoryComponent::recomputed_activations, "recomputed_activations"},

@@ -73,12 +73,6 @@ TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t b
 
 std::string Measurement::note() const {
   if (failure != Failure::none) return fmt::format("{}: {}", to_string(failure), reason);
-  // The closed form has no hf terms yet (docs/memory-model.md, "Frameworks"): say so where its
-  // column is read.
-  if (config.framework == Framework::hf) {
-    constexpr std::string_view lean = "est is the lean model (no hf terms yet)";
-    return reason.empty() ? std::string(lean) : fmt::format("{}; {}", reason, lean);
-  }
   return reason;
 }
 

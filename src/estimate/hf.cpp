@@ -1,0 +1,916 @@
+// The closed-form model of the hf framework: the step that src/program/build_hf.cpp builds (PyTorch
+// eager autograd running transformers' GPT-2 or Llama code, the Trainer loop, CUDA), followed op by
+// op over symbolic sizes. Every tensor is a ledger entry of fixed bytes or of bytes for one sample;
+// it enters the ledger at the op that first lists it and leaves after the op that lists it last,
+// as the program's liveness has it. docs/memory-model.md ("Frameworks: lean and hf") lists what
+// each op keeps.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "estimate/walk.h"
+#include "program/program.h"
+
+namespace vrambench::estimate_walk {
+namespace {
+
+// A linear layer's sizes and what its forward leaves for its backward.
+struct Lin {
+  std::string name;        // "3.attn.qkv"
+  Bytes in = 0, out = 0;   // features
+  bool bias = false;
+  std::string x;           // the GEMM's saved input (autocast: its 16-bit copy)
+  bool x_cast = false;     // autocast cast the input: dx is cast back to the input's dtype
+  Bytes x_orig_elem = 0;   // element size of the input before the cast
+};
+
+class HfWalk {
+ public:
+  HfWalk(const RunConfig& cfg, const DeviceOverhead& overhead) : cfg_(cfg) {
+    const ModelConfig& m = cfg.model;
+    S_ = cfg.seq;
+    H_ = m.hidden;
+    A_ = m.heads;
+    K_ = m.kv_heads;
+    D_ = m.head_dim();
+    Q_ = qkv_width(m);
+    F_ = m.ffn;
+    V_ = m.vocab;
+    L_ = m.layers;
+    amp_ = is_autocast(cfg.dtype);
+    cdt_ = activation_dtype(cfg.dtype);
+    wdt_ = amp_ || cfg.dtype == Precision::fp32 || cfg.dtype == Precision::tf32 ? DType::f32
+                                                                                 : cdt_;
+    e_ = dtype_size(cdt_);
+    w_ = dtype_size(wdt_);
+    gpt_ = m.arch == Arch::gpt;
+    eager_ = cfg.attention == Attention::eager;
+    dropout_ = cfg.dropout > 0.0;
+    ckpt_ = cfg.recompute == Recompute::full;
+    accum_ = cfg.grad_accum > 1;
+    own_ = cfg.allocator == AllocatorKind::direct;
+    context_ = overhead.context;
+    workspace_bytes_ = overhead.gemm_workspace;
+  }
+
+  std::vector<Point> run() {
+    model_state();
+    forward();
+    backward();
+    optimizer();
+    return std::move(points_);
+  }
+
+ private:
+  // ---- the ledger ---------------------------------------------------------------------------
+
+  struct Entry {
+    std::string name;
+    MemoryComponent component;
+    bool fixed = false;
+    Bytes bytes = 0;  // fixed bytes, or bytes of one sample
+  };
+
+  // Bytes of one sample of a [S, width] tensor of `elem`-byte elements.
+  Bytes rows(Bytes width, Bytes elem) const {
+    return checked_mul(checked_mul(S_, width, "activation elements"), elem, "activation bytes");
+  }
+  Bytes square(Bytes elem) const { return rows(checked_mul(A_, S_, "heads x seq"), elem); }
+  Bytes param(Bytes numel, Bytes elem) const {
+    return held(checked_mul(numel, elem, "parameter bytes"), own_);
+  }
+
+  void add(const std::string& name, MemoryComponent c, Bytes per_sample) {
+    live_.push_back({name, c, false, per_sample});
+  }
+  void add_fixed(const std::string& name, MemoryComponent c, Bytes bytes) {
+    live_.push_back({name, c, true, bytes});
+  }
+  bool has(const std::string& name) const {
+    return std::any_of(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
+  }
+  void drop(const std::string& name) {
+    auto it =
+        std::find_if(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
+    if (it == live_.end()) throw InternalError("hf estimate: dropping '" + name + "' twice");
+    live_.erase(it);
+  }
+  // Tensors that only the next op lists (held temporaries, scratch).
+  void once(MemoryComponent c, Bytes per_sample) { once_.push_back({{}, c, false, per_sample}); }
+  void once_fixed(MemoryComponent c, Bytes bytes) { once_.push_back({{}, c, true, bytes}); }
+
+  // A parameter gradient of `numel` elements written by the next op: from there to the end of the
+  // step; accumulating, .grad is whole-step and the op holds a new gradient of its size.
+  void write_grad(Bytes numel) {
+    const Bytes bytes = param(numel, w_);
+    if (accum_)
+      once_fixed(kGradients, bytes);
+    else
+      grads_ = checked_add(grads_, bytes, "gradients");
+  }
+
+  void workspace_on() {
+    if (workspace_bytes_ > 0 && !has("gemm.workspace"))
+      add_fixed("gemm.workspace", kWorkspace, workspace_bytes_);
+  }
+
+  // Records the op: everything in the ledger, the whole-step state, the op's own temporaries.
+  void at(std::string_view op, std::int64_t block = -1, bool forward = false) {
+    Point p;
+    p.block = block;
+    p.forward = forward;
+    p.op = op;
+    add_to(p.fixed, kWeights, weights_);
+    add_to(p.fixed, kOptimizerState, state_);
+    add_to(p.fixed, kGradients, grads_);
+    add_to(p.fixed, kContext, context_);
+    add_to(p.per_sample, kInputs, rows(2, 4));  // tokens and targets, i32
+    for (const std::vector<Entry>* list : {&live_, &once_})
+      for (const Entry& x : *list) add_to(x.fixed ? p.fixed : p.per_sample, x.component, x.bytes);
+    once_.clear();
+    p.fixed_total = device_sum(p.fixed);
+    p.per_sample_total = sum(p.per_sample);
+    points_.push_back(std::move(p));
+  }
+
+  // ---- parameters ---------------------------------------------------------------------------
+
+  // Element counts of one block's parameter tensors, as build_hf.cpp makes them.
+  std::vector<Bytes> block_tensors() const {
+    const Bytes QH = Q_ * H_, HH = H_ * H_, FH = F_ * H_;
+    if (gpt_) return {H_, H_, QH, Q_, HH, H_, H_, H_, FH, F_, FH, H_};
+    std::vector<Bytes> out{H_, QH};
+    if (cfg_.model.qkv_bias) out.push_back(Q_);
+    out.insert(out.end(), {HH, H_, FH, FH, FH});
+    return out;
+  }
+  std::vector<Bytes> all_tensors() const {
+    std::vector<Bytes> out{V_ * H_};
+    if (gpt_) out.push_back(position_rows(cfg_.model, S_) * H_);
+    for (Bytes l = 0; l < L_; ++l)
+      for (Bytes n : block_tensors()) out.push_back(n);
+    out.push_back(H_);
+    if (gpt_) out.push_back(H_);
+    if (!cfg_.model.tied_embeddings) out.push_back(V_ * H_);
+    return out;
+  }
+
+  // Weights in the model's dtype; AdamW's exp_avg and exp_avg_sq in that dtype and a 4-byte step
+  // per tensor; SGD's momentum; accumulating, every gradient from the start.
+  void model_state() {
+    for (Bytes n : all_tensors()) {
+      weights_ = checked_add(weights_, param(n, w_), "weights");
+      params_ = checked_add(params_, n, "parameters");
+      if (cfg_.optimizer == Optimizer::adamw)
+        state_ = checked_add(state_, checked_add(2 * param(n, w_), param(1, 4), "adamw"), "state");
+      else if (cfg_.optimizer == Optimizer::sgd)
+        state_ = checked_add(state_, param(n, w_), "momentum");
+      if (accum_) grads_ = checked_add(grads_, param(n, w_), "gradients");
+    }
+  }
+
+  // ---- forward ------------------------------------------------------------------------------
+
+  struct Pass {
+    bool replay = false;
+    bool keep = true;  // false: the checkpointed forward, which keeps only the block outputs
+  };
+  // Whether what the backward reads stays: in a kept forward and in a replay.
+  static bool kept(const Pass& pass) { return pass.keep || pass.replay; }
+  static MemoryComponent saved_as(const Pass& pass, MemoryComponent c = kSaved) {
+    return pass.replay ? kRecomputed : pass.keep ? c : kTransient;
+  }
+  // After a tensor's last forward use: it stays when the backward reads it and the pass keeps it.
+  void done(const std::string& name, const Pass& pass, bool read_by_backward = true) {
+    if (!read_by_backward || !kept(pass)) drop(name);
+  }
+
+  // The 16-bit copy of a weight (autocast): cached through the forward (until the loss), and saved
+  // by the GEMM for its backward; a replay's copy lives from the replayed GEMM to its backward.
+  void weight_copy(const std::string& name, Bytes numel, const Pass& pass, bool saved,
+                   std::int64_t block, bool fwd) {
+    add_fixed(name, kWeights, param(numel, e_));
+    at("autocast weight cast", block, fwd);
+    if (!pass.replay) cache_.push_back({name, saved && pass.keep});
+  }
+
+  // y = x w^T + b; autocast casts x (when not 16-bit) and the weights first. Returns what the
+  // backward needs. `x_elem` is the input's element size; `y` enters the ledger as `y_component`.
+  // `x_dies_at_cast`: the cast is x's last use (autocast).
+  Lin linear_fwd(const std::string& name, Bytes in, Bytes out, bool bias, const std::string& x,
+                 Bytes x_elem, const std::string& y, MemoryComponent y_component, const Pass& pass,
+                 std::int64_t block, bool x_dies_at_cast = true) {
+    const bool fwd = !pass.replay;
+    Lin lin{name, in, out, bias, x, false, x_elem};
+    if (amp_ && x_elem != e_) {
+      lin.x = name + ".in.autocast";
+      lin.x_cast = true;
+      add(lin.x, saved_as(pass), rows(in, e_));
+      at("autocast input cast", block, fwd);
+      if (x_dies_at_cast) drop(x);
+    }
+    if (amp_) {
+      weight_copy(name + ".w.autocast", checked_mul(in, out, "linear"), pass, true, block, fwd);
+      if (bias) weight_copy(name + ".b.autocast", out, pass, false, block, fwd);
+    }
+    workspace_on();
+    add(y, y_component, rows(out, e_));
+    for (const auto& [extra, bytes] : with_gemm_) add(extra, saved_as(pass), bytes);
+    at("linear", block, fwd);
+    // A replay's bias copy is read by its GEMM alone.
+    if (amp_ && bias && pass.replay) drop(name + ".b.autocast");
+    if (lin.x_cast) done(lin.x, pass);
+    for (const auto& [extra, bytes] : with_gemm_) done(extra, pass);
+    with_gemm_.clear();
+    return lin;
+  }
+
+  // gpt: LayerNorm (x, fp32 mean and rstd saved). llama: RMSNorm, which saves x in fp32 (a copy
+  // unless it is fp32), rstd and the normalised x in x's dtype; x^2 and the fp32 normalised x are
+  // the op's temporaries. Returns the name of the tensor the backward reads as x.
+  // `final_norm`: the model's last norm, filed as such; its input dies at the upcast (llama).
+  std::string norm_fwd(const std::string& name, const std::string& x, const Pass& pass,
+                       std::int64_t block, bool final_norm = false) {
+    const bool fwd = !pass.replay && block >= 0;
+    const MemoryComponent saved = final_norm ? kFinalNorm : saved_as(pass);
+    const MemoryComponent stats = final_norm ? kFinalNorm : saved_as(pass, kStats);
+    if (gpt_) {
+      add(name + ".out", saved, rows(H_, w_));
+      add(name + ".mean", stats, rows(1, 4));
+      add(name + ".rstd", stats, rows(1, 4));
+      at("layernorm", block, fwd);
+      done(name + ".mean", pass);
+      done(name + ".rstd", pass);
+      return x;
+    }
+    std::string norm_x = x;
+    if (w_ != 4) {
+      norm_x = name + ".x_f32";
+      add(norm_x, saved, rows(H_, 4));
+      at("rmsnorm input upcast", block, fwd);
+      if (final_norm) drop(x);
+    }
+    add(name + ".out", saved, rows(H_, w_));
+    add(name + ".rstd", stats, rows(1, 4));
+    add(name + ".normed", saved, rows(H_, w_));
+    once(kTransient, rows(H_, 4));
+    if (w_ != 4) once(kTransient, rows(H_, 4));
+    at("rmsnorm", block, fwd);
+    if (norm_x != x) done(norm_x, pass);
+    done(name + ".rstd", pass);
+    done(name + ".normed", pass);
+    return norm_x;
+  }
+
+  // What the backward of one block reads, by name.
+  struct Block {
+    std::int64_t l = 0;
+    std::string pre, x_in, norm1_x, norm2_x;
+    Lin qkv, proj, fc, up, out;
+    std::string qkv_in;                        // the qkv projection's output (llama: before RoPE)
+    std::string attn_in;                       // what attention reads (llama: after RoPE)
+    bool has_kv_cache = false, has_kv_repeat = false;
+    std::string probs, probs_c, probs_drop, values_in;
+    Bytes scores_elem = 0, probs_elem = 0, probs_c_elem = 0;
+    std::string gelu_in;
+    Bytes gelu_elem = 0;
+  };
+
+  Block block_fwd(std::int64_t l, const std::string& x_in, const Pass& pass) {
+    const bool fwd = !pass.replay;
+    Block b;
+    b.l = l;
+    b.pre = fmt::format("{}{}.", pass.replay ? "r" : "", l);
+    const std::string& pre = b.pre;
+    b.x_in = x_in;
+    const MemoryComponent role = saved_as(pass);
+
+    // Norm 1 and the q|k|v projection.
+    const std::string norm1 = pre + "norm1";
+    b.norm1_x = norm_fwd(norm1, x_in, pass, l);
+    b.qkv_in = pre + "attn.qkv";
+    // llama under autocast: q, k and v projections each cast the norm's output, two more 16-bit
+    // copies beside the first, each saved by its projection.
+    if (!gpt_ && amp_) with_gemm_.push_back({pre + "attn.qkv.in.autocast.kv", rows(2 * H_, e_)});
+    b.qkv = linear_fwd(pre + "attn.qkv", H_, Q_, gpt_ || cfg_.model.qkv_bias, norm1 + ".out", w_,
+                       b.qkv_in, gpt_ ? role : kTransient, pass, l);
+    if (!b.qkv.x_cast) done(norm1 + ".out", pass);
+    b.attn_in = b.qkv_in;
+    if (!gpt_) {
+      b.attn_in = pre + "attn.qkv_rot";
+      add(b.attn_in, role, rows(Q_, e_));
+      once(kTransient, rows(2 * (A_ + K_) * D_, amp_ ? 4 : e_));
+      if (!has("rope.cos_sin")) add_fixed("rope.cos_sin", kSaved, checked_mul(2 * S_ * D_, w_, "cos"));
+      at("rope", l, fwd);
+      drop(b.qkv_in);
+    }
+    attention_fwd(b, pass);
+
+    // Output projection, dropout, residual.
+    const std::string proj_out = pre + "attn.proj.out";
+    b.proj = linear_fwd(pre + "attn.proj", H_, H_, gpt_, pre + "attn.y", e_, proj_out, kTransient,
+                        pass, l);
+    if (!eager_) {
+      // flash backward reads y again: kept
+    }
+    done(pre + "attn.y", pass);
+    std::string residual = proj_out;
+    if (dropout_ && gpt_) {
+      add(pre + "attn.proj.drop", kTransient, rows(H_, e_));
+      add(pre + "attn.proj.mask", role, rows(H_, 1));
+      at("dropout", l, fwd);
+      drop(proj_out);
+      done(pre + "attn.proj.mask", pass);
+      residual = pre + "attn.proj.drop";
+    }
+    add(pre + "x_mid", role, rows(H_, w_));
+    at("residual add", l, fwd);
+    drop(residual);
+    // x_in: read again by the norm's backward where it is the norm's x (gpt; llama in fp32).
+    done_block_input(x_in, pass, b.norm1_x == x_in);
+
+    // Norm 2 and the MLP.
+    const std::string norm2 = pre + "norm2";
+    b.norm2_x = norm_fwd(norm2, pre + "x_mid", pass, l);
+    if (gpt_) {
+      const std::string fc_out = pre + "mlp.fc.out";
+      b.fc = linear_fwd(pre + "mlp.fc", H_, F_, true, norm2 + ".out", w_, fc_out, role, pass, l);
+      if (!b.fc.x_cast) done(norm2 + ".out", pass);
+      // gelu_new: autocast (CUDA) runs its tanh branch in fp32 from an fp32 copy of x.
+      b.gelu_in = fc_out;
+      b.gelu_elem = e_;
+      if (amp_) {
+        b.gelu_in = pre + "mlp.fc.out.f32";
+        b.gelu_elem = 4;
+        add(b.gelu_in, role, rows(F_, 4));
+        at("cast", l, fwd);
+        drop(fc_out);
+      }
+      add(pre + "mlp.gelu.out", role, rows(F_, b.gelu_elem));
+      add(pre + "mlp.gelu.tanh", role, rows(F_, b.gelu_elem));
+      add(pre + "mlp.gelu.one_plus_tanh", role, rows(F_, b.gelu_elem));
+      add(pre + "mlp.gelu.half_x", role, rows(F_, e_));
+      once(kTransient, rows(2 * F_, b.gelu_elem));
+      at("gelu", l, fwd);
+      for (const char* piece : {"mlp.gelu.tanh", "mlp.gelu.one_plus_tanh", "mlp.gelu.half_x"})
+        done(pre + piece, pass);
+      done(b.gelu_in, pass);
+      const std::string mlp_out = pre + "mlp.proj.out";
+      b.out = linear_fwd(pre + "mlp.proj", F_, H_, true, pre + "mlp.gelu.out", b.gelu_elem, mlp_out,
+                         kTransient, pass, l);
+      if (!b.out.x_cast) done(pre + "mlp.gelu.out", pass);
+    } else {
+      // Both read the norm's output; under autocast each casts it, the up projection last.
+      b.fc = linear_fwd(pre + "mlp.gate", H_, F_, false, norm2 + ".out", w_, pre + "mlp.gate.out",
+                        role, pass, l, false);
+      b.up = linear_fwd(pre + "mlp.up", H_, F_, false, norm2 + ".out", w_, pre + "mlp.up.out", role,
+                        pass, l);
+      if (!b.up.x_cast) done(norm2 + ".out", pass);
+      add(pre + "mlp.swiglu.out", role, rows(F_, e_));
+      add(pre + "mlp.silu.out", role, rows(F_, e_));
+      at("swiglu", l, fwd);
+      done(pre + "mlp.gate.out", pass);
+      done(pre + "mlp.up.out", pass);
+      done(pre + "mlp.silu.out", pass);
+      b.out = linear_fwd(pre + "mlp.down", F_, H_, false, pre + "mlp.swiglu.out", e_,
+                         pre + "mlp.down.out", kTransient, pass, l);
+      done(pre + "mlp.swiglu.out", pass);
+    }
+    std::string mlp_y = gpt_ ? pre + "mlp.proj.out" : pre + "mlp.down.out";
+    if (dropout_ && gpt_) {
+      add(pre + "mlp.drop", kTransient, rows(H_, e_));
+      add(pre + "mlp.mask", role, rows(H_, 1));
+      at("dropout", l, fwd);
+      drop(mlp_y);
+      done(pre + "mlp.mask", pass);
+      mlp_y = pre + "mlp.drop";
+    }
+    // The block output: the next block's input, kept even when checkpointed; a replay's is read by
+    // its add alone.
+    const std::string x_out = fmt::format("{}.x_out", l);
+    if (pass.replay)
+      once(kRecomputed, rows(H_, w_));
+    else
+      add(x_out, kSaved, rows(H_, w_));
+    at("residual add", l, fwd);
+    drop(mlp_y);
+    done(pre + "x_mid", pass, b.norm2_x == pre + "x_mid");
+    return b;
+  }
+
+  // The block input after the residual add: the checkpointed forward's replay reads it again; in a
+  // kept forward it stays only where the norm's backward reads it.
+  void done_block_input(const std::string& x_in, const Pass& pass, bool read_by_norm_bwd) {
+    if (ckpt_ && !pass.replay) return;  // the replay reads it
+    if (pass.replay && read_by_norm_bwd) return;
+    if (!pass.replay && read_by_norm_bwd) return;
+    drop(x_in);
+  }
+
+  void attention_fwd(Block& b, const Pass& pass) {
+    const bool fwd = !pass.replay;
+    const std::int64_t l = b.l;
+    const std::string& pre = b.pre;
+    const MemoryComponent role = saved_as(pass);
+    const bool cache = !ckpt_;
+    // gpt2: the fused kernel reads the query in place; eager's matmul saves a copy (batch >= 2).
+    const bool query_view = !gpt_ || !eager_;
+    std::vector<std::pair<std::string, Bytes>> fwd_held;
+    if (gpt_) {
+      if (cache && query_view) {
+        add(pre + "attn.kv_cache", role, rows(2 * H_, e_));
+        b.has_kv_cache = true;
+      }
+      if (!query_view) fwd_held.push_back({pre + "attn.qkv_copies", rows(Q_, e_)});
+    } else {
+      if (cache) fwd_held.push_back({pre + "attn.kv_cache", rows(2 * K_ * D_, e_)});
+      if (A_ > K_ && eager_) {
+        add(pre + "attn.kv_repeat", role, rows(2 * (A_ - K_) * D_, e_));
+        b.has_kv_repeat = true;
+      }
+    }
+    for (const auto& [name, bytes] : fwd_held) add(name, kTransient, bytes);
+    const bool mask = eager_ || ckpt_;
+    if (mask && !has("attn.causal_mask"))
+      add("attn.causal_mask", kTransient, rows(S_, eager_ ? w_ : 1));
+    if (!eager_) {
+      add(pre + "attn.y", role, rows(H_, e_));
+      add(pre + "attn.lse", saved_as(pass, kStats), rows(A_, 4));
+      once_fixed(kWorkspace, kFlashEngineScratch);
+      at("flash attention", l, fwd);
+      for (const auto& [name, bytes] : fwd_held) drop(name);
+      done(b.attn_in, pass);
+      done(pre + "attn.lse", pass);
+      if (b.has_kv_cache) done(pre + "attn.kv_cache", pass);
+      after_mask_use(l, pass);
+      return;
+    }
+    // Scores (fp32 where the mask is: the model's dtype), softmax, casts, dropout, values.
+    b.scores_elem = w_ == 4 ? 4 : e_;
+    workspace_on();
+    add(pre + "attn.scores", kTransient, square(b.scores_elem));
+    once(kTransient, square(e_));  // the product before scaling
+    at("attention scores", l, fwd);
+    after_mask_use(l, pass);
+    const bool f32_softmax = !gpt_ || amp_;
+    b.probs_elem = f32_softmax ? 4 : b.scores_elem;
+    b.probs = pre + "attn.probs";
+    add(b.probs, role, square(b.probs_elem));
+    if (b.scores_elem != b.probs_elem) once(kTransient, square(4));
+    at("softmax", l, fwd);
+    drop(pre + "attn.scores");
+    const bool cast_late = amp_ && !gpt_;
+    b.probs_c = b.probs;
+    b.probs_c_elem = b.probs_elem;
+    if (!cast_late && b.probs_elem != e_) {
+      b.probs_c = pre + "attn.probs_c";
+      b.probs_c_elem = e_;
+      add(b.probs_c, role, square(e_));
+      at("cast", l, fwd);
+      if (!kept(pass)) drop(b.probs);  // the checkpointed forward: the cast read it last
+    }
+    std::string values_in = b.probs_c;
+    Bytes values_elem = b.probs_c_elem;
+    if (dropout_) {
+      b.probs_drop = pre + "attn.probs_drop";
+      add(b.probs_drop, cast_late ? kTransient : role, square(b.probs_c_elem));
+      add(pre + "attn.probs_mask", role, square(1));
+      at("dropout", l, fwd);
+      if (b.probs_c != b.probs) drop(b.probs_c);  // read by the dropout alone
+      else if (!kept(pass)) drop(b.probs);
+      done(pre + "attn.probs_mask", pass);
+      values_in = b.probs_drop;
+    }
+    b.values_in = values_in;
+    if (values_elem != e_) {
+      b.values_in = pre + "attn.values_in";
+      add(b.values_in, role, square(e_));
+      at("cast", l, fwd);
+      if (values_in != b.probs) drop(values_in);  // the dropped copy, read by the cast alone
+      else if (!kept(pass)) drop(b.probs);
+    }
+    add(pre + "attn.y", role, rows(H_, e_));
+    once(kTransient, rows(H_, e_));  // [B, A, S, D] before transpose().contiguous()
+    at("attention values", l, fwd);
+    for (const auto& [name, bytes] : fwd_held) drop(name);
+    done(b.values_in, pass);
+    if (b.values_in != b.probs && has(b.probs)) done(b.probs, pass);
+    done(b.attn_in, pass);
+    if (b.has_kv_repeat) done(pre + "attn.kv_repeat", pass);
+  }
+
+  // The causal mask lives while a layer may still read it: through the forward, and with
+  // checkpointing through the replay of block 0.
+  void after_mask_use(std::int64_t l, const Pass& pass) {
+    if (!has("attn.causal_mask")) return;
+    const bool last = ckpt_ ? (pass.replay && l == 0) : (l == L_ - 1);
+    if (last) drop("attn.causal_mask");
+  }
+
+  void forward() {
+    // Embedding (and gpt's token and position embeddings apart before their sum).
+    std::string x0 = "x0";
+    if (dropout_ && gpt_) {
+      add("embed.out", kTransient, rows(H_, w_));
+      once(kTransient, rows(H_, w_));
+      at("embedding");
+      add("x0", kSaved, rows(H_, w_));
+      add("embed.mask", kEmbedMask, rows(H_, 1));
+      at("embedding dropout");
+      drop("embed.out");
+    } else {
+      add("x0", kSaved, rows(H_, w_));
+      if (gpt_) once(kTransient, rows(H_, w_));
+      at("embedding");
+    }
+    Pass pass;
+    pass.keep = !ckpt_;
+    std::string x = x0;
+    for (std::int64_t l = 0; l < L_; ++l) {
+      blocks_.push_back(block_fwd(l, x, pass));
+      x = fmt::format("{}.x_out", l);
+    }
+    // The final block output: filed as such from here.
+    retag(x, kFinalBlockOutput);
+    final_x_ = norm_fwd("final_norm", x, Pass{}, -1, true);
+    lm_ = linear_fwd("lm_head", H_, V_, false, "final_norm.out", w_, "logits", kLogits, Pass{}, -1);
+    // The loss: logits.float(), then cross entropy, which keeps its log-softmax beside it.
+    logits_f32_ = "logits";
+    if (e_ != 4) {
+      logits_f32_ = "logits.f32";
+      add(logits_f32_, kLogits, rows(V_, 4));
+      at("logits cast");
+    }
+    add("ce.lse", kLogits, rows(1, 4));
+    once(kLogits, rows(V_, 4));
+    once_fixed(kLogits, held(4, own_));  // the loss
+    at("cross-entropy");
+    if (logits_f32_ != "logits") drop("logits");
+    // Autocast's cache ends with the autocast region.
+    for (const auto& [name, saved] : cache_)
+      if (!saved) drop(name);
+    cache_.clear();
+  }
+
+  void retag(const std::string& name, MemoryComponent c) {
+    for (Entry& e : live_)
+      if (e.name == name) e.component = c;
+  }
+
+  // ---- backward -----------------------------------------------------------------------------
+
+  // Backward of a linear from dy: dx (cast back to the input's dtype under autocast), the weight's
+  // and bias's gradients (autocast: of the 16-bit copies, cast to the fp32 .grad). Returns dx.
+  std::string linear_bwd(const Lin& lin, const std::string& dy, bool drop_dy, bool drop_x,
+                         std::int64_t block, const std::string& dx_name) {
+    const std::string dx = lin.x_cast ? lin.name + ".dx16" : dx_name;
+    add(dx, kTransient, rows(lin.in, e_));
+    const Bytes w_numel = checked_mul(lin.in, lin.out, "linear");
+    if (amp_) {
+      add_fixed(lin.name + ".dw16", kGradients, param(w_numel, e_));
+      if (lin.bias) add_fixed(lin.name + ".db16", kGradients, param(lin.out, e_));
+    } else {
+      write_grad(w_numel);
+      if (lin.bias) write_grad(lin.out);
+    }
+    workspace_on();
+    at("linear backward", block);
+    if (drop_dy) drop(dy);
+    if (drop_x) drop(lin.x);
+    if (amp_) drop(lin.name + ".w.autocast");
+    if (amp_) {
+      write_grad(w_numel);
+      at("weight gradient cast", block);
+      drop(lin.name + ".dw16");
+      if (lin.bias) {
+        write_grad(lin.out);
+        at("bias gradient cast", block);
+        drop(lin.name + ".db16");
+      }
+    }
+    if (!lin.x_cast) return dx;
+    add(dx_name, kTransient, rows(lin.in, lin.x_orig_elem));
+    at("input gradient cast", block);
+    drop(dx);
+    return dx_name;
+  }
+
+  // Norm backward from dy into dx (a new tensor the size of x).
+  void norm_bwd(const std::string& name, const std::string& dy, const std::string& norm_x,
+                const std::string& x, const std::string& dx, std::int64_t block) {
+    if (gpt_) {
+      add(dx, kTransient, rows(H_, w_));
+      write_grad(H_);
+      write_grad(H_);
+      workspace_on();
+      at("layernorm backward", block);
+      drop(dy);
+      drop(x);
+      drop(name + ".mean");
+      drop(name + ".rstd");
+      return;
+    }
+    const bool upcast = norm_x != x;
+    const std::string dx_f32 = upcast ? name + ".dx_f32" : dx;
+    add(dx_f32, kTransient, rows(H_, upcast ? 4 : w_));
+    write_grad(H_);
+    once(kTransient, rows(2 * H_, 4));
+    at("rmsnorm backward", block);
+    drop(dy);
+    drop(norm_x);
+    drop(name + ".rstd");
+    drop(name + ".normed");
+    if (upcast) {
+      add(dx, kTransient, rows(H_, w_));
+      at("cast", block);
+      drop(dx_f32);
+    }
+  }
+
+  std::string attention_bwd(const Block& b, const std::string& dy) {
+    const std::int64_t l = b.l;
+    const std::string& pre = b.pre;
+    const std::string dqkv = pre + "d.attn_in";
+    add(dqkv, kTransient, rows(Q_, e_));
+    if (!eager_) {
+      const Bytes fixed = flash_bwd_scratch_bytes(0, S_, A_, K_, D_, cdt_);
+      once_fixed(kWorkspace, fixed);
+      once(kTransient, flash_bwd_scratch_bytes(1, S_, A_, K_, D_, cdt_) - fixed);
+      at("flash attention backward", l);
+      drop(dy);
+      drop(b.attn_in);
+      drop(pre + "attn.y");
+      drop(pre + "attn.lse");
+      if (b.has_kv_cache) drop(pre + "attn.kv_cache");
+      return dqkv;
+    }
+    const std::string dvalues = pre + "d.values_in";
+    add(dvalues, kTransient, square(e_));
+    workspace_on();
+    at("attention values backward", l);
+    drop(dy);
+    if (b.has_kv_repeat) drop(pre + "attn.kv_repeat");
+    if (b.values_in != b.probs) drop(b.values_in);
+    const std::string dropped = !b.probs_drop.empty() ? b.probs_drop : b.probs_c;
+    std::string ddropped = dvalues;
+    if (dropped != b.values_in) {
+      ddropped = pre + "d.dropped";
+      add(ddropped, kTransient, square(b.probs_c_elem));
+      at("cast", l);
+      drop(dvalues);
+    }
+    std::string dprobs_c = ddropped;
+    if (dropout_) {
+      dprobs_c = pre + "d.probs_c";
+      add(dprobs_c, kTransient, square(b.probs_c_elem));
+      at("attention dropout backward", l);
+      drop(ddropped);
+      drop(pre + "attn.probs_mask");
+    }
+    std::string dprobs = dprobs_c;
+    if (b.probs_c != b.probs) {
+      dprobs = pre + "d.probs";
+      add(dprobs, kTransient, square(b.probs_elem));
+      at("cast", l);
+      drop(dprobs_c);
+    }
+    add(pre + "d.scores", kTransient, square(b.scores_elem));
+    at("softmax backward", l);
+    drop(dprobs);
+    drop(b.probs);
+    at("attention scores backward", l);
+    drop(pre + "d.scores");
+    drop(b.attn_in);
+    return dqkv;
+  }
+
+  // From the gradient of the block's output to the gradient of its input.
+  std::string block_bwd(const Block& b, const std::string& dx_out) {
+    const std::int64_t l = b.l;
+    const std::string& pre = b.pre;
+    // The residual's gradient reaches the MLP branch in the compute dtype.
+    std::string dmlp = dx_out;
+    if (w_ != e_) {
+      dmlp = pre + "d.mlp.y";
+      add(dmlp, kTransient, rows(H_, e_));
+      at("cast", l);
+    }
+    if (dropout_ && gpt_) {
+      add(pre + "d.mlp.out", kTransient, rows(H_, e_));
+      at("mlp dropout backward", l);
+      if (dmlp != dx_out) drop(dmlp);
+      drop(pre + "mlp.mask");
+      dmlp = pre + "d.mlp.out";
+    }
+    std::string dnorm2_out;
+    if (gpt_) {
+      const std::string dgelu_out =
+          linear_bwd(b.out, dmlp, dmlp != dx_out, true, l, pre + "d.gelu.out");
+      add(pre + "d.gelu.in", kTransient, rows(F_, b.gelu_elem));
+      once(kTransient, rows(2 * F_, b.gelu_elem));
+      at("gelu backward", l);
+      drop(dgelu_out);
+      drop(b.gelu_in);
+      for (const char* piece : {"mlp.gelu.tanh", "mlp.gelu.one_plus_tanh", "mlp.gelu.half_x"})
+        drop(pre + piece);
+      std::string dfc = pre + "d.gelu.in";
+      if (b.gelu_elem != e_) {
+        dfc = pre + "d.fc.out";
+        add(dfc, kTransient, rows(F_, e_));
+        at("cast", l);
+        drop(pre + "d.gelu.in");
+      }
+      dnorm2_out = linear_bwd(b.fc, dfc, true, true, l, pre + "d.norm2.out");
+    } else {
+      const std::string dswiglu =
+          linear_bwd(b.out, dmlp, dmlp != dx_out, true, l, pre + "d.swiglu.out");
+      add(pre + "d.gate", kTransient, rows(F_, e_));
+      add(pre + "d.up", kTransient, rows(F_, e_));
+      at("swiglu backward", l);
+      drop(dswiglu);
+      drop(pre + "mlp.gate.out");
+      drop(pre + "mlp.up.out");
+      drop(pre + "mlp.silu.out");
+      // Without autocast the norm's output is both GEMMs' input: the gate's backward frees it.
+      const std::string dx_up = linear_bwd(b.up, pre + "d.up", true, b.up.x_cast, l, pre + "d.x.up");
+      const std::string dx_gate = linear_bwd(b.fc, pre + "d.gate", true, true, l, pre + "d.x.gate");
+      dnorm2_out = pre + "d.norm2.out";
+      add(dnorm2_out, kTransient, rows(H_, w_));
+      at("add", l);
+      drop(dx_gate);
+      drop(dx_up);
+    }
+    const std::string dnorm2_in = pre + "d.norm2.in";
+    norm_bwd(pre + "norm2", dnorm2_out, b.norm2_x, pre + "x_mid", dnorm2_in, l);
+    const std::string dx_mid = pre + "d.x_mid";
+    add(dx_mid, kTransient, rows(H_, w_));
+    at("residual backward", l);
+    drop(dx_out);
+    drop(dnorm2_in);
+
+    std::string dproj = dx_mid;
+    if (w_ != e_) {
+      dproj = pre + "d.proj.y";
+      add(dproj, kTransient, rows(H_, e_));
+      at("cast", l);
+    }
+    if (dropout_ && gpt_) {
+      add(pre + "d.proj.out", kTransient, rows(H_, e_));
+      at("attention dropout backward", l);
+      if (dproj != dx_mid) drop(dproj);
+      drop(pre + "attn.proj.mask");
+      dproj = pre + "d.proj.out";
+    }
+    const std::string dy = linear_bwd(b.proj, dproj, dproj != dx_mid, eager_, l, pre + "d.attn.y");
+    std::string dqkv = attention_bwd(b, dy);
+    if (!gpt_) {
+      add(pre + "d.qkv", kTransient, rows(Q_, e_));
+      at("rope backward", l);
+      drop(dqkv);
+      dqkv = pre + "d.qkv";
+      if (l == 0) drop("rope.cos_sin");
+    }
+    const std::string dnorm1_out = linear_bwd_qkv(b, dqkv);
+    const std::string dnorm1_in = pre + "d.norm1.in";
+    norm_bwd(pre + "norm1", dnorm1_out, b.norm1_x, b.x_in, dnorm1_in, l);
+    // llama in 16 bits: the block input is not the norm's x; it was freed in the forward.
+    const std::string dx_in = fmt::format("{}.d.x_in", l);
+    add(dx_in, kTransient, rows(H_, w_));
+    at("residual backward", l);
+    drop(dx_mid);
+    drop(dnorm1_in);
+    return dx_in;
+  }
+
+  // The q|k|v projection's backward; under autocast llama's two more input copies go with the
+  // last op of it.
+  std::string linear_bwd_qkv(const Block& b, const std::string& dqkv) {
+    const bool more = !gpt_ && amp_;
+    const std::string out = linear_bwd(b.qkv, dqkv, true, true, b.l, b.pre + "d.norm1.out");
+    if (more) drop(b.pre + "attn.qkv.in.autocast.kv");
+    return out;
+  }
+
+  void backward() {
+    // Loss backward: the log-softmax's gradient and the logits' (fp32) before the cast back.
+    add("d.logits.f32", kTransient, rows(V_, 4));
+    once(kTransient, rows(V_, 4));
+    at("cross-entropy backward");
+    drop(logits_f32_);
+    drop("ce.lse");
+    std::string dlogits = "d.logits.f32";
+    if (e_ != 4) {
+      dlogits = "d.logits";
+      add(dlogits, kTransient, rows(V_, e_));
+      at("logits gradient cast");
+      drop("d.logits.f32");
+    }
+    // A tied lm head's gradient waits in autograd's input buffer until the embedding's joins it.
+    const bool tied = cfg_.model.tied_embeddings;
+    Lin lm = lm_;
+    if (tied) {
+      // Written by the lm head backward (or its cast), not a .grad until the sum.
+      const std::string name = "wte.grad.lm_head";
+      if (amp_) {
+        add_fixed("lm_head.dw16", kGradients, param(V_ * H_, e_));
+        add(lm.x_cast ? "lm_head.dx16" : "d.final_norm.out", kTransient, rows(H_, e_));
+        workspace_on();
+        at("lm head linear backward");
+        drop(dlogits);
+        drop(lm.x);
+        drop("lm_head.w.autocast");
+        add_fixed(name, kGradients, param(V_ * H_, w_));
+        at("weight gradient cast");
+        drop("lm_head.dw16");
+      } else {
+        add(lm.x_cast ? "lm_head.dx16" : "d.final_norm.out", kTransient, rows(H_, e_));
+        add_fixed(name, kGradients, param(V_ * H_, w_));
+        workspace_on();
+        at("lm head linear backward");
+        drop(dlogits);
+        drop(lm.x);
+      }
+      if (lm.x_cast) {
+        add("d.final_norm.out", kTransient, rows(H_, lm.x_orig_elem));
+        at("input gradient cast");
+        drop("lm_head.dx16");
+      }
+    } else {
+      linear_bwd(lm, dlogits, true, true, -1, "d.final_norm.out");
+    }
+    const std::string x_last = fmt::format("{}.x_out", L_ - 1);
+    std::string dx = "d.x_last";
+    norm_bwd("final_norm", "d.final_norm.out", final_x_, x_last, dx, -1);
+
+    for (std::int64_t l = L_ - 1; l >= 0; --l) {
+      Block b = blocks_[static_cast<std::size_t>(l)];
+      if (ckpt_) {
+        Pass replay;
+        replay.replay = true;
+        b = block_fwd(l, b.x_in, replay);
+      }
+      dx = block_bwd(b, dx);
+    }
+
+    std::string dembed = dx;
+    if (dropout_ && gpt_) {
+      add("d.embed.out", kTransient, rows(H_, w_));
+      at("embedding dropout backward");
+      drop(dx);
+      drop("embed.mask");
+      dembed = "d.embed.out";
+    }
+    if (tied)
+      add_fixed("wte.grad.embedding", kGradients, param(V_ * H_, w_));
+    else
+      write_grad(V_ * H_);
+    if (gpt_) write_grad(position_rows(cfg_.model, S_) * H_);
+    workspace_on();
+    at("embedding backward");
+    drop(dembed);
+    if (has("gemm.workspace")) drop("gemm.workspace");
+    if (tied) {
+      write_grad(V_ * H_);
+      at("tied embedding gradient sum");
+      drop("wte.grad.lm_head");
+      drop("wte.grad.embedding");
+    }
+  }
+
+  // torch AdamW (foreach on CUDA: sqrt(exp_avg_sq) of every parameter at once, a model-sized
+  // list of temporaries) or SGD; without an optimizer the step ends with the gradients.
+  void optimizer() {
+    if (cfg_.optimizer == Optimizer::adamw)
+      once_fixed(kOptimizerTemporaries, held(checked_mul(params_, w_, "foreach"), own_));
+    at(end_of_step(cfg_));
+  }
+
+  const RunConfig& cfg_;
+  Bytes S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0, L_ = 0;
+  DType cdt_ = DType::f32, wdt_ = DType::f32;
+  Bytes e_ = 4, w_ = 4;
+  bool amp_ = false, gpt_ = true, eager_ = false, dropout_ = false, ckpt_ = false, accum_ = false;
+  bool own_ = false;
+  Bytes context_ = 0, workspace_bytes_ = 0;
+  Bytes weights_ = 0, state_ = 0, grads_ = 0, params_ = 0;
+  std::vector<Entry> live_, once_;
+  std::vector<std::pair<std::string, bool>> cache_;
+  std::vector<std::pair<std::string, Bytes>> with_gemm_;  // held by the next linear's GEMM, saved  // autocast's copies: name, saved by a GEMM
+  std::vector<Block> blocks_;
+  Lin lm_;
+  std::string final_x_, logits_f32_;
+  std::vector<Point> points_;
+};
+
+}  // namespace
+
+std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead) {
+  return HfWalk(cfg, overhead).run();
+}
+
+}  // namespace vrambench::estimate_walk
