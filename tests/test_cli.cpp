@@ -134,6 +134,32 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
   }
 }
 
+// Every table states whose allocations its step reproduces: the summary line and the JSON's
+// provenance name the framework, or say it is per row when the sweep varies it (a column then).
+TEST(Cli, EveryTableStatesItsFramework) {
+  const fs::path dir = scratch("framework");
+  struct Case {
+    std::string args, name, says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--device sim:rtx4090 --seq 512", "lean", "lean"},
+           {"--device sim:rtx4090 --seq 512 --framework hf", "hf", "hf"},
+           {"--device sim:rtx4090 --seq 512 --sweep framework=lean,hf", "both", "per row"},
+           {"estimate --seq 512 --framework hf", "est", "hf"},
+           {"--device sim:rtx4090 --over seq --framework hf", "seq", "hf"}}) {
+    SCOPED_TRACE(c.args);
+    const CommandResult run = vrambench(c.args + " --out " + dir.string() + " --name " + c.name);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(run.out.find(", framework " + c.says), std::string::npos) << run.out;
+    const auto doc = nlohmann::json::parse(slurp(dir / (c.name + ".json")));
+    EXPECT_EQ(doc.at("provenance").at("extra").at("framework"), c.says);
+    const bool column = c.says == "per row";
+    const auto csv = csv_of(dir / (c.name + ".csv"));
+    EXPECT_EQ(std::find(csv[0].begin(), csv[0].end(), "framework") != csv[0].end(), column);
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Cli, SearchOnSimRespectsCapacityAtMaxAndMaxPlusOne) {
   const fs::path dir = scratch("search");
   const CommandResult run = vrambench(

@@ -73,6 +73,26 @@ RunDevice run_device(const std::vector<Device>& devices, const CliOptions& optio
   return {devices.front().info.kind, device_label(devices)};
 }
 
+// Whose allocations the table's step reproduces (docs/memory-model.md, "Frameworks"): the
+// framework of the base configuration, or "per row" when the sweep varies it (then it is a
+// column). Every table states it: in its provenance (extra.framework) and on its summary line.
+std::string framework_text(const Grid& grid, const CliOptions& options) {
+  if (std::find(grid.varying.begin(), grid.varying.end(), "framework") != grid.varying.end())
+    return "per row";
+  return std::string(to_string(base_config(options).framework));
+}
+Provenance provenance_of(const Grid& grid, const CliOptions& options, int argc,
+                         const char* const* argv, const std::string& device) {
+  Provenance p = make_provenance(argc, argv, device);
+  p.extra["framework"] = framework_text(grid, options);
+  return p;
+}
+// "sim:h100-80gb (H100 SXM 80GB), framework lean": what the summary line says the rows ran on.
+std::string on_device(const std::string& device, const Provenance& p) {
+  const auto it = p.extra.find("framework");
+  return it == p.extra.end() ? device : fmt::format("{}, framework {}", device, it->second);
+}
+
 std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
   std::string out;
   for (const std::string& f : key_columns(varying))
@@ -161,9 +181,10 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   const bool at_batch = options.fields.count("batch") > 0;
 
   Table table = estimate_table(grid.varying, at_batch);
+  const Provenance provenance = provenance_of(grid, options, argc, argv, device_name);
   ResultWriter writer(options.out,
                       options.name.empty() ? default_output_name("estimate") : options.name, table,
-                      make_provenance(argc, argv, device_name), formats.csv, formats.json);
+                      provenance, formats.csv, formats.json);
   std::int64_t smallest = INT64_MAX, largest = 0;
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
@@ -180,7 +201,8 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   if (grid.configs.empty()) smallest = largest = 0;  // an empty shard
   if (formats.markdown) fmt::print("{}", to_markdown(table));
   const std::string summary_line = estimate_summary_line(
-      static_cast<std::int64_t>(grid.configs.size()), device_name, smallest, largest);
+      static_cast<std::int64_t>(grid.configs.size()), on_device(device_name, provenance), smallest,
+      largest);
   fmt::print("\n{}\n", summary_line);
   writer.finish(table, {{"configurations", grid.configs.size()},
                         {"min_est_max_batch", smallest},
@@ -209,9 +231,10 @@ int run_seq_search(const CliOptions& options, const Grid& grid, int argc, const 
         "sim replay's answer, or sweep --sweep seq=... over the batch search");
   const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
   Table table = seq_search_table(grid.varying, measured);
+  const Provenance provenance = provenance_of(grid, options, argc, argv, run.label);
   ResultWriter writer(
       options.out, options.name.empty() ? default_output_name("search-seq") : options.name, table,
-      make_provenance(argc, argv, run.label), options.formats.csv, options.formats.json);
+      provenance, options.formats.csv, options.formats.json);
   Progress progress(!options.quiet && stderr_is_terminal(),
                     static_cast<std::int64_t>(grid.configs.size()));
   const auto start = std::chrono::steady_clock::now();
@@ -231,7 +254,7 @@ int run_seq_search(const CliOptions& options, const Grid& grid, int argc, const 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options.formats.markdown) fmt::print("{}", to_markdown(table));
-  const std::string summary_line = seq_search_summary_line(table, run.label, seconds);
+  const std::string summary_line = seq_search_summary_line(table, on_device(run.label, provenance), seconds);
   fmt::print("\n{}\n", summary_line);
   writer.finish(
       table,
@@ -268,9 +291,10 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const bool with_paged = std::any_of(grid.configs.begin(), grid.configs.end(),
                                       [](const RunConfig& c) { return is_paged(c.optimizer); });
   Table table = search_table(grid.varying, measured, with_sim, with_paged);
+  const Provenance provenance = provenance_of(grid, options, argc, argv, run.label);
   ResultWriter writer(options.out,
                       options.name.empty() ? default_output_name("search") : options.name, table,
-                      make_provenance(argc, argv, run.label), formats.csv, formats.json);
+                      provenance, formats.csv, formats.json);
   const ResumedRows resumed =
       options.resume ? resume_rows(grid, writer, table) : ResumedRows(grid.configs.size());
 
@@ -340,7 +364,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
 
   if (formats.markdown) fmt::print("{}", to_markdown(table));
   const SearchSummary summary = summarize_search(table);
-  const std::string summary_line = search_summary_line(summary, run.label, seconds);
+  const std::string summary_line = search_summary_line(summary, on_device(run.label, provenance), seconds);
   fmt::print("\n{}\n", summary_line);
   nlohmann::json summary_json = search_summary_json(summary, summary_line, seconds);
   summary_json["details"] = std::move(details);
@@ -387,12 +411,14 @@ int run_merge_command(const CliOptions& options) {
   const auto configurations = static_cast<std::int64_t>(merged.table.rows.size());
   if (is_search_table(merged.table)) {
     const SearchSummary s = summarize_search(merged.table);
-    summary_line = search_summary_line(s, merged.provenance.device, merged.seconds);
+    summary_line = search_summary_line(s, on_device(merged.provenance.device, merged.provenance),
+                                       merged.seconds);
     summary = search_summary_json(s, summary_line, merged.seconds);
     if (!merged.details.is_null()) summary["details"] = merged.details;
   } else {
     summary_line =
-        estimate_summary_line(configurations, merged.provenance.device,
+        estimate_summary_line(configurations,
+                              on_device(merged.provenance.device, merged.provenance),
                               merged.smallest_est_max_batch, merged.largest_est_max_batch);
     summary = {{"configurations", configurations},
                {"min_est_max_batch", merged.smallest_est_max_batch},
