@@ -20,3 +20,11 @@ table "$root/sim-h100-80gb" grid-gpt2 --device sim:h100-80gb \
   --sweep attention=eager,flash --sweep recompute=none,selective,full
 table "$root/sim-rtx4090" llama3-8b-no-optimizer --device sim:rtx4090 --preset llama3-8b \
   --optimizer none --recompute full --sweep seq=512..8192 --sweep attention=eager,flash
+# What a Hugging Face transformers step on PyTorch holds (--framework hf) beside the lean one: the
+# headline sweep, and full training of llama3.2-1b on a 24 GB card loaded in bf16 and under
+# autocast (amp-bf16), eager and sdpa attention, with and without gradient checkpointing.
+table "$root/sim-h100-80gb" headline-gpt2-hf --device sim:h100-80gb --framework hf \
+  --sweep seq=512..8192
+table "$root/sim-rtx4090" llama3.2-1b-hf --device sim:rtx4090 --preset llama3.2-1b --framework hf \
+  --sweep dtype=bf16,amp-bf16 --sweep attention=eager,flash --sweep recompute=none,full \
+  --sweep seq=512,2048
