@@ -14,12 +14,12 @@ bin=${VRAMBENCH:-build/vrambench}
 
 source scripts/lib/table.sh
 
-table "$root/sim-h100-80gb" headline-gpt2 --device sim:h100-80gb --sweep seq=512..8192
-table "$root/sim-h100-80gb" grid-gpt2 --device sim:h100-80gb \
+table "$root/sim-h100-80gb" headline-gpt2 --device sim:h100-80gb --framework lean --sweep seq=512..8192
+table "$root/sim-h100-80gb" grid-gpt2 --device sim:h100-80gb --framework lean \
   --sweep preset=gpt2,gpt2-medium --sweep seq=512..8192 --sweep dtype=fp32,bf16 \
   --sweep attention=eager,flash --sweep recompute=none,selective,full
-table "$root/sim-rtx4090" llama3-8b-no-optimizer --device sim:rtx4090 --preset llama3-8b \
-  --optimizer none --recompute full --sweep seq=512..8192 --sweep attention=eager,flash
+table "$root/sim-rtx4090" llama3-8b-no-optimizer --device sim:rtx4090 --framework lean \
+  --preset llama3-8b --optimizer none --recompute full --sweep seq=512..8192 --sweep attention=eager,flash
 # What a Hugging Face transformers step on PyTorch holds (--framework hf) beside the lean one: the
 # headline sweep, and full training of llama3.2-1b on a 24 GB card loaded in bf16 and under
 # autocast (amp-bf16), eager and sdpa attention, with and without gradient checkpointing.

@@ -22,6 +22,7 @@ namespace {
 
 RunConfig tiny_16bit(Precision dtype) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset("tiny").model;
   cfg.model.vocab = 32;
   cfg.model.max_positions = 16;

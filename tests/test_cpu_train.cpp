@@ -23,6 +23,7 @@ namespace {
 RunConfig tiny(std::string_view preset, Attention attention, Recompute recompute,
                Optimizer optimizer = Optimizer::none) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset(preset).model;
   cfg.model.vocab = 32;
   cfg.model.max_positions = 16;

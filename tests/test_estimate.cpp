@@ -24,6 +24,7 @@ constexpr Bytes kLlama2Params = 6'738'415'616;
 
 RunConfig config(std::string_view preset, std::int64_t seq) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset(preset).model;
   cfg.seq = seq;
   cfg.dtype = Precision::bf16;

@@ -28,6 +28,7 @@ GridError grid_error(AllocatorKind allocator) {
     for (Attention attention : {Attention::eager, Attention::flash})
       for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
         RunConfig cfg;
+        cfg.framework = Framework::lean;
         cfg.model = find_preset("gpt2").model;
         cfg.seq = S;
         cfg.dtype = Precision::bf16;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "core/presets.h"
 #include "program/program.h"
 
@@ -70,6 +71,50 @@ TEST(HfProgram, GradAccumulationKeepsGradientsAndHoldsEachNewGradient) {
       }
       EXPECT_GT(live_profile(many, live_many).peak, live_profile(one, live_one).peak);
     }
+}
+
+// --framework auto (the default) runs hf where the hf profile models the recipe and lean
+// elsewhere; an explicit framework is kept, and an explicit hf refuses what it does not model.
+TEST(HfProgram, AutoPicksHfWhereItModelsTheRecipeAndLeanElsewhere) {
+  RunConfig cfg;
+  cfg.model = find_preset("tiny").model;
+  EXPECT_EQ(cfg.framework, Framework::automatic);
+  EXPECT_EQ(framework_of(cfg), Framework::hf);
+  EXPECT_EQ(hf_gap(cfg), "");
+  struct Change {
+    const char* what;
+    void (*apply)(RunConfig&);
+  };
+  for (const Change& c : std::initializer_list<Change>{
+           {"lora", [](RunConfig& x) { x.finetune = Finetune::lora; }},
+           {"selective", [](RunConfig& x) { x.recompute = Recompute::selective; }},
+           {"8-bit", [](RunConfig& x) { x.optimizer = Optimizer::adamw_8bit; }},
+           {"layer scope", [](RunConfig& x) { x.scope = Scope::layer; }}}) {
+    SCOPED_TRACE(c.what);
+    RunConfig x = cfg;
+    c.apply(x);
+    EXPECT_NE(hf_gap(x), "");
+    EXPECT_EQ(framework_of(x), Framework::lean);
+    EXPECT_NO_THROW(validate(x));
+    x.framework = Framework::hf;
+    EXPECT_THROW(validate(x), UsageError);
+    // Autocast is an hf precision: with auto it needs a recipe hf models, and says why not.
+    x.framework = Framework::automatic;
+    x.dtype = Precision::amp_bf16;
+    try {
+      validate(x);
+      ADD_FAILURE() << "amp-bf16 accepted where auto picks lean";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("auto chose lean"), std::string::npos) << e.what();
+    }
+  }
+  RunConfig lean = cfg;
+  lean.framework = Framework::lean;
+  EXPECT_EQ(framework_of(lean), Framework::lean);
+  // The default step is the hf one, whose program holds more than the lean one.
+  const Liveness hf_live = compute_liveness(build_program(cfg, 0));
+  EXPECT_GT(live_profile(build_program(cfg, 0), hf_live).peak,
+            live_profile(build_program(lean, 0), compute_liveness(build_program(lean, 0))).peak);
 }
 
 }  // namespace

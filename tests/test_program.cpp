@@ -27,6 +27,7 @@ bool whole_step_role(Role r) {
 
 RunConfig tiny_config(Arch arch) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model.arch = arch;
   cfg.model.hidden = 16;
   cfg.model.heads = 4;
@@ -45,6 +46,7 @@ RunConfig tiny_config(Arch arch) {
 // block on each side.
 RunConfig korthikanti_config() {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model.arch = Arch::gpt;
   cfg.model.hidden = 64;
   cfg.model.heads = 4;
@@ -482,6 +484,7 @@ TEST(ProgramParameters, WeightBytesMatchParameterCount) {
                                    find_preset("tiny-llama").model, gqa.model}) {
     for (Precision dtype : {Precision::bf16, Precision::fp32}) {
       RunConfig cfg;
+      cfg.framework = Framework::lean;
       cfg.model = model;
       cfg.seq = std::min<std::int64_t>(64, model.arch == Arch::gpt ? model.max_positions : 64);
       cfg.dtype = dtype;
@@ -497,6 +500,7 @@ TEST(ProgramParameters, WeightBytesMatchParameterCount) {
   }
   // gpt2 in bf16 with Adam: ZeRO's 16 bytes per parameter.
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset("gpt2").model;
   cfg.seq = 128;
   const Program p = build_program(cfg, 0);

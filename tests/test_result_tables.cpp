@@ -31,6 +31,7 @@ std::size_t column_index(const Table& t, const std::string& key) {
 
 TEST(ResultTables, ModelStateIsSixteenBytesPerParameterForMixedAdamW) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset("gpt2").model;
   cfg.dtype = Precision::bf16;
   cfg.optimizer = Optimizer::adamw;
@@ -103,6 +104,7 @@ TEST(ResultTables, SearchRowOfAFailedMeasurementSaysHowItFailed) {
 
 TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrorsFromTheRows) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset("tiny").model;
   DeviceInfo d;
   d.total = 64 * MiB;

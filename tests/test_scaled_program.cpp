@@ -33,6 +33,7 @@ std::vector<RunConfig> configurations() {
           for (Optimizer optimizer : {Optimizer::adamw, Optimizer::sgd, Optimizer::none})
             for (Precision dtype : {Precision::fp32, Precision::fp16, Precision::bf16}) {
               RunConfig cfg;
+              cfg.framework = Framework::lean;
               cfg.model = find_preset(preset).model;
               cfg.seq = 128;
               cfg.attention = attention;
@@ -117,6 +118,7 @@ std::vector<RunConfig> finetune_configurations() {
           for (Attention attention : {Attention::eager, Attention::flash})
             for (Precision dtype : {Precision::fp16, Precision::bf16}) {
               RunConfig cfg;
+              cfg.framework = Framework::lean;
               cfg.model = find_preset(preset).model;
               cfg.seq = 128;
               cfg.finetune = finetune;
@@ -195,6 +197,7 @@ TEST(BatchScaledProgram, HfProgramsMatchTheBuiltProgramAtEveryBatch) {
       for (Attention attention : {Attention::eager, Attention::flash})
         for (Recompute recompute : {Recompute::none, Recompute::full}) {
           RunConfig cfg;
+          cfg.framework = Framework::lean;
           cfg.model = find_preset(preset).model;
           cfg.framework = Framework::hf;
           cfg.seq = 128;
@@ -229,6 +232,7 @@ TEST(BatchScaledProgram, HfProgramsMatchTheBuiltProgramAtEveryBatch) {
 // transients do not grow, paged state neither; the rescaled program has them all as built.
 TEST(BatchScaledProgram, FineTuningTensorsGrowWithTheBatchOnlyWhereTheyHoldIt) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset("tiny-llama").model;
   cfg.seq = 64;
   cfg.finetune = Finetune::qlora;
@@ -306,6 +310,7 @@ TEST(BatchScaledProgram, MeasuredFineTuningTrialsMatchProgramsBuiltPerBatch) {
 
 TEST(BatchScaledProgram, ReplaysToTheSameTrialAsTheBuiltProgram) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset("gpt2").model;
   cfg.seq = 1024;
   BatchScaledProgram sizes(cfg, 32 * MiB);
@@ -336,6 +341,7 @@ TEST(BatchScaledProgram, ReplaysToTheSameTrialAsTheBuiltProgram) {
 
 TEST(BatchScaledProgram, ABatchTheBuilderRefusesIsRefusedTheSameWay) {
   RunConfig cfg;
+  cfg.framework = Framework::lean;
   cfg.model = find_preset("gpt2").model;
   BatchScaledProgram sizes(cfg, 0);
   sizes.at(1);

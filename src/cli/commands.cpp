@@ -73,18 +73,14 @@ RunDevice run_device(const std::vector<Device>& devices, const CliOptions& optio
   return {devices.front().info.kind, device_label(devices)};
 }
 
-// Whose allocations the table's step reproduces (docs/memory-model.md, "Frameworks"): the
-// framework of the base configuration, or "per row" when the sweep varies it (then it is a
-// column). Every table states it: in its provenance (extra.framework) and on its summary line.
-std::string framework_text(const Grid& grid, const CliOptions& options) {
-  if (std::find(grid.varying.begin(), grid.varying.end(), "framework") != grid.varying.end())
-    return "per row";
-  return std::string(to_string(base_config(options).framework));
-}
-Provenance provenance_of(const Grid& grid, const CliOptions& options, int argc,
-                         const char* const* argv, const std::string& device) {
+// Whose allocations the table's step reproduces (docs/memory-model.md, "Frameworks"): the one
+// framework of the sweep's rows, or "per row" when they differ (a framework column when the sweep
+// varies it; auto's rule otherwise: hf where it models the recipe, lean elsewhere). Every table
+// states it: in its provenance (extra.framework) and on its summary line.
+Provenance provenance_of(const Grid& grid, int argc, const char* const* argv,
+                         const std::string& device) {
   Provenance p = make_provenance(argc, argv, device);
-  p.extra["framework"] = framework_text(grid, options);
+  p.extra["framework"] = grid.framework;
   return p;
 }
 // "sim:h100-80gb (H100 SXM 80GB), framework lean": what the summary line says the rows ran on.
@@ -181,7 +177,7 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   const bool at_batch = options.fields.count("batch") > 0;
 
   Table table = estimate_table(grid.varying, at_batch);
-  const Provenance provenance = provenance_of(grid, options, argc, argv, device_name);
+  const Provenance provenance = provenance_of(grid, argc, argv, device_name);
   ResultWriter writer(options.out,
                       options.name.empty() ? default_output_name("estimate") : options.name, table,
                       provenance, formats.csv, formats.json);
@@ -231,7 +227,7 @@ int run_seq_search(const CliOptions& options, const Grid& grid, int argc, const 
         "sim replay's answer, or sweep --sweep seq=... over the batch search");
   const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
   Table table = seq_search_table(grid.varying, measured);
-  const Provenance provenance = provenance_of(grid, options, argc, argv, run.label);
+  const Provenance provenance = provenance_of(grid, argc, argv, run.label);
   ResultWriter writer(
       options.out, options.name.empty() ? default_output_name("search-seq") : options.name, table,
       provenance, options.formats.csv, options.formats.json);
@@ -291,7 +287,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const bool with_paged = std::any_of(grid.configs.begin(), grid.configs.end(),
                                       [](const RunConfig& c) { return is_paged(c.optimizer); });
   Table table = search_table(grid.varying, measured, with_sim, with_paged);
-  const Provenance provenance = provenance_of(grid, options, argc, argv, run.label);
+  const Provenance provenance = provenance_of(grid, argc, argv, run.label);
   ResultWriter writer(options.out,
                       options.name.empty() ? default_output_name("search") : options.name, table,
                       provenance, formats.csv, formats.json);

@@ -26,8 +26,9 @@ constexpr std::string_view kSubcommands[] = {"search", "estimate", "plan",    "p
 
 constexpr const char* kExamples = R"(Examples:
   vrambench --sweep seq=512..8192
-      the largest batch at each sequence length (gpt2, bf16, flash, AdamW) on the default
-      device: your GPU, or a simulated H100 80GB when there is none
+      the largest batch at each sequence length (gpt2, bf16, flash, AdamW, as Hugging Face
+      transformers on PyTorch holds it) on the default device: your GPU, or a simulated H100
+      80GB when there is none; --framework lean for a hand-written trainer's step
   vrambench --device sim:rtx4090 --preset llama3-8b --dtype bf16 --recompute full \
             --sweep seq=1024,2048,4096 --sweep attention=eager,flash
   vrambench estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 --vram 80GiB

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -63,6 +64,10 @@ Grid make_grid(const CliOptions& options) {
       throw UsageError(fmt::format("{} (at grid point{})", e.what(), where));
     }
   }
+  std::set<Framework> frameworks;
+  for (const RunConfig& cfg : grid.configs) frameworks.insert(framework_of(cfg));
+  if (frameworks.empty()) frameworks.insert(framework_of(base));
+  grid.framework = frameworks.size() == 1 ? std::string(to_string(*frameworks.begin())) : "per row";
   if (options.shard) {
     std::vector<RunConfig> mine;
     for (std::size_t i = 0; i < grid.configs.size(); ++i)

@@ -65,6 +65,9 @@ struct Grid {
   std::vector<Axis> axes;
   std::vector<std::string> varying;  // fields with more than one value
   std::vector<RunConfig> configs;    // every configuration (of the shard), each validated
+  // The framework whose step the whole sweep's rows run (framework_of), the same for every shard:
+  // "lean", "hf", or "per row" when the sweep varies it or auto picks both.
+  std::string framework;
 };
 // Expands the sweeps over the base configuration and validates every point (the one validate() of
 // each configuration), so that a mistake anywhere in the grid is reported before anything runs or

@@ -23,7 +23,8 @@ constexpr NameTable<Precision, 6> kPrecision{{{Precision::fp32, "fp32"},
                                               {Precision::bf16, "bf16"},
                                               {Precision::amp_fp16, "amp-fp16"},
                                               {Precision::amp_bf16, "amp-bf16"}}};
-constexpr NameTable<Framework, 2> kFramework{{{Framework::lean, "lean"}, {Framework::hf, "hf"}}};
+constexpr NameTable<Framework, 3> kFramework{
+    {{Framework::automatic, "auto"}, {Framework::lean, "lean"}, {Framework::hf, "hf"}}};
 constexpr NameTable<Attention, 2> kAttention{
     {{Attention::eager, "eager"}, {Attention::flash, "flash"}}};
 constexpr NameTable<Recompute, 3> kRecompute{
@@ -344,6 +345,32 @@ std::int64_t parameter_count(const ModelConfig& m) {
   return n;
 }
 
+std::string hf_gap(const RunConfig& cfg) {
+  // What the hf step program covers so far (docs/memory-model.md, "Frameworks").
+  if (cfg.scope != Scope::model)
+    return fmt::format("--framework hf builds whole training steps: use --scope model (got --scope "
+                       "{})",
+                       to_string(cfg.scope));
+  if (is_finetune(cfg))
+    return fmt::format("--framework hf does not model --finetune {} yet: use --finetune full, or "
+                       "--framework lean",
+                       to_string(cfg.finetune));
+  if (cfg.recompute == Recompute::selective)
+    return "--framework hf: transformers checkpoints whole decoder layers; use --recompute none or "
+           "full";
+  if (cfg.optimizer != Optimizer::adamw && cfg.optimizer != Optimizer::sgd &&
+      cfg.optimizer != Optimizer::none)
+    return fmt::format("--framework hf models torch's own optimizers: use --optimizer adamw, sgd "
+                       "or none (got {})",
+                       to_string(cfg.optimizer));
+  return "";
+}
+
+Framework framework_of(const RunConfig& cfg) {
+  if (cfg.framework != Framework::automatic) return cfg.framework;
+  return hf_gap(cfg).empty() ? Framework::hf : Framework::lean;
+}
+
 void validate(const RunConfig& cfg) {
   const ModelConfig& m = cfg.model;
   require_positive(m.hidden, "hidden");
@@ -393,29 +420,15 @@ void validate(const RunConfig& cfg) {
         "--quant {} stores a frozen base: use it with --finetune lora or qlora, not full",
         to_string(cfg.quant)));
   }
-  if (cfg.framework == Framework::lean && is_autocast(cfg.dtype))
+  if (const std::string gap = hf_gap(cfg); cfg.framework == Framework::hf && !gap.empty())
+    throw UsageError(gap);
+  if (framework_of(cfg) == Framework::lean && is_autocast(cfg.dtype))
     throw UsageError(fmt::format("--dtype {} is autocast over fp32 weights, a --framework hf recipe; "
-                                 "--framework lean takes fp32, tf32, fp16 or bf16",
-                                 to_string(cfg.dtype)));
-  if (cfg.framework == Framework::hf) {
-    // What the hf step program covers so far (docs/memory-model.md, "Frameworks").
-    if (cfg.scope != Scope::model)
-      throw UsageError(fmt::format("--framework hf builds whole training steps: use --scope model "
-                                   "(got --scope {})",
-                                   to_string(cfg.scope)));
-    if (is_finetune(cfg))
-      throw UsageError(fmt::format("--framework hf does not model --finetune {} yet: use --finetune "
-                                   "full, or --framework lean",
-                                   to_string(cfg.finetune)));
-    if (cfg.recompute == Recompute::selective)
-      throw UsageError("--framework hf: transformers checkpoints whole decoder layers; use "
-                       "--recompute none or full");
-    if (cfg.optimizer != Optimizer::adamw && cfg.optimizer != Optimizer::sgd &&
-        cfg.optimizer != Optimizer::none)
-      throw UsageError(fmt::format("--framework hf models torch's own optimizers: use --optimizer "
-                                   "adamw, sgd or none (got {})",
-                                   to_string(cfg.optimizer)));
-  }
+                                 "--framework lean takes fp32, tf32, fp16 or bf16{}",
+                                 to_string(cfg.dtype),
+                                 cfg.framework == Framework::automatic
+                                     ? fmt::format(" (auto chose lean: {})", hf_gap(cfg))
+                                     : ""));
   if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
     throw UsageError("--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "
                      "lora --quant int8)");

@@ -26,8 +26,9 @@ enum class Arch { gpt, llama };
 enum class Precision { fp32, tf32, fp16, bf16, amp_fp16, amp_bf16 };
 // Whose allocations the step program reproduces (docs/memory-model.md, "Frameworks"): lean (a
 // trainer that keeps only what each backward needs) or hf (PyTorch eager autograd running Hugging
-// Face transformers model code).
-enum class Framework { lean, hf };
+// Face transformers model code). automatic ("auto", the default): hf where the hf profile models
+// the recipe, lean elsewhere (framework_of).
+enum class Framework { automatic, lean, hf };
 enum class Attention { eager, flash };
 enum class Recompute { none, selective, full };
 // adamw: torch AdamW, fp32 m and v. adamw_8bit: bitsandbytes' AdamW8bit (1-byte moments, fp32
@@ -196,7 +197,7 @@ struct RunConfig {
   std::int64_t seq = 1024;  // S
   std::int64_t batch = 1;   // B: the batch a single trial or estimate uses
   Precision dtype = Precision::bf16;
-  Framework framework = Framework::lean;
+  Framework framework = Framework::automatic;
   Attention attention = Attention::flash;
   Recompute recompute = Recompute::none;
   Optimizer optimizer = Optimizer::adamw;
@@ -231,6 +232,12 @@ constexpr QuantKind base_quant(const RunConfig& c) {
 // overflow 64 bits. Runs once per configuration, when the grid is made; everything after it (the
 // estimate, the program builder, the trials) takes a validated configuration.
 void validate(const RunConfig& cfg);
+
+// Why the hf profile does not model cfg's recipe yet, as a sentence for the user ("--framework hf
+// does not model --finetune lora yet: ..."), or "" when it does.
+std::string hf_gap(const RunConfig& cfg);
+// The framework whose step cfg runs: cfg.framework, or for auto hf when hf_gap is empty, else lean.
+Framework framework_of(const RunConfig& cfg);
 
 // Number of trainable parameters of the whole model (embeddings, blocks, final norm, lm head).
 std::int64_t parameter_count(const ModelConfig& m);

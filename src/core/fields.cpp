@@ -29,7 +29,8 @@ constexpr std::array<FieldInfo, 29> kFields{{
     {"dtype", FieldKind::choice,
      "fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (amp-*: autocast over fp32 weights, --framework hf)"},
     {"framework", FieldKind::choice,
-     "lean|hf: whose allocations the step reproduces (hf: PyTorch autograd running transformers)"},
+     "auto|lean|hf: whose allocations the step reproduces (hf: PyTorch autograd running "
+     "transformers; auto: hf where it models the recipe, else lean)"},
     {"attention", FieldKind::choice, "eager|flash"},
     {"recompute", FieldKind::choice, "none|selective|full"},
     {"optimizer", FieldKind::choice,

@@ -1329,7 +1329,7 @@ Bytes Breakdown::component(MemoryComponent kind) const {
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  std::vector<Point> points = cfg.framework == Framework::hf ? walk_hf(cfg, overhead)
+  std::vector<Point> points = framework_of(cfg) == Framework::hf ? walk_hf(cfg, overhead)
                               : is_finetune(cfg)              ? walk_finetune(cfg, overhead)
                               : cfg.scope == Scope::model     ? walk_model(cfg, overhead)
                                                               : walk_scope(cfg, overhead);

@@ -990,7 +990,7 @@ class Builder : private build_common::StepShape {
 }  // namespace
 
 int structure_key(const RunConfig& cfg, std::int64_t batch) {
-  if (cfg.framework != Framework::hf) return 0;
+  if (framework_of(cfg) != Framework::hf) return 0;
   return build_common::hf_query_is_a_view(cfg, batch) != build_common::hf_query_is_a_view(cfg, 2)
              ? 1
              : 0;
@@ -999,7 +999,7 @@ int structure_key(const RunConfig& cfg, std::int64_t batch) {
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
-  if (cfg.framework == Framework::hf) return build_hf_program(cfg, gemm_workspace, HfOptions{});
+  if (framework_of(cfg) == Framework::hf) return build_hf_program(cfg, gemm_workspace, HfOptions{});
   Program program = Builder(cfg, gemm_workspace).build();
   for (const Op& op : program.ops) check_op(program, op);
   return program;

@@ -855,7 +855,7 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
   if (gemm_workspace < 0)
     throw InternalError(
         fmt::format("build_hf_program: negative GEMM workspace {}", gemm_workspace));
-  if (cfg.framework != Framework::hf || cfg.scope != Scope::model || is_finetune(cfg))
+  if (framework_of(cfg) != Framework::hf || cfg.scope != Scope::model || is_finetune(cfg))
     throw InternalError("build_hf_program: a validated --framework hf whole-model configuration");
   Program program = HfBuilder(cfg, gemm_workspace, options).build();
   // Accumulating over micro-steps, the .grad tensors are there before the step (liveness keeps
