@@ -11,16 +11,14 @@
 #include <vector>
 
 #include "core/presets.h"
+#include "estimate_grid.h"
 #include "device/device.h"
 #include "search/measure.h"
 
 namespace vrambench {
 namespace {
 
-struct Case {
-  RunConfig cfg;
-  std::string label;
-};
+using testing_grid::Case;
 
 std::vector<Case> grid(bool full) {
   std::vector<Case> out;
@@ -81,24 +79,7 @@ std::vector<Case> grid(bool full) {
 
 TEST(EstimateFinetune, WithinOnePercentOfTheSimAndNeverHalfAPercentUnder) {
   const bool full = std::getenv("VRAMBENCH_FINETUNE_FULL_GRID") != nullptr;
-  const std::vector<Case> cases = grid(full);
-  ASSERT_FALSE(cases.empty());
-  double lo = 0.0, hi = 0.0;
-  int within = 0;
-  for (const Case& c : cases) {
-    validate(c.cfg);
-    const Measurement m = measure(c.cfg, make_device(c.cfg), {});
-    const double err = m.relative_error();
-    lo = std::min(lo, err);
-    hi = std::max(hi, err);
-    if (full) fmt::print("ERR {:+.5f} {} B={}\n", err, c.label, m.compared_batch());
-    const double floor = -0.005;
-    EXPECT_GT(err, floor) << c.label;
-    EXPECT_LT(err, 0.01) << c.label;
-    if (err > -0.005 && err < 0.01) ++within;
-  }
-  fmt::print("{} of {} within bounds, error from {:+.4f} to {:+.4f}\n", within, cases.size(), lo,
-             hi);
+  testing_grid::expect_estimate_within(grid(full), full);
 }
 
 }  // namespace

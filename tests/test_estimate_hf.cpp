@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/presets.h"
+#include "estimate_grid.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "search/measure.h"
@@ -18,10 +19,7 @@
 namespace vrambench {
 namespace {
 
-struct Case {
-  RunConfig cfg;
-  std::string label;
-};
+using testing_grid::Case;
 
 RunConfig hf_config(std::string_view preset, std::int64_t seq, Precision dtype, Attention att,
                     Recompute rc, double dropout, Optimizer opt) {
@@ -76,23 +74,7 @@ std::vector<Case> grid(bool full) {
 
 TEST(EstimateHf, WithinOnePercentOfTheSimAndNeverHalfAPercentUnder) {
   const bool full = std::getenv("VRAMBENCH_HF_FULL_GRID") != nullptr;
-  const std::vector<Case> cases = grid(full);
-  ASSERT_FALSE(cases.empty());
-  double lo = 0.0, hi = 0.0;
-  int within = 0;
-  for (const Case& c : cases) {
-    validate(c.cfg);
-    const Measurement m = measure(c.cfg, make_device(c.cfg), {});
-    const double err = m.relative_error();
-    lo = std::min(lo, err);
-    hi = std::max(hi, err);
-    if (full) fmt::print("ERR {:+.5f} {} B={}\n", err, c.label, m.compared_batch());
-    EXPECT_GT(err, -0.005) << c.label;
-    EXPECT_LT(err, 0.01) << c.label;
-    if (err > -0.005 && err < 0.01) ++within;
-  }
-  fmt::print("{} of {} within bounds, error from {:+.4f} to {:+.4f}\n", within, cases.size(), lo,
-             hi);
+  testing_grid::expect_estimate_within(grid(full), full);
 }
 
 // The acceptance: gpt2, bf16, sdpa, S = 1024 under the Trainer loop needs 1132.6 MiB per
