@@ -29,7 +29,7 @@
 namespace vrambench {
 namespace {
 
-using Shape = std::vector<std::int64_t>;
+using build_common::Shape;
 
 using build_common::DropoutSite;
 using build_common::dropout_seed;
@@ -135,10 +135,10 @@ struct Block {
   BlockGrad grad;
 };
 
-class Builder : private build_common::StepShape {
+class Builder : private build_common::StepShape, private build_common::ProgramWriter {
  public:
   Builder(const RunConfig& cfg, Bytes gemm_workspace)
-      : StepShape(cfg), cfg_(cfg), gemm_workspace_(gemm_workspace) {
+      : StepShape(cfg), ProgramWriter(gemm_workspace), cfg_(cfg) {
     const ModelConfig& m = cfg.model;
     act_ = activation_dtype(cfg.dtype);
     gpt_ = m.arch == Arch::gpt;
@@ -172,10 +172,6 @@ class Builder : private build_common::StepShape {
  private:
   // ---- tensors ------------------------------------------------------------------------------
 
-  int tensor(std::string name, Shape shape, DType dtype, Role role) {
-    return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
-  }
-
   // The gradient of `id`: same shape and dtype, transient, named after the forward tensor (a
   // replayed tensor's gradient is the gradient of the original).
   int grad_of(int id) {
@@ -189,15 +185,6 @@ class Builder : private build_common::StepShape {
     Shape shape = t.shape;
     const DType dtype = t.dtype;
     return tensor(std::move(name), std::move(shape), dtype, Role::transient);
-  }
-
-  // One GEMM workspace for the whole step (cuBLASLt's scratch, and the row sums' partials),
-  // created by the first op that lists it so that a program without such ops (flash attention
-  // scope) lists no unused tensor.
-  int workspace() {
-    if (workspace_ < 0)
-      workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
-    return workspace_;
   }
 
   // A parameter; under fine-tuning the base's are frozen (`trainable` false): the weight alone.
@@ -439,31 +426,7 @@ class Builder : private build_common::StepShape {
     return dx;
   }
 
-  // ---- ops ----------------------------------------------------------------------------------
-
-  Op& op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-         int layer, bool recompute = false) {
-    if (recompute) name += kRecomputeSuffix;
-    Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
-    o.layer = layer;
-    o.recompute = recompute;
-    return o;
-  }
-
-  // linear and eager attention GEMMs: the cuBLASLt workspace is their last input.
-  Op& gemm(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-           int layer, bool recompute = false) {
-    if (gemm_workspace_ > 0) inputs.push_back(workspace());
-    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
-  }
-  // Ops whose kernels sum over the rows (norm backward: dw, db; embedding backward) keep their
-  // fp32 partials in the GEMM workspace, their last input too: what a run uses is what the
-  // program lists. So the workspace lives until the last of them, not only the last GEMM.
-  Op& row_sum(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-              int layer) {
-    if (gemm_workspace_ > 0) inputs.push_back(workspace());
-    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer);
-  }
+  // ---- ops (op, gemm, row_sum: build_common::ProgramWriter) --------------------------------
 
   static void push_if(std::vector<int>& list, const Param& p) {
     if (p.present()) list.push_back(p.w);
@@ -974,7 +937,6 @@ class Builder : private build_common::StepShape {
   }
 
   const RunConfig& cfg_;
-  Bytes gemm_workspace_;
   DType act_ = DType::f32;
   bool gpt_ = true, eager_ = false, dropout_ = false, finetune_ = false;
   QuantKind quant_ = QuantKind::none;  // of the frozen block linears
@@ -982,8 +944,6 @@ class Builder : private build_common::StepShape {
   int adapters_in_layer_ = 0;
   int backward_start_ = 0;   // index of the first backward op (model scope)
   float loss_scale_ = 1.0f;  // model scope: static_loss_scale; other scopes have no loss
-  Program p_;
-  int workspace_ = -1;
   std::vector<Param> params_;
 };
 

@@ -5,8 +5,13 @@
 #include <cstdint>
 #include <string_view>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/config.h"
 #include "core/units.h"
+#include "program/program.h"
 
 namespace vrambench::build_common {
 
@@ -48,6 +53,52 @@ struct StepShape {
         M_(checked_mul(B_, S_, "batch x seq")) {}
 
   std::int64_t B_, S_, H_, A_, K_, D_, Q_, F_, V_, M_;
+};
+
+using Shape = std::vector<std::int64_t>;
+
+// What both builders write with: the program, its tensors and ops, and the one GEMM workspace.
+class ProgramWriter {
+ protected:
+  explicit ProgramWriter(Bytes gemm_workspace) : gemm_workspace_(gemm_workspace) {}
+
+  int tensor(std::string name, Shape shape, DType dtype, Role role) {
+    return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
+  }
+  Op& op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+         int layer, bool recompute = false) {
+    if (recompute) name += kRecomputeSuffix;
+    Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
+    o.layer = layer;
+    o.recompute = recompute;
+    return o;
+  }
+  // One GEMM workspace for the whole step (cuBLASLt's scratch, and the row sums' partials),
+  // created by the first op that lists it, so that a program without such ops (the flash
+  // attention scope) lists no unused tensor.
+  int workspace() {
+    if (workspace_ < 0)
+      workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
+    return workspace_;
+  }
+  // Linear and eager attention GEMMs: the workspace is their last input.
+  Op& gemm(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+           int layer, bool recompute = false) {
+    if (gemm_workspace_ > 0) inputs.push_back(workspace());
+    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
+  }
+  // Ops whose kernels sum over the rows (norm backward: dw, db; embedding backward) keep their
+  // fp32 partials in the GEMM workspace, their last input too: what a run uses is what the
+  // program lists. So the workspace lives until the last of them, not only the last GEMM.
+  Op& row_sum(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
+              int layer) {
+    if (gemm_workspace_ > 0) inputs.push_back(workspace());
+    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer);
+  }
+
+  Program p_;
+  Bytes gemm_workspace_;
+  int workspace_ = -1;
 };
 
 // hf: whether attention saves the query as a view of the q|k|v projection (build_hf.cpp); the one

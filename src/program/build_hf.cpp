@@ -29,7 +29,7 @@ namespace {
 using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
-using Shape = std::vector<std::int64_t>;
+using build_common::Shape;
 
 // A parameter and what torch keeps for it: its gradient (param.grad), AdamW's exp_avg and
 // exp_avg_sq in the parameter's dtype, SGD's momentum buffer.
@@ -86,10 +86,10 @@ bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) 
 
 namespace {
 
-class HfBuilder : private build_common::StepShape {
+class HfBuilder : private build_common::StepShape, private build_common::ProgramWriter {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : StepShape(cfg), cfg_(cfg), gemm_workspace_(gemm_workspace), options_(options) {
+      : StepShape(cfg), ProgramWriter(gemm_workspace), cfg_(cfg), options_(options) {
     const ModelConfig& m = cfg.model;
     amp_ = is_autocast(cfg.dtype);
     cpu_ = options.device == HfOptions::Device::cpu;
@@ -115,9 +115,6 @@ class HfBuilder : private build_common::StepShape {
  private:
   // ---- tensors and ops ----------------------------------------------------------------------
 
-  int tensor(std::string name, Shape shape, DType dtype, Role role) {
-    return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
-  }
   DType dtype_of(int id) const { return p_.tensor(id).dtype; }
   Shape shape_of(int id) const { return p_.tensor(id).shape; }
 
@@ -142,29 +139,6 @@ class HfBuilder : private build_common::StepShape {
     return tensor(std::move(name), std::move(shape), dtype_of(like), Role::transient);
   }
 
-  Op& op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-         int layer, bool recompute = false) {
-    if (recompute) name += kRecomputeSuffix;
-    Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
-    o.layer = layer;
-    o.recompute = recompute;
-    return o;
-  }
-  int workspace() {
-    if (workspace_ < 0)
-      workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
-    return workspace_;
-  }
-  Op& gemm(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-           int layer, bool recompute = false) {
-    if (gemm_workspace_ > 0) inputs.push_back(workspace());
-    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
-  }
-  Op& row_sum(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-              int layer) {
-    if (gemm_workspace_ > 0) inputs.push_back(workspace());
-    return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer);
-  }
   // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
   int cast(int x, DType dtype, const std::string& name, Role role, int layer, bool replay) {
     if (dtype_of(x) == dtype) return x;
@@ -838,15 +812,13 @@ class HfBuilder : private build_common::StepShape {
   }
 
   const RunConfig& cfg_;
-  Bytes gemm_workspace_;
   HfOptions options_;
   DType wdt_ = DType::f32, cdt_ = DType::f32;
   bool amp_ = false, cpu_ = false, gpt_ = true, eager_ = false, dropout_ = false, ckpt_ = false;
   float loss_scale_ = 1.0f;
-  int workspace_ = -1, mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
+  int mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
   std::vector<int> autocast_cache_;
   std::vector<Param> params_;
-  Program p_;
 };
 
 }  // namespace
