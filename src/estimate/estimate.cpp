@@ -256,6 +256,20 @@ Bytes large_bytes(const Ledger& led, Bytes bin) {
   return total;
 }
 
+// The gradient entering a residual branch's output projection from `dy`: through the branch's
+// dropout mask when the model has dropout (a new gradient; the mask goes), else dy itself. `mlp`
+// picks the branch (the MLP's, or the attention projection's). Both walks take it alike.
+template <typename At>
+std::string_view branch_dropout_backward(Ledger& led, const Dims& d, std::string_view dy, bool mlp,
+                                         At&& at) {
+  if (!d.dropout) return dy;
+  const std::string_view grad = mlp ? "d.mlp.drop" : "d.attn.drop";
+  led.add(grad, kTransient, rows(d, d.H, d.e));
+  at(mlp ? "mlp dropout backward" : "attention dropout backward");
+  led.drop(mlp ? "mlp.mask" : "attn.proj.mask");
+  return grad;
+}
+
 // The attention core's backward from d.attn.y to d.attn.qkv (eager: selective recompute's
 // replay, values, dropout, softmax and scores; flash: the fused op and its scratch), recording a
 // point with `at` at every op. Full training and fine-tuning walk it alike.
@@ -344,13 +358,7 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
   if (part.mlp) {
     // The gradient entering the MLP's output projection: through the dropout mask when there is
     // one.
-    std::string_view d_mlp_out = "dx_out";
-    if (d.dropout) {
-      led.add("d.mlp.drop", kTransient, hidden);
-      at("mlp dropout backward");
-      led.drop("mlp.mask");
-      d_mlp_out = "d.mlp.drop";
-    }
+    const std::string_view d_mlp_out = branch_dropout_backward(led, d, "dx_out", true, at);
     if (d.gpt) {
       led.add("d.mlp.gelu.out", kTransient, ffn);
       grad(checked_mul(d.F, d.H, "fc2") + bias_h);
@@ -406,13 +414,7 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
     led.drop("d.x_mid.norm");
   }
   if (part.attn_rest) {
-    std::string_view d_proj_out = "dx_mid";
-    if (d.dropout) {
-      led.add("d.attn.drop", kTransient, hidden);
-      at("attention dropout backward");
-      led.drop("attn.proj.mask");
-      d_proj_out = "d.attn.drop";
-    }
+    const std::string_view d_proj_out = branch_dropout_backward(led, d, "dx_mid", false, at);
     led.add("d.attn.y", kTransient, hidden);
     grad(checked_mul(d.H, d.H, "proj") + bias_h);
     at("attn.proj linear backward");
@@ -954,13 +956,7 @@ std::vector<BlockPoint> walk_ft_block_backward(Ledger& led, const Dims& d, const
   }
 
   // MLP.
-  std::string_view d_mlp_out = "dx_out";
-  if (d.dropout) {
-    led.add("d.mlp.drop", kTransient, hidden);
-    at("mlp dropout backward");
-    led.drop("mlp.mask");
-    d_mlp_out = "d.mlp.drop";
-  }
+  const std::string_view d_mlp_out = branch_dropout_backward(led, d, "dx_out", true, at);
   if (d.gpt) {
     linear(b.out, g.fc ? "d.mlp.gelu.out" : "", ffn, "mlp.gelu.out");
     if (d_mlp_out != "dx_out") led.drop(d_mlp_out);
@@ -1007,13 +1003,7 @@ std::vector<BlockPoint> walk_ft_block_backward(Ledger& led, const Dims& d, const
   led.drop("dx_out");
   led.drop("d.x_mid.norm");
 
-  std::string_view d_proj_out = "dx_mid";
-  if (d.dropout) {
-    led.add("d.attn.drop", kTransient, hidden);
-    at("attention dropout backward");
-    led.drop("attn.proj.mask");
-    d_proj_out = "d.attn.drop";
-  }
+  const std::string_view d_proj_out = branch_dropout_backward(led, d, "dx_mid", false, at);
   linear(b.proj, g.qkv ? "d.attn.y" : "", hidden, d.eager ? "attn.y" : "");
   if (d_proj_out != "dx_mid") led.drop(d_proj_out);
   if (!g.x_in) led.drop("dx_mid");  // nothing below adds into it
