@@ -186,7 +186,7 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
     const RunConfig& cfg = grid.configs[i];
     const DeviceInfo& device = devices[i].info;
     const Breakdown breakdown =
-        analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
+        analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace, device.total});
     std::vector<Cell> row = estimate_row(cfg, breakdown, grid.varying, device, at_batch);
     writer.append(row);
     table.add_row(std::move(row));

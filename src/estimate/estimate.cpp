@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "estimate/walk.h"
+#include "program/build_common.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -1278,6 +1279,83 @@ Bytes fragmentation(const std::vector<Point>& points, std::size_t peak, Bytes bi
   return std::max<Bytes>(0, held - smaller(points[peak]));
 }
 
+// Adds `line` (fixed + batch * per_sample, the allocator's share) to every moment of `out`.
+void add_allocator_share(Breakdown& out, Bytes fixed, Bytes per_sample) {
+  if (fixed > 0) out.fixed.push_back({kFragmentation, fixed});
+  if (per_sample > 0) out.per_sample.push_back({kFragmentation, per_sample});
+  for (Moment& m : out.other_moments) {
+    m.fixed = checked_add(m.fixed, fixed, "allocator fragmentation");
+    m.per_sample = checked_add(m.per_sample, per_sample, "allocator fragmentation");
+  }
+}
+
+// The caching allocator's share from a replay of the walk's tensor events: what it reserves beyond
+// the tensors' peak, as a line through the two batches where it decides the answer, the largest
+// batch whose replay fits `overhead.capacity` and the one after it (without a capacity, the
+// configuration's batch and the one after it). There the estimate's peak is the replay's; the
+// tensors' own peak bounds the search from above, since the allocator never reserves less.
+constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
+
+// `batch_one`: the events at batch 1 where the step's structure differs there, else empty.
+void fit_allocator_share(Breakdown& out, const TensorEvents& events, const TensorEvents& batch_one,
+                         const RunConfig& cfg, const DeviceOverhead& overhead) {
+  std::vector<std::pair<std::int64_t, Bytes>> seen;  // batch, replayed device peak
+  auto replayed = [&](std::int64_t batch) {
+    for (const auto& [b, peak] : seen)
+      if (b == batch) return peak;
+    // On the device when it fits there (its cache freed and retried at the limit, as a trial's
+    // is); else what it needs, without a limit.
+    const TensorEvents& step = batch == 1 && !batch_one.empty() ? batch_one : events;
+    std::optional<Bytes> reserved;
+    if (overhead.capacity > overhead.context)
+      reserved = replayed_reserved_peak(step, batch, overhead.capacity - overhead.context);
+    if (!reserved) reserved = replayed_reserved_peak(step, batch);
+    const Bytes peak = checked_add(*reserved, overhead.context, "replayed peak");
+    seen.emplace_back(batch, peak);
+    return peak;
+  };
+  std::int64_t at = std::max<std::int64_t>(cfg.batch, 1);
+  if (overhead.capacity > 0) {
+    // The largest batch whose replay fits, in a bracket: batch 0 fits, and past the tensors' own
+    // largest batch nothing does. Each probe is a guess (after a failure, the tensors' line plus
+    // the share per sample that the failure showed; after a fit, the batch after it) unless the
+    // guess leaves the bracket, then its middle.
+    const Bytes capacity = overhead.capacity;
+    const std::int64_t most = std::clamp<std::int64_t>(out.max_batch(capacity), 1, kLargestBatch);
+    std::int64_t lo = 0, hi = most + 1;
+    std::int64_t guess = most;
+    while (hi - lo > 1) {
+      const std::int64_t b = guess > lo && guess < hi ? guess : lo + (hi - lo) / 2;
+      const Bytes peak = replayed(b);
+      if (peak <= capacity) {
+        lo = b;
+        guess = b + 1;
+        continue;
+      }
+      hi = b;
+      const Bytes share = std::max<Bytes>(peak - out.peak(b), 0) / b;
+      Breakdown with_share = out;
+      add_allocator_share(with_share, 0, share);
+      guess = with_share.max_batch(capacity);
+    }
+    at = std::max<std::int64_t>(lo, 1);
+  }
+  const Bytes tensors_at = out.peak(at), tensors_next = out.peak(at + 1);
+  const Bytes share_at = std::max<Bytes>(replayed(at) - tensors_at, 0);
+  const Bytes share_next = std::max<Bytes>(replayed(at + 1) - tensors_next, 0);
+  // The line through both; a share that shrinks with the batch is held at its larger value.
+  Bytes per_sample = share_next - share_at;
+  Bytes fixed = share_at - at * per_sample;
+  if (per_sample < 0) {
+    per_sample = 0;
+    fixed = share_at;
+  } else if (fixed < 0) {
+    per_sample = (share_at + at - 1) / at;
+    fixed = 0;
+  }
+  add_allocator_share(out, fixed, per_sample);
+}
+
 }  // namespace
 
 Bytes Moment::peak(std::int64_t batch) const {
@@ -1319,7 +1397,10 @@ Bytes Breakdown::component(MemoryComponent kind) const {
 }
 
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  std::vector<Point> points = framework_of(cfg) == Framework::hf ? walk_hf(cfg, overhead)
+  const bool caching = cfg.allocator == AllocatorKind::caching;
+  TensorEvents events;
+  std::vector<Point> points = framework_of(cfg) == Framework::hf
+                                  ? walk_hf(cfg, overhead, caching ? &events : nullptr)
                               : is_finetune(cfg)              ? walk_finetune(cfg, overhead)
                               : cfg.scope == Scope::model     ? walk_model(cfg, overhead)
                                                               : walk_scope(cfg, overhead);
@@ -1344,16 +1425,19 @@ Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
         c.component == kOptimizerState || c.component == kQuantized || c.component == kFrozen ||
         c.component == kAdapters || c.component == kAdapterGrads)
       out.model_state = checked_add(out.model_state, c.bytes, "model state");
-  // The allocator's share, the same at every moment, so that the tensor bytes stay apart.
-  if (cfg.allocator == AllocatorKind::caching) {
+  // The allocator's share, the same at every moment, so that the tensor bytes stay apart: from a
+  // replay where the walk records its events, else the formula of eager attention's bins.
+  if (caching && !events.empty()) {
+    TensorEvents batch_one;
+    if (framework_of(cfg) == Framework::hf &&
+        build_common::hf_query_is_a_view(cfg, 1) != build_common::hf_query_is_a_view(cfg, 2))
+      walk_hf(cfg, overhead, &batch_one, 1);
+    fit_allocator_share(out, events, batch_one, cfg, overhead);
+  } else if (caching) {
     const Dims d = dims_of(cfg);
     const Bytes frag =
         fragmentation(points, order.back(), d.bin, rows(d, checked_add(2 * d.H, d.Q, "rows"), d.e));
-    if (frag > 0) {
-      out.per_sample.push_back({kFragmentation, frag});
-      for (Moment& m : out.other_moments)
-        m.per_sample = checked_add(m.per_sample, frag, "allocator fragmentation");
-    }
+    if (frag > 0) add_allocator_share(out, 0, frag);
   }
   return out;
 }

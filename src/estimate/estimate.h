@@ -17,6 +17,9 @@ struct DeviceOverhead {
   Bytes context = 0;         // CUDA context, module images, library handles
   Bytes gemm_workspace = 0;  // GEMM workspace (a tensor of the program: cuBLASLt's scratch and
                              // the partial sums of the norm and embedding backward)
+  // The device's capacity: where the caching allocator's share is taken (at the largest batch
+  // that fits, and the one after it). 0: at the configuration's batch.
+  Bytes capacity = 0;
 };
 
 // What the estimate files bytes under: the one vocabulary of memory components, for the estimate,

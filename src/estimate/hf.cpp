@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "estimate/walk.h"
+#include "program/build_common.h"
 #include "program/program.h"
 
 namespace vrambench::estimate_walk {
@@ -31,7 +32,10 @@ struct Lin {
 
 class HfWalk {
  public:
-  HfWalk(const RunConfig& cfg, const DeviceOverhead& overhead) : cfg_(cfg) {
+  HfWalk(const RunConfig& cfg, const DeviceOverhead& overhead, TensorEvents* events,
+         std::int64_t batch)
+      : cfg_(cfg), events_(events) {
+    query_view_ = build_common::hf_query_is_a_view(cfg, batch);
     const ModelConfig& m = cfg.model;
     S_ = cfg.seq;
     H_ = m.hidden;
@@ -74,6 +78,7 @@ class HfWalk {
     MemoryComponent component;
     bool fixed = false;
     Bytes bytes = 0;  // fixed bytes, or bytes of one sample
+    std::int32_t slot = -1;  // its tensor in the events (-1: not recorded)
   };
 
   // Bytes of one sample of a [S, width] tensor of `elem`-byte elements.
@@ -86,10 +91,10 @@ class HfWalk {
   }
 
   void add(const std::string& name, MemoryComponent c, Bytes per_sample) {
-    live_.push_back({name, c, false, per_sample});
+    live_.push_back({name, c, false, per_sample, allocate_with_op(false, per_sample, rank_of(name))});
   }
   void add_fixed(const std::string& name, MemoryComponent c, Bytes bytes) {
-    live_.push_back({name, c, true, bytes});
+    live_.push_back({name, c, true, bytes, allocate_with_op(true, bytes, rank_of(name))});
   }
   bool has(const std::string& name) const {
     return std::any_of(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
@@ -98,20 +103,77 @@ class HfWalk {
     auto it =
         std::find_if(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
     if (it == live_.end()) throw InternalError("hf estimate: dropping '" + name + "' twice");
+    free_now(it->slot);
     live_.erase(it);
   }
   // Tensors that only the next op lists (held temporaries, scratch).
-  void once(MemoryComponent c, Bytes per_sample) { once_.push_back({{}, c, false, per_sample}); }
-  void once_fixed(MemoryComponent c, Bytes bytes) { once_.push_back({{}, c, true, bytes}); }
+  void once(MemoryComponent c, Bytes per_sample) {
+    once_.push_back({{}, c, false, per_sample, allocate_with_op(false, per_sample, kOutput)});
+  }
+  void once_fixed(MemoryComponent c, Bytes bytes) {
+    once_.push_back({{}, c, true, bytes, allocate_with_op(true, bytes, kOutput)});
+  }
 
   // A parameter gradient of `numel` elements written by the next op: from there to the end of the
   // step; accumulating, .grad is whole-step and the op holds a new gradient of its size.
   void write_grad(Bytes numel) {
     const Bytes bytes = param(numel, w_);
-    if (accum_)
+    if (accum_) {
       once_fixed(kGradients, bytes);
-    else
+    } else {
       grads_ = checked_add(grads_, bytes, "gradients");
+      allocate_with_op(true, bytes, kEarly);  // .grad, to the end of the step
+    }
+  }
+
+  // ---- the tensor events (the caching allocator's replay, allocator_share.cpp) --------------
+
+  // Within one op the step allocates in the order the builder created the tensors: the .grad
+  // tensors, the causal mask and rope's cos/sin were created with the model, before the op's
+  // outputs; the GEMM workspace with the first GEMM, after its output; an op's held
+  // temporaries last.
+  static constexpr int kEarly = 0, kOutput = 1, kWorkspaceRank = 2;
+  static int rank_of(const std::string& name) {
+    if (name == "attn.causal_mask" || name == "rope.cos_sin") return kEarly;
+    if (name == "gemm.workspace") return kWorkspaceRank;
+    return kOutput;
+  }
+  struct Pending {
+    std::int32_t slot;
+    int rank;
+    Bytes fixed, per_sample;
+  };
+  // A tensor the next op allocates; returns its slot (-1 when no events are recorded).
+  std::int32_t allocate_with_op(bool fixed, Bytes bytes, int rank) {
+    if (!events_) return -1;
+    const std::int32_t slot = next_slot_++;
+    pending_.push_back({slot, rank, fixed ? bytes : 0, fixed ? 0 : bytes});
+    return slot;
+  }
+  // A tensor allocated before the first op (in the order the builder created them).
+  void allocate_now(bool fixed, Bytes bytes) {
+    if (!events_) return;
+    events_->push_back({next_slot_++, true, fixed ? bytes : 0, fixed ? 0 : bytes});
+  }
+  void free_now(std::int32_t slot) {
+    if (!events_ || slot < 0) return;
+    const auto it = std::find_if(pending_.begin(), pending_.end(),
+                                 [&](const Pending& p) { return p.slot == slot; });
+    if (it != pending_.end()) {
+      pending_.erase(it);  // dropped before the op that would have allocated it
+      return;
+    }
+    events_->push_back({slot, false, 0, 0});
+  }
+  // The op's allocations in the builder's order; its temporaries (once) go after it.
+  void record_op_events() {
+    if (!events_) return;
+    std::stable_sort(pending_.begin(), pending_.end(),
+                     [](const Pending& a, const Pending& b) { return a.rank < b.rank; });
+    for (const Pending& p : pending_) events_->push_back({p.slot, true, p.fixed, p.per_sample});
+    pending_.clear();
+    for (const Entry& x : once_)
+      if (x.slot >= 0) events_->push_back({x.slot, false, 0, 0});
   }
 
   void workspace_on() {
@@ -121,6 +183,7 @@ class HfWalk {
 
   // Records the op: everything in the ledger, the whole-step state, the op's own temporaries.
   void at(std::string_view op, std::int64_t block = -1, bool forward = false) {
+    record_op_events();
     Point p;
     p.block = block;
     p.forward = forward;
@@ -163,7 +226,19 @@ class HfWalk {
   // Weights in the model's dtype; AdamW's exp_avg and exp_avg_sq in that dtype and a 4-byte step
   // per tensor; SGD's momentum; accumulating, every gradient from the start.
   void model_state() {
+    // Tokens and targets first, then each parameter with its state, as the builder creates them.
+    allocate_now(false, rows(1, 4));
+    allocate_now(false, rows(1, 4));
     for (Bytes n : all_tensors()) {
+      allocate_now(true, param(n, w_));
+      if (cfg_.optimizer == Optimizer::adamw) {
+        allocate_now(true, param(n, w_));
+        allocate_now(true, param(n, w_));
+        allocate_now(true, param(1, 4));
+      } else if (cfg_.optimizer == Optimizer::sgd) {
+        allocate_now(true, param(n, w_));
+      }
+      if (accum_) allocate_now(true, param(n, w_));
       weights_ = checked_add(weights_, param(n, w_), "weights");
       params_ = checked_add(params_, n, "parameters");
       if (cfg_.optimizer == Optimizer::adamw)
@@ -255,11 +330,12 @@ class HfWalk {
       at("rmsnorm input upcast", block, fwd);
       if (final_norm) drop(x);
     }
+    // In the builder's order: the output and rstd, x^2 and the fp32 normalised x, the normalised x.
     add(name + ".out", saved, rows(H_, w_));
     add(name + ".rstd", stats, rows(1, 4));
-    add(name + ".normed", saved, rows(H_, w_));
     once(kTransient, rows(H_, 4));
     if (w_ != 4) once(kTransient, rows(H_, 4));
+    add(name + ".normed", saved, rows(H_, w_));
     at("rmsnorm", block, fwd);
     if (norm_x != x) done(norm_x, pass);
     done(name + ".rstd", pass);
@@ -419,7 +495,7 @@ class HfWalk {
     const MemoryComponent role = saved_as(pass);
     const bool cache = !ckpt_;
     // gpt2: the fused kernel reads the query in place; eager's matmul saves a copy (batch >= 2).
-    const bool query_view = !gpt_ || !eager_;
+    const bool query_view = query_view_;
     std::vector<std::pair<std::string, Bytes>> fwd_held;
     if (gpt_) {
       if (cache && query_view) {
@@ -428,13 +504,17 @@ class HfWalk {
       }
       if (!query_view) fwd_held.push_back({pre + "attn.qkv_copies", rows(Q_, e_)});
     } else {
-      if (cache) fwd_held.push_back({pre + "attn.kv_cache", rows(2 * K_ * D_, e_)});
+      if (cache) {
+        fwd_held.push_back({pre + "attn.kv_cache", rows(2 * K_ * D_, e_)});
+        add(fwd_held.back().first, kTransient, fwd_held.back().second);  // before the repeat
+      }
       if (A_ > K_ && eager_) {
         add(pre + "attn.kv_repeat", role, rows(2 * (A_ - K_) * D_, e_));
         b.has_kv_repeat = true;
       }
     }
-    for (const auto& [name, bytes] : fwd_held) add(name, kTransient, bytes);
+    if (gpt_)
+      for (const auto& [name, bytes] : fwd_held) add(name, kTransient, bytes);
     const bool mask = eager_ || ckpt_;
     if (mask && !has("attn.causal_mask"))
       add("attn.causal_mask", kTransient, rows(S_, eager_ ? w_ : 1));
@@ -546,9 +626,9 @@ class HfWalk {
       add(logits_f32_, kLogits, rows(V_, 4));
       at("logits cast");
     }
+    once_fixed(kLogits, held(4, own_));  // the loss
     add("ce.lse", kLogits, rows(1, 4));
     once(kLogits, rows(V_, 4));
-    once_fixed(kLogits, held(4, own_));  // the loss
     at("cross-entropy");
     if (logits_f32_ != "logits") drop("logits");
     // Autocast's cache ends with the autocast region.
@@ -639,8 +719,12 @@ class HfWalk {
     add(dqkv, kTransient, rows(Q_, e_));
     if (!eager_) {
       const Bytes fixed = flash_bwd_scratch_bytes(0, S_, A_, K_, D_, cdt_);
-      once_fixed(kWorkspace, fixed);
-      once(kTransient, flash_bwd_scratch_bytes(1, S_, A_, K_, D_, cdt_) - fixed);
+      // One tensor: its fixed part is filed as workspace, the rest as a transient.
+      const Bytes per_sample = flash_bwd_scratch_bytes(1, S_, A_, K_, D_, cdt_) - fixed;
+      const std::int32_t slot = allocate_with_op(false, 0, kOutput);
+      if (events_) pending_.back() = {slot, kOutput, fixed, per_sample};
+      once_.push_back({{}, kWorkspace, true, fixed, slot});
+      once_.push_back({{}, kTransient, false, per_sample, -1});
       at("flash attention backward", l);
       drop(dy);
       drop(b.attn_in);
@@ -828,8 +912,8 @@ class HfWalk {
         at("weight gradient cast");
         drop("lm_head.dw16");
       } else {
-        add(lm.x_cast ? "lm_head.dx16" : "d.final_norm.out", kTransient, rows(H_, e_));
         add_fixed(name, kGradients, param(V_ * H_, w_));
+        add(lm.x_cast ? "lm_head.dx16" : "d.final_norm.out", kTransient, rows(H_, e_));
         workspace_on();
         at("lm head linear backward");
         drop(dlogits);
@@ -896,9 +980,13 @@ class HfWalk {
   Bytes e_ = 4, w_ = 4;
   bool amp_ = false, gpt_ = true, eager_ = false, dropout_ = false, ckpt_ = false, accum_ = false;
   bool own_ = false;
+  bool query_view_ = true;  // attention saves the query as a view (build_common.h)
   Bytes context_ = 0, workspace_bytes_ = 0;
   Bytes weights_ = 0, state_ = 0, grads_ = 0, params_ = 0;
   std::vector<Entry> live_, once_;
+  TensorEvents* events_ = nullptr;
+  std::vector<Pending> pending_;
+  std::int32_t next_slot_ = 0;
   std::vector<std::pair<std::string, bool>> cache_;
   std::vector<std::pair<std::string, Bytes>> with_gemm_;  // held by the next linear's GEMM, saved  // autocast's copies: name, saved by a GEMM
   std::vector<Block> blocks_;
@@ -909,8 +997,9 @@ class HfWalk {
 
 }  // namespace
 
-std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead) {
-  return HfWalk(cfg, overhead).run();
+std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead,
+                          TensorEvents* events, std::int64_t batch) {
+  return HfWalk(cfg, overhead, events, batch).run();
 }
 
 }  // namespace vrambench::estimate_walk

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,8 +111,28 @@ inline std::string_view end_of_step(const RunConfig& cfg) {
   return cfg.optimizer == Optimizer::none ? "end of step" : "optimizer step";
 }
 
+// One allocation or free of the walk's step, in the order the step makes them: what the caching
+// allocator is replayed over (allocator_share.cpp). A tensor has `fixed + batch * per_sample`
+// bytes; its free names its slot and carries no bytes.
+struct TensorEvent {
+  std::int32_t slot = 0;
+  bool alloc = false;
+  Bytes fixed = 0;
+  Bytes per_sample = 0;
+};
+using TensorEvents = std::vector<TensorEvent>;
+
 // The hf framework's step (hf.cpp): every op of the program that build_hf.cpp builds, forward,
-// backward and optimizer, as a point.
-std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead);
+// backward and optimizer, as a point; with `events`, its tensors' allocations and frees too. The
+// step is the same for every batch from 2 (the points hold bytes per sample); `batch` 1 walks
+// the one whose structure differs there (gpt2's eager attention saves a view of the query).
+std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead,
+                           TensorEvents* events = nullptr, std::int64_t batch = 2);
+
+// The caching allocator's reserved bytes at their peak when the step of `events` runs at `batch`
+// on a virtual source of `capacity` bytes (the allocator frees its cache and retries there, as it
+// does on a device), or nullopt when the step does not fit.
+std::optional<Bytes> replayed_reserved_peak(const TensorEvents& events, std::int64_t batch,
+                                           Bytes capacity = std::numeric_limits<Bytes>::max());
 
 }  // namespace vrambench::estimate_walk

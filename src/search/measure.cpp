@@ -81,7 +81,7 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, F
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = device.fixed_overhead;
-  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace});
+  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace, device.total});
   m.est_max_batch = m.estimate.max_batch(device.total);
   m.failure = failure;
   m.reason = std::move(detail);
@@ -125,7 +125,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = info.fixed_overhead;
-  m.estimate = analyze(cfg, DeviceOverhead{info.fixed_overhead, info.gemm_workspace});
+  m.estimate = analyze(cfg, DeviceOverhead{info.fixed_overhead, info.gemm_workspace, info.total});
   m.est_max_batch = m.estimate.max_batch(info.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
 
