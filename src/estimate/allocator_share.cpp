@@ -1,10 +1,11 @@
 // The caching allocator's share of the estimate: the walk's own tensor events (walk.h), replayed
-// through the caching policy (src/alloc/caching.cpp) on a virtual source without a limit. What the
-// allocator reserves beyond the tensors depends on the order of the step's allocations and frees
+// through the caching policy (src/alloc/caching.cpp) on a virtual source of the device's capacity
+// (or without a limit, for what a step that does not fit needs). What the allocator reserves beyond the tensors depends on the order of the step's allocations and frees
 // (which freed block each new tensor is carved from, which segment a survivor pins), so the
 // estimate follows that order rather than a formula; docs/memory-model.md, "The allocator".
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 

@@ -1289,13 +1289,14 @@ void add_allocator_share(Breakdown& out, Bytes fixed, Bytes per_sample) {
   }
 }
 
+// Where the search below stops looking when the tensors alone would allow more.
+constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
+
 // The caching allocator's share from a replay of the walk's tensor events: what it reserves beyond
 // the tensors' peak, as a line through the two batches where it decides the answer, the largest
 // batch whose replay fits `overhead.capacity` and the one after it (without a capacity, the
 // configuration's batch and the one after it). There the estimate's peak is the replay's; the
 // tensors' own peak bounds the search from above, since the allocator never reserves less.
-constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
-
 // `batch_one`: the events at batch 1 where the step's structure differs there, else empty.
 void fit_allocator_share(Breakdown& out, const TensorEvents& events, const TensorEvents& batch_one,
                          const RunConfig& cfg, const DeviceOverhead& overhead) {

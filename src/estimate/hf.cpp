@@ -91,10 +91,10 @@ class HfWalk {
   }
 
   void add(const std::string& name, MemoryComponent c, Bytes per_sample) {
-    live_.push_back({name, c, false, per_sample, allocate_with_op(false, per_sample, rank_of(name))});
+    live_.push_back({name, c, false, per_sample, allocate_with_op(0, per_sample, rank_of(name))});
   }
   void add_fixed(const std::string& name, MemoryComponent c, Bytes bytes) {
-    live_.push_back({name, c, true, bytes, allocate_with_op(true, bytes, rank_of(name))});
+    live_.push_back({name, c, true, bytes, allocate_with_op(bytes, 0, rank_of(name))});
   }
   bool has(const std::string& name) const {
     return std::any_of(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
@@ -108,10 +108,10 @@ class HfWalk {
   }
   // Tensors that only the next op lists (held temporaries, scratch).
   void once(MemoryComponent c, Bytes per_sample) {
-    once_.push_back({{}, c, false, per_sample, allocate_with_op(false, per_sample, kOutput)});
+    once_.push_back({{}, c, false, per_sample, allocate_with_op(0, per_sample, kOutput)});
   }
   void once_fixed(MemoryComponent c, Bytes bytes) {
-    once_.push_back({{}, c, true, bytes, allocate_with_op(true, bytes, kOutput)});
+    once_.push_back({{}, c, true, bytes, allocate_with_op(bytes, 0, kOutput)});
   }
 
   // A parameter gradient of `numel` elements written by the next op: from there to the end of the
@@ -122,7 +122,7 @@ class HfWalk {
       once_fixed(kGradients, bytes);
     } else {
       grads_ = checked_add(grads_, bytes, "gradients");
-      allocate_with_op(true, bytes, kEarly);  // .grad, to the end of the step
+      allocate_with_op(bytes, 0, kEarly);  // .grad, to the end of the step
     }
   }
 
@@ -143,11 +143,12 @@ class HfWalk {
     int rank;
     Bytes fixed, per_sample;
   };
-  // A tensor the next op allocates; returns its slot (-1 when no events are recorded).
-  std::int32_t allocate_with_op(bool fixed, Bytes bytes, int rank) {
+  // A tensor of fixed + B * per_sample bytes that the next op allocates; returns its slot (-1
+  // when no events are recorded).
+  std::int32_t allocate_with_op(Bytes fixed, Bytes per_sample, int rank) {
     if (!events_) return -1;
     const std::int32_t slot = next_slot_++;
-    pending_.push_back({slot, rank, fixed ? bytes : 0, fixed ? 0 : bytes});
+    pending_.push_back({slot, rank, fixed, per_sample});
     return slot;
   }
   // A tensor allocated before the first op (in the order the builder created them).
@@ -721,8 +722,7 @@ class HfWalk {
       const Bytes fixed = flash_bwd_scratch_bytes(0, S_, A_, K_, D_, cdt_);
       // One tensor: its fixed part is filed as workspace, the rest as a transient.
       const Bytes per_sample = flash_bwd_scratch_bytes(1, S_, A_, K_, D_, cdt_) - fixed;
-      const std::int32_t slot = allocate_with_op(false, 0, kOutput);
-      if (events_) pending_.back() = {slot, kOutput, fixed, per_sample};
+      const std::int32_t slot = allocate_with_op(fixed, per_sample, kOutput);
       once_.push_back({{}, kWorkspace, true, fixed, slot});
       once_.push_back({{}, kTransient, false, per_sample, -1});
       at("flash attention backward", l);
@@ -988,7 +988,7 @@ class HfWalk {
   std::vector<Pending> pending_;
   std::int32_t next_slot_ = 0;
   std::vector<std::pair<std::string, bool>> cache_;
-  std::vector<std::pair<std::string, Bytes>> with_gemm_;  // held by the next linear's GEMM, saved  // autocast's copies: name, saved by a GEMM
+  std::vector<std::pair<std::string, Bytes>> with_gemm_;  // held by the next linear's GEMM, saved
   std::vector<Block> blocks_;
   Lin lm_;
   std::string final_x_, logits_f32_;
