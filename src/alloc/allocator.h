@@ -68,6 +68,10 @@ class Allocator {
   virtual Bytes free_bytes() const = 0;
 };
 
+// Virtual addresses up to `capacity`, no memory behind them (virtual_source.cpp): the sim
+// device's segments, and those of the estimate's allocator replay.
+std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity);
+
 // Raw cudaMalloc semantics: each request becomes one segment, rounded up to 2 MiB when it is
 // larger than 1 MiB (the driver's large-page granularity) and to 512 bytes otherwise.
 std::unique_ptr<Allocator> make_direct_allocator(SegmentSource& source);

@@ -1,5 +1,6 @@
-// The segment sources of the devices that need no GPU: virtual addresses (sim) and capped host
-// memory (cpu). The cuda sources are declared in device/cuda_device.h.
+// The segment sources of the devices that need no GPU: capped host memory (cpu) here; the sim
+// device's virtual addresses are alloc/allocator.h's make_virtual_source. The cuda sources are
+// declared in device/cuda_device.h.
 #pragma once
 
 #include <memory>
@@ -7,9 +8,6 @@
 #include "alloc/allocator.h"
 
 namespace vrambench {
-
-// Virtual addresses up to `capacity`, no memory behind them: the sim device.
-std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity);
 
 // Host segments from aligned operator new, 256-byte aligned, capped at `capacity` so that a cpu
 // trial runs out of memory where a GPU of that size would. The address returned is the host

@@ -1,10 +1,10 @@
 // The caching allocator's share of the estimate: the walk's own tensor events (walk.h), replayed
 // through the caching policy (src/alloc/caching.cpp) on a virtual source of the device's capacity
-// (or without a limit, for what a step that does not fit needs). What the allocator reserves beyond the tensors depends on the order of the step's allocations and frees
-// (which freed block each new tensor is carved from, which segment a survivor pins), so the
-// estimate follows that order rather than a formula; docs/memory-model.md, "The allocator".
+// (or without a limit, for what a step that does not fit needs). What the allocator reserves
+// beyond the tensors depends on the order of the step's allocations and frees (which freed block
+// each new tensor is carved from, which segment a survivor pins), so the estimate follows that
+// order rather than a formula; docs/memory-model.md, "The allocator".
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -15,35 +15,11 @@
 #include "estimate/walk.h"
 
 namespace vrambench::estimate_walk {
-namespace {
-
-// Segments at increasing virtual addresses, up to a capacity.
-class VirtualSource final : public SegmentSource {
- public:
-  explicit VirtualSource(Bytes capacity) : capacity_(capacity) {}
-  std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
-    if (bytes > capacity_ - in_use_) return std::nullopt;
-    const std::uintptr_t address = next_;
-    next_ += static_cast<std::uintptr_t>(bytes);
-    in_use_ += bytes;
-    return address;
-  }
-  void free_segment(std::uintptr_t, Bytes bytes) override { in_use_ -= bytes; }
-  Bytes capacity() const override { return capacity_; }
-  Bytes in_use() const override { return in_use_; }
-
- private:
-  Bytes capacity_;
-  std::uintptr_t next_ = 4096;
-  Bytes in_use_ = 0;
-};
-
-}  // namespace
 
 std::optional<Bytes> replayed_reserved_peak(const TensorEvents& events, std::int64_t batch,
                                            Bytes capacity) {
-  VirtualSource source(capacity);
-  const std::unique_ptr<Allocator> allocator = make_caching_allocator(source);
+  const std::unique_ptr<SegmentSource> source = make_virtual_source(capacity);
+  const std::unique_ptr<Allocator> allocator = make_caching_allocator(*source);
   std::vector<Block> blocks;
   for (const TensorEvent& e : events) {
     const auto slot = static_cast<std::size_t>(e.slot);

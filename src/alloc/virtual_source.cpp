@@ -1,5 +1,6 @@
-// The sim device's SegmentSource: fake, increasing, 2 MiB-aligned addresses with no memory behind
-// them, refused once the bytes handed out would pass the capacity.
+// The virtual SegmentSource (the sim device's, and the estimate's replay of the caching
+// allocator): fake, increasing, 2 MiB-aligned addresses with no memory behind them, refused once
+// the bytes handed out would pass the capacity.
 #include <fmt/format.h>
 
 #include <map>
@@ -7,7 +8,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "device/sources.h"
+#include "alloc/allocator.h"
 
 namespace vrambench {
 namespace {
