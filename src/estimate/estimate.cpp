@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "estimate/walk.h"
-#include "program/build_common.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -1430,9 +1429,7 @@ Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
   // replay where the walk records its events, else the formula of eager attention's bins.
   if (caching && !events.empty()) {
     TensorEvents batch_one;
-    if (framework_of(cfg) == Framework::hf &&
-        build_common::hf_query_is_a_view(cfg, 1) != build_common::hf_query_is_a_view(cfg, 2))
-      walk_hf(cfg, overhead, &batch_one, 1);
+    if (structure_key(cfg, 1) != structure_key(cfg, 2)) walk_hf(cfg, overhead, &batch_one, 1);
     fit_allocator_share(out, events, batch_one, cfg, overhead);
   } else if (caching) {
     const Dims d = dims_of(cfg);
