@@ -20,7 +20,7 @@ namespace {
 
 using testing_grid::Case;
 
-std::vector<Case> grid(bool full) {
+std::vector<Case> grid(bool full, AllocatorKind allocator) {
   std::vector<Case> out;
   std::size_t index = 0;
   for (std::string_view preset : {"tiny", "tiny-llama", "gpt2", "llama2-7b"})
@@ -64,7 +64,7 @@ std::vector<Case> grid(bool full) {
                       const bool gpt = cfg.model.arch == Arch::gpt;
                       cfg.lora_targets = parse_lora_targets(
                           targets == "qv" ? (gpt ? "c_attn" : "q_proj,v_proj") : targets);
-                      cfg.allocator = AllocatorKind::direct;
+                      cfg.allocator = allocator;
                       cfg.device = parse_device("sim:h100-80gb");
                       const std::string label =
                           std::string(preset) + " " + std::string(to_string(ft)) + " " +
@@ -79,7 +79,15 @@ std::vector<Case> grid(bool full) {
 
 TEST(EstimateFinetune, WithinOnePercentOfTheSimAndNeverHalfAPercentUnder) {
   const bool full = std::getenv("VRAMBENCH_FINETUNE_FULL_GRID") != nullptr;
-  testing_grid::expect_estimate_within(grid(full), full);
+  testing_grid::expect_estimate_within(grid(full, AllocatorKind::direct), full);
+}
+
+// Under PyTorch's caching allocator the estimate adds what the allocator reserves beyond the
+// tensors, from a replay of the step's own allocations (the adapters' small tensors, the
+// dequantised weights and the 8-bit state carve up its segments).
+TEST(EstimateFinetune, UnderTheCachingAllocatorWithinOnePercentAndNeverHalfAPercentUnder) {
+  const bool full = std::getenv("VRAMBENCH_FINETUNE_FULL_GRID") != nullptr;
+  testing_grid::expect_estimate_within(grid(full, AllocatorKind::caching), full);
 }
 
 }  // namespace

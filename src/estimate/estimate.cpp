@@ -28,10 +28,6 @@ struct Dims {
   Bytes norm_stats;        // f32 statistics per row: LayerNorm mean + rstd (8), RMSNorm rstd (4)
   Bytes norm_params;  // parameters of one norm: LayerNorm weight + bias (2H), RMSNorm weight (H)
   Bytes positions;    // rows of the learned position table (gpt), 0 for llama
-  // Bytes of one sample of the largest tensor the step allocates and frees again and again (an
-  // attention matrix [A, S, S] with eager attention, 0 otherwise): the size of the segments the
-  // caching allocator carves smaller tensors out of (see "allocator fragmentation").
-  Bytes bin = 0;
   bool gpt = true;
   bool eager = true;
   bool dropout = false;
@@ -58,10 +54,6 @@ Dims dims_of(const RunConfig& cfg) {
   d.norm_params = d.gpt ? 2 * d.H : d.H;
   d.positions = position_rows(m, cfg.seq);
   d.eager = cfg.attention == Attention::eager;
-  if (d.eager) {
-    d.bin = checked_mul(checked_mul(d.A, d.S, "heads x seq"), checked_mul(d.S, d.e, "seq x elem"),
-                        "attention matrix bytes");
-  }
   d.dropout = cfg.dropout > 0.0;
   d.biases = d.gpt;
   d.recompute = cfg.recompute;
@@ -242,19 +234,9 @@ struct BlockPoint {
   std::string_view op;
   Shares live;
   Bytes grads = 0;
-  Bytes large = 0;    // per-sample bytes of tensors at least Dims::bin large (see Point::large)
   Bytes scratch = 0;  // fixed bytes of the op's own scratch (workspace) at this point
   Bytes dequant = 0;  // fixed bytes of a dequantised weight (fine-tuning over a quantised base)
 };
-
-// Per-sample bytes of the ledger's tensors that are at least `bin` large (none when bin is 0).
-Bytes large_bytes(const Ledger& led, Bytes bin) {
-  Bytes total = 0;
-  if (bin <= 0) return total;
-  for (const Ledger::Entry& x : led.entries())
-    if (x.bytes >= bin) total = checked_add(total, x.bytes, "large tensor bytes");
-  return total;
-}
 
 // The gradient entering a residual branch's output projection from `dy`: through the branch's
 // dropout mask when the model has dropout (a new gradient; the mask goes), else dy itself. `mlp`
@@ -335,7 +317,7 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
   Bytes grads = 0;
   Bytes scratch_fixed = 0;  // an op's scratch that does not grow with the batch
   auto at = [&](std::string_view op) {
-    BlockPoint p{op, {}, grads, large_bytes(led, d.bin), scratch_fixed};
+    BlockPoint p{op, {}, grads, scratch_fixed};
     for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
     points.push_back(std::move(p));
   };
@@ -451,10 +433,9 @@ std::vector<BlockPoint> walk_block_backward(Ledger& led, const Dims& d, const Pa
   return points;
 }
 
-// Saved bytes of one block whose backward has not started, split into activations and statistics,
-// and the part of them in tensors at least Dims::bin large.
+// Saved bytes of one block whose backward has not started, split into activations and statistics.
 struct BlockSaved {
-  Bytes saved = 0, stats = 0, large = 0;
+  Bytes saved = 0, stats = 0;
 };
 BlockSaved block_saved_bytes(const Dims& d) {
   Ledger led;
@@ -464,14 +445,13 @@ BlockSaved block_saved_bytes(const Dims& d) {
     Bytes& total = x.component == kStats ? out.stats : out.saved;
     total = checked_add(total, x.bytes, "saved bytes of a block");
   }
-  out.large = large_bytes(led, d.bin);
   return out;
 }
 
 // Collects the points of the walk.
 class Walk {
  public:
-  Walk(FixedState fixed, Bytes e, Bytes bin) : fixed_(fixed), e_(e), bin_(bin) {}
+  Walk(FixedState fixed, Bytes e) : fixed_(fixed), e_(e) {}
 
   void grad(Bytes params) {
     grads_ = checked_add(grads_, checked_mul(params, e_, "grads"), "grads");
@@ -480,11 +460,9 @@ class Walk {
   void set_grad_bytes(Bytes bytes) { grads_ = bytes; }
   void release_workspace() { fixed_.workspace = 0; }
 
-  // Records a point: the model-level ledger, plus `extra` per-sample components (of which
-  // `extra_large` bytes are in tensors at least Dims::bin large) and gradient bytes that only this
-  // point holds (the block in backward).
-  void at(std::string_view op, const Ledger& led, const Shares& extra = {}, Bytes extra_large = 0,
-          Bytes extra_grads = 0, std::string_view where = {}, std::int64_t block = -1,
+  // Records a point: the model-level ledger, plus `extra` per-sample components and gradient
+  // bytes that only this point holds (the block in backward).
+  void at(std::string_view op, const Ledger& led, const Shares& extra = {}, Bytes extra_grads = 0, std::string_view where = {}, std::int64_t block = -1,
           Bytes extra_workspace = 0, Bytes dequant = 0) {
     Point p;
     p.where = where;
@@ -507,7 +485,6 @@ class Walk {
     for (const Share& c : extra) add_to(p.per_sample, c.component, c.bytes);
     p.fixed_total = device_sum(p.fixed);
     p.per_sample_total = sum(p.per_sample);
-    p.large = checked_add(large_bytes(led, bin_), extra_large, "large tensor bytes");
     points_.push_back(std::move(p));
   }
   std::vector<Point>& points() { return points_; }
@@ -515,22 +492,18 @@ class Walk {
  private:
   FixedState fixed_;
   Bytes e_;
-  Bytes bin_;
   Bytes grads_ = 0;
   std::vector<Point> points_;
 };
 
 // Points of one block's backward, with `others` (per-sample components of everything outside the
 // block: the other blocks' saved tensors, the step's inputs) added to each.
-// `others_large` is the part of `others` in tensors at least Dims::bin large.
 void record_block(Walk& walk, const Dims& d, const Part& part, std::string_view where,
-                  std::int64_t index, const Ledger& outside, const Shares& others,
-                  Bytes others_large, Ledger block) {
+                  std::int64_t index, const Ledger& outside, const Shares& others, Ledger block) {
   for (const BlockPoint& p : walk_block_backward(block, d, part)) {
     Shares live = others;
     for (const Share& c : p.live) add_to(live, c.component, c.bytes);
-    walk.at(p.op, outside, live, checked_add(others_large, p.large, "large tensor bytes"), p.grads,
-            where, index, p.scratch, p.dequant);
+    walk.at(p.op, outside, live, p.grads, where, index, p.scratch, p.dequant);
   }
 }
 
@@ -629,7 +602,7 @@ FixedState fixed_state(const RunConfig& cfg, const DeviceOverhead& overhead, Byt
 std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhead) {
   const Dims d = dims_of(cfg);
   const Params p = params_of(cfg, d);
-  Walk walk(fixed_state(cfg, overhead, p.total, true), d.e, d.bin);
+  Walk walk(fixed_state(cfg, overhead, p.total, true), d.e);
   const Bytes hidden = rows(d, d.H, d.e);
 
   Ledger led;
@@ -650,25 +623,21 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
     add_to(list, kStats, checked_mul(count, saved.stats, "norm statistics"));
     return list;
   };
-  auto other_large = [&](Bytes count) {
-    return checked_mul(count, saved.large, "large tensor bytes");
-  };
   const Shares all_blocks = other_blocks(d.L);
-  const Bytes all_large = other_large(d.L);
 
   // The loss backward: dlogits [B*S, V] next to the logits it is computed from.
   led.add("dlogits", kTransient, rows(d, d.V, d.e));
-  walk.at("cross-entropy backward", led, all_blocks, all_large);
+  walk.at("cross-entropy backward", led, all_blocks);
   led.drop("logits");
   led.drop("ce.lse");
   led.add("d.final_norm.out", kTransient, hidden);
   walk.grad(p.lm_head);
-  walk.at("lm head linear backward", led, all_blocks, all_large);
+  walk.at("lm head linear backward", led, all_blocks);
   led.drop("dlogits");
   led.drop("final_norm.out");
   led.add("dx_L", kTransient, hidden);
   walk.grad(p.final_norm);
-  walk.at("final norm backward", led, all_blocks, all_large);
+  walk.at("final norm backward", led, all_blocks);
   led.drop("d.final_norm.out");
   led.drop("x_L");
   led.drop("final_norm.stats");
@@ -684,11 +653,10 @@ std::vector<Point> walk_model(const RunConfig& cfg, const DeviceOverhead& overhe
     return block;
   };
   const Part whole{};
-  record_block(walk, d, whole, "block", d.L - 1, led, other_blocks(d.L - 1), other_large(d.L - 1),
-               block_ledger());
+  record_block(walk, d, whole, "block", d.L - 1, led, other_blocks(d.L - 1), block_ledger());
   if (d.L > 1) {
     walk.add_grad_bytes(checked_mul(d.L - 1, block_grads, "block grads"));
-    record_block(walk, d, whole, "block", 0, led, {}, 0, block_ledger());
+    record_block(walk, d, whole, "block", 0, led, {}, block_ledger());
   }
 
   // The last GEMM has run; the embedding backward writes the untied table and the positions. It
@@ -892,7 +860,7 @@ std::vector<BlockPoint> walk_ft_block_backward(Ledger& led, const Dims& d, const
   std::vector<BlockPoint> points;
   Bytes grads = 0, scratch_fixed = 0, dequant = 0;
   auto at = [&](std::string_view op) {
-    BlockPoint p{op, {}, grads, large_bytes(led, d.bin), scratch_fixed, dequant};
+    BlockPoint p{op, {}, grads, scratch_fixed, dequant};
     for (const Ledger::Entry& x : led.entries()) add_to(p.live, x.component, x.bytes);
     points.push_back(std::move(p));
   };
@@ -1085,7 +1053,7 @@ std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& ove
   q.nested = is_4bit(q.kind) && cfg.double_quant == Toggle::on;
   const Bytes rank = cfg.lora_rank;
   const bool lora_dropout = cfg.lora_dropout > 0.0;
-  Walk walk(ft_fixed_state(cfg, overhead, d, p, b, q), d.e, d.bin);
+  Walk walk(ft_fixed_state(cfg, overhead, d, p, b, q), d.e);
   const Bytes hidden = rows(d, d.H, d.e);
 
   Ledger led;
@@ -1104,32 +1072,30 @@ std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& ove
       Bytes& total = x.component == kStats ? out.stats : out.saved;
       total = checked_add(total, x.bytes, "saved bytes of a block");
     }
-    out.large = large_bytes(one, d.bin);
     return out;
   };
   const BlockSaved first = saved_of(false), later = saved_of(true);
   // Saved tensors of blocks 0 .. count-1.
   auto below = [&](Bytes count) {
     Shares list;
-    if (count <= 0) return std::make_pair(list, Bytes{0});
+    if (count <= 0) return list;
     add_to(list, kSaved,
            checked_add(first.saved, checked_mul(count - 1, later.saved, "saved"), "saved"));
     add_to(list, kStats,
            checked_add(first.stats, checked_mul(count - 1, later.stats, "stats"), "stats"));
-    return std::make_pair(
-        list, checked_add(first.large, checked_mul(count - 1, later.large, "large"), "large"));
+    return list;
   };
   const auto all_blocks = below(d.L);
 
   led.add("dlogits", kTransient, rows(d, d.V, d.e));
-  walk.at("cross-entropy backward", led, all_blocks.first, all_blocks.second);
+  walk.at("cross-entropy backward", led, all_blocks);
   led.drop("logits");
   led.drop("ce.lse");
   led.add("d.final_norm.out", kTransient, hidden);
-  walk.at("lm head linear dgrad", led, all_blocks.first, all_blocks.second);
+  walk.at("lm head linear dgrad", led, all_blocks);
   led.drop("dlogits");
   led.add("dx_L", kTransient, hidden);
-  walk.at("final norm backward", led, all_blocks.first, all_blocks.second);
+  walk.at("final norm backward", led, all_blocks);
   led.drop("d.final_norm.out");
   led.drop("x_L");
   led.drop("final_norm.stats");
@@ -1154,10 +1120,9 @@ std::vector<Point> walk_finetune(const RunConfig& cfg, const DeviceOverhead& ove
     const auto others = below(l);
     walk.set_grad_bytes(checked_mul(d.L - 1 - l, block_grads, "block grads"));
     for (const BlockPoint& pt : walk_ft_block_backward(block, d, b, g, q, rank, lora_dropout)) {
-      Shares live = others.first;
+      Shares live = others;
       for (const Share& c : pt.live) add_to(live, c.component, c.bytes);
-      walk.at(pt.op, led, live, checked_add(others.second, pt.large, "large"), pt.grads, "block", l,
-              pt.scratch, pt.dequant);
+      walk.at(pt.op, led, live, pt.grads, "block", l, pt.scratch, pt.dequant);
     }
   };
   record(d.L - 1);
@@ -1203,12 +1168,12 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
   add_part_start(block, d, part);
   // Only the flash attention core runs without a GEMM.
   const bool has_gemms = cfg.scope != Scope::attention || d.eager;
-  Walk walk(fixed_state(cfg, overhead, params, has_gemms), d.e, d.bin);
+  Walk walk(fixed_state(cfg, overhead, params, has_gemms), d.e);
   Ledger outside;
   const std::string_view where = cfg.scope == Scope::layer ? "layer backward"
                                  : cfg.scope == Scope::mlp ? "mlp backward"
                                                            : "attention backward";
-  record_block(walk, d, part, where, -1, outside, {}, 0, std::move(block));
+  record_block(walk, d, part, where, -1, outside, {}, std::move(block));
   // Parameter gradients stay to the end of the step; the workspace went with the last op that
   // lists it (the last GEMM, or layer scope's first norm backward).
   walk.grad(params);
@@ -1254,28 +1219,6 @@ std::vector<std::size_t> envelope(const std::vector<Point>& points) {
     from = next_at;
   }
   return order;
-}
-
-// The caching allocator's fragmentation at points[peak], per sample (docs/memory-model.md, "The
-// allocator: rounding and fragmentation"). A tensor of `bin` bytes (an attention matrix) gets a
-// segment of its own; once it is freed, its segment is the best fit for the smaller tensors
-// allocated next (saved activations, block outputs, logits, gradients), which are carved out of it.
-// One of them left there pins the segment: it cannot be returned, and the next attention matrix
-// needs a fresh one. So the smaller tensors fill segments of `bin` bytes one after the other, as
-// many as their largest live total up to the peak needs; at the peak those segments hold the
-// smaller tensors still live and free space that no attention matrix fits in. The first `pre`
-// bytes of smaller tensors live in the segments allocated before the first attention matrix (the
-// embedding output, the first norm output and q|k|v: their holes take them later).
-Bytes fragmentation(const std::vector<Point>& points, std::size_t peak, Bytes bin, Bytes pre) {
-  if (bin <= 0) return 0;
-  auto smaller = [&](const Point& p) {
-    return std::max<Bytes>(0, p.per_sample_total - p.large - pre);
-  };
-  Bytes most = 0;
-  for (std::size_t i = 0; i <= peak; ++i) most = std::max(most, smaller(points[i]));
-  const Bytes segments = (most + bin - 1) / bin;
-  const Bytes held = checked_mul(segments, bin, "fragmentation segments");
-  return std::max<Bytes>(0, held - smaller(points[peak]));
 }
 
 // Adds `line` (fixed + batch * per_sample, the allocator's share) to every moment of `out`.
@@ -1350,8 +1293,17 @@ void fit_allocator_share(Breakdown& out, const TensorEvents& events, const Tenso
     per_sample = 0;
     fixed = share_at;
   } else if (fixed < 0) {
+    // A cliff: the next batch needs much more than the line from no share at all would give (at
+    // the largest batch that fits, the allocator freed its cache and retried; at the next one
+    // that no longer helps). The share is the line through the origin and `at`, and a moment of
+    // its own, the line through both replays, holds the next batch to what it needs.
     per_sample = (share_at + at - 1) / at;
     fixed = 0;
+    add_allocator_share(out, fixed, per_sample);
+    const Bytes steep = replayed(at + 1) - replayed(at);
+    out.other_moments.push_back(
+        {"allocator: the next batch after its cache is freed", replayed(at) - at * steep, steep});
+    return;
   }
   add_allocator_share(out, fixed, per_sample);
 }
@@ -1425,17 +1377,15 @@ Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
         c.component == kOptimizerState || c.component == kQuantized || c.component == kFrozen ||
         c.component == kAdapters || c.component == kAdapterGrads)
       out.model_state = checked_add(out.model_state, c.bytes, "model state");
-  // The allocator's share, the same at every moment, so that the tensor bytes stay apart: from a
-  // replay where the walk records its events, else the formula of eager attention's bins.
-  if (caching && !events.empty()) {
+  // The caching allocator's share, the same at every moment, so that the tensor bytes stay apart:
+  // a replay of the step's tensor events (the hf walk records its own; the lean step's follow
+  // build.cpp's tensors and ops). Raw cudaMalloc's rounding is in the tensors' own bytes (held()).
+  if (caching) {
+    const bool hf = framework_of(cfg) == Framework::hf;
+    if (!hf) events = lean_events(cfg, overhead.gemm_workspace);
     TensorEvents batch_one;
-    if (structure_key(cfg, 1) != structure_key(cfg, 2)) walk_hf(cfg, overhead, &batch_one, 1);
+    if (hf && structure_key(cfg, 1) != structure_key(cfg, 2)) walk_hf(cfg, overhead, &batch_one, 1);
     fit_allocator_share(out, events, batch_one, cfg, overhead);
-  } else if (caching) {
-    const Dims d = dims_of(cfg);
-    const Bytes frag =
-        fragmentation(points, order.back(), d.bin, rows(d, checked_add(2 * d.H, d.Q, "rows"), d.e));
-    if (frag > 0) add_allocator_share(out, 0, frag);
   }
   return out;
 }

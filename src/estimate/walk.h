@@ -84,9 +84,6 @@ struct Point {
   Shares per_sample;
   Bytes fixed_total = 0;
   Bytes per_sample_total = 0;
-  // Per-sample bytes of the tensors live here that are at least as large as Dims::bin: they get
-  // segments of their own; the rest is what the caching allocator carves out of freed ones.
-  Bytes large = 0;
 
   std::string name() const {
     std::string out;
@@ -128,6 +125,10 @@ using TensorEvents = std::vector<TensorEvent>;
 // the one whose structure differs there (gpt2's eager attention saves a view of the query).
 std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead,
                            TensorEvents* events = nullptr, std::int64_t batch = 2);
+
+// The lean framework's step (lean_events.cpp): the tensor events of the program that build.cpp
+// builds, over symbolic sizes; the same for every batch.
+TensorEvents lean_events(const RunConfig& cfg, Bytes gemm_workspace);
 
 // The caching allocator's reserved bytes at their peak when the step of `events` runs at `batch`
 // on a virtual source of `capacity` bytes (the allocator frees its cache and retries there, as it
