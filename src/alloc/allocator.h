@@ -49,6 +49,9 @@ struct AllocStats {
 struct Block {
   std::uintptr_t address = 0;  // start of the block (segment address + offset)
   Bytes size = 0;              // bytes reserved for it (after rounding)
+  // The allocator's own index of the block, so that free() need not look the address up; a block
+  // made elsewhere (-1) is looked up by its address.
+  std::int32_t handle = -1;
 };
 
 // An allocator must not outlive its source; destroying it returns every segment it holds, live

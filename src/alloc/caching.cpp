@@ -34,8 +34,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
-#include <set>
+#include <vector>
 #include <source_location>
 #include <string_view>
 #include <utility>
@@ -81,14 +80,19 @@ bool should_split(bool small_pool, Bytes block_size, Bytes rounded) {
   return small_pool ? remaining >= kMinBlockSize : remaining > kSmallSize;
 }
 
+// The blocks are PyTorch's: each knows its neighbours in its segment (prev, next), so a free
+// merges without a search. They live in a pool of nodes reused after a merge; the free blocks of
+// each pool are a vector sorted by (size, address), whose lower bound is the best fit. A step
+// holds a few thousand blocks and far fewer free ones, so this costs no node allocation per
+// request, unlike ordered trees.
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(SegmentSource& source) : source_(source) {}
 
   ~CachingAllocator() override {
     // Segments still holding live blocks go back too: the allocator owns every segment it took.
-    for (const auto& [address, segment] : segments_)
-      free_segment_quietly(source_, address, segment.size);
+    for (const SegmentInfo& segment : segments_)
+      if (segment.head >= 0) free_segment_quietly(source_, segment.address, segment.size);
   }
 
   std::optional<Block> allocate(Bytes bytes) override {
@@ -100,65 +104,62 @@ class CachingAllocator final : public Allocator {
     const bool small = is_small(rounded);
     FreeSet& pool = small ? free_small_ : free_large_;
 
-    auto found = pool.lower_bound({rounded, 0});
-    std::uintptr_t address = 0;
+    auto found = std::lower_bound(pool.begin(), pool.end(), FreeEntry{rounded, 0, -1});
+    std::int32_t index = -1;
     if (found != pool.end()) {
-      address = found->second;
+      index = found->node;
       pool.erase(found);
     } else {
-      const auto segment = allocate_segment(allocation_size(rounded), small);
+      const std::optional<std::int32_t> segment = allocate_segment(allocation_size(rounded), small);
       if (!segment) return std::nullopt;
-      address = *segment;
+      index = *segment;
     }
 
-    BlockInfo& block = blocks_.at(address);
-    if (should_split(small, block.size, rounded)) {
+    if (should_split(small, nodes_[index].size, rounded)) {
       // The front is allocated and the rest stays free right after it (PyTorch's split).
-      const std::uintptr_t rest_address = address + static_cast<std::uintptr_t>(rounded);
-      const Bytes rest_size = block.size - rounded;
-      block.size = rounded;
-      blocks_.emplace(rest_address, BlockInfo{rest_size, block.segment, false});
-      pool.insert({rest_size, rest_address});
+      const Node& block = nodes_[index];
+      const std::int32_t rest = new_node(Node{block.address + static_cast<std::uintptr_t>(rounded),
+                                              block.size - rounded, block.segment, index,
+                                              block.next, false});
+      Node& front = nodes_[index];
+      if (front.next >= 0) nodes_[front.next].prev = rest;
+      front.next = rest;
+      front.size = rounded;
+      insert_free(pool, rest);
     }
+    Node& block = nodes_[index];
     block.allocated = true;
     stats_.allocated += block.size;
     stats_.allocated_peak = std::max(stats_.allocated_peak, stats_.allocated);
-    return Block{address, block.size};
+    return Block{block.address, block.size, index};
   }
 
   void free(const Block& block) override {
     if (block.size == 0 && block.address == 0) return;  // the empty block of a zero-byte request
-    auto it = blocks_.find(block.address);
-    if (it == blocks_.end() || !it->second.allocated) {
+    std::int32_t index = find(block);
+    if (index < 0 || !nodes_[index].allocated) {
       fail(fmt::format("free of a block that is not allocated: {:#x}", block.address));
     }
-    if (it->second.size != block.size) {
-      fail(fmt::format("block {:#x} holds {} bytes, freed as {}", block.address, it->second.size,
-                       block.size));
+    if (nodes_[index].size != block.size) {
+      fail(fmt::format("block {:#x} holds {} bytes, freed as {}", block.address,
+                       nodes_[index].size, block.size));
     }
-    stats_.allocated -= it->second.size;
-    it->second.allocated = false;
-    FreeSet& pool = segments_.at(it->second.segment).small ? free_small_ : free_large_;
+    stats_.allocated -= nodes_[index].size;
+    nodes_[index].allocated = false;
+    FreeSet& pool = segments_[nodes_[index].segment].small ? free_small_ : free_large_;
 
     // Merge with the next block of the same segment when it is free (try_merge_blocks).
-    if (auto next = std::next(it); next != blocks_.end() &&
-                                   next->second.segment == it->second.segment &&
-                                   !next->second.allocated) {
-      pool.erase({next->second.size, next->first});
-      it->second.size += next->second.size;
-      blocks_.erase(next);
+    if (const std::int32_t next = nodes_[index].next; next >= 0 && !nodes_[next].allocated) {
+      erase_free(pool, next);
+      absorb(index, next);
     }
     // ... and with the previous one, which then absorbs this block.
-    if (it != blocks_.begin()) {
-      if (auto prev = std::prev(it);
-          prev->second.segment == it->second.segment && !prev->second.allocated) {
-        pool.erase({prev->second.size, prev->first});
-        prev->second.size += it->second.size;
-        blocks_.erase(it);
-        it = prev;
-      }
+    if (const std::int32_t prev = nodes_[index].prev; prev >= 0 && !nodes_[prev].allocated) {
+      erase_free(pool, prev);
+      absorb(prev, index);
+      index = prev;
     }
-    pool.insert({it->second.size, it->first});
+    insert_free(pool, index);
   }
 
   void release_cached() override { release_free_segments(); }
@@ -173,50 +174,117 @@ class CachingAllocator final : public Allocator {
   Bytes free_bytes() const override { return source_.capacity() - source_.in_use(); }
 
  private:
-  struct BlockInfo {
-    Bytes size;              // bytes of the block, a multiple of kMinBlockSize
-    std::uintptr_t segment;  // address of the segment it lies in
+  struct Node {
+    std::uintptr_t address;
+    Bytes size;            // bytes of the block, a multiple of kMinBlockSize
+    std::int32_t segment;  // index in segments_
+    std::int32_t prev, next;  // neighbours in the segment, -1 at its ends
     bool allocated;
+    bool spare = false;  // merged away or released: no block, waiting for reuse
   };
   struct SegmentInfo {
+    std::uintptr_t address;
     Bytes size;
-    bool small;  // which pool its blocks belong to
+    bool small;         // which pool its blocks belong to
+    std::int32_t head;  // its first block; -1 once the segment went back to the source
   };
-  // Free blocks of one pool ordered by (size, address): lower_bound({n, 0}) is the best fit.
-  using FreeSet = std::set<std::pair<Bytes, std::uintptr_t>>;
+  struct FreeEntry {
+    Bytes size;
+    std::uintptr_t address;
+    std::int32_t node;
+    bool operator<(const FreeEntry& o) const {
+      return size != o.size ? size < o.size : address < o.address;
+    }
+  };
+  // Free blocks of one pool ordered by (size, address): the lower bound of {n, 0} is the best fit.
+  using FreeSet = std::vector<FreeEntry>;
+
+  std::int32_t new_node(const Node& node) {
+    if (!spare_nodes_.empty()) {
+      const std::int32_t index = spare_nodes_.back();
+      spare_nodes_.pop_back();
+      nodes_[index] = node;
+      nodes_[index].spare = false;
+      return index;
+    }
+    nodes_.push_back(node);
+    return static_cast<std::int32_t>(nodes_.size()) - 1;
+  }
+  // `into` takes over `gone`, the block right after it.
+  void absorb(std::int32_t into, std::int32_t gone) {
+    Node& a = nodes_[into];
+    a.size += nodes_[gone].size;
+    a.next = nodes_[gone].next;
+    if (a.next >= 0) nodes_[a.next].prev = into;
+    retire(gone);
+  }
+  void insert_free(FreeSet& pool, std::int32_t index) {
+    const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
+    pool.insert(std::lower_bound(pool.begin(), pool.end(), e), e);
+  }
+  void erase_free(FreeSet& pool, std::int32_t index) {
+    const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
+    const auto it = std::lower_bound(pool.begin(), pool.end(), e);
+    if (it == pool.end() || it->node != index) fail("a free block missing from its pool");
+    pool.erase(it);
+  }
+  // The node of an allocated or free block: by its handle, else (a block made elsewhere) by its
+  // address; -1 when there is none.
+  std::int32_t find(const Block& block) const {
+    const std::int32_t h = block.handle;
+    if (h >= 0 && static_cast<std::size_t>(h) < nodes_.size() && !nodes_[h].spare &&
+        nodes_[h].address == block.address)
+      return h;
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (!nodes_[i].spare && nodes_[i].address == block.address)
+        return static_cast<std::int32_t>(i);
+    return -1;
+  }
+  void retire(std::int32_t index) {
+    nodes_[index].spare = true;
+    spare_nodes_.push_back(index);
+  }
 
   // A new segment holding one free block (not yet in a free set), or nullopt when the source
   // refuses even after the cache was emptied.
-  std::optional<std::uintptr_t> allocate_segment(Bytes size, bool small) {
+  std::optional<std::int32_t> allocate_segment(Bytes size, bool small) {
     auto address = source_.allocate_segment(size);
     if (!address && release_free_segments() > 0) {
       ++stats_.retries;
       address = source_.allocate_segment(size);
     }
     if (!address) return std::nullopt;
-    segments_.emplace(*address, SegmentInfo{size, small});
-    blocks_.emplace(*address, BlockInfo{size, *address, false});
+    std::int32_t segment = -1;
+    if (!spare_segments_.empty()) {
+      segment = spare_segments_.back();
+      spare_segments_.pop_back();
+    } else {
+      segments_.emplace_back();
+      segment = static_cast<std::int32_t>(segments_.size()) - 1;
+    }
+    const std::int32_t head = new_node(Node{*address, size, segment, -1, -1, false});
+    segments_[segment] = SegmentInfo{*address, size, small, head};
     ++stats_.segment_allocs;
     stats_.reserved += size;
     stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
-    return address;
+    return head;
   }
 
   // Returns every segment that is one free block to the source (release_cached_blocks); the
   // number of segments released.
   int release_free_segments() {
     int released = 0;
-    for (auto it = segments_.begin(); it != segments_.end();) {
-      const auto block = blocks_.find(it->first);
-      if (block->second.allocated || block->second.size != it->second.size) {
-        ++it;
-        continue;
-      }
-      (it->second.small ? free_small_ : free_large_).erase({it->second.size, it->first});
-      blocks_.erase(block);
-      source_.free_segment(it->first, it->second.size);
-      stats_.reserved -= it->second.size;
-      it = segments_.erase(it);
+    for (std::size_t i = 0; i < segments_.size(); ++i) {
+      SegmentInfo& segment = segments_[i];
+      if (segment.head < 0) continue;
+      const Node& block = nodes_[segment.head];
+      if (block.allocated || block.size != segment.size) continue;
+      erase_free(segment.small ? free_small_ : free_large_, segment.head);
+      retire(segment.head);
+      source_.free_segment(segment.address, segment.size);
+      stats_.reserved -= segment.size;
+      segment.head = -1;
+      spare_segments_.push_back(static_cast<std::int32_t>(i));
       ++released;
     }
     return released;
@@ -224,10 +292,10 @@ class CachingAllocator final : public Allocator {
 
   SegmentSource& source_;
   AllocStats stats_;
-  std::map<std::uintptr_t, SegmentInfo> segments_;  // by address
-  // Every block, allocated or free, by address: a block's neighbours in its segment are its
-  // neighbours in this map that carry the same segment address.
-  std::map<std::uintptr_t, BlockInfo> blocks_;
+  std::vector<SegmentInfo> segments_;
+  std::vector<std::int32_t> spare_segments_;
+  std::vector<Node> nodes_;  // every block, allocated or free, and spare nodes
+  std::vector<std::int32_t> spare_nodes_;
   FreeSet free_small_;
   FreeSet free_large_;
 };
