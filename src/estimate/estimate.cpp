@@ -1260,26 +1260,29 @@ void fit_allocator_share(Breakdown& out, const TensorEvents& events, const Tenso
   std::int64_t at = std::max<std::int64_t>(cfg.batch, 1);
   if (overhead.capacity > 0) {
     // The largest batch whose replay fits, in a bracket: batch 0 fits, and past the tensors' own
-    // largest batch nothing does. Each probe is a guess (after a failure, the tensors' line plus
-    // the share per sample that the failure showed; after a fit, the batch after it) unless the
-    // guess leaves the bracket, then its middle.
+    // largest batch nothing does. Each probe is a guess, the tensors' line plus the share per
+    // sample the last replay showed (a failure's is too large, a fit's too small near a cliff,
+    // so they close in from both sides), unless the guess leaves the bracket or two probes in a
+    // row fell on the same side: then its middle.
     const Bytes capacity = overhead.capacity;
     const std::int64_t most = std::clamp<std::int64_t>(out.max_batch(capacity), 1, kLargestBatch);
     std::int64_t lo = 0, hi = most + 1;
     std::int64_t guess = most;
+    int in_a_row = 0;
+    bool last_fit = false;
     while (hi - lo > 1) {
-      const std::int64_t b = guess > lo && guess < hi ? guess : lo + (hi - lo) / 2;
+      const bool creeping = in_a_row >= 2;
+      const std::int64_t b = guess > lo && guess < hi && !creeping ? guess : lo + (hi - lo) / 2;
       const Bytes peak = replayed(b);
-      if (peak <= capacity) {
-        lo = b;
-        guess = b + 1;
-        continue;
-      }
-      hi = b;
+      const bool fit = peak <= capacity;
+      in_a_row = fit == last_fit && !creeping ? in_a_row + 1 : 1;
+      last_fit = fit;
+      (fit ? lo : hi) = b;
       const Bytes share = std::max<Bytes>(peak - out.peak(b), 0) / b;
       Breakdown with_share = out;
       add_allocator_share(with_share, 0, share);
       guess = with_share.max_batch(capacity);
+      if (fit && guess <= b) guess = b + 1;
     }
     at = std::max<std::int64_t>(lo, 1);
   }
