@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "estimate/walk.h"
+#include "program/build_common.h"
 #include "program/program.h"
 
 namespace vrambench::estimate_walk {
@@ -84,20 +85,13 @@ struct Block {
   Grad grad;
 };
 
-class LeanStep {
+// The sizes are the builder's (StepShape); its batch is not read: every size is per sample.
+class LeanStep : private build_common::StepShape {
  public:
-  LeanStep(const RunConfig& cfg, Bytes gemm_workspace) : cfg_(cfg), workspace_bytes_(gemm_workspace) {
-    const ModelConfig& m = cfg.model;
-    S_ = cfg.seq;
-    H_ = m.hidden;
-    A_ = m.heads;
-    K_ = m.kv_heads;
-    D_ = m.head_dim();
-    Q_ = qkv_width(m);
-    F_ = m.ffn;
-    V_ = m.vocab;
+  LeanStep(const RunConfig& cfg, Bytes gemm_workspace)
+      : StepShape(cfg), cfg_(cfg), workspace_bytes_(gemm_workspace) {
     act_ = activation_dtype(cfg.dtype);
-    gpt_ = m.arch == Arch::gpt;
+    gpt_ = cfg.model.arch == Arch::gpt;
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
     finetune_ = is_finetune(cfg);
@@ -663,7 +657,6 @@ class LeanStep {
 
   const RunConfig& cfg_;
   Bytes workspace_bytes_;
-  Bytes S_ = 0, H_ = 0, A_ = 0, K_ = 0, D_ = 0, Q_ = 0, F_ = 0, V_ = 0;
   DType act_ = DType::f32;
   bool gpt_ = true, eager_ = true, dropout_ = false, finetune_ = false, lora_dropout_ = false;
   QuantKind quant_ = QuantKind::none;
