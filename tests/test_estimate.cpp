@@ -389,12 +389,7 @@ TEST(EstimateScope, LayerHoldsOneBlocksState) {
   EXPECT_EQ(step->per_sample, 1024 * 2 * 2 * H);
 }
 
-// The caching allocator's fragmentation, worked out for gpt2, bf16, eager attention, selective
-// recompute, S = 1024. The peak is the loss backward. An attention matrix is A*S*S*e bytes per
-// sample; the logits and dlogits are larger and get segments of their own. Every other tensor live
-// there is carved out of freed attention-matrix segments, apart from the first S*(2H + 3H)*e bytes
-// that fit in the segments of the embedding output, the first norm output and q|k|v.
-// The caching allocator's share of a lean step (selective recompute, eager attention: the S x S
+// The caching allocator's share of a lean step (selective recompute; with eager attention the S x S
 // matrices are the largest tensors and come and go in every block) is the replay of the step's own
 // allocations: at the sim's max batch and the batch after it, the estimate is what the sim's
 // allocator reserved there, and it says the same max batch.

@@ -52,7 +52,7 @@ enum class MemoryComponent : std::uint8_t {
   final_norm,
   logits_and_loss,
   embedding_dropout_mask,
-  allocator_fragmentation,  // caching allocator, eager attention: the one that is not tensor bytes
+  allocator_fragmentation,  // caching allocator: what it reserves beyond the tensors (a replay)
 };
 
 struct Component {
