@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -91,20 +92,36 @@ class HfWalk {
   }
 
   void add(const std::string& name, MemoryComponent c, Bytes per_sample) {
-    live_.push_back({name, c, false, per_sample, allocate_with_op(0, per_sample, rank_of(name))});
+    enter({name, c, false, per_sample, allocate_with_op(0, per_sample, rank_of(name))});
   }
   void add_fixed(const std::string& name, MemoryComponent c, Bytes bytes) {
-    live_.push_back({name, c, true, bytes, allocate_with_op(bytes, 0, rank_of(name))});
+    enter({name, c, true, bytes, allocate_with_op(bytes, 0, rank_of(name))});
   }
-  bool has(const std::string& name) const {
-    return std::any_of(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
+  // The ledger is searched from its end: what an op drops was mostly added last (a block's
+  // backward drops what its forward added after every later block's tensors were dropped).
+  std::vector<Entry>::iterator find(const std::string& name) {
+    const auto it = std::find_if(live_.rbegin(), live_.rend(),
+                                 [&](const Entry& x) { return x.name == name; });
+    return it == live_.rend() ? live_.end() : std::prev(it.base());
   }
+  bool has(const std::string& name) { return find(name) != live_.end(); }
   void drop(const std::string& name) {
-    auto it =
-        std::find_if(live_.begin(), live_.end(), [&](const Entry& x) { return x.name == name; });
+    const auto it = find(name);
     if (it == live_.end()) throw InternalError("hf estimate: dropping '" + name + "' twice");
     free_now(it->slot);
+    total(*it) -= it->bytes;
     live_.erase(it);
+  }
+  // The ledger's bytes by component, kept as entries come and go, so that a point need not sum
+  // every live entry.
+  static constexpr std::size_t kComponents =
+      static_cast<std::size_t>(MemoryComponent::allocator_fragmentation) + 1;
+  Bytes& total(const Entry& x) {
+    return (x.fixed ? live_fixed_ : live_per_sample_)[static_cast<std::size_t>(x.component)];
+  }
+  void enter(Entry x) {
+    total(x) = checked_add(total(x), x.bytes, "ledger bytes");
+    live_.push_back(std::move(x));
   }
   // Tensors that only the next op lists (held temporaries, scratch).
   void once(MemoryComponent c, Bytes per_sample) {
@@ -194,8 +211,11 @@ class HfWalk {
     add_to(p.fixed, kGradients, grads_);
     add_to(p.fixed, kContext, context_);
     add_to(p.per_sample, kInputs, rows(2, 4));  // tokens and targets, i32
-    for (const std::vector<Entry>* list : {&live_, &once_})
-      for (const Entry& x : *list) add_to(x.fixed ? p.fixed : p.per_sample, x.component, x.bytes);
+    for (std::size_t c = 0; c < kComponents; ++c) {
+      add_to(p.fixed, static_cast<MemoryComponent>(c), live_fixed_[c]);
+      add_to(p.per_sample, static_cast<MemoryComponent>(c), live_per_sample_[c]);
+    }
+    for (const Entry& x : once_) add_to(x.fixed ? p.fixed : p.per_sample, x.component, x.bytes);
     once_.clear();
     p.fixed_total = device_sum(p.fixed);
     p.per_sample_total = sum(p.per_sample);
@@ -640,7 +660,11 @@ class HfWalk {
 
   void retag(const std::string& name, MemoryComponent c) {
     for (Entry& e : live_)
-      if (e.name == name) e.component = c;
+      if (e.name == name) {
+        total(e) -= e.bytes;
+        e.component = c;
+        total(e) += e.bytes;
+      }
   }
 
   // ---- backward -----------------------------------------------------------------------------
@@ -984,6 +1008,7 @@ class HfWalk {
   Bytes context_ = 0, workspace_bytes_ = 0;
   Bytes weights_ = 0, state_ = 0, grads_ = 0, params_ = 0;
   std::vector<Entry> live_, once_;
+  std::array<Bytes, kComponents> live_fixed_{}, live_per_sample_{};
   TensorEvents* events_ = nullptr;
   std::vector<Pending> pending_;
   std::int32_t next_slot_ = 0;
