@@ -6,12 +6,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/presets.h"
+#include "estimate/walk.h"
 #include "estimate_grid.h"
+#include "program/program.h"
 
 namespace vrambench {
 namespace {
@@ -65,6 +68,115 @@ std::vector<Case> grid(bool full) {
 TEST(EstimateLean, UnderTheCachingAllocatorWithinOnePercentAndNeverHalfAPercentUnder) {
   const bool full = std::getenv("VRAMBENCH_LEAN_FULL_GRID") != nullptr;
   testing_grid::expect_estimate_within(grid(full), full);
+}
+
+// One allocation or free of a step, by its bytes at one batch.
+struct Token {
+  bool alloc = false;
+  Bytes bytes = 0;
+  bool operator==(const Token&) const = default;
+};
+
+// The frees after one op come in no order that matters to the allocator: sorted by size.
+void sort_free_runs(std::vector<Token>& tokens) {
+  for (std::size_t i = 0; i < tokens.size();) {
+    std::size_t j = i;
+    while (j < tokens.size() && !tokens[j].alloc) ++j;
+    std::sort(tokens.begin() + static_cast<std::ptrdiff_t>(i),
+              tokens.begin() + static_cast<std::ptrdiff_t>(j),
+              [](const Token& a, const Token& b) { return a.bytes < b.bytes; });
+    i = j == i ? i + 1 : j;
+  }
+}
+
+// The estimate's events for the lean step, at batch 3, are the program's allocations and frees in
+// the program's order: the whole-step tensors in creation order, then op by op what the op is the
+// first to list and what it is the last to list. The estimate never reads the program; this is
+// where the two are held together, so that a change to build.cpp that lean_events.cpp does not
+// follow fails here, at the first token that differs.
+TEST(EstimateLean, TensorEventsAreTheProgramsAllocationsInItsOrder) {
+  constexpr std::int64_t kBatch = 3;
+  constexpr Bytes kWorkspace = 4 * MiB;
+  int compared = 0;
+  for (std::string_view preset : {"tiny", "tiny-llama"})
+    for (Precision p : {Precision::fp32, Precision::bf16})
+      for (Attention att : {Attention::eager, Attention::flash})
+        for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+          for (int recipe = 0; recipe < 9; ++recipe) {
+            RunConfig cfg;
+            cfg.model = find_preset(preset).model;
+            cfg.framework = Framework::lean;
+            cfg.seq = 64;
+            cfg.batch = kBatch;
+            cfg.dtype = p;
+            cfg.attention = att;
+            cfg.recompute = rc;
+            cfg.optimizer = Optimizer::none;
+            switch (recipe) {
+              case 1:
+                cfg.dropout = 0.1;
+                break;
+              case 2:
+                cfg.optimizer = Optimizer::adamw;
+                cfg.grad_accum = 2;
+                break;
+              case 3:
+                cfg.optimizer = Optimizer::paged_adamw_8bit;
+                break;
+              case 4:
+                cfg.finetune = Finetune::lora;
+                cfg.lora_dropout = 0.05;
+                break;
+              case 5:
+                cfg.finetune = Finetune::qlora;
+                cfg.optimizer = Optimizer::adamw;
+                break;
+              case 6:
+                cfg.scope = Scope::layer;
+                cfg.optimizer = Optimizer::sgd;
+                break;
+              case 7:
+                cfg.scope = Scope::mlp;
+                break;
+              case 8:
+                cfg.scope = Scope::attention;
+                break;
+              default:
+                break;
+            }
+            const Program program = build_program(cfg, kWorkspace);
+            const Liveness live = compute_liveness(program);
+            std::vector<Token> expected, got;
+            std::vector<int> persistent = live.persistent;
+            std::sort(persistent.begin(), persistent.end());
+            for (int id : persistent)
+              if (program.tensor(id).role != Role::paged_optimizer_state)
+                expected.push_back({true, program.tensor(id).bytes});
+            for (std::size_t i = 0; i < program.ops.size(); ++i) {
+              for (int id : live.allocs_before[i])
+                expected.push_back({true, program.tensor(id).bytes});
+              for (int id : live.frees_after[i])
+                expected.push_back({false, program.tensor(id).bytes});
+            }
+            std::vector<Bytes> bytes;
+            for (const estimate_walk::TensorEvent& e :
+                 estimate_walk::lean_events(cfg, kWorkspace)) {
+              const auto slot = static_cast<std::size_t>(e.slot);
+              if (bytes.size() <= slot) bytes.resize(slot + 1);
+              if (e.alloc) bytes[slot] = e.fixed + kBatch * e.per_sample;
+              got.push_back({e.alloc, bytes[slot]});
+            }
+            sort_free_runs(expected);
+            sort_free_runs(got);
+            const auto [a, b] =
+                std::mismatch(expected.begin(), expected.end(), got.begin(), got.end());
+            ASSERT_TRUE(a == expected.end() && b == got.end())
+                << preset << " " << to_string(p) << " " << to_string(att) << " " << to_string(rc)
+                << " recipe " << recipe << ": " << expected.size() << " program tokens, "
+                << got.size() << " estimate tokens, first difference at " << (a - expected.begin());
+            ++compared;
+          }
+  EXPECT_EQ(compared, 2 * 2 * 2 * 3 * 9);
 }
 
 }  // namespace

@@ -63,8 +63,8 @@ struct Core {
 };
 
 struct Mlp {
-  int fc_out = -1, gelu_out = -1, gate_out = -1, up_out = -1, swiglu_out = -1, out = -1,
-      drop = -1, mask = -1;
+  int fc_out = -1, gelu_out = -1, gate_out = -1, up_out = -1, swiglu_out = -1, out = -1, drop = -1,
+      mask = -1;
   LinearSaved fc_saved, up_saved, out_saved;
   int y() const { return drop >= 0 ? drop : out; }
 };
@@ -198,8 +198,8 @@ class LeanStep : private build_common::StepShape {
              quantized_weight_tensors(checked_mul(rows, in, "module"), rows, quant_, nested)) {
           // Codes and 8-bit absmax are bytes; every other part is fp32.
           const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
-          const int id =
-              tensor(bytes ? fixed(t.bytes, DType::u8) : fixed(t.bytes / 4, DType::f32), Life::whole);
+          const int id = tensor(bytes ? fixed(t.bytes, DType::u8) : fixed(t.bytes / 4, DType::f32),
+                                Life::whole);
           if (t.name != "quant_map" && t.name != "nested_quant_map") q.parts.push_back(id);
         }
         lin.quant.push_back(std::move(q));
@@ -420,8 +420,7 @@ class LeanStep : private build_common::StepShape {
     const int dqkv = grad_of(qkv);
     if (!eager_) {
       const Bytes none = flash_bwd_scratch_bytes(0, S_, A_, K_, D_, act_);
-      const int scratch =
-          tensor({none, flash_bwd_scratch_bytes(1, S_, A_, K_, D_, act_) - none});
+      const int scratch = tensor({none, flash_bwd_scratch_bytes(1, S_, A_, K_, D_, act_) - none});
       op({dy, qkv, core.y, core.lse, dqkv, scratch});
       return dqkv;
     }
@@ -636,7 +635,8 @@ class LeanStep : private build_common::StepShape {
     std::vector<std::int32_t> allocs(static_cast<std::size_t>(starts[ops_]));
     std::vector<std::int32_t> frees(static_cast<std::size_t>(ends[ops_]));
     {
-      std::vector<std::int32_t> a(starts.begin(), starts.end() - 1), f(ends.begin(), ends.end() - 1);
+      std::vector<std::int32_t> a(starts.begin(), starts.end() - 1),
+          f(ends.begin(), ends.end() - 1);
       for (std::size_t t = 0; t < n; ++t) {
         if (lives_[t] == Life::paged || whole(t)) continue;
         allocs[static_cast<std::size_t>(a[static_cast<std::size_t>(first[t])]++)] =
