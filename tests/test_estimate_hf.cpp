@@ -15,7 +15,10 @@
 #include "estimate_grid.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
+#include "estimate/walk.h"
+#include "program/program.h"
 #include "search/measure.h"
+#include "step_tokens.h"
 
 namespace vrambench {
 namespace {
@@ -134,6 +137,46 @@ TEST(EstimateHf, AutocastAndAdamwStateAreFixedBytes) {
   for (const Moment& m : b.other_moments)
     if (m.name == "optimizer step") temporaries = m.fixed - b.model_state - share;
   EXPECT_EQ(temporaries, 4 * params);
+}
+
+// The hf walk's tensor events are the hf program's allocations and frees in the program's order
+// (see EstimateLean.TensorEventsAreTheProgramsAllocationsInItsOrder): over both architectures,
+// precisions with and without autocast, attention, checkpointing, dropout, the optimizers and
+// accumulation; and gpt2's eager attention at batch 1, whose step keeps a view of the query.
+TEST(EstimateHf, TensorEventsAreTheProgramsAllocationsInItsOrder) {
+  constexpr Bytes kWorkspace = 4 * MiB;
+  int compared = 0;
+  auto expect_same = [&](RunConfig cfg, std::int64_t batch, const std::string& label) {
+    cfg.batch = batch;
+    const std::vector<testing_tokens::Token> expected =
+        testing_tokens::program_tokens(build_program(cfg, kWorkspace));
+    estimate_walk::TensorEvents events;
+    estimate_walk::walk_hf(cfg, DeviceOverhead{0, kWorkspace}, &events, batch == 1 ? 1 : 2);
+    const std::vector<testing_tokens::Token> got = testing_tokens::event_tokens(events, batch);
+    ASSERT_EQ(testing_tokens::first_difference(expected, got), expected.size())
+        << label << " B=" << batch << ": " << expected.size() << " program tokens, "
+        << got.size() << " estimate tokens";
+    ASSERT_EQ(got.size(), expected.size()) << label;
+    ++compared;
+  };
+  for (std::string_view preset : {"tiny", "tiny-llama"})
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::amp_bf16})
+      for (Attention att : {Attention::eager, Attention::flash})
+        for (Recompute rc : {Recompute::none, Recompute::full})
+          for (double dropout : {0.0, 0.1})
+            for (Optimizer opt : {Optimizer::none, Optimizer::adamw, Optimizer::sgd}) {
+              RunConfig cfg = hf_config(preset, 64, p, att, rc, dropout, opt);
+              cfg.allocator = AllocatorKind::caching;
+              cfg.grad_accum = opt == Optimizer::sgd ? 2 : 1;
+              expect_same(cfg, 3,
+                          fmt::format("{} {} {} {} dropout {} {}", preset, to_string(p),
+                                      to_string(att), to_string(rc), dropout, to_string(opt)));
+            }
+  RunConfig one = hf_config("gpt2", 128, Precision::bf16, Attention::eager, Recompute::none, 0.0,
+                            Optimizer::adamw);
+  one.allocator = AllocatorKind::caching;
+  expect_same(one, 1, "gpt2 eager");
+  EXPECT_EQ(compared, 2 * 3 * 2 * 2 * 2 * 3 + 1);
 }
 
 }  // namespace

@@ -15,11 +15,13 @@
 #include "estimate/walk.h"
 #include "estimate_grid.h"
 #include "program/program.h"
+#include "step_tokens.h"
 
 namespace vrambench {
 namespace {
 
 using testing_grid::Case;
+using testing_tokens::Token;
 
 std::vector<Case> grid(bool full) {
   std::vector<Case> out;
@@ -68,25 +70,6 @@ std::vector<Case> grid(bool full) {
 TEST(EstimateLean, UnderTheCachingAllocatorWithinOnePercentAndNeverHalfAPercentUnder) {
   const bool full = std::getenv("VRAMBENCH_LEAN_FULL_GRID") != nullptr;
   testing_grid::expect_estimate_within(grid(full), full);
-}
-
-// One allocation or free of a step, by its bytes at one batch.
-struct Token {
-  bool alloc = false;
-  Bytes bytes = 0;
-  bool operator==(const Token&) const = default;
-};
-
-// The frees after one op come in no order that matters to the allocator: sorted by size.
-void sort_free_runs(std::vector<Token>& tokens) {
-  for (std::size_t i = 0; i < tokens.size();) {
-    std::size_t j = i;
-    while (j < tokens.size() && !tokens[j].alloc) ++j;
-    std::sort(tokens.begin() + static_cast<std::ptrdiff_t>(i),
-              tokens.begin() + static_cast<std::ptrdiff_t>(j),
-              [](const Token& a, const Token& b) { return a.bytes < b.bytes; });
-    i = j == i ? i + 1 : j;
-  }
 }
 
 // The estimate's events for the lean step, at batch 3, are the program's allocations and frees in
@@ -144,36 +127,15 @@ TEST(EstimateLean, TensorEventsAreTheProgramsAllocationsInItsOrder) {
               default:
                 break;
             }
-            const Program program = build_program(cfg, kWorkspace);
-            const Liveness live = compute_liveness(program);
-            std::vector<Token> expected, got;
-            std::vector<int> persistent = live.persistent;
-            std::sort(persistent.begin(), persistent.end());
-            for (int id : persistent)
-              if (program.tensor(id).role != Role::paged_optimizer_state)
-                expected.push_back({true, program.tensor(id).bytes});
-            for (std::size_t i = 0; i < program.ops.size(); ++i) {
-              for (int id : live.allocs_before[i])
-                expected.push_back({true, program.tensor(id).bytes});
-              for (int id : live.frees_after[i])
-                expected.push_back({false, program.tensor(id).bytes});
-            }
-            std::vector<Bytes> bytes;
-            for (const estimate_walk::TensorEvent& e :
-                 estimate_walk::lean_events(cfg, kWorkspace)) {
-              const auto slot = static_cast<std::size_t>(e.slot);
-              if (bytes.size() <= slot) bytes.resize(slot + 1);
-              if (e.alloc) bytes[slot] = e.fixed + kBatch * e.per_sample;
-              got.push_back({e.alloc, bytes[slot]});
-            }
-            sort_free_runs(expected);
-            sort_free_runs(got);
-            const auto [a, b] =
-                std::mismatch(expected.begin(), expected.end(), got.begin(), got.end());
-            ASSERT_TRUE(a == expected.end() && b == got.end())
+            const std::vector<Token> expected =
+                testing_tokens::program_tokens(build_program(cfg, kWorkspace));
+            const std::vector<Token> got =
+                testing_tokens::event_tokens(estimate_walk::lean_events(cfg, kWorkspace), kBatch);
+            ASSERT_EQ(testing_tokens::first_difference(expected, got), expected.size())
                 << preset << " " << to_string(p) << " " << to_string(att) << " " << to_string(rc)
                 << " recipe " << recipe << ": " << expected.size() << " program tokens, "
-                << got.size() << " estimate tokens, first difference at " << (a - expected.begin());
+                << got.size() << " estimate tokens";
+            ASSERT_EQ(got.size(), expected.size());
             ++compared;
           }
   EXPECT_EQ(compared, 2 * 2 * 2 * 3 * 9);

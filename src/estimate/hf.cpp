@@ -91,8 +91,9 @@ class HfWalk {
     return held(checked_mul(numel, elem, "parameter bytes"), own_);
   }
 
-  void add(const std::string& name, MemoryComponent c, Bytes per_sample) {
-    enter({name, c, false, per_sample, allocate_with_op(0, per_sample, rank_of(name))});
+  void add(const std::string& name, MemoryComponent c, Bytes per_sample, int rank = -1) {
+    enter({name, c, false, per_sample,
+           allocate_with_op(0, per_sample, rank >= 0 ? rank : rank_of(name))});
   }
   void add_fixed(const std::string& name, MemoryComponent c, Bytes bytes) {
     enter({name, c, true, bytes, allocate_with_op(bytes, 0, rank_of(name))});
@@ -147,9 +148,9 @@ class HfWalk {
 
   // Within one op the step allocates in the order the builder created the tensors: the .grad
   // tensors, the causal mask and rope's cos/sin were created with the model, before the op's
-  // outputs; the GEMM workspace with the first GEMM, after its output; an op's held
-  // temporaries last.
-  static constexpr int kEarly = 0, kOutput = 1, kWorkspaceRank = 2;
+  // outputs; the GEMM workspace with the first GEMM, after its output, and before what that GEMM
+  // holds (kAfterWorkspace); an op's held temporaries last.
+  static constexpr int kEarly = 0, kOutput = 1, kWorkspaceRank = 2, kAfterWorkspace = 3;
   static int rank_of(const std::string& name) {
     if (name == "attn.causal_mask" || name == "rope.cos_sin") return kEarly;
     if (name == "gemm.workspace") return kWorkspaceRank;
@@ -316,7 +317,8 @@ class HfWalk {
     }
     workspace_on();
     add(y, y_component, rows(out, e_));
-    for (const auto& [extra, bytes] : with_gemm_) add(extra, saved_as(pass), bytes);
+    // Tensors the GEMM holds are made after it, so after the workspace its first GEMM makes.
+    for (const auto& [extra, bytes] : with_gemm_) add(extra, saved_as(pass), bytes, kAfterWorkspace);
     at("linear", block, fwd);
     // A replay's bias copy is read by its GEMM alone.
     if (amp_ && bias && pass.replay) drop(name + ".b.autocast");
@@ -723,8 +725,9 @@ class HfWalk {
     const bool upcast = norm_x != x;
     const std::string dx_f32 = upcast ? name + ".dx_f32" : dx;
     add(dx_f32, kTransient, rows(H_, upcast ? 4 : w_));
-    write_grad(H_);
+    // The op's scratch, then (accumulating) the new gradient: the builder's order.
     once(kTransient, rows(2 * H_, 4));
+    write_grad(H_);
     at("rmsnorm backward", block);
     drop(dy);
     drop(norm_x);
@@ -762,6 +765,8 @@ class HfWalk {
     workspace_on();
     at("attention values backward", l);
     drop(dy);
+    // What the forward's core saved besides its operands, the values backward holds last.
+    if (b.has_kv_cache) drop(pre + "attn.kv_cache");
     if (b.has_kv_repeat) drop(pre + "attn.kv_repeat");
     if (b.values_in != b.probs) drop(b.values_in);
     const std::string dropped = !b.probs_drop.empty() ? b.probs_drop : b.probs_c;
@@ -925,8 +930,9 @@ class HfWalk {
       // Written by the lm head backward (or its cast), not a .grad until the sum.
       const std::string name = "wte.grad.lm_head";
       if (amp_) {
-        add_fixed("lm_head.dw16", kGradients, param(V_ * H_, e_));
+        // The builder makes the input's gradient first, then the 16-bit weight's.
         add(lm.x_cast ? "lm_head.dx16" : "d.final_norm.out", kTransient, rows(H_, e_));
+        add_fixed("lm_head.dw16", kGradients, param(V_ * H_, e_));
         workspace_on();
         at("lm head linear backward");
         drop(dlogits);
