@@ -135,10 +135,11 @@ struct Block {
   BlockGrad grad;
 };
 
-class Builder : private build_common::StepShape, private build_common::ProgramWriter {
+class Builder : private build_common::StepShape, private build_common::ProgramWriter,
+                private build_common::OpAttributes {
  public:
   Builder(const RunConfig& cfg, Bytes gemm_workspace)
-      : StepShape(cfg), ProgramWriter(gemm_workspace), cfg_(cfg) {
+      : StepShape(cfg), ProgramWriter(gemm_workspace), OpAttributes(cfg), cfg_(cfg) {
     const ModelConfig& m = cfg.model;
     act_ = activation_dtype(cfg.dtype);
     gpt_ = m.arch == Arch::gpt;
@@ -601,15 +602,6 @@ class Builder : private build_common::StepShape, private build_common::ProgramWr
     return b;
   }
 
-  void attention_attrs(Op& o) const {
-    o.heads = A_;
-    o.kv_heads = K_;
-  }
-  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
-    if (!dropout_) return;
-    o.dropout_p = cfg_.dropout;
-    o.seed = dropout_seed(layer, site);
-  }
   // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
   void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
     o.dropout_p = cfg_.lora_dropout;

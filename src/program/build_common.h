@@ -3,9 +3,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
-
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,6 +55,29 @@ struct StepShape {
 };
 
 using Shape = std::vector<std::int64_t>;
+
+// The attributes both builders set on an op the same way (a builder derives from it): the heads
+// of an op that reads q|k|v, and a dropout site's probability and seed.
+class OpAttributes {
+ protected:
+  explicit OpAttributes(const RunConfig& cfg)
+      : heads_(cfg.model.heads), kv_heads_(cfg.model.kv_heads), dropout_p_(cfg.dropout) {}
+
+  void attention_attrs(Op& o) const {
+    o.heads = heads_;
+    o.kv_heads = kv_heads_;
+  }
+  // Nothing without dropout.
+  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
+    if (dropout_p_ <= 0.0) return;
+    o.dropout_p = dropout_p_;
+    o.seed = dropout_seed(layer, site);
+  }
+
+ private:
+  std::int64_t heads_, kv_heads_;
+  double dropout_p_;
+};
 
 // What both builders write with: the program, its tensors and ops, and the one GEMM workspace.
 class ProgramWriter {

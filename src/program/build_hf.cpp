@@ -86,10 +86,15 @@ bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) 
 
 namespace {
 
-class HfBuilder : private build_common::StepShape, private build_common::ProgramWriter {
+class HfBuilder : private build_common::StepShape, private build_common::ProgramWriter,
+                  private build_common::OpAttributes {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : StepShape(cfg), ProgramWriter(gemm_workspace), cfg_(cfg), options_(options) {
+      : StepShape(cfg),
+        ProgramWriter(gemm_workspace),
+        OpAttributes(cfg),
+        cfg_(cfg),
+        options_(options) {
     const ModelConfig& m = cfg.model;
     amp_ = is_autocast(cfg.dtype);
     cpu_ = options.device == HfOptions::Device::cpu;
@@ -146,15 +151,6 @@ class HfBuilder : private build_common::StepShape, private build_common::Program
         tensor(replay ? name + std::string(kRecomputeSuffix) : name, shape_of(x), dtype, role);
     op(OpKind::cast, name + ".cast", {x}, {y}, layer, replay);
     return y;
-  }
-  void attention_attrs(Op& o) const {
-    o.heads = A_;
-    o.kv_heads = K_;
-  }
-  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
-    if (!dropout_) return;
-    o.dropout_p = cfg_.dropout;
-    o.seed = dropout_seed(layer, site);
   }
   // Dropout noise: CUDA's fused dropout keeps a byte mask; on the CPU, dropout multiplies by a
   // noise tensor of the input's dtype and keeps that.
