@@ -802,24 +802,31 @@ class HfWalk {
     return dqkv;
   }
 
+  // The residual's gradient entering a branch (`name`: mlp or proj) of block `b`: in the compute
+  // dtype, then through the branch's dropout (gpt2, `mask`), recorded as `dropout_op`.
+  std::string branch_grad(const Block& b, const std::string& dx, const std::string& name,
+                          const std::string& mask, std::string_view dropout_op) {
+    std::string d = dx;
+    if (w_ != e_) {
+      d = b.pre + "d." + name + ".y";
+      add(d, kTransient, rows(H_, e_));
+      at("cast", b.l);
+    }
+    if (dropout_ && gpt_) {
+      add(b.pre + "d." + name + ".out", kTransient, rows(H_, e_));
+      at(dropout_op, b.l);
+      if (d != dx) drop(d);
+      drop(b.pre + mask);
+      d = b.pre + "d." + name + ".out";
+    }
+    return d;
+  }
+
   // From the gradient of the block's output to the gradient of its input.
   std::string block_bwd(const Block& b, const std::string& dx_out) {
     const std::int64_t l = b.l;
     const std::string& pre = b.pre;
-    // The residual's gradient reaches the MLP branch in the compute dtype.
-    std::string dmlp = dx_out;
-    if (w_ != e_) {
-      dmlp = pre + "d.mlp.y";
-      add(dmlp, kTransient, rows(H_, e_));
-      at("cast", l);
-    }
-    if (dropout_ && gpt_) {
-      add(pre + "d.mlp.out", kTransient, rows(H_, e_));
-      at("mlp dropout backward", l);
-      if (dmlp != dx_out) drop(dmlp);
-      drop(pre + "mlp.mask");
-      dmlp = pre + "d.mlp.out";
-    }
+    const std::string dmlp = branch_grad(b, dx_out, "mlp", "mlp.mask", "mlp dropout backward");
     std::string dnorm2_out;
     if (gpt_) {
       const std::string dgelu_out =
@@ -866,19 +873,8 @@ class HfWalk {
     drop(dx_out);
     drop(dnorm2_in);
 
-    std::string dproj = dx_mid;
-    if (w_ != e_) {
-      dproj = pre + "d.proj.y";
-      add(dproj, kTransient, rows(H_, e_));
-      at("cast", l);
-    }
-    if (dropout_ && gpt_) {
-      add(pre + "d.proj.out", kTransient, rows(H_, e_));
-      at("attention dropout backward", l);
-      if (dproj != dx_mid) drop(dproj);
-      drop(pre + "attn.proj.mask");
-      dproj = pre + "d.proj.out";
-    }
+    const std::string dproj =
+        branch_grad(b, dx_mid, "proj", "attn.proj.mask", "attention dropout backward");
     const std::string dy = linear_bwd(b.proj, dproj, dproj != dx_mid, eager_, l, pre + "d.attn.y");
     std::string dqkv = attention_bwd(b, dy);
     if (!gpt_) {

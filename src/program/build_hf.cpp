@@ -576,6 +576,19 @@ class HfBuilder : private build_common::StepShape, private build_common::Program
     return dx;
   }
 
+  // The residual's gradient entering a branch whose output projection is `site`: in the branch's
+  // dtype (16-bit under autocast: a cast op named `cast`), then through its dropout, if any.
+  int branch_grad(int dx, int out, int drop, int mask, const std::string& cast,
+                  const std::string& site, int layer, DropoutSite where) {
+    int d = dx;
+    if (dtype_of(out) != dtype_of(dx)) {
+      d = grad_of(drop >= 0 ? drop : out);
+      op(OpKind::cast, cast, {dx}, {d}, layer);
+    }
+    if (drop >= 0) d = dropout_bwd(site, d, mask, out, layer, where);
+    return d;
+  }
+
   // The gradient of the block's input from the gradient of its output.
   int block_bwd(const Block& b, const Weights& w, int dx_out) {
     const int l = b.layer;
@@ -583,14 +596,9 @@ class HfBuilder : private build_common::StepShape, private build_common::Program
     const std::string norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
     const std::string norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
-    // The residual's gradient reaches the MLP branch in its dtype (16-bit under autocast).
-    int dmlp = dx_out;
-    if (dtype_of(b.mlp_out) != dtype_of(dx_out)) {
-      dmlp = grad_of(b.mlp_drop >= 0 ? b.mlp_drop : b.mlp_out);
-      op(OpKind::cast, pre + "mlp.out.grad.cast", {dx_out}, {dmlp}, l);
-    }
-    if (b.mlp_drop >= 0)
-      dmlp = dropout_bwd(pre + "mlp.proj", dmlp, b.mlp_mask, b.mlp_out, l, DropoutSite::mlp_proj);
+    const int dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask,
+                                 pre + "mlp.out.grad.cast", pre + "mlp.proj", l,
+                                 DropoutSite::mlp_proj);
     int dnorm2_out = -1;
     if (gpt_) {
       const int dgelu_out = linear_bwd(pre + "mlp.proj", w.out_w, w.out_b, b.out_saved, dmlp, l);
@@ -622,13 +630,8 @@ class HfBuilder : private build_common::StepShape, private build_common::Program
     op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
 
     const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
-    int dproj = dx_mid;
-    if (dtype_of(b.proj_out) != dtype_of(dx_mid)) {
-      dproj = grad_of(b.proj_drop >= 0 ? b.proj_drop : b.proj_out);
-      op(OpKind::cast, proj + ".out.grad.cast", {dx_mid}, {dproj}, l);
-    }
-    if (b.proj_drop >= 0)
-      dproj = dropout_bwd(proj, dproj, b.proj_mask, b.proj_out, l, DropoutSite::attn_proj);
+    const int dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask,
+                                  proj + ".out.grad.cast", proj, l, DropoutSite::attn_proj);
     const int dy = linear_bwd(proj, w.proj_w, w.proj_b, b.proj_saved, dproj, l);
     int dqkv = attention_bwd(pre, l, gpt_ ? b.qkv : b.qkv_rot, b, dy);
     if (!gpt_) {
