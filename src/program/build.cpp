@@ -135,7 +135,8 @@ struct Block {
   BlockGrad grad;
 };
 
-class Builder : private build_common::StepShape, private build_common::ProgramWriter,
+class Builder : private build_common::StepShape,
+                private build_common::ProgramWriter,
                 private build_common::OpAttributes {
  public:
   Builder(const RunConfig& cfg, Bytes gemm_workspace)

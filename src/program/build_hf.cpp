@@ -86,7 +86,8 @@ bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) 
 
 namespace {
 
-class HfBuilder : private build_common::StepShape, private build_common::ProgramWriter,
+class HfBuilder : private build_common::StepShape,
+                  private build_common::ProgramWriter,
                   private build_common::OpAttributes {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
@@ -596,9 +597,9 @@ class HfBuilder : private build_common::StepShape, private build_common::Program
     const std::string norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
     const std::string norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
-    const int dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask,
-                                 pre + "mlp.out.grad.cast", pre + "mlp.proj", l,
-                                 DropoutSite::mlp_proj);
+    const int dmlp =
+        branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
+                    pre + "mlp.proj", l, DropoutSite::mlp_proj);
     int dnorm2_out = -1;
     if (gpt_) {
       const int dgelu_out = linear_bwd(pre + "mlp.proj", w.out_w, w.out_b, b.out_saved, dmlp, l);
