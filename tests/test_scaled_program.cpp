@@ -197,7 +197,6 @@ TEST(BatchScaledProgram, HfProgramsMatchTheBuiltProgramAtEveryBatch) {
       for (Attention attention : {Attention::eager, Attention::flash})
         for (Recompute recompute : {Recompute::none, Recompute::full}) {
           RunConfig cfg;
-          cfg.framework = Framework::lean;
           cfg.model = find_preset(preset).model;
           cfg.framework = Framework::hf;
           cfg.seq = 128;

@@ -101,8 +101,8 @@ class HfWalk {
   // The ledger is searched from its end: what an op drops was mostly added last (a block's
   // backward drops what its forward added after every later block's tensors were dropped).
   std::vector<Entry>::iterator find(const std::string& name) {
-    const auto it = std::find_if(live_.rbegin(), live_.rend(),
-                                 [&](const Entry& x) { return x.name == name; });
+    const auto it =
+        std::find_if(live_.rbegin(), live_.rend(), [&](const Entry& x) { return x.name == name; });
     return it == live_.rend() ? live_.end() : std::prev(it.base());
   }
   bool has(const std::string& name) { return find(name) != live_.end(); }
@@ -318,7 +318,8 @@ class HfWalk {
     workspace_on();
     add(y, y_component, rows(out, e_));
     // Tensors the GEMM holds are made after it, so after the workspace its first GEMM makes.
-    for (const auto& [extra, bytes] : with_gemm_) add(extra, saved_as(pass), bytes, kAfterWorkspace);
+    for (const auto& [extra, bytes] : with_gemm_)
+      add(extra, saved_as(pass), bytes, kAfterWorkspace);
     at("linear", block, fwd);
     // A replay's bias copy is read by its GEMM alone.
     if (amp_ && bias && pass.replay) drop(name + ".b.autocast");
@@ -414,19 +415,8 @@ class HfWalk {
     const std::string proj_out = pre + "attn.proj.out";
     b.proj = linear_fwd(pre + "attn.proj", H_, H_, gpt_, pre + "attn.y", e_, proj_out, kTransient,
                         pass, l);
-    if (!eager_) {
-      // flash backward reads y again: kept
-    }
     done(pre + "attn.y", pass);
-    std::string residual = proj_out;
-    if (dropout_ && gpt_) {
-      add(pre + "attn.proj.drop", kTransient, rows(H_, e_));
-      add(pre + "attn.proj.mask", role, rows(H_, 1));
-      at("dropout", l, fwd);
-      drop(proj_out);
-      done(pre + "attn.proj.mask", pass);
-      residual = pre + "attn.proj.drop";
-    }
+    const std::string residual = branch_dropout(proj_out, pre + "attn.proj", pass, l);
     add(pre + "x_mid", role, rows(H_, w_));
     at("residual add", l, fwd);
     drop(residual);
@@ -480,15 +470,8 @@ class HfWalk {
                          pre + "mlp.down.out", kTransient, pass, l);
       done(pre + "mlp.swiglu.out", pass);
     }
-    std::string mlp_y = gpt_ ? pre + "mlp.proj.out" : pre + "mlp.down.out";
-    if (dropout_ && gpt_) {
-      add(pre + "mlp.drop", kTransient, rows(H_, e_));
-      add(pre + "mlp.mask", role, rows(H_, 1));
-      at("dropout", l, fwd);
-      drop(mlp_y);
-      done(pre + "mlp.mask", pass);
-      mlp_y = pre + "mlp.drop";
-    }
+    const std::string mlp_y =
+        branch_dropout(gpt_ ? pre + "mlp.proj.out" : pre + "mlp.down.out", pre + "mlp", pass, l);
     // The block output: the next block's input, kept even when checkpointed; a replay's is read by
     // its add alone.
     const std::string x_out = fmt::format("{}.x_out", l);
@@ -800,6 +783,19 @@ class HfWalk {
     drop(pre + "d.scores");
     drop(b.attn_in);
     return dqkv;
+  }
+
+  // The dropout on a residual branch's output `out` (gpt2): `site`.drop, and `site`.mask saved
+  // for the backward; returns what the residual adds.
+  std::string branch_dropout(const std::string& out, const std::string& site, const Pass& pass,
+                             std::int64_t block) {
+    if (!dropout_ || !gpt_) return out;
+    add(site + ".drop", kTransient, rows(H_, e_));
+    add(site + ".mask", saved_as(pass), rows(H_, 1));
+    at("dropout", block, !pass.replay);
+    drop(out);
+    done(site + ".mask", pass);
+    return site + ".drop";
   }
 
   // The residual's gradient entering a branch (`name`: mlp or proj) of block `b`: in the compute
