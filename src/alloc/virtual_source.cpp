@@ -3,9 +3,10 @@
 // the bytes handed out would pass the capacity.
 #include <fmt/format.h>
 
-#include <map>
+#include <algorithm>
 #include <source_location>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "alloc/allocator.h"
@@ -41,19 +42,22 @@ class VirtualSource final : public SegmentSource {
     // bytes <= capacity, so the rounded advance fits in 64 bits; the address space of a 64-bit
     // uintptr_t is never exhausted by the number of trials a sweep runs.
     next_address_ += static_cast<std::uintptr_t>(round_up(bytes, kSegmentAlignment));
-    live_.emplace(address, bytes);
+    segments_.push_back({address, bytes});
     in_use_ += bytes;
     return address;
   }
 
   void free_segment(std::uintptr_t address, Bytes bytes) override {
-    const auto it = live_.find(address);
-    if (it == live_.end()) fail(fmt::format("free of unknown segment {:#x}", address));
-    if (it->second != bytes) {
-      fail(fmt::format("segment {:#x} holds {} bytes, freed as {}", address, it->second, bytes));
+    const auto it = std::lower_bound(
+        segments_.begin(), segments_.end(), address,
+        [](const Segment& s, std::uintptr_t a) { return s.address < a; });
+    if (it == segments_.end() || it->address != address || it->bytes == 0)
+      fail(fmt::format("free of unknown segment {:#x}", address));
+    if (it->bytes != bytes) {
+      fail(fmt::format("segment {:#x} holds {} bytes, freed as {}", address, it->bytes, bytes));
     }
     in_use_ -= bytes;
-    live_.erase(it);
+    it->bytes = 0;
   }
 
   Bytes capacity() const override { return capacity_; }
@@ -63,7 +67,13 @@ class VirtualSource final : public SegmentSource {
   Bytes capacity_;
   Bytes in_use_ = 0;
   std::uintptr_t next_address_ = kFirstAddress;
-  std::map<std::uintptr_t, Bytes> live_;  // segment address -> bytes, to catch bad frees
+  // Every segment handed out, in address order (addresses only increase), to catch bad frees;
+  // a freed one keeps its place with no bytes.
+  struct Segment {
+    std::uintptr_t address;
+    Bytes bytes;
+  };
+  std::vector<Segment> segments_;
 };
 
 }  // namespace

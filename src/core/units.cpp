@@ -85,18 +85,12 @@ std::string format_bytes(Bytes bytes) {
   return fmt::format("{} B", bytes);
 }
 
-Bytes checked_mul(Bytes a, Bytes b, std::string_view what) {
-  Bytes out = 0;
-  if (__builtin_mul_overflow(a, b, &out))
-    throw UsageError(fmt::format("{} overflows 64 bits ({} x {}); use smaller sizes", what, a, b));
-  return out;
+void throw_mul_overflow(Bytes a, Bytes b, std::string_view what) {
+  throw UsageError(fmt::format("{} overflows 64 bits ({} x {}); use smaller sizes", what, a, b));
 }
 
-Bytes checked_add(Bytes a, Bytes b, std::string_view what) {
-  Bytes out = 0;
-  if (__builtin_add_overflow(a, b, &out))
-    throw UsageError(fmt::format("{} overflows 64 bits ({} + {}); use smaller sizes", what, a, b));
-  return out;
+void throw_add_overflow(Bytes a, Bytes b, std::string_view what) {
+  throw UsageError(fmt::format("{} overflows 64 bits ({} + {}); use smaller sizes", what, a, b));
 }
 
 }  // namespace vrambench

@@ -22,9 +22,24 @@ Bytes parse_bytes(std::string_view text, std::string_view what = "size");
 // "812.0 KiB", "1.50 MiB", "23.99 GiB": binary units with three significant-ish digits for people.
 std::string format_bytes(Bytes bytes);
 
-// a * b and a + b, throwing UsageError("<what> overflows 64 bits ...") instead of wrapping.
-Bytes checked_mul(Bytes a, Bytes b, std::string_view what);
-Bytes checked_add(Bytes a, Bytes b, std::string_view what);
+// Throw UsageError("<what> overflows 64 bits (a x b)" or "(a + b)"): the cold half of the checks.
+[[noreturn]] void throw_mul_overflow(Bytes a, Bytes b, std::string_view what);
+[[noreturn]] void throw_add_overflow(Bytes a, Bytes b, std::string_view what);
+
+// a * b and a + b, throwing UsageError("<what> overflows 64 bits ...") instead of wrapping. Inline:
+// the closed-form model and the program builders call them for every size they derive.
+inline Bytes checked_mul(Bytes a, Bytes b, std::string_view what) {
+  Bytes out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) [[unlikely]]
+    throw_mul_overflow(a, b, what);
+  return out;
+}
+inline Bytes checked_add(Bytes a, Bytes b, std::string_view what) {
+  Bytes out = 0;
+  if (__builtin_add_overflow(a, b, &out)) [[unlikely]]
+    throw_add_overflow(a, b, what);
+  return out;
+}
 
 // Rounds `value` up to a multiple of `granule` (granule > 0).
 constexpr Bytes round_up(Bytes value, Bytes granule) {

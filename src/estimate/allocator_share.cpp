@@ -21,6 +21,7 @@ std::optional<Bytes> replayed_reserved_peak(const TensorEvents& events, std::int
   const std::unique_ptr<SegmentSource> source = make_virtual_source(capacity);
   const std::unique_ptr<Allocator> allocator = make_caching_allocator(*source);
   std::vector<Block> blocks;
+  blocks.reserve(events.size());  // a slot per allocation, fewer than the events
   for (const TensorEvent& e : events) {
     const auto slot = static_cast<std::size_t>(e.slot);
     if (!e.alloc) {

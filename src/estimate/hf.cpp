@@ -68,6 +68,9 @@ class HfWalk {
     forward();
     backward();
     optimizer();
+    // analyze() reads the components of the envelope's points and of the last one alone.
+    for (std::size_t i : envelope(points_)) spell_out(i);
+    spell_out(points_.size() - 1);
     return std::move(points_);
   }
 
@@ -200,27 +203,58 @@ class HfWalk {
       add_fixed("gemm.workspace", kWorkspace, workspace_bytes_);
   }
 
-  // Records the op: everything in the ledger, the whole-step state, the op's own temporaries.
+  // Records the op: everything in the ledger, the whole-step state, the op's own temporaries. The
+  // point gets its totals now; its components are spelled out (spell_out) only where analyze()
+  // reads them, from what the op saw.
   void at(std::string_view op, std::int64_t block = -1, bool forward = false) {
     record_op_events();
     Point p;
     p.block = block;
     p.forward = forward;
     p.op = op;
-    add_to(p.fixed, kWeights, weights_);
-    add_to(p.fixed, kOptimizerState, state_);
-    add_to(p.fixed, kGradients, grads_);
-    add_to(p.fixed, kContext, context_);
-    add_to(p.per_sample, kInputs, rows(2, 4));  // tokens and targets, i32
+    Seen seen{live_fixed_, live_per_sample_, weights_, state_, grads_, once_seen_.size(), 0};
+    Bytes fixed = checked_add(checked_add(weights_, state_, "breakdown total"),
+                              checked_add(grads_, context_, "breakdown total"), "breakdown total");
+    Bytes per_sample = rows(2, 4);  // tokens and targets, i32
     for (std::size_t c = 0; c < kComponents; ++c) {
-      add_to(p.fixed, static_cast<MemoryComponent>(c), live_fixed_[c]);
-      add_to(p.per_sample, static_cast<MemoryComponent>(c), live_per_sample_[c]);
+      if (static_cast<MemoryComponent>(c) != kPaged)
+        fixed = checked_add(fixed, live_fixed_[c], "breakdown total");
+      per_sample = checked_add(per_sample, live_per_sample_[c], "breakdown total");
     }
-    for (const Entry& x : once_) add_to(x.fixed ? p.fixed : p.per_sample, x.component, x.bytes);
+    for (const Entry& x : once_) {
+      once_seen_.push_back({x.component, x.fixed, x.bytes});
+      if (!x.fixed)
+        per_sample = checked_add(per_sample, x.bytes, "breakdown total");
+      else if (x.component != kPaged)
+        fixed = checked_add(fixed, x.bytes, "breakdown total");
+    }
     once_.clear();
-    p.fixed_total = device_sum(p.fixed);
-    p.per_sample_total = sum(p.per_sample);
+    seen.once_end = once_seen_.size();
+    p.fixed_total = fixed;
+    p.per_sample_total = per_sample;
     points_.push_back(std::move(p));
+    seen_.push_back(seen);
+  }
+
+  // The components of point `i`, in the order the breakdown lists them: the whole-step state, the
+  // ledger's components in the enum's order, then the op's own temporaries.
+  void spell_out(std::size_t i) {
+    Point& p = points_[i];
+    if (!p.fixed.empty() || !p.per_sample.empty()) return;
+    const Seen& s = seen_[i];
+    add_to(p.fixed, kWeights, s.weights);
+    add_to(p.fixed, kOptimizerState, s.state);
+    add_to(p.fixed, kGradients, s.grads);
+    add_to(p.fixed, kContext, context_);
+    add_to(p.per_sample, kInputs, rows(2, 4));
+    for (std::size_t c = 0; c < kComponents; ++c) {
+      add_to(p.fixed, static_cast<MemoryComponent>(c), s.fixed[c]);
+      add_to(p.per_sample, static_cast<MemoryComponent>(c), s.per_sample[c]);
+    }
+    for (std::size_t k = s.once_begin; k < s.once_end; ++k) {
+      const OnceSeen& x = once_seen_[k];
+      add_to(x.fixed ? p.fixed : p.per_sample, x.component, x.bytes);
+    }
   }
 
   // ---- parameters ---------------------------------------------------------------------------
@@ -1016,6 +1050,19 @@ class HfWalk {
   Lin lm_;
   std::string final_x_, logits_f32_;
   std::vector<Point> points_;
+  // What each point's op saw (at()), for spell_out.
+  struct OnceSeen {
+    MemoryComponent component;
+    bool fixed;
+    Bytes bytes;
+  };
+  struct Seen {
+    std::array<Bytes, kComponents> fixed, per_sample;  // the ledger's totals
+    Bytes weights, state, grads;
+    std::size_t once_begin, once_end;  // the op's temporaries, in once_seen_
+  };
+  std::vector<Seen> seen_;
+  std::vector<OnceSeen> once_seen_;
 };
 
 }  // namespace

@@ -119,8 +119,14 @@ struct TensorEvent {
 };
 using TensorEvents = std::vector<TensorEvent>;
 
+// The points that are the peak for some batch B >= 1: the upper envelope of the lines
+// fixed_total + B * per_sample_total, from B = 1 upwards, as indices into `points`. The last one
+// has the most bytes per sample.
+std::vector<std::size_t> envelope(const std::vector<Point>& points);
+
 // The hf framework's step (hf.cpp): every op of the program that build_hf.cpp builds, forward,
-// backward and optimizer, as a point; with `events`, its tensors' allocations and frees too. The
+// backward and optimizer, as a point; with `events`, its tensors' allocations and frees too. Every
+// point has its totals; only the envelope's points and the last one list their components. The
 // step is the same for every batch from 2 (the points hold bytes per sample); `batch` 1 walks
 // the one whose structure differs there (gpt2's eager attention saves a view of the query).
 std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead,

@@ -64,7 +64,12 @@ int Program::add_tensor(std::string name, std::vector<std::int64_t> shape, DType
   t.dtype = dtype;
   t.role = role;
   Bytes bytes = dtype_size(dtype);
-  for (std::int64_t d : t.shape) bytes = checked_mul(bytes, d, "tensor '" + t.name + "' bytes");
+  for (std::int64_t d : t.shape) {
+    Bytes next = 0;  // the message is only spelled out when it is thrown
+    if (__builtin_mul_overflow(bytes, d, &next)) [[unlikely]]
+      throw_mul_overflow(bytes, d, "tensor '" + t.name + "' bytes");
+    bytes = next;
+  }
   t.bytes = bytes;
   tensors.push_back(std::move(t));
   return tensors.back().id;
