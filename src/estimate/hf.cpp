@@ -61,6 +61,8 @@ class HfWalk {
     own_ = cfg.allocator == AllocatorKind::direct;
     context_ = overhead.context;
     workspace_bytes_ = overhead.gemm_workspace;
+    // About a hundred events a block (a few dozen tensors, each allocated and freed).
+    if (events_) events_->reserve(static_cast<std::size_t>(128 * (L_ + 4)));
   }
 
   std::vector<Point> run() {
@@ -68,10 +70,12 @@ class HfWalk {
     forward();
     backward();
     optimizer();
-    // analyze() reads the components of the envelope's points and of the last one alone.
-    for (std::size_t i : envelope(points_)) spell_out(i);
-    spell_out(points_.size() - 1);
-    return std::move(points_);
+    std::vector<Point> points;
+    points.reserve(frontier_.size() + 1);
+    for (const Candidate& c : frontier_) points.push_back(spell_out(c));
+    if (frontier_.empty() || frontier_.back().op_index != ops_seen_)
+      points.push_back(spell_out(last_));
+    return points;
   }
 
  private:
@@ -203,16 +207,42 @@ class HfWalk {
       add_fixed("gemm.workspace", kWorkspace, workspace_bytes_);
   }
 
-  // Records the op: everything in the ledger, the whole-step state, the op's own temporaries. The
-  // point gets its totals now; its components are spelled out (spell_out) only where analyze()
-  // reads them, from what the op saw.
+  // What a point's op saw (at()), for spell_out.
+  struct OnceSeen {
+    MemoryComponent component;
+    bool fixed;
+    Bytes bytes;
+  };
+  struct Seen {
+    std::array<Bytes, kComponents> fixed, per_sample;  // the ledger's totals
+    Bytes weights, state, grads;
+    std::array<OnceSeen, 8> once;  // the op's temporaries
+    std::size_t once_count;
+  };
+  struct Candidate {
+    Point point;  // its totals; the components are spell_out's
+    Seen seen;
+    Bytes at_one = 0;           // bytes at batch 1
+    std::int64_t op_index = 0;  // which at() it was, from 1
+  };
+
+  // Records the op: everything in the ledger, the whole-step state, the op's own temporaries. Only
+  // the points that can be a peak are kept (frontier_), and the last one: a point is never the peak
+  // at any batch when an earlier one has as many bytes at batch 1 and as many per sample, or a
+  // later one more of either and as many of the other (envelope()). A kept point's components are
+  // spelled out at the end, from what its op saw.
   void at(std::string_view op, std::int64_t block = -1, bool forward = false) {
     record_op_events();
-    Point p;
-    p.block = block;
-    p.forward = forward;
-    p.op = op;
-    Seen seen{live_fixed_, live_per_sample_, weights_, state_, grads_, once_seen_.size(), 0};
+    Candidate& now = last_;
+    now.point.block = block;
+    now.point.forward = forward;
+    now.point.op = op;
+    Seen& seen = now.seen;
+    seen.fixed = live_fixed_;
+    seen.per_sample = live_per_sample_;
+    seen.weights = weights_;
+    seen.state = state_;
+    seen.grads = grads_;
     Bytes fixed = checked_add(checked_add(weights_, state_, "breakdown total"),
                               checked_add(grads_, context_, "breakdown total"), "breakdown total");
     Bytes per_sample = rows(2, 4);  // tokens and targets, i32
@@ -221,40 +251,51 @@ class HfWalk {
         fixed = checked_add(fixed, live_fixed_[c], "breakdown total");
       per_sample = checked_add(per_sample, live_per_sample_[c], "breakdown total");
     }
-    for (const Entry& x : once_) {
-      once_seen_.push_back({x.component, x.fixed, x.bytes});
+    if (once_.size() > seen.once.size()) throw InternalError("hf estimate: an op's temporaries");
+    seen.once_count = once_.size();
+    for (std::size_t k = 0; k < once_.size(); ++k) {
+      const Entry& x = once_[k];
+      seen.once[k] = {x.component, x.fixed, x.bytes};
       if (!x.fixed)
         per_sample = checked_add(per_sample, x.bytes, "breakdown total");
       else if (x.component != kPaged)
         fixed = checked_add(fixed, x.bytes, "breakdown total");
     }
     once_.clear();
-    seen.once_end = once_seen_.size();
-    p.fixed_total = fixed;
-    p.per_sample_total = per_sample;
-    points_.push_back(std::move(p));
-    seen_.push_back(seen);
+    now.point.fixed_total = fixed;
+    now.point.per_sample_total = per_sample;
+    now.at_one = checked_add(fixed, per_sample, "breakdown total");
+    ++ops_seen_;
+    auto covers = [](const Candidate& a, const Candidate& b) {
+      return a.at_one >= b.at_one && a.point.per_sample_total >= b.point.per_sample_total;
+    };
+    if (std::any_of(frontier_.begin(), frontier_.end(),
+                    [&](const Candidate& c) { return covers(c, now); }))
+      return;
+    std::erase_if(frontier_, [&](const Candidate& c) { return covers(now, c); });
+    frontier_.push_back(now);
+    frontier_.back().op_index = ops_seen_;
   }
 
-  // The components of point `i`, in the order the breakdown lists them: the whole-step state, the
+  // The components of a point, in the order the breakdown lists them: the whole-step state, the
   // ledger's components in the enum's order, then the op's own temporaries.
-  void spell_out(std::size_t i) {
-    Point& p = points_[i];
-    if (!p.fixed.empty() || !p.per_sample.empty()) return;
-    const Seen& s = seen_[i];
+  Point spell_out(const Candidate& c) const {
+    Point p = c.point;
+    const Seen& s = c.seen;
     add_to(p.fixed, kWeights, s.weights);
     add_to(p.fixed, kOptimizerState, s.state);
     add_to(p.fixed, kGradients, s.grads);
     add_to(p.fixed, kContext, context_);
     add_to(p.per_sample, kInputs, rows(2, 4));
-    for (std::size_t c = 0; c < kComponents; ++c) {
-      add_to(p.fixed, static_cast<MemoryComponent>(c), s.fixed[c]);
-      add_to(p.per_sample, static_cast<MemoryComponent>(c), s.per_sample[c]);
+    for (std::size_t k = 0; k < kComponents; ++k) {
+      add_to(p.fixed, static_cast<MemoryComponent>(k), s.fixed[k]);
+      add_to(p.per_sample, static_cast<MemoryComponent>(k), s.per_sample[k]);
     }
-    for (std::size_t k = s.once_begin; k < s.once_end; ++k) {
-      const OnceSeen& x = once_seen_[k];
+    for (std::size_t k = 0; k < s.once_count; ++k) {
+      const OnceSeen& x = s.once[k];
       add_to(x.fixed ? p.fixed : p.per_sample, x.component, x.bytes);
     }
+    return p;
   }
 
   // ---- parameters ---------------------------------------------------------------------------
@@ -1049,20 +1090,9 @@ class HfWalk {
   std::vector<Block> blocks_;
   Lin lm_;
   std::string final_x_, logits_f32_;
-  std::vector<Point> points_;
-  // What each point's op saw (at()), for spell_out.
-  struct OnceSeen {
-    MemoryComponent component;
-    bool fixed;
-    Bytes bytes;
-  };
-  struct Seen {
-    std::array<Bytes, kComponents> fixed, per_sample;  // the ledger's totals
-    Bytes weights, state, grads;
-    std::size_t once_begin, once_end;  // the op's temporaries, in once_seen_
-  };
-  std::vector<Seen> seen_;
-  std::vector<OnceSeen> once_seen_;
+  std::vector<Candidate> frontier_;  // the points that may be a peak, in the step's order
+  Candidate last_;                   // the latest point
+  std::int64_t ops_seen_ = 0;
 };
 
 }  // namespace

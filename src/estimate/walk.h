@@ -124,9 +124,11 @@ using TensorEvents = std::vector<TensorEvent>;
 // has the most bytes per sample.
 std::vector<std::size_t> envelope(const std::vector<Point>& points);
 
-// The hf framework's step (hf.cpp): every op of the program that build_hf.cpp builds, forward,
-// backward and optimizer, as a point; with `events`, its tensors' allocations and frees too. Every
-// point has its totals; only the envelope's points and the last one list their components. The
+// The hf framework's step (hf.cpp): the ops of the program that build_hf.cpp builds, forward,
+// backward and optimizer, as points; with `events`, its tensors' allocations and frees too. Of the
+// points, those that may be the peak at some batch (envelope()) and the last one, in the step's
+// order: an op that an earlier one matches or a later one exceeds in bytes at batch 1 and per
+// sample is never the peak. The
 // step is the same for every batch from 2 (the points hold bytes per sample); `batch` 1 walks
 // the one whose structure differs there (gpt2's eager attention saves a view of the query).
 std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead,
