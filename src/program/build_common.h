@@ -2,6 +2,7 @@
 // replays and the dropout seeds, so that both frameworks draw the same masks at the same sites.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -82,7 +83,13 @@ class OpAttributes {
 // What both builders write with: the program, its tensors and ops, and the one GEMM workspace.
 class ProgramWriter {
  protected:
-  explicit ProgramWriter(Bytes gemm_workspace) : gemm_workspace_(gemm_workspace) {}
+  // `layers`: room for that many blocks' tensors and ops (a few dozen each), so that the program's
+  // lists are not copied as they grow.
+  ProgramWriter(Bytes gemm_workspace, std::int64_t layers) : gemm_workspace_(gemm_workspace) {
+    const auto room = static_cast<std::size_t>(64 * (std::max<std::int64_t>(layers, 0) + 4));
+    p_.tensors.reserve(room);
+    p_.ops.reserve(room);
+  }
 
   int tensor(std::string name, Shape shape, DType dtype, Role role) {
     return p_.add_tensor(std::move(name), std::move(shape), dtype, role);

@@ -92,7 +92,7 @@ class HfBuilder : private build_common::StepShape,
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
       : StepShape(cfg),
-        ProgramWriter(gemm_workspace),
+        ProgramWriter(gemm_workspace, cfg.model.layers),
         OpAttributes(cfg),
         cfg_(cfg),
         options_(options) {
