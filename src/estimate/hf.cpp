@@ -61,8 +61,9 @@ class HfWalk {
     own_ = cfg.allocator == AllocatorKind::direct;
     context_ = overhead.context;
     workspace_bytes_ = overhead.gemm_workspace;
-    // About a hundred events a block (a few dozen tensors, each allocated and freed).
-    if (events_) events_->reserve(static_cast<std::size_t>(128 * (L_ + 4)));
+    // A block makes up to a few hundred events (its tensors, each allocated and freed, and with
+    // an optimizer its parameters' state).
+    if (events_) events_->reserve(static_cast<std::size_t>(256 * (L_ + 4)));
   }
 
   std::vector<Point> run() {
