@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.h"
 #include "alloc/allocator.h"
+#include "core/error.h"
 
 namespace vrambench {
 namespace {
@@ -48,9 +48,9 @@ class VirtualSource final : public SegmentSource {
   }
 
   void free_segment(std::uintptr_t address, Bytes bytes) override {
-    const auto it = std::lower_bound(
-        segments_.begin(), segments_.end(), address,
-        [](const Segment& s, std::uintptr_t a) { return s.address < a; });
+    const auto it =
+        std::lower_bound(segments_.begin(), segments_.end(), address,
+                         [](const Segment& s, std::uintptr_t a) { return s.address < a; });
     if (it == segments_.end() || it->address != address || it->bytes == 0)
       fail(fmt::format("free of unknown segment {:#x}", address));
     if (it->bytes != bytes) {

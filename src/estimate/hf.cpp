@@ -252,7 +252,8 @@ class HfWalk {
         fixed = checked_add(fixed, live_fixed_[c], "breakdown total");
       per_sample = checked_add(per_sample, live_per_sample_[c], "breakdown total");
     }
-    if (once_.size() > seen.once.size()) throw InternalError("hf estimate: an op's temporaries");
+    if (once_.size() > seen.once.size())
+      throw InternalError("hf estimate: more than 8 temporaries in one op");
     seen.once_count = once_.size();
     for (std::size_t k = 0; k < once_.size(); ++k) {
       const Entry& x = once_[k];

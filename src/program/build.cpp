@@ -140,7 +140,10 @@ class Builder : private build_common::StepShape,
                 private build_common::OpAttributes {
  public:
   Builder(const RunConfig& cfg, Bytes gemm_workspace)
-      : StepShape(cfg), ProgramWriter(gemm_workspace, cfg.model.layers), OpAttributes(cfg), cfg_(cfg) {
+      : StepShape(cfg),
+        ProgramWriter(gemm_workspace, cfg.model.layers),
+        OpAttributes(cfg),
+        cfg_(cfg) {
     const ModelConfig& m = cfg.model;
     act_ = activation_dtype(cfg.dtype);
     gpt_ = m.arch == Arch::gpt;
