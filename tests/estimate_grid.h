@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/presets.h"
 #include "device/device.h"
 #include "search/measure.h"
 
@@ -19,6 +21,21 @@ struct Case {
   RunConfig cfg;
   std::string label;
 };
+
+// What every grid's configuration sets, on sim:h100-80gb; each grid adds its recipe's fields.
+inline RunConfig grid_config(std::string_view preset, std::int64_t seq, Precision dtype,
+                             Attention att, Recompute rc, Optimizer opt, AllocatorKind allocator) {
+  RunConfig cfg;
+  cfg.model = find_preset(preset).model;
+  cfg.seq = seq;
+  cfg.dtype = dtype;
+  cfg.attention = att;
+  cfg.recompute = rc;
+  cfg.optimizer = opt;
+  cfg.allocator = allocator;
+  cfg.device = parse_device("sim:h100-80gb");
+  return cfg;
+}
 
 // Measures every case; `full` (the whole grid, from an environment variable) also prints each
 // error, for the distribution in docs/memory-model.md.

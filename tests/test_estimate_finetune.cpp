@@ -50,13 +50,9 @@ std::vector<Case> grid(bool full, AllocatorKind allocator) {
                           (p == Precision::fp32 || att == Attention::eager))
                         continue;
                       if (!full && (index++ % 97 != 0)) continue;
-                      RunConfig cfg;
-                      cfg.model = find_preset(preset).model;
-                      cfg.seq = big ? (preset == "gpt2" ? 1024 : 2048) : 512;
-                      cfg.dtype = p;
-                      cfg.attention = att;
-                      cfg.recompute = rc;
-                      cfg.optimizer = opt;
+                      RunConfig cfg = testing_grid::grid_config(
+                          preset, big ? (preset == "gpt2" ? 1024 : 2048) : 512, p, att, rc, opt,
+                          allocator);
                       cfg.finetune = ft;
                       cfg.quant = quant;
                       cfg.double_quant = dq;
@@ -64,8 +60,6 @@ std::vector<Case> grid(bool full, AllocatorKind allocator) {
                       const bool gpt = cfg.model.arch == Arch::gpt;
                       cfg.lora_targets = parse_lora_targets(
                           targets == "qv" ? (gpt ? "c_attn" : "q_proj,v_proj") : targets);
-                      cfg.allocator = allocator;
-                      cfg.device = parse_device("sim:h100-80gb");
                       const std::string label =
                           std::string(preset) + " " + std::string(to_string(ft)) + " " +
                           std::string(to_string(quant)) + " dq " + std::string(to_string(dq)) +

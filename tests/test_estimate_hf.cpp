@@ -27,17 +27,10 @@ using testing_grid::Case;
 
 RunConfig hf_config(std::string_view preset, std::int64_t seq, Precision dtype, Attention att,
                     Recompute rc, double dropout, Optimizer opt) {
-  RunConfig cfg;
-  cfg.model = find_preset(preset).model;
+  RunConfig cfg =
+      testing_grid::grid_config(preset, seq, dtype, att, rc, opt, AllocatorKind::direct);
   cfg.framework = Framework::hf;
-  cfg.seq = seq;
-  cfg.dtype = dtype;
-  cfg.attention = att;
-  cfg.recompute = rc;
   cfg.dropout = dropout;
-  cfg.optimizer = opt;
-  cfg.allocator = AllocatorKind::direct;
-  cfg.device = parse_device("sim:h100-80gb");
   return cfg;
 }
 

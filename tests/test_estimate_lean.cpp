@@ -37,18 +37,11 @@ std::vector<Case> grid(bool full) {
                   // Every scope is small: one size of each is enough.
                   if (scope != Scope::model && (seq != 2048 || preset == "tiny")) continue;
                   if (!full && index++ % 29 != 0) continue;
-                  RunConfig cfg;
-                  cfg.model = find_preset(preset).model;
+                  RunConfig cfg = testing_grid::grid_config(preset, seq, p, att, rc, opt,
+                                                            AllocatorKind::caching);
                   cfg.framework = Framework::lean;
-                  cfg.seq = seq;
-                  cfg.dtype = p;
-                  cfg.attention = att;
-                  cfg.recompute = rc;
                   cfg.dropout = dropout;
-                  cfg.optimizer = opt;
                   cfg.scope = scope;
-                  cfg.allocator = AllocatorKind::caching;
-                  cfg.device = parse_device("sim:h100-80gb");
                   out.push_back({cfg, fmt::format("{} S={} {} {} {} dropout {} {} {}", preset, seq,
                                                   to_string(p), to_string(att), to_string(rc),
                                                   dropout, to_string(opt), to_string(scope))});
