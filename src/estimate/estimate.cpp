@@ -1182,9 +1182,9 @@ std::vector<Point> walk_scope(const RunConfig& cfg, const DeviceOverhead& overhe
   return walk.points();
 }
 
-}  // namespace
-
-std::vector<std::size_t> estimate_walk::envelope(const std::vector<Point>& points) {
+// The points that are the peak for some batch B >= 1: the upper envelope of the lines
+// fixed + B * per_sample, from B = 1 upwards. The last one has the most bytes per sample.
+std::vector<std::size_t> envelope(const std::vector<Point>& points) {
   std::vector<std::size_t> order;
   if (points.empty()) return order;
   // The highest line at B = 1, the steepest among equals.
@@ -1220,8 +1220,6 @@ std::vector<std::size_t> estimate_walk::envelope(const std::vector<Point>& point
   }
   return order;
 }
-
-namespace {
 
 // Adds `line` (fixed + batch * per_sample, the allocator's share) to every moment of `out`.
 void add_allocator_share(Breakdown& out, Bytes fixed, Bytes per_sample) {

@@ -230,8 +230,8 @@ class HfWalk {
   // Records the op: everything in the ledger, the whole-step state, the op's own temporaries. Only
   // the points that can be a peak are kept (frontier_), and the last one: a point is never the peak
   // at any batch when an earlier one has as many bytes at batch 1 and as many per sample, or a
-  // later one more of either and as many of the other (envelope()). A kept point's components are
-  // spelled out at the end, from what its op saw.
+  // later one more of either and as many of the other (the estimate's envelope). A kept point's
+  // components are spelled out at the end, from what its op saw.
   void at(std::string_view op, std::int64_t block = -1, bool forward = false) {
     record_op_events();
     Candidate& now = last_;

@@ -119,17 +119,12 @@ struct TensorEvent {
 };
 using TensorEvents = std::vector<TensorEvent>;
 
-// The points that are the peak for some batch B >= 1: the upper envelope of the lines
-// fixed_total + B * per_sample_total, from B = 1 upwards, as indices into `points`. The last one
-// has the most bytes per sample.
-std::vector<std::size_t> envelope(const std::vector<Point>& points);
-
 // The hf framework's step (hf.cpp): the ops of the program that build_hf.cpp builds, forward,
 // backward and optimizer, as points; with `events`, its tensors' allocations and frees too. Of the
-// points, those that may be the peak at some batch (envelope()) and the last one, in the step's
-// order: an op that an earlier one matches or a later one exceeds in bytes at batch 1 and per
-// sample is never the peak. The step is the same for every batch from 2 (the points hold bytes
-// per sample); `batch` 1 walks the one whose structure differs there (gpt2's eager attention
+// points, those that may be the peak at some batch (the estimate's envelope) and the last one, in
+// the step's order: an op that an earlier one matches or a later one exceeds in bytes at batch 1
+// and per sample is never the peak. The step is the same for every batch from 2 (the points hold
+// bytes per sample); `batch` 1 walks the one whose structure differs there (gpt2's eager attention
 // saves a view of the query).
 std::vector<Point> walk_hf(const RunConfig& cfg, const DeviceOverhead& overhead,
                            TensorEvents* events = nullptr, std::int64_t batch = 2);
