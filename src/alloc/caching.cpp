@@ -30,16 +30,17 @@
 // Here a retry is counted, and the segment requested again, only when at least one segment was
 // released: with nothing released the source's answer cannot change, and a request larger than
 // the device then fails without touching any statistic.
+#include "alloc/caching.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <limits>
-#include <vector>
 #include <source_location>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include "alloc/allocator.h"
 #include "core/error.h"
 
 namespace vrambench {
@@ -80,227 +81,224 @@ bool should_split(bool small_pool, Bytes block_size, Bytes rounded) {
   return small_pool ? remaining >= kMinBlockSize : remaining > kSmallSize;
 }
 
-// The blocks are PyTorch's: each knows its neighbours in its segment (prev, next), so a free
-// merges without a search. They live in a pool of nodes reused after a merge; the free blocks of
-// each pool are a vector sorted by (size, address), whose lower bound is the best fit. A step
-// holds a few thousand blocks and far fewer free ones, so this costs no node allocation per
-// request, unlike ordered trees.
-class CachingAllocator final : public Allocator {
- public:
-  explicit CachingAllocator(SegmentSource& source) : source_(source) {}
-
-  ~CachingAllocator() override {
-    // Segments still holding live blocks go back too: the allocator owns every segment it took.
-    for (const SegmentInfo& segment : segments_)
-      if (segment.head >= 0) free_segment_quietly(source_, segment.address, segment.size);
-  }
-
-  std::optional<Block> allocate(Bytes bytes) override {
-    if (bytes < 0) fail(fmt::format("negative request of {} bytes", bytes));
-    // PyTorch's allocate(0) returns a null pointer without touching the pools.
-    if (bytes == 0) return Block{};
-    if (bytes > kLargestRequest) return std::nullopt;
-    const Bytes rounded = round_size(bytes);
-    const bool small = is_small(rounded);
-    FreeSet& pool = small ? free_small_ : free_large_;
-
-    auto found = std::lower_bound(pool.begin(), pool.end(), FreeEntry{rounded, 0, -1});
-    std::int32_t index = -1;
-    if (found != pool.end()) {
-      index = found->node;
-      pool.erase(found);
-    } else {
-      const std::optional<std::int32_t> segment = allocate_segment(allocation_size(rounded), small);
-      if (!segment) return std::nullopt;
-      index = *segment;
-    }
-
-    if (should_split(small, nodes_[index].size, rounded)) {
-      // The front is allocated and the rest stays free right after it (PyTorch's split).
-      const Node& block = nodes_[index];
-      const std::int32_t rest = new_node(Node{block.address + static_cast<std::uintptr_t>(rounded),
-                                              block.size - rounded, block.segment, index,
-                                              block.next, false});
-      Node& front = nodes_[index];
-      if (front.next >= 0) nodes_[front.next].prev = rest;
-      front.next = rest;
-      front.size = rounded;
-      insert_free(pool, rest);
-    }
-    Node& block = nodes_[index];
-    block.allocated = true;
-    stats_.allocated += block.size;
-    stats_.allocated_peak = std::max(stats_.allocated_peak, stats_.allocated);
-    return Block{block.address, block.size, index};
-  }
-
-  void free(const Block& block) override {
-    if (block.size == 0 && block.address == 0) return;  // the empty block of a zero-byte request
-    std::int32_t index = find(block);
-    if (index < 0 || !nodes_[index].allocated) {
-      fail(fmt::format("free of a block that is not allocated: {:#x}", block.address));
-    }
-    if (nodes_[index].size != block.size) {
-      fail(fmt::format("block {:#x} holds {} bytes, freed as {}", block.address,
-                       nodes_[index].size, block.size));
-    }
-    stats_.allocated -= nodes_[index].size;
-    nodes_[index].allocated = false;
-    FreeSet& pool = segments_[nodes_[index].segment].small ? free_small_ : free_large_;
-
-    // Merge with the next block of the same segment when it is free (try_merge_blocks).
-    if (const std::int32_t next = nodes_[index].next; next >= 0 && !nodes_[next].allocated) {
-      erase_free(pool, next);
-      absorb(index, next);
-    }
-    // ... and with the previous one, which then absorbs this block.
-    if (const std::int32_t prev = nodes_[index].prev; prev >= 0 && !nodes_[prev].allocated) {
-      erase_free(pool, prev);
-      absorb(prev, index);
-      index = prev;
-    }
-    insert_free(pool, index);
-  }
-
-  void release_cached() override { release_free_segments(); }
-
-  const AllocStats& stats() const override { return stats_; }
-
-  void reset_peaks() override {
-    stats_.allocated_peak = stats_.allocated;
-    stats_.reserved_peak = stats_.reserved;
-  }
-
-  Bytes free_bytes() const override { return source_.capacity() - source_.in_use(); }
-
- private:
-  struct Node {
-    std::uintptr_t address;
-    Bytes size;            // bytes of the block, a multiple of kMinBlockSize
-    std::int32_t segment;  // index in segments_
-    std::int32_t prev, next;  // neighbours in the segment, -1 at its ends
-    bool allocated;
-    bool spare = false;  // merged away or released: no block, waiting for reuse
-  };
-  struct SegmentInfo {
-    std::uintptr_t address;
-    Bytes size;
-    bool small;         // which pool its blocks belong to
-    std::int32_t head;  // its first block; -1 once the segment went back to the source
-  };
-  struct FreeEntry {
-    Bytes size;
-    std::uintptr_t address;
-    std::int32_t node;
-    bool operator<(const FreeEntry& o) const {
-      return size != o.size ? size < o.size : address < o.address;
-    }
-  };
-  // Free blocks of one pool ordered by (size, address): the lower bound of {n, 0} is the best fit.
-  using FreeSet = std::vector<FreeEntry>;
-
-  std::int32_t new_node(const Node& node) {
-    if (!spare_nodes_.empty()) {
-      const std::int32_t index = spare_nodes_.back();
-      spare_nodes_.pop_back();
-      nodes_[index] = node;
-      nodes_[index].spare = false;
-      return index;
-    }
-    nodes_.push_back(node);
-    return static_cast<std::int32_t>(nodes_.size()) - 1;
-  }
-  // `into` takes over `gone`, the block right after it.
-  void absorb(std::int32_t into, std::int32_t gone) {
-    Node& a = nodes_[into];
-    a.size += nodes_[gone].size;
-    a.next = nodes_[gone].next;
-    if (a.next >= 0) nodes_[a.next].prev = into;
-    retire(gone);
-  }
-  void insert_free(FreeSet& pool, std::int32_t index) {
-    const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
-    pool.insert(std::lower_bound(pool.begin(), pool.end(), e), e);
-  }
-  void erase_free(FreeSet& pool, std::int32_t index) {
-    const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
-    const auto it = std::lower_bound(pool.begin(), pool.end(), e);
-    if (it == pool.end() || it->node != index) fail("a free block missing from its pool");
-    pool.erase(it);
-  }
-  // The node of an allocated or free block: by its handle, else (a block made elsewhere) by its
-  // address; -1 when there is none.
-  std::int32_t find(const Block& block) const {
-    const std::int32_t h = block.handle;
-    if (h >= 0 && static_cast<std::size_t>(h) < nodes_.size() && !nodes_[h].spare &&
-        nodes_[h].address == block.address)
-      return h;
-    for (std::size_t i = 0; i < nodes_.size(); ++i)
-      if (!nodes_[i].spare && nodes_[i].address == block.address)
-        return static_cast<std::int32_t>(i);
-    return -1;
-  }
-  void retire(std::int32_t index) {
-    nodes_[index].spare = true;
-    spare_nodes_.push_back(index);
-  }
-
-  // A new segment holding one free block (not yet in a free set), or nullopt when the source
-  // refuses even after the cache was emptied.
-  std::optional<std::int32_t> allocate_segment(Bytes size, bool small) {
-    auto address = source_.allocate_segment(size);
-    if (!address && release_free_segments() > 0) {
-      ++stats_.retries;
-      address = source_.allocate_segment(size);
-    }
-    if (!address) return std::nullopt;
-    std::int32_t segment = -1;
-    if (!spare_segments_.empty()) {
-      segment = spare_segments_.back();
-      spare_segments_.pop_back();
-    } else {
-      segments_.emplace_back();
-      segment = static_cast<std::int32_t>(segments_.size()) - 1;
-    }
-    const std::int32_t head = new_node(Node{*address, size, segment, -1, -1, false});
-    segments_[segment] = SegmentInfo{*address, size, small, head};
-    ++stats_.segment_allocs;
-    stats_.reserved += size;
-    stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
-    return head;
-  }
-
-  // Returns every segment that is one free block to the source (release_cached_blocks); the
-  // number of segments released.
-  int release_free_segments() {
-    int released = 0;
-    for (std::size_t i = 0; i < segments_.size(); ++i) {
-      SegmentInfo& segment = segments_[i];
-      if (segment.head < 0) continue;
-      const Node& block = nodes_[segment.head];
-      if (block.allocated || block.size != segment.size) continue;
-      erase_free(segment.small ? free_small_ : free_large_, segment.head);
-      retire(segment.head);
-      source_.free_segment(segment.address, segment.size);
-      stats_.reserved -= segment.size;
-      segment.head = -1;
-      spare_segments_.push_back(static_cast<std::int32_t>(i));
-      ++released;
-    }
-    return released;
-  }
-
-  SegmentSource& source_;
-  AllocStats stats_;
-  std::vector<SegmentInfo> segments_;
-  std::vector<std::int32_t> spare_segments_;
-  std::vector<Node> nodes_;  // every block, allocated or free, and spare nodes
-  std::vector<std::int32_t> spare_nodes_;
-  FreeSet free_small_;
-  FreeSet free_large_;
-};
-
 }  // namespace
+
+CachingAllocator::CachingAllocator(const CachingAllocator& other, SegmentSource& source)
+    : source_(source),
+      stats_(other.stats_),
+      segments_(other.segments_),
+      spare_segments_(other.spare_segments_),
+      nodes_(other.nodes_),
+      spare_nodes_(other.spare_nodes_),
+      free_small_(other.free_small_),
+      free_large_(other.free_large_) {}
+
+CachingAllocator::~CachingAllocator() {
+  // Segments still holding live blocks go back too: the allocator owns every segment it took.
+  for (const SegmentInfo& segment : segments_)
+    if (segment.head >= 0) free_segment_quietly(source_, segment.address, segment.size);
+}
+
+std::optional<Block> CachingAllocator::allocate(Bytes bytes) {
+  return allocate(bytes, true);
+}
+
+std::optional<Block> CachingAllocator::allocate_without_retry(Bytes bytes) {
+  return allocate(bytes, false);
+}
+
+std::optional<Block> CachingAllocator::allocate(Bytes bytes, bool retry) {
+  if (bytes < 0) fail(fmt::format("negative request of {} bytes", bytes));
+  // PyTorch's allocate(0) returns a null pointer without touching the pools.
+  if (bytes == 0) return Block{};
+  if (bytes > kLargestRequest) return std::nullopt;
+  const Bytes rounded = round_size(bytes);
+  const bool small = is_small(rounded);
+  FreeSet& pool = small ? free_small_ : free_large_;
+
+  const auto found = std::lower_bound(pool.begin(), pool.end(), FreeEntry{rounded, 0, -1});
+  // A new segment may empty the cache first, which moves the free entries: `found` is read only
+  // when a cached block serves the request.
+  const bool cached = found != pool.end();
+  std::int32_t index = -1;
+  if (cached) {
+    index = found->node;
+  } else {
+    const std::optional<std::int32_t> segment =
+        allocate_segment(allocation_size(rounded), small, retry);
+    if (!segment) return std::nullopt;
+    index = *segment;
+  }
+
+  if (should_split(small, nodes_[index].size, rounded)) {
+    // The front is allocated and the rest stays free right after it (PyTorch's split).
+    const Node& block = nodes_[index];
+    const std::int32_t rest =
+        new_node(Node{block.address + static_cast<std::uintptr_t>(rounded), block.size - rounded,
+                      block.segment, index, block.next, false});
+    Node& front = nodes_[index];
+    if (front.next >= 0) nodes_[front.next].prev = rest;
+    front.next = rest;
+    front.size = rounded;
+    // The rest takes the found block's place among the free ones (a cached block), or joins them.
+    if (cached)
+      move_free(pool, found, rest);
+    else
+      insert_free(pool, rest);
+  } else if (cached) {
+    pool.erase(found);
+  }
+  Node& block = nodes_[index];
+  block.allocated = true;
+  stats_.allocated += block.size;
+  stats_.allocated_peak = std::max(stats_.allocated_peak, stats_.allocated);
+  return Block{block.address, block.size, index};
+}
+
+void CachingAllocator::free(const Block& block) {
+  if (block.size == 0 && block.address == 0) return;  // the empty block of a zero-byte request
+  std::int32_t index = find(block);
+  if (index < 0 || !nodes_[index].allocated) {
+    fail(fmt::format("free of a block that is not allocated: {:#x}", block.address));
+  }
+  if (nodes_[index].size != block.size) {
+    fail(fmt::format("block {:#x} holds {} bytes, freed as {}", block.address, nodes_[index].size,
+                     block.size));
+  }
+  stats_.allocated -= nodes_[index].size;
+  nodes_[index].allocated = false;
+  FreeSet& pool = segments_[nodes_[index].segment].small ? free_small_ : free_large_;
+
+  // Merge with the next block of the same segment when it is free (try_merge_blocks).
+  if (const std::int32_t next = nodes_[index].next; next >= 0 && !nodes_[next].allocated) {
+    pool.erase(free_entry(pool, next));
+    absorb(index, next);
+  }
+  // ... and with the previous one, which then absorbs this block and moves up among the free.
+  if (const std::int32_t prev = nodes_[index].prev; prev >= 0 && !nodes_[prev].allocated) {
+    const FreeSet::iterator at = free_entry(pool, prev);
+    absorb(prev, index);
+    move_free(pool, at, prev);
+    return;
+  }
+  insert_free(pool, index);
+}
+
+std::int32_t CachingAllocator::new_node(const Node& node) {
+  if (!spare_nodes_.empty()) {
+    const std::int32_t index = spare_nodes_.back();
+    spare_nodes_.pop_back();
+    nodes_[index] = node;
+    nodes_[index].spare = false;
+    return index;
+  }
+  nodes_.push_back(node);
+  return static_cast<std::int32_t>(nodes_.size()) - 1;
+}
+
+// `into` takes over `gone`, the block right after it.
+void CachingAllocator::absorb(std::int32_t into, std::int32_t gone) {
+  Node& a = nodes_[into];
+  a.size += nodes_[gone].size;
+  a.next = nodes_[gone].next;
+  if (a.next >= 0) nodes_[a.next].prev = into;
+  retire(gone);
+}
+
+void CachingAllocator::insert_free(FreeSet& pool, std::int32_t index) {
+  const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
+  pool.insert(std::lower_bound(pool.begin(), pool.end(), e), e);
+}
+
+// Where the free block `index` is listed in `pool` (by its size and address, which identify it).
+CachingAllocator::FreeSet::iterator CachingAllocator::free_entry(FreeSet& pool,
+                                                                 std::int32_t index) {
+  const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
+  const auto it = std::lower_bound(pool.begin(), pool.end(), e);
+  if (it == pool.end() || it->node != index) fail("a free block missing from its pool");
+  return it;
+}
+
+// The entry `at` now lists the free block `index`, whose size or address differ from the entry's:
+// it moves to its place in the order, shifting only the entries in between (a split's rest is
+// smaller than the block it came from, a merged block larger than its first part).
+void CachingAllocator::move_free(FreeSet& pool, FreeSet::iterator at, std::int32_t index) {
+  const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
+  if (at != pool.begin() && e < *std::prev(at)) {
+    const auto to = std::lower_bound(pool.begin(), at, e);
+    std::move_backward(to, at, std::next(at));
+    *to = e;
+  } else if (std::next(at) != pool.end() && *std::next(at) < e) {
+    const auto to = std::lower_bound(std::next(at), pool.end(), e);
+    std::move(std::next(at), to, at);
+    *std::prev(to) = e;
+  } else {
+    *at = e;
+  }
+}
+
+// The node of an allocated or free block: by its handle, else (a block made elsewhere) by its
+// address; -1 when there is none.
+std::int32_t CachingAllocator::find(const Block& block) const {
+  const std::int32_t h = block.handle;
+  if (h >= 0 && static_cast<std::size_t>(h) < nodes_.size() && !nodes_[h].spare &&
+      nodes_[h].address == block.address)
+    return h;
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (!nodes_[i].spare && nodes_[i].address == block.address) return static_cast<std::int32_t>(i);
+  return -1;
+}
+
+void CachingAllocator::retire(std::int32_t index) {
+  nodes_[index].spare = true;
+  spare_nodes_.push_back(index);
+}
+
+// A new segment holding one free block (not yet in a free set), or nullopt when the source
+// refuses (with `retry`: even after the cache was emptied).
+std::optional<std::int32_t> CachingAllocator::allocate_segment(Bytes size, bool small, bool retry) {
+  auto address = source_.allocate_segment(size);
+  if (!address && retry && release_free_segments() > 0) {
+    ++stats_.retries;
+    address = source_.allocate_segment(size);
+  }
+  if (!address) return std::nullopt;
+  std::int32_t segment = -1;
+  if (!spare_segments_.empty()) {
+    segment = spare_segments_.back();
+    spare_segments_.pop_back();
+  } else {
+    segments_.emplace_back();
+    segment = static_cast<std::int32_t>(segments_.size()) - 1;
+  }
+  const std::int32_t head = new_node(Node{*address, size, segment, -1, -1, false});
+  segments_[segment] = SegmentInfo{*address, size, small, head};
+  ++stats_.segment_allocs;
+  stats_.reserved += size;
+  stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
+  return head;
+}
+
+// Returns every segment that is one free block to the source (release_cached_blocks); the
+// number of segments released.
+int CachingAllocator::release_free_segments() {
+  int released = 0;
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    SegmentInfo& segment = segments_[i];
+    if (segment.head < 0) continue;
+    const Node& block = nodes_[segment.head];
+    if (block.allocated || block.size != segment.size) continue;
+    FreeSet& pool = segment.small ? free_small_ : free_large_;
+    pool.erase(free_entry(pool, segment.head));
+    retire(segment.head);
+    source_.free_segment(segment.address, segment.size);
+    stats_.reserved -= segment.size;
+    segment.head = -1;
+    spare_segments_.push_back(static_cast<std::int32_t>(i));
+    ++released;
+  }
+  return released;
+}
 
 std::unique_ptr<Allocator> make_caching_allocator(SegmentSource& source) {
   return std::make_unique<CachingAllocator>(source);

@@ -1,6 +1,6 @@
-// The virtual SegmentSource (the sim device's, and the estimate's replay of the caching
-// allocator): fake, increasing, 2 MiB-aligned addresses with no memory behind them, refused once
-// the bytes handed out would pass the capacity.
+// The virtual SegmentSource (virtual_source.h).
+#include "alloc/virtual_source.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include <string_view>
 #include <vector>
 
-#include "alloc/allocator.h"
 #include "core/error.h"
 
 namespace vrambench {
@@ -28,55 +27,42 @@ constexpr std::uintptr_t kFirstAddress = std::uintptr_t{0x7f00} << 32;
       fmt::format("{}:{}: virtual segment source: {}", where.file_name(), where.line(), what));
 }
 
-class VirtualSource final : public SegmentSource {
- public:
-  explicit VirtualSource(Bytes capacity) : capacity_(capacity) {
-    if (capacity < 0) fail(fmt::format("negative capacity {}", capacity));
-  }
-
-  std::optional<std::uintptr_t> allocate_segment(Bytes bytes) override {
-    if (bytes <= 0) fail(fmt::format("segment of {} bytes requested", bytes));
-    // Written as a subtraction so that a huge request cannot overflow in_use_ + bytes.
-    if (bytes > capacity_ - in_use_) return std::nullopt;
-    const std::uintptr_t address = next_address_;
-    // bytes <= capacity, so the rounded advance fits in 64 bits; the address space of a 64-bit
-    // uintptr_t is never exhausted by the number of trials a sweep runs.
-    next_address_ += static_cast<std::uintptr_t>(round_up(bytes, kSegmentAlignment));
-    segments_.push_back({address, bytes});
-    in_use_ += bytes;
-    return address;
-  }
-
-  void free_segment(std::uintptr_t address, Bytes bytes) override {
-    const auto it =
-        std::lower_bound(segments_.begin(), segments_.end(), address,
-                         [](const Segment& s, std::uintptr_t a) { return s.address < a; });
-    if (it == segments_.end() || it->address != address || it->bytes == 0)
-      fail(fmt::format("free of unknown segment {:#x}", address));
-    if (it->bytes != bytes) {
-      fail(fmt::format("segment {:#x} holds {} bytes, freed as {}", address, it->bytes, bytes));
-    }
-    in_use_ -= bytes;
-    it->bytes = 0;
-  }
-
-  Bytes capacity() const override { return capacity_; }
-  Bytes in_use() const override { return in_use_; }
-
- private:
-  Bytes capacity_;
-  Bytes in_use_ = 0;
-  std::uintptr_t next_address_ = kFirstAddress;
-  // Every segment handed out, in address order (addresses only increase), to catch bad frees;
-  // a freed one keeps its place with no bytes.
-  struct Segment {
-    std::uintptr_t address;
-    Bytes bytes;
-  };
-  std::vector<Segment> segments_;
-};
-
 }  // namespace
+
+VirtualSource::VirtualSource(Bytes capacity) : capacity_(capacity), next_address_(kFirstAddress) {
+  if (capacity < 0) fail(fmt::format("negative capacity {}", capacity));
+}
+
+VirtualSource::VirtualSource(const VirtualSource& other, Bytes capacity) : VirtualSource(other) {
+  if (capacity < 0) fail(fmt::format("negative capacity {}", capacity));
+  capacity_ = capacity;
+}
+
+std::optional<std::uintptr_t> VirtualSource::allocate_segment(Bytes bytes) {
+  if (bytes <= 0) fail(fmt::format("segment of {} bytes requested", bytes));
+  // Written as a subtraction so that a huge request cannot overflow in_use_ + bytes.
+  if (bytes > capacity_ - in_use_) return std::nullopt;
+  const std::uintptr_t address = next_address_;
+  // bytes <= capacity, so the rounded advance fits in 64 bits; the address space of a 64-bit
+  // uintptr_t is never exhausted by the number of trials a sweep runs.
+  next_address_ += static_cast<std::uintptr_t>(round_up(bytes, kSegmentAlignment));
+  segments_.push_back({address, bytes});
+  in_use_ += bytes;
+  return address;
+}
+
+void VirtualSource::free_segment(std::uintptr_t address, Bytes bytes) {
+  const auto it =
+      std::lower_bound(segments_.begin(), segments_.end(), address,
+                       [](const Segment& s, std::uintptr_t a) { return s.address < a; });
+  if (it == segments_.end() || it->address != address || it->bytes == 0)
+    fail(fmt::format("free of unknown segment {:#x}", address));
+  if (it->bytes != bytes) {
+    fail(fmt::format("segment {:#x} holds {} bytes, freed as {}", address, it->bytes, bytes));
+  }
+  in_use_ -= bytes;
+  it->bytes = 0;
+}
 
 std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity) {
   return std::make_unique<VirtualSource>(capacity);

@@ -1,0 +1,89 @@
+// The `caching` policy as a class (caching.cpp has its rules and where they come from), for code
+// that replays many steps through it: the estimate's replay calls it directly, and copies it at the
+// point where a replay at the device's capacity and one without a limit part ways.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "alloc/allocator.h"
+
+namespace vrambench {
+
+// The blocks are PyTorch's: each knows its neighbours in its segment (prev, next), so a free
+// merges without a search. They live in a pool of nodes reused after a merge; the free blocks of
+// each pool are a vector sorted by (size, address), whose lower bound is the best fit. A step
+// holds a few thousand blocks and far fewer free ones, so this costs no node allocation per
+// request, unlike ordered trees.
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(SegmentSource& source) : source_(source) {}
+  // A copy of `other`'s blocks and segments over `source`, which must hold the same segments
+  // (a copy of other's source): both go on from the same state.
+  CachingAllocator(const CachingAllocator& other, SegmentSource& source);
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+  ~CachingAllocator() override;
+
+  std::optional<Block> allocate(Bytes bytes) override;
+  // As allocate(), except where the source refuses a new segment: then it returns nullopt with
+  // nothing changed, the cache kept, where allocate() would free the cache and retry.
+  std::optional<Block> allocate_without_retry(Bytes bytes);
+  void free(const Block& block) override;
+  void release_cached() override { release_free_segments(); }
+  const AllocStats& stats() const override { return stats_; }
+  void reset_peaks() override {
+    stats_.allocated_peak = stats_.allocated;
+    stats_.reserved_peak = stats_.reserved;
+  }
+  Bytes free_bytes() const override { return source_.capacity() - source_.in_use(); }
+
+ private:
+  struct Node {
+    std::uintptr_t address;
+    Bytes size;               // bytes of the block, a multiple of kMinBlockSize
+    std::int32_t segment;     // index in segments_
+    std::int32_t prev, next;  // neighbours in the segment, -1 at its ends
+    bool allocated;
+    bool spare = false;  // merged away or released: no block, waiting for reuse
+  };
+  struct SegmentInfo {
+    std::uintptr_t address;
+    Bytes size;
+    bool small;         // which pool its blocks belong to
+    std::int32_t head;  // its first block; -1 once the segment went back to the source
+  };
+  struct FreeEntry {
+    Bytes size;
+    std::uintptr_t address;
+    std::int32_t node;
+    bool operator<(const FreeEntry& o) const {
+      return size != o.size ? size < o.size : address < o.address;
+    }
+  };
+  // Free blocks of one pool ordered by (size, address): the lower bound of {n, 0} is the best fit.
+  using FreeSet = std::vector<FreeEntry>;
+
+  std::optional<Block> allocate(Bytes bytes, bool retry);
+  std::int32_t new_node(const Node& node);
+  void absorb(std::int32_t into, std::int32_t gone);
+  void insert_free(FreeSet& pool, std::int32_t index);
+  FreeSet::iterator free_entry(FreeSet& pool, std::int32_t index);
+  void move_free(FreeSet& pool, FreeSet::iterator at, std::int32_t index);
+  std::int32_t find(const Block& block) const;
+  void retire(std::int32_t index);
+  std::optional<std::int32_t> allocate_segment(Bytes size, bool small, bool retry);
+  int release_free_segments();
+
+  SegmentSource& source_;
+  AllocStats stats_;
+  std::vector<SegmentInfo> segments_;
+  std::vector<std::int32_t> spare_segments_;
+  std::vector<Node> nodes_;  // every block, allocated or free, and spare nodes
+  std::vector<std::int32_t> spare_nodes_;
+  FreeSet free_small_;
+  FreeSet free_large_;
+};
+
+}  // namespace vrambench
