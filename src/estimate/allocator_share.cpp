@@ -5,37 +5,68 @@
 // each new tensor is carved from, which segment a survivor pins), so the estimate follows that
 // order rather than a formula; docs/memory-model.md, "The allocator".
 #include <cstdint>
-#include <memory>
+#include <limits>
 #include <optional>
 #include <vector>
 
-#include "alloc/allocator.h"
+#include "alloc/caching.h"
+#include "alloc/virtual_source.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "estimate/walk.h"
 
 namespace vrambench::estimate_walk {
+namespace {
 
-std::optional<Bytes> replayed_reserved_peak(const TensorEvents& events, std::int64_t batch,
-                                           Bytes capacity) {
-  const std::unique_ptr<SegmentSource> source = make_virtual_source(capacity);
-  const std::unique_ptr<Allocator> allocator = make_caching_allocator(*source);
+// One replay in progress: the allocator, its source and the blocks of the live slots.
+struct Replay {
+  VirtualSource source;
+  CachingAllocator allocator;
   std::vector<Block> blocks;
-  blocks.reserve(events.size());  // a slot per allocation, fewer than the events
-  for (const TensorEvent& e : events) {
-    const auto slot = static_cast<std::size_t>(e.slot);
-    if (!e.alloc) {
-      allocator->free(blocks[slot]);
-      continue;
+
+  explicit Replay(Bytes capacity) : source(capacity), allocator(source) {}
+  // `other`'s state, handed segments up to `capacity` from now on.
+  Replay(const Replay& other, Bytes capacity)
+      : source(other.source, capacity), allocator(other.allocator, source), blocks(other.blocks) {}
+
+  // Runs events[from..] and returns the index of the first allocation that failed (the events'
+  // size when none did). Without `retry` an allocation fails where the source first refuses a
+  // segment, with nothing changed, so that the replay can go on from there another way.
+  std::size_t run(const TensorEvents& events, std::size_t from, std::int64_t batch, bool retry) {
+    for (std::size_t i = from; i < events.size(); ++i) {
+      const TensorEvent& e = events[i];
+      const auto slot = static_cast<std::size_t>(e.slot);
+      if (!e.alloc) {
+        allocator.free(blocks[slot]);
+        continue;
+      }
+      if (slot >= blocks.size()) blocks.resize(slot + 1);
+      const Bytes bytes =
+          checked_add(e.fixed, checked_mul(batch, e.per_sample, "tensor bytes"), "tensor bytes");
+      const std::optional<Block> block =
+          retry ? allocator.allocate(bytes) : allocator.allocate_without_retry(bytes);
+      if (!block) return i;
+      blocks[slot] = *block;
     }
-    if (slot >= blocks.size()) blocks.resize(slot + 1);
-    const Bytes bytes =
-        checked_add(e.fixed, checked_mul(batch, e.per_sample, "tensor bytes"), "tensor bytes");
-    const std::optional<Block> block = allocator->allocate(bytes);
-    if (!block) return std::nullopt;
-    blocks[slot] = *block;
+    return events.size();
   }
-  return allocator->stats().reserved_peak;
+};
+
+}  // namespace
+
+ReplayedPeak replayed_peak(const TensorEvents& events, std::int64_t batch, Bytes capacity) {
+  Replay replay(capacity);
+  replay.blocks.reserve(events.size());  // a slot per allocation, fewer than the events
+  // Until the source first refuses a segment, the replay at the capacity and one without a limit
+  // are the same; from there the first frees its cache and retries, the second goes on.
+  const std::size_t refused = replay.run(events, 0, batch, false);
+  if (refused == events.size()) return {replay.allocator.stats().reserved_peak, true};
+  Replay unlimited(replay, std::numeric_limits<Bytes>::max());
+  if (replay.run(events, refused, batch, true) == events.size())
+    return {replay.allocator.stats().reserved_peak, true};
+  if (unlimited.run(events, refused, batch, true) != events.size())
+    throw InternalError("allocator replay: an allocation failed without a limit");
+  return {unlimited.allocator.stats().reserved_peak, false};
 }
 
 }  // namespace vrambench::estimate_walk

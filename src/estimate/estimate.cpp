@@ -1231,6 +1231,23 @@ void add_allocator_share(Breakdown& out, Bytes fixed, Bytes per_sample) {
   }
 }
 
+// The largest batch that fits `capacity` when every moment of `out` also holds `share` bytes per
+// sample (the allocator's share; out.max_batch() of a copy with the share added).
+std::int64_t max_batch_with_share(const Breakdown& out, Bytes capacity, Bytes share) {
+  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+  auto limit = [&](Bytes fixed, Bytes per_sample) {
+    if (capacity < fixed) {
+      best = 0;
+      return;
+    }
+    per_sample = checked_add(per_sample, share, "allocator share");
+    if (per_sample > 0) best = std::min(best, (capacity - fixed) / per_sample);
+  };
+  limit(out.fixed_total(), out.per_sample_total());
+  for (const Moment& m : out.other_moments) limit(m.fixed, m.per_sample);
+  return best;
+}
+
 // Where the search below stops looking when the tensors alone would allow more.
 constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
 
@@ -1243,17 +1260,16 @@ constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
 void fit_allocator_share(Breakdown& out, const TensorEvents& events, const TensorEvents& batch_one,
                          const RunConfig& cfg, const DeviceOverhead& overhead) {
   std::vector<std::pair<std::int64_t, Bytes>> seen;  // batch, replayed device peak
+  const Bytes limit = overhead.capacity > overhead.context ? overhead.capacity - overhead.context
+                                                           : std::numeric_limits<Bytes>::max();
   auto replayed = [&](std::int64_t batch) {
     for (const auto& [b, peak] : seen)
       if (b == batch) return peak;
     // On the device when it fits there (its cache freed and retried at the limit, as a trial's
     // is); else what it needs, without a limit.
     const TensorEvents& step = batch == 1 && !batch_one.empty() ? batch_one : events;
-    std::optional<Bytes> reserved;
-    if (overhead.capacity > overhead.context)
-      reserved = replayed_reserved_peak(step, batch, overhead.capacity - overhead.context);
-    if (!reserved) reserved = replayed_reserved_peak(step, batch);
-    const Bytes peak = checked_add(*reserved, overhead.context, "replayed peak");
+    const Bytes peak =
+        checked_add(replayed_peak(step, batch, limit).reserved, overhead.context, "replayed peak");
     seen.emplace_back(batch, peak);
     return peak;
   };
@@ -1278,10 +1294,7 @@ void fit_allocator_share(Breakdown& out, const TensorEvents& events, const Tenso
       in_a_row = fit == last_fit && !creeping ? in_a_row + 1 : 1;
       last_fit = fit;
       (fit ? lo : hi) = b;
-      const Bytes share = std::max<Bytes>(peak - out.peak(b), 0) / b;
-      Breakdown with_share = out;
-      add_allocator_share(with_share, 0, share);
-      guess = with_share.max_batch(capacity);
+      guess = max_batch_with_share(out, capacity, std::max<Bytes>(peak - out.peak(b), 0) / b);
       if (fit && guess <= b) guess = b + 1;
     }
     at = std::max<std::int64_t>(lo, 1);
@@ -1331,17 +1344,7 @@ Bytes Breakdown::peak(std::int64_t batch) const {
 }
 
 std::int64_t Breakdown::max_batch(Bytes capacity) const {
-  std::int64_t best = std::numeric_limits<std::int64_t>::max();
-  auto limit = [&](Bytes fixed_bytes, Bytes per_sample_bytes) {
-    if (capacity < fixed_bytes) {
-      best = 0;
-      return;
-    }
-    if (per_sample_bytes > 0) best = std::min(best, (capacity - fixed_bytes) / per_sample_bytes);
-  };
-  limit(fixed_total(), per_sample_total());
-  for (const Moment& m : other_moments) limit(m.fixed, m.per_sample);
-  return best;
+  return max_batch_with_share(*this, capacity, 0);
 }
 
 Bytes Breakdown::component(MemoryComponent kind) const {

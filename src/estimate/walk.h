@@ -135,8 +135,12 @@ TensorEvents lean_events(const RunConfig& cfg, Bytes gemm_workspace);
 
 // The caching allocator's reserved bytes at their peak when the step of `events` runs at `batch`
 // on a virtual source of `capacity` bytes (the allocator frees its cache and retries there, as it
-// does on a device), or nullopt when the step does not fit.
-std::optional<Bytes> replayed_reserved_peak(const TensorEvents& events, std::int64_t batch,
-                                           Bytes capacity = std::numeric_limits<Bytes>::max());
+// does on a device), with `fits`; when the step does not fit, what it reserves without a limit.
+struct ReplayedPeak {
+  Bytes reserved = 0;
+  bool fits = false;
+};
+ReplayedPeak replayed_peak(const TensorEvents& events, std::int64_t batch,
+                           Bytes capacity = std::numeric_limits<Bytes>::max());
 
 }  // namespace vrambench::estimate_walk
