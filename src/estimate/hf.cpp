@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,12 +21,50 @@
 namespace vrambench::estimate_walk {
 namespace {
 
+// A ledger name ("3.attn.qkv.out") kept as the FNV-1a hash of its characters and their count. It
+// is built piece by piece like the string it stands for (a + ".out" hashes as the joined text
+// would), compares in one step and allocates nothing; the walk makes and looks up a few thousand
+// of them per step. Two of a step's names would have to agree in 64 bits of hash and in length
+// to be taken for one another.
+class Name {
+ public:
+  constexpr Name() = default;
+  constexpr Name(const char* text) : Name(std::string_view(text)) {}  // NOLINT: a literal is a name
+  constexpr Name(std::string_view text) { append(text); }             // NOLINT
+  friend constexpr Name operator+(Name a, std::string_view text) {
+    a.append(text);
+    return a;
+  }
+  friend constexpr Name operator+(Name a, const char* text) { return a + std::string_view(text); }
+  // The decimal digits of a block's index.
+  friend constexpr Name operator+(Name a, std::int64_t number) {
+    std::array<char, 20> digits{};
+    std::size_t n = 0;
+    do {
+      digits[n++] = static_cast<char>('0' + number % 10);
+      number /= 10;
+    } while (number > 0);
+    while (n > 0) a.append(std::string_view(&digits[--n], 1));
+    return a;
+  }
+  constexpr bool empty() const { return length_ == 0; }
+  friend constexpr bool operator==(const Name&, const Name&) = default;
+
+ private:
+  constexpr void append(std::string_view text) {
+    for (const char c : text) hash_ = (hash_ ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    length_ += text.size();
+  }
+  std::uint64_t hash_ = 0xcbf29ce484222325ULL;
+  std::size_t length_ = 0;
+};
+
 // A linear layer's sizes and what its forward leaves for its backward.
 struct Lin {
-  std::string name;        // "3.attn.qkv"
+  Name name;               // "3.attn.qkv"
   Bytes in = 0, out = 0;   // features
   bool bias = false;
-  std::string x;           // the GEMM's saved input (autocast: its 16-bit copy)
+  Name x;                  // the GEMM's saved input (autocast: its 16-bit copy)
   bool x_cast = false;     // autocast cast the input: dx is cast back to the input's dtype
   Bytes x_orig_elem = 0;   // element size of the input before the cast
 };
@@ -83,7 +121,7 @@ class HfWalk {
   // ---- the ledger ---------------------------------------------------------------------------
 
   struct Entry {
-    std::string name;
+    Name name;
     MemoryComponent component;
     bool fixed = false;
     Bytes bytes = 0;  // fixed bytes, or bytes of one sample
@@ -99,24 +137,25 @@ class HfWalk {
     return held(checked_mul(numel, elem, "parameter bytes"), own_);
   }
 
-  void add(const std::string& name, MemoryComponent c, Bytes per_sample, int rank = -1) {
+  void add(Name name, MemoryComponent c, Bytes per_sample, int rank = -1) {
     enter({name, c, false, per_sample,
            allocate_with_op(0, per_sample, rank >= 0 ? rank : rank_of(name))});
   }
-  void add_fixed(const std::string& name, MemoryComponent c, Bytes bytes) {
+  void add_fixed(Name name, MemoryComponent c, Bytes bytes) {
     enter({name, c, true, bytes, allocate_with_op(bytes, 0, rank_of(name))});
   }
   // The ledger is searched from its end: what an op drops was mostly added last (a block's
   // backward drops what its forward added after every later block's tensors were dropped).
-  std::vector<Entry>::iterator find(const std::string& name) {
+  std::vector<Entry>::iterator find(Name name) {
     const auto it =
         std::find_if(live_.rbegin(), live_.rend(), [&](const Entry& x) { return x.name == name; });
     return it == live_.rend() ? live_.end() : std::prev(it.base());
   }
-  bool has(const std::string& name) { return find(name) != live_.end(); }
-  void drop(const std::string& name) {
+  bool has(Name name) { return find(name) != live_.end(); }
+  void drop(Name name) {
     const auto it = find(name);
-    if (it == live_.end()) throw InternalError("hf estimate: dropping '" + name + "' twice");
+    if (it == live_.end())
+      throw InternalError("hf estimate: a tensor dropped twice, or never added");
     free_now(it->slot);
     total(*it) -= it->bytes;
     live_.erase(it);
@@ -159,9 +198,11 @@ class HfWalk {
   // outputs; the GEMM workspace with the first GEMM, after its output, and before what that GEMM
   // holds (kAfterWorkspace); an op's held temporaries last.
   static constexpr int kEarly = 0, kOutput = 1, kWorkspaceRank = 2, kAfterWorkspace = 3;
-  static int rank_of(const std::string& name) {
-    if (name == "attn.causal_mask" || name == "rope.cos_sin") return kEarly;
-    if (name == "gemm.workspace") return kWorkspaceRank;
+  static int rank_of(Name name) {
+    static constexpr Name kMask = "attn.causal_mask", kRope = "rope.cos_sin",
+                          kGemmWorkspace = "gemm.workspace";
+    if (name == kMask || name == kRope) return kEarly;
+    if (name == kGemmWorkspace) return kWorkspaceRank;
     return kOutput;
   }
   struct Pending {
@@ -203,9 +244,13 @@ class HfWalk {
       if (x.slot >= 0) events_->push_back({x.slot, false, 0, 0});
   }
 
+  // The workspace lives from the first GEMM to the end of the backward; a flag, not a search of
+  // the ledger, says whether it is there (it sits deep in the ledger, under every activation).
   void workspace_on() {
-    if (workspace_bytes_ > 0 && !has("gemm.workspace"))
+    if (workspace_bytes_ > 0 && !workspace_live_) {
       add_fixed("gemm.workspace", kWorkspace, workspace_bytes_);
+      workspace_live_ = true;
+    }
   }
 
   // What a point's op saw (at()), for spell_out.
@@ -360,14 +405,14 @@ class HfWalk {
     return pass.replay ? kRecomputed : pass.keep ? c : kTransient;
   }
   // After a tensor's last forward use: it stays when the backward reads it and the pass keeps it.
-  void done(const std::string& name, const Pass& pass, bool read_by_backward = true) {
+  void done(Name name, const Pass& pass, bool read_by_backward = true) {
     if (!read_by_backward || !kept(pass)) drop(name);
   }
 
   // The 16-bit copy of a weight (autocast): cached through the forward (until the loss), and saved
   // by the GEMM for its backward; a replay's copy lives from the replayed GEMM to its backward.
-  void weight_copy(const std::string& name, Bytes numel, const Pass& pass, bool saved,
-                   std::int64_t block, bool fwd) {
+  void weight_copy(Name name, Bytes numel, const Pass& pass, bool saved, std::int64_t block,
+                   bool fwd) {
     add_fixed(name, kWeights, param(numel, e_));
     at("autocast weight cast", block, fwd);
     if (!pass.replay) cache_.push_back({name, saved && pass.keep});
@@ -376,9 +421,9 @@ class HfWalk {
   // y = x w^T + b; autocast casts x (when not 16-bit) and the weights first. Returns what the
   // backward needs. `x_elem` is the input's element size; `y` enters the ledger as `y_component`.
   // `x_dies_at_cast`: the cast is x's last use (autocast).
-  Lin linear_fwd(const std::string& name, Bytes in, Bytes out, bool bias, const std::string& x,
-                 Bytes x_elem, const std::string& y, MemoryComponent y_component, const Pass& pass,
-                 std::int64_t block, bool x_dies_at_cast = true) {
+  Lin linear_fwd(Name name, Bytes in, Bytes out, bool bias, Name x, Bytes x_elem, Name y,
+                 MemoryComponent y_component, const Pass& pass, std::int64_t block,
+                 bool x_dies_at_cast = true) {
     const bool fwd = !pass.replay;
     Lin lin{name, in, out, bias, x, false, x_elem};
     if (amp_ && x_elem != e_) {
@@ -410,8 +455,7 @@ class HfWalk {
   // unless it is fp32), rstd and the normalised x in x's dtype; x^2 and the fp32 normalised x are
   // the op's temporaries. Returns the name of the tensor the backward reads as x.
   // `final_norm`: the model's last norm, filed as such; its input dies at the upcast (llama).
-  std::string norm_fwd(const std::string& name, const std::string& x, const Pass& pass,
-                       std::int64_t block, bool final_norm = false) {
+  Name norm_fwd(Name name, Name x, const Pass& pass, std::int64_t block, bool final_norm = false) {
     const bool fwd = !pass.replay && block >= 0;
     const MemoryComponent saved = final_norm ? kFinalNorm : saved_as(pass);
     const MemoryComponent stats = final_norm ? kFinalNorm : saved_as(pass, kStats);
@@ -424,7 +468,7 @@ class HfWalk {
       done(name + ".rstd", pass);
       return x;
     }
-    std::string norm_x = x;
+    Name norm_x = x;
     if (w_ != 4) {
       norm_x = name + ".x_f32";
       add(norm_x, saved, rows(H_, 4));
@@ -447,28 +491,28 @@ class HfWalk {
   // What the backward of one block reads, by name.
   struct Block {
     std::int64_t l = 0;
-    std::string pre, x_in, norm1_x, norm2_x;
+    Name pre, x_in, norm1_x, norm2_x;
     Lin qkv, proj, fc, up, out;
-    std::string qkv_in;                        // the qkv projection's output (llama: before RoPE)
-    std::string attn_in;                       // what attention reads (llama: after RoPE)
+    Name qkv_in;   // the qkv projection's output (llama: before RoPE)
+    Name attn_in;  // what attention reads (llama: after RoPE)
     bool has_kv_cache = false, has_kv_repeat = false;
-    std::string probs, probs_c, probs_drop, values_in;
+    Name probs, probs_c, probs_drop, values_in;
     Bytes scores_elem = 0, probs_elem = 0, probs_c_elem = 0;
-    std::string gelu_in;
+    Name gelu_in;
     Bytes gelu_elem = 0;
   };
 
-  Block block_fwd(std::int64_t l, const std::string& x_in, const Pass& pass) {
+  Block block_fwd(std::int64_t l, Name x_in, const Pass& pass) {
     const bool fwd = !pass.replay;
     Block b;
     b.l = l;
-    b.pre = fmt::format("{}{}.", pass.replay ? "r" : "", l);
-    const std::string& pre = b.pre;
+    b.pre = Name(pass.replay ? "r" : "") + l + ".";
+    Name pre = b.pre;
     b.x_in = x_in;
     const MemoryComponent role = saved_as(pass);
 
     // Norm 1 and the q|k|v projection.
-    const std::string norm1 = pre + "norm1";
+    const Name norm1 = pre + "norm1";
     b.norm1_x = norm_fwd(norm1, x_in, pass, l);
     b.qkv_in = pre + "attn.qkv";
     // llama under autocast: q, k and v projections each cast the norm's output, two more 16-bit
@@ -489,11 +533,11 @@ class HfWalk {
     attention_fwd(b, pass);
 
     // Output projection, dropout, residual.
-    const std::string proj_out = pre + "attn.proj.out";
+    const Name proj_out = pre + "attn.proj.out";
     b.proj = linear_fwd(pre + "attn.proj", H_, H_, gpt_, pre + "attn.y", e_, proj_out, kTransient,
                         pass, l);
     done(pre + "attn.y", pass);
-    const std::string residual = branch_dropout(proj_out, pre + "attn.proj", pass, l);
+    const Name residual = branch_dropout(proj_out, pre + "attn.proj", pass, l);
     add(pre + "x_mid", role, rows(H_, w_));
     at("residual add", l, fwd);
     drop(residual);
@@ -501,10 +545,10 @@ class HfWalk {
     done_block_input(x_in, pass, b.norm1_x == x_in);
 
     // Norm 2 and the MLP.
-    const std::string norm2 = pre + "norm2";
+    const Name norm2 = pre + "norm2";
     b.norm2_x = norm_fwd(norm2, pre + "x_mid", pass, l);
     if (gpt_) {
-      const std::string fc_out = pre + "mlp.fc.out";
+      const Name fc_out = pre + "mlp.fc.out";
       b.fc = linear_fwd(pre + "mlp.fc", H_, F_, true, norm2 + ".out", w_, fc_out, role, pass, l);
       if (!b.fc.x_cast) done(norm2 + ".out", pass);
       // gelu_new: autocast (CUDA) runs its tanh branch in fp32 from an fp32 copy of x.
@@ -526,7 +570,7 @@ class HfWalk {
       for (const char* piece : {"mlp.gelu.tanh", "mlp.gelu.one_plus_tanh", "mlp.gelu.half_x"})
         done(pre + piece, pass);
       done(b.gelu_in, pass);
-      const std::string mlp_out = pre + "mlp.proj.out";
+      const Name mlp_out = pre + "mlp.proj.out";
       b.out = linear_fwd(pre + "mlp.proj", F_, H_, true, pre + "mlp.gelu.out", b.gelu_elem, mlp_out,
                          kTransient, pass, l);
       if (!b.out.x_cast) done(pre + "mlp.gelu.out", pass);
@@ -547,11 +591,11 @@ class HfWalk {
                          pre + "mlp.down.out", kTransient, pass, l);
       done(pre + "mlp.swiglu.out", pass);
     }
-    const std::string mlp_y =
+    const Name mlp_y =
         branch_dropout(gpt_ ? pre + "mlp.proj.out" : pre + "mlp.down.out", pre + "mlp", pass, l);
     // The block output: the next block's input, kept even when checkpointed; a replay's is read by
     // its add alone.
-    const std::string x_out = fmt::format("{}.x_out", l);
+    const Name x_out = Name() + l + ".x_out";
     if (pass.replay)
       once(kRecomputed, rows(H_, w_));
     else
@@ -564,7 +608,7 @@ class HfWalk {
 
   // The block input after the residual add: the checkpointed forward's replay reads it again; in a
   // kept forward it stays only where the norm's backward reads it.
-  void done_block_input(const std::string& x_in, const Pass& pass, bool read_by_norm_bwd) {
+  void done_block_input(Name x_in, const Pass& pass, bool read_by_norm_bwd) {
     if (ckpt_ && !pass.replay) return;  // the replay reads it
     if (pass.replay && read_by_norm_bwd) return;
     if (!pass.replay && read_by_norm_bwd) return;
@@ -574,12 +618,12 @@ class HfWalk {
   void attention_fwd(Block& b, const Pass& pass) {
     const bool fwd = !pass.replay;
     const std::int64_t l = b.l;
-    const std::string& pre = b.pre;
+    Name pre = b.pre;
     const MemoryComponent role = saved_as(pass);
     const bool cache = !ckpt_;
     // gpt2: the fused kernel reads the query in place; eager's matmul saves a copy (batch >= 2).
     const bool query_view = query_view_;
-    std::vector<std::pair<std::string, Bytes>> fwd_held;
+    std::vector<std::pair<Name, Bytes>> fwd_held;
     if (gpt_) {
       if (cache && query_view) {
         add(pre + "attn.kv_cache", role, rows(2 * H_, e_));
@@ -637,7 +681,7 @@ class HfWalk {
       at("cast", l, fwd);
       if (!kept(pass)) drop(b.probs);  // the checkpointed forward: the cast read it last
     }
-    std::string values_in = b.probs_c;
+    Name values_in = b.probs_c;
     Bytes values_elem = b.probs_c_elem;
     if (dropout_) {
       b.probs_drop = pre + "attn.probs_drop";
@@ -677,7 +721,7 @@ class HfWalk {
 
   void forward() {
     // Embedding (and gpt's token and position embeddings apart before their sum).
-    std::string x0 = "x0";
+    Name x0 = "x0";
     if (dropout_ && gpt_) {
       add("embed.out", kTransient, rows(H_, w_));
       once(kTransient, rows(H_, w_));
@@ -693,10 +737,10 @@ class HfWalk {
     }
     Pass pass;
     pass.keep = !ckpt_;
-    std::string x = x0;
+    Name x = x0;
     for (std::int64_t l = 0; l < L_; ++l) {
       blocks_.push_back(block_fwd(l, x, pass));
-      x = fmt::format("{}.x_out", l);
+      x = Name() + l + ".x_out";
     }
     // The final block output: filed as such from here.
     retag(x, kFinalBlockOutput);
@@ -720,7 +764,7 @@ class HfWalk {
     cache_.clear();
   }
 
-  void retag(const std::string& name, MemoryComponent c) {
+  void retag(Name name, MemoryComponent c) {
     for (Entry& e : live_)
       if (e.name == name) {
         total(e) -= e.bytes;
@@ -733,9 +777,9 @@ class HfWalk {
 
   // Backward of a linear from dy: dx (cast back to the input's dtype under autocast), the weight's
   // and bias's gradients (autocast: of the 16-bit copies, cast to the fp32 .grad). Returns dx.
-  std::string linear_bwd(const Lin& lin, const std::string& dy, bool drop_dy, bool drop_x,
-                         std::int64_t block, const std::string& dx_name) {
-    const std::string dx = lin.x_cast ? lin.name + ".dx16" : dx_name;
+  Name linear_bwd(const Lin& lin, Name dy, bool drop_dy, bool drop_x, std::int64_t block,
+                  Name dx_name) {
+    const Name dx = lin.x_cast ? lin.name + ".dx16" : dx_name;
     add(dx, kTransient, rows(lin.in, e_));
     const Bytes w_numel = checked_mul(lin.in, lin.out, "linear");
     if (amp_) {
@@ -768,8 +812,7 @@ class HfWalk {
   }
 
   // Norm backward from dy into dx (a new tensor the size of x).
-  void norm_bwd(const std::string& name, const std::string& dy, const std::string& norm_x,
-                const std::string& x, const std::string& dx, std::int64_t block) {
+  void norm_bwd(Name name, Name dy, Name norm_x, Name x, Name dx, std::int64_t block) {
     if (gpt_) {
       add(dx, kTransient, rows(H_, w_));
       write_grad(H_);
@@ -783,7 +826,7 @@ class HfWalk {
       return;
     }
     const bool upcast = norm_x != x;
-    const std::string dx_f32 = upcast ? name + ".dx_f32" : dx;
+    const Name dx_f32 = upcast ? name + ".dx_f32" : dx;
     add(dx_f32, kTransient, rows(H_, upcast ? 4 : w_));
     // The op's scratch, then (accumulating) the new gradient: the builder's order.
     once(kTransient, rows(2 * H_, 4));
@@ -800,10 +843,10 @@ class HfWalk {
     }
   }
 
-  std::string attention_bwd(const Block& b, const std::string& dy) {
+  Name attention_bwd(const Block& b, Name dy) {
     const std::int64_t l = b.l;
-    const std::string& pre = b.pre;
-    const std::string dqkv = pre + "d.attn_in";
+    Name pre = b.pre;
+    const Name dqkv = pre + "d.attn_in";
     add(dqkv, kTransient, rows(Q_, e_));
     if (!eager_) {
       const Bytes fixed = flash_bwd_scratch_bytes(0, S_, A_, K_, D_, cdt_);
@@ -820,7 +863,7 @@ class HfWalk {
       if (b.has_kv_cache) drop(pre + "attn.kv_cache");
       return dqkv;
     }
-    const std::string dvalues = pre + "d.values_in";
+    const Name dvalues = pre + "d.values_in";
     add(dvalues, kTransient, square(e_));
     workspace_on();
     at("attention values backward", l);
@@ -829,15 +872,15 @@ class HfWalk {
     if (b.has_kv_cache) drop(pre + "attn.kv_cache");
     if (b.has_kv_repeat) drop(pre + "attn.kv_repeat");
     if (b.values_in != b.probs) drop(b.values_in);
-    const std::string dropped = !b.probs_drop.empty() ? b.probs_drop : b.probs_c;
-    std::string ddropped = dvalues;
+    const Name dropped = !b.probs_drop.empty() ? b.probs_drop : b.probs_c;
+    Name ddropped = dvalues;
     if (dropped != b.values_in) {
       ddropped = pre + "d.dropped";
       add(ddropped, kTransient, square(b.probs_c_elem));
       at("cast", l);
       drop(dvalues);
     }
-    std::string dprobs_c = ddropped;
+    Name dprobs_c = ddropped;
     if (dropout_) {
       dprobs_c = pre + "d.probs_c";
       add(dprobs_c, kTransient, square(b.probs_c_elem));
@@ -845,7 +888,7 @@ class HfWalk {
       drop(ddropped);
       drop(pre + "attn.probs_mask");
     }
-    std::string dprobs = dprobs_c;
+    Name dprobs = dprobs_c;
     if (b.probs_c != b.probs) {
       dprobs = pre + "d.probs";
       add(dprobs, kTransient, square(b.probs_elem));
@@ -864,8 +907,7 @@ class HfWalk {
 
   // The dropout on a residual branch's output `out` (gpt2): `site`.drop, and `site`.mask saved
   // for the backward; returns what the residual adds.
-  std::string branch_dropout(const std::string& out, const std::string& site, const Pass& pass,
-                             std::int64_t block) {
+  Name branch_dropout(Name out, Name site, const Pass& pass, std::int64_t block) {
     if (!dropout_ || !gpt_) return out;
     add(site + ".drop", kTransient, rows(H_, e_));
     add(site + ".mask", saved_as(pass), rows(H_, 1));
@@ -877,9 +919,9 @@ class HfWalk {
 
   // The residual's gradient entering a branch (`name`: mlp or proj) of block `b`: in the compute
   // dtype, then through the branch's dropout (gpt2, `mask`), recorded as `dropout_op`.
-  std::string branch_grad(const Block& b, const std::string& dx, const std::string& name,
-                          const std::string& mask, std::string_view dropout_op) {
-    std::string d = dx;
+  Name branch_grad(const Block& b, Name dx, std::string_view name, std::string_view mask,
+                   std::string_view dropout_op) {
+    Name d = dx;
     if (w_ != e_) {
       d = b.pre + "d." + name + ".y";
       add(d, kTransient, rows(H_, e_));
@@ -896,14 +938,13 @@ class HfWalk {
   }
 
   // From the gradient of the block's output to the gradient of its input.
-  std::string block_bwd(const Block& b, const std::string& dx_out) {
+  Name block_bwd(const Block& b, Name dx_out) {
     const std::int64_t l = b.l;
-    const std::string& pre = b.pre;
-    const std::string dmlp = branch_grad(b, dx_out, "mlp", "mlp.mask", "mlp dropout backward");
-    std::string dnorm2_out;
+    Name pre = b.pre;
+    const Name dmlp = branch_grad(b, dx_out, "mlp", "mlp.mask", "mlp dropout backward");
+    Name dnorm2_out;
     if (gpt_) {
-      const std::string dgelu_out =
-          linear_bwd(b.out, dmlp, dmlp != dx_out, true, l, pre + "d.gelu.out");
+      const Name dgelu_out = linear_bwd(b.out, dmlp, dmlp != dx_out, true, l, pre + "d.gelu.out");
       add(pre + "d.gelu.in", kTransient, rows(F_, b.gelu_elem));
       once(kTransient, rows(2 * F_, b.gelu_elem));
       at("gelu backward", l);
@@ -911,7 +952,7 @@ class HfWalk {
       drop(b.gelu_in);
       for (const char* piece : {"mlp.gelu.tanh", "mlp.gelu.one_plus_tanh", "mlp.gelu.half_x"})
         drop(pre + piece);
-      std::string dfc = pre + "d.gelu.in";
+      Name dfc = pre + "d.gelu.in";
       if (b.gelu_elem != e_) {
         dfc = pre + "d.fc.out";
         add(dfc, kTransient, rows(F_, e_));
@@ -920,8 +961,7 @@ class HfWalk {
       }
       dnorm2_out = linear_bwd(b.fc, dfc, true, true, l, pre + "d.norm2.out");
     } else {
-      const std::string dswiglu =
-          linear_bwd(b.out, dmlp, dmlp != dx_out, true, l, pre + "d.swiglu.out");
+      const Name dswiglu = linear_bwd(b.out, dmlp, dmlp != dx_out, true, l, pre + "d.swiglu.out");
       add(pre + "d.gate", kTransient, rows(F_, e_));
       add(pre + "d.up", kTransient, rows(F_, e_));
       at("swiglu backward", l);
@@ -930,26 +970,26 @@ class HfWalk {
       drop(pre + "mlp.up.out");
       drop(pre + "mlp.silu.out");
       // Without autocast the norm's output is both GEMMs' input: the gate's backward frees it.
-      const std::string dx_up = linear_bwd(b.up, pre + "d.up", true, b.up.x_cast, l, pre + "d.x.up");
-      const std::string dx_gate = linear_bwd(b.fc, pre + "d.gate", true, true, l, pre + "d.x.gate");
+      const Name dx_up = linear_bwd(b.up, pre + "d.up", true, b.up.x_cast, l, pre + "d.x.up");
+      const Name dx_gate = linear_bwd(b.fc, pre + "d.gate", true, true, l, pre + "d.x.gate");
       dnorm2_out = pre + "d.norm2.out";
       add(dnorm2_out, kTransient, rows(H_, w_));
       at("add", l);
       drop(dx_gate);
       drop(dx_up);
     }
-    const std::string dnorm2_in = pre + "d.norm2.in";
+    const Name dnorm2_in = pre + "d.norm2.in";
     norm_bwd(pre + "norm2", dnorm2_out, b.norm2_x, pre + "x_mid", dnorm2_in, l);
-    const std::string dx_mid = pre + "d.x_mid";
+    const Name dx_mid = pre + "d.x_mid";
     add(dx_mid, kTransient, rows(H_, w_));
     at("residual backward", l);
     drop(dx_out);
     drop(dnorm2_in);
 
-    const std::string dproj =
+    const Name dproj =
         branch_grad(b, dx_mid, "proj", "attn.proj.mask", "attention dropout backward");
-    const std::string dy = linear_bwd(b.proj, dproj, dproj != dx_mid, eager_, l, pre + "d.attn.y");
-    std::string dqkv = attention_bwd(b, dy);
+    const Name dy = linear_bwd(b.proj, dproj, dproj != dx_mid, eager_, l, pre + "d.attn.y");
+    Name dqkv = attention_bwd(b, dy);
     if (!gpt_) {
       add(pre + "d.qkv", kTransient, rows(Q_, e_));
       at("rope backward", l);
@@ -957,11 +997,11 @@ class HfWalk {
       dqkv = pre + "d.qkv";
       if (l == 0) drop("rope.cos_sin");
     }
-    const std::string dnorm1_out = linear_bwd_qkv(b, dqkv);
-    const std::string dnorm1_in = pre + "d.norm1.in";
+    const Name dnorm1_out = linear_bwd_qkv(b, dqkv);
+    const Name dnorm1_in = pre + "d.norm1.in";
     norm_bwd(pre + "norm1", dnorm1_out, b.norm1_x, b.x_in, dnorm1_in, l);
     // llama in 16 bits: the block input is not the norm's x; it was freed in the forward.
-    const std::string dx_in = fmt::format("{}.d.x_in", l);
+    const Name dx_in = Name() + l + ".d.x_in";
     add(dx_in, kTransient, rows(H_, w_));
     at("residual backward", l);
     drop(dx_mid);
@@ -971,9 +1011,9 @@ class HfWalk {
 
   // The q|k|v projection's backward; under autocast llama's two more input copies go with the
   // last op of it.
-  std::string linear_bwd_qkv(const Block& b, const std::string& dqkv) {
+  Name linear_bwd_qkv(const Block& b, Name dqkv) {
     const bool more = !gpt_ && amp_;
-    const std::string out = linear_bwd(b.qkv, dqkv, true, true, b.l, b.pre + "d.norm1.out");
+    const Name out = linear_bwd(b.qkv, dqkv, true, true, b.l, b.pre + "d.norm1.out");
     if (more) drop(b.pre + "attn.qkv.in.autocast.kv");
     return out;
   }
@@ -985,7 +1025,7 @@ class HfWalk {
     at("cross-entropy backward");
     drop(logits_f32_);
     drop("ce.lse");
-    std::string dlogits = "d.logits.f32";
+    Name dlogits = "d.logits.f32";
     if (e_ != 4) {
       dlogits = "d.logits";
       add(dlogits, kTransient, rows(V_, e_));
@@ -997,7 +1037,7 @@ class HfWalk {
     Lin lm = lm_;
     if (tied) {
       // Written by the lm head backward (or its cast), not a .grad until the sum.
-      const std::string name = "wte.grad.lm_head";
+      const Name name = "wte.grad.lm_head";
       if (amp_) {
         // The builder makes the input's gradient first, then the 16-bit weight's.
         add(lm.x_cast ? "lm_head.dx16" : "d.final_norm.out", kTransient, rows(H_, e_));
@@ -1026,8 +1066,8 @@ class HfWalk {
     } else {
       linear_bwd(lm, dlogits, true, true, -1, "d.final_norm.out");
     }
-    const std::string x_last = fmt::format("{}.x_out", L_ - 1);
-    std::string dx = "d.x_last";
+    const Name x_last = Name() + (L_ - 1) + ".x_out";
+    Name dx = "d.x_last";
     norm_bwd("final_norm", "d.final_norm.out", final_x_, x_last, dx, -1);
 
     for (std::int64_t l = L_ - 1; l >= 0; --l) {
@@ -1040,7 +1080,7 @@ class HfWalk {
       dx = block_bwd(b, dx);
     }
 
-    std::string dembed = dx;
+    Name dembed = dx;
     if (dropout_ && gpt_) {
       add("d.embed.out", kTransient, rows(H_, w_));
       at("embedding dropout backward");
@@ -1056,7 +1096,8 @@ class HfWalk {
     workspace_on();
     at("embedding backward");
     drop(dembed);
-    if (has("gemm.workspace")) drop("gemm.workspace");
+    if (workspace_live_) drop("gemm.workspace");
+    workspace_live_ = false;
     if (tied) {
       write_grad(V_ * H_);
       at("tied embedding gradient sum");
@@ -1081,17 +1122,18 @@ class HfWalk {
   bool own_ = false;
   bool query_view_ = true;  // attention saves the query as a view (build_common.h)
   Bytes context_ = 0, workspace_bytes_ = 0;
+  bool workspace_live_ = false;
   Bytes weights_ = 0, state_ = 0, grads_ = 0, params_ = 0;
   std::vector<Entry> live_, once_;
   std::array<Bytes, kComponents> live_fixed_{}, live_per_sample_{};
   TensorEvents* events_ = nullptr;
   std::vector<Pending> pending_;
   std::int32_t next_slot_ = 0;
-  std::vector<std::pair<std::string, bool>> cache_;
-  std::vector<std::pair<std::string, Bytes>> with_gemm_;  // held by the next linear's GEMM, saved
+  std::vector<std::pair<Name, bool>> cache_;
+  std::vector<std::pair<Name, Bytes>> with_gemm_;  // held by the next linear's GEMM, saved
   std::vector<Block> blocks_;
   Lin lm_;
-  std::string final_x_, logits_f32_;
+  Name final_x_, logits_f32_;
   std::vector<Candidate> frontier_;  // the points that may be a peak, in the step's order
   Candidate last_;                   // the latest point
   std::int64_t ops_seen_ = 0;
