@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "alloc/allocator.h"
+#include "alloc/caching.h"
+#include "alloc/virtual_source.h"
 #include "core/error.h"
 #include "device/sources.h"
 
@@ -435,6 +438,88 @@ TEST(AllocCachingOom, RequestLargerThanCapacityFailsWithStatsUnchanged) {
   EXPECT_FALSE(alloc->allocate(INT64_MAX));
   expect_same_stats(alloc->stats(), before);
   EXPECT_EQ(source->in_use(), 20 * MiB);
+}
+
+// The estimate's replay (estimate/allocator_share.cpp) stops where the source first refuses a
+// segment, and copies the allocator there to go on both with and without a limit.
+TEST(AllocCachingCopy, WithoutRetryARefusedSegmentChangesNothing) {
+  VirtualSource source(64 * MiB);
+  CachingAllocator alloc(source);
+  const auto x = alloc.allocate(20 * MiB);
+  const auto y = alloc.allocate(20 * MiB);
+  const auto z = alloc.allocate(20 * MiB);
+  ASSERT_TRUE(x && y && z);
+  alloc.free(*x);
+  alloc.free(*y);
+  const AllocStats before = alloc.stats();
+  // 30 MiB needs a new segment and 60 + 30 > 64 MiB: refused, and the cache is kept.
+  EXPECT_FALSE(alloc.allocate_without_retry(30 * MiB));
+  expect_same_stats(alloc.stats(), before);
+  EXPECT_EQ(source.in_use(), 60 * MiB);
+  // A cached block still serves what fits in it, without a new segment.
+  EXPECT_TRUE(alloc.allocate_without_retry(20 * MiB));
+  EXPECT_EQ(alloc.stats().segment_allocs, 3);
+  // allocate() frees the other cached segment and retries: 40 + 30 > 64, still refused.
+  EXPECT_FALSE(alloc.allocate(30 * MiB));
+  EXPECT_EQ(alloc.stats().retries, 1);
+  EXPECT_EQ(alloc.stats().reserved, 40 * MiB);
+}
+
+TEST(AllocCachingCopy, ACopyOverACopiedSourceGoesOnAlone) {
+  VirtualSource source(64 * MiB);
+  auto alloc = std::make_unique<CachingAllocator>(source);
+  const auto x = alloc->allocate(20 * MiB);
+  const auto y = alloc->allocate(20 * MiB);
+  const auto z = alloc->allocate(5 * MiB);  // a 20 MiB segment, split
+  ASSERT_TRUE(x && y && z);
+  alloc->free(*x);
+  // The copy has the same blocks and segments and room for 200 MiB.
+  VirtualSource roomy(source, 200 * MiB);
+  CachingAllocator copy(*alloc, roomy);
+  expect_same_stats(copy.stats(), alloc->stats());
+  EXPECT_EQ(roomy.in_use(), 60 * MiB);
+  // Both serve the next request from the same cached block (the best fit: Z's 15 MiB rest, not
+  // X's 20 MiB segment), at the same address.
+  const auto a = alloc->allocate(12 * MiB);
+  const auto b = copy.allocate(12 * MiB);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->address, b->address);
+  EXPECT_EQ(a->address, z->address + offset(5 * MiB));
+  // 40 MiB: the original releases X's free segment and still fails (40 + 40 > 64 MiB); the copy
+  // takes a new segment and keeps its cache.
+  EXPECT_FALSE(alloc->allocate(40 * MiB));
+  EXPECT_EQ(alloc->stats().retries, 1);
+  EXPECT_EQ(source.in_use(), 40 * MiB);
+  const auto c = copy.allocate(40 * MiB);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(copy.stats().reserved, 100 * MiB);
+  EXPECT_EQ(copy.stats().retries, 0);
+  // Blocks of the copy free in the copy only; each allocator returns its own source's segments.
+  copy.free(*c);
+  copy.free(*z);
+  EXPECT_EQ(copy.stats().allocated, 32 * MiB);
+  EXPECT_EQ(alloc->stats().allocated, 37 * MiB);
+  alloc.reset();
+  EXPECT_EQ(source.in_use(), 0);
+  EXPECT_EQ(roomy.in_use(), 100 * MiB);
+}
+
+TEST(AllocVirtualSourceCopy, KeepsTheSegmentsUnderTheNewCapacity) {
+  VirtualSource source(10 * MiB);
+  const auto a = source.allocate_segment(4 * MiB);
+  ASSERT_TRUE(a);
+  VirtualSource copy(source, 6 * MiB);
+  EXPECT_EQ(copy.in_use(), 4 * MiB);
+  EXPECT_EQ(copy.capacity(), 6 * MiB);
+  EXPECT_FALSE(copy.allocate_segment(4 * MiB));  // 4 + 4 > 6
+  const auto b = copy.allocate_segment(2 * MiB);
+  const auto c = source.allocate_segment(2 * MiB);
+  ASSERT_TRUE(b && c);
+  EXPECT_EQ(*b, *c);  // the same next address in both
+  copy.free_segment(*a, 4 * MiB);
+  EXPECT_EQ(source.in_use(), 6 * MiB);
+  EXPECT_THROW(copy.free_segment(*a, 4 * MiB), InternalError);
+  EXPECT_THROW((VirtualSource(source, -1)), InternalError);
 }
 
 TEST_F(AllocCaching, ZeroBytesReserveNothing) {
