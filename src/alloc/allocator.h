@@ -44,6 +44,12 @@ struct AllocStats {
   Bytes reserved_peak = 0;
   std::int64_t segment_allocs = 0;  // segments requested from the source
   std::int64_t retries = 0;         // times the cache was emptied to retry an allocation
+
+  // The peaks start again from what is held now (Allocator::reset_peaks).
+  void reset_peaks() {
+    allocated_peak = allocated;
+    reserved_peak = reserved;
+  }
 };
 
 struct Block {

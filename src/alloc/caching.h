@@ -33,10 +33,7 @@ class CachingAllocator final : public Allocator {
   void free(const Block& block) override;
   void release_cached() override { release_free_segments(); }
   const AllocStats& stats() const override { return stats_; }
-  void reset_peaks() override {
-    stats_.allocated_peak = stats_.allocated;
-    stats_.reserved_peak = stats_.reserved;
-  }
+  void reset_peaks() override { stats_.reset_peaks(); }
   Bytes free_bytes() const override { return source_.capacity() - source_.in_use(); }
 
  private:

@@ -67,10 +67,7 @@ class DirectAllocator final : public Allocator {
 
   const AllocStats& stats() const override { return stats_; }
 
-  void reset_peaks() override {
-    stats_.allocated_peak = stats_.allocated;
-    stats_.reserved_peak = stats_.reserved;
-  }
+  void reset_peaks() override { stats_.reset_peaks(); }
 
   Bytes free_bytes() const override { return source_.capacity() - source_.in_use(); }
 
