@@ -4,7 +4,6 @@
 // it enters the ledger at the op that first lists it and leaves after the op that lists it last,
 // as the program's liveness has it. docs/memory-model.md ("Frameworks: lean and hf") lists what
 // each op keeps.
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
