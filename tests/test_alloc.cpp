@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -337,6 +339,80 @@ TEST_F(AllocCaching, BestFitPrefersTheLowerAddressAmongEqualHoles) {
   EXPECT_EQ(must_allocate(1 * MiB).address, p1.address);
   EXPECT_EQ(must_allocate(1 * MiB).address, q1.address);
   EXPECT_EQ(stats().segment_allocs, 2);
+}
+
+// Holes of many sizes in one segment (sizes spread over many of the free index's size classes,
+// some equal, so that the address decides), then requests of random sizes: each takes the hole a
+// search of them all names (the smallest large enough, the lowest address among equals) and is
+// freed again, which puts the holes back as they were.
+void expect_best_fit_over_holes(Bytes segment_bytes, Bytes smallest, Bytes largest,
+                                Bytes request_step, unsigned seed) {
+  VirtualSource source(4 * GiB);
+  CachingAllocator alloc(source);
+  std::mt19937_64 rng(seed);
+  // Sizes log-uniform in [smallest, largest], multiples of 512 B, every third one repeated.
+  auto random_size = [&](Bytes lo, Bytes hi) {
+    const double span = std::log(static_cast<double>(hi) / static_cast<double>(lo));
+    const double x =
+        static_cast<double>(lo) * std::exp(std::uniform_real_distribution<double>(0.0, span)(rng));
+    return std::clamp<Bytes>(static_cast<Bytes>(x) / 512 * 512, lo, hi);
+  };
+  // One segment, cached whole, to carve the holes from: every block below is cut from its front.
+  // The small pool's segment (2 MiB) comes with any small request.
+  const std::optional<Block> whole = alloc.allocate(segment_bytes > 2 * MiB ? segment_bytes : 512);
+  ASSERT_TRUE(whole);
+  alloc.free(*whole);
+  struct Hole {
+    Bytes size;
+    std::uintptr_t address;
+  };
+  std::vector<Hole> holes;
+  std::vector<Block> holes_blocks;
+  Bytes used = 0;
+  Bytes last = 0;
+  // An eighth of the segment stays at its end, so that every cut leaves a rest to split off.
+  for (int i = 0; used + largest + smallest + segment_bytes / 8 <= segment_bytes; ++i) {
+    const Bytes size = i % 3 == 2 ? last : random_size(smallest, largest);
+    last = size;
+    const std::optional<Block> hole = alloc.allocate(size);
+    const std::optional<Block> wall = alloc.allocate(smallest);  // keeps the holes apart
+    ASSERT_TRUE(hole && wall);
+    ASSERT_EQ(hole->address, whole->address + static_cast<std::uintptr_t>(used));
+    used += hole->size + wall->size;
+    holes.push_back({hole->size, hole->address});
+    holes_blocks.push_back(*hole);
+  }
+  for (const Block& b : holes_blocks) alloc.free(b);
+  // The rest of the segment is a hole too.
+  holes.push_back({segment_bytes - used, whole->address + static_cast<std::uintptr_t>(used)});
+  ASSERT_GE(holes.size(), 20u);
+  const std::int64_t segments = alloc.stats().segment_allocs;
+
+  int probes = 0;
+  for (Bytes request = smallest; request <= largest; request += request_step, ++probes) {
+    const Bytes rounded = (request + 511) / 512 * 512;
+    const Hole* best = nullptr;
+    for (const Hole& h : holes)
+      if (h.size >= rounded && (best == nullptr || h.size < best->size ||
+                                (h.size == best->size && h.address < best->address)))
+        best = &h;
+    ASSERT_NE(best, nullptr);
+    const std::optional<Block> got = alloc.allocate(request);
+    ASSERT_TRUE(got);
+    ASSERT_EQ(got->address, best->address) << "request of " << request << " bytes";
+    alloc.free(*got);
+  }
+  EXPECT_GT(probes, 100);
+  EXPECT_EQ(alloc.stats().segment_allocs, segments);  // every request was served by a hole
+}
+
+TEST(AllocCachingBestFit, LargeHolesOfManySizes) {
+  expect_best_fit_over_holes(2 * GiB, 1 * MiB + 512, 48 * MiB, 97 * KiB + 512, 13);
+}
+
+TEST(AllocCachingBestFit, SmallHolesOfManySizes) {
+  // A small segment is 2 MiB: holes of 512 B to 24 KiB fit it many times over.
+  expect_best_fit_over_holes(2 * MiB, 512, 24 * KiB, 173, 7);
 }
 
 TEST_F(AllocCaching, SmallAndLargePoolsDoNotShareBlocks) {

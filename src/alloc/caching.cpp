@@ -35,6 +35,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
+#include <iterator>
 #include <limits>
 #include <source_location>
 #include <string_view>
@@ -76,12 +78,26 @@ Bytes allocation_size(Bytes rounded) {
   return round_up(rounded, kRoundLarge);
 }
 
+// The size class of a block of `size` bytes, a positive multiple of kMinBlockSize: sizes of fewer
+// than 8 units of 512 B have a class each; above that each power of two is cut into eight classes
+// of equal width. Classes increase with the size, so a larger class holds only larger blocks.
+int size_class(Bytes size) {
+  const auto units = static_cast<std::uint64_t>(size / kMinBlockSize);
+  if (units < 8) return static_cast<int>(units);
+  const int log = static_cast<int>(std::bit_width(units)) - 1;  // >= 3
+  return (log - 2) * 8 + static_cast<int>((units >> (log - 3)) & 7);
+}
+
 bool should_split(bool small_pool, Bytes block_size, Bytes rounded) {
   const Bytes remaining = block_size - rounded;
   return small_pool ? remaining >= kMinBlockSize : remaining > kSmallSize;
 }
 
 }  // namespace
+
+CachingAllocator::FreeIndex::FreeIndex() {
+  std::fill(std::begin(head), std::end(head), -1);
+}
 
 CachingAllocator::CachingAllocator(const CachingAllocator& other, SegmentSource& source)
     : source_(source),
@@ -114,15 +130,11 @@ std::optional<Block> CachingAllocator::allocate(Bytes bytes, bool retry) {
   if (bytes > kLargestRequest) return std::nullopt;
   const Bytes rounded = round_size(bytes);
   const bool small = is_small(rounded);
-  FreeSet& pool = small ? free_small_ : free_large_;
+  FreeIndex& pool = small ? free_small_ : free_large_;
 
-  const auto found = std::lower_bound(pool.begin(), pool.end(), FreeEntry{rounded, 0, -1});
-  // A new segment may empty the cache first, which moves the free entries: `found` is read only
-  // when a cached block serves the request.
-  const bool cached = found != pool.end();
-  std::int32_t index = -1;
-  if (cached) {
-    index = found->node;
+  std::int32_t index = best_fit(pool, rounded);
+  if (index >= 0) {
+    erase_free(pool, index);
   } else {
     const std::optional<std::int32_t> segment =
         allocate_segment(allocation_size(rounded), small, retry);
@@ -140,13 +152,7 @@ std::optional<Block> CachingAllocator::allocate(Bytes bytes, bool retry) {
     if (front.next >= 0) nodes_[front.next].prev = rest;
     front.next = rest;
     front.size = rounded;
-    // The rest takes the found block's place among the free ones (a cached block), or joins them.
-    if (cached)
-      move_free(pool, found, rest);
-    else
-      insert_free(pool, rest);
-  } else if (cached) {
-    pool.erase(found);
+    insert_free(pool, rest);
   }
   Node& block = nodes_[index];
   block.allocated = true;
@@ -167,19 +173,18 @@ void CachingAllocator::free(const Block& block) {
   }
   stats_.allocated -= nodes_[index].size;
   nodes_[index].allocated = false;
-  FreeSet& pool = segments_[nodes_[index].segment].small ? free_small_ : free_large_;
+  FreeIndex& pool = segments_[nodes_[index].segment].small ? free_small_ : free_large_;
 
   // Merge with the next block of the same segment when it is free (try_merge_blocks).
   if (const std::int32_t next = nodes_[index].next; next >= 0 && !nodes_[next].allocated) {
-    pool.erase(free_entry(pool, next));
+    erase_free(pool, next);
     absorb(index, next);
   }
-  // ... and with the previous one, which then absorbs this block and moves up among the free.
+  // ... and with the previous one, which then absorbs this block and changes class.
   if (const std::int32_t prev = nodes_[index].prev; prev >= 0 && !nodes_[prev].allocated) {
-    const FreeSet::iterator at = free_entry(pool, prev);
+    erase_free(pool, prev);
     absorb(prev, index);
-    move_free(pool, at, prev);
-    return;
+    index = prev;
   }
   insert_free(pool, index);
 }
@@ -205,36 +210,51 @@ void CachingAllocator::absorb(std::int32_t into, std::int32_t gone) {
   retire(gone);
 }
 
-void CachingAllocator::insert_free(FreeSet& pool, std::int32_t index) {
-  const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
-  pool.insert(std::lower_bound(pool.begin(), pool.end(), e), e);
-}
-
-// Where the free block `index` is listed in `pool` (by its size and address, which identify it).
-CachingAllocator::FreeSet::iterator CachingAllocator::free_entry(FreeSet& pool,
-                                                                 std::int32_t index) {
-  const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
-  const auto it = std::lower_bound(pool.begin(), pool.end(), e);
-  if (it == pool.end() || it->node != index) fail("a free block missing from its pool");
-  return it;
-}
-
-// The entry `at` now lists the free block `index`, whose size or address differ from the entry's:
-// it moves to its place in the order, shifting only the entries in between (a split's rest is
-// smaller than the block it came from, a merged block larger than its first part).
-void CachingAllocator::move_free(FreeSet& pool, FreeSet::iterator at, std::int32_t index) {
-  const FreeEntry e{nodes_[index].size, nodes_[index].address, index};
-  if (at != pool.begin() && e < *std::prev(at)) {
-    const auto to = std::lower_bound(pool.begin(), at, e);
-    std::move_backward(to, at, std::next(at));
-    *to = e;
-  } else if (std::next(at) != pool.end() && *std::next(at) < e) {
-    const auto to = std::lower_bound(std::next(at), pool.end(), e);
-    std::move(std::next(at), to, at);
-    *std::prev(to) = e;
-  } else {
-    *at = e;
+std::int32_t CachingAllocator::best_fit(const FreeIndex& pool, Bytes rounded) const {
+  // The first block of the request's class that is large enough: the list is in (size, address)
+  // order, so it is the smallest, the lowest address among equals.
+  const int own = size_class(rounded);
+  for (std::int32_t i = pool.head[own]; i >= 0; i = nodes_[i].free_next)
+    if (nodes_[i].size >= rounded) return i;
+  // Else the first block of the next class that holds any.
+  const int from = own + 1;
+  for (int word = from / 64; word < FreeIndex::kClasses / 64; ++word) {
+    std::uint64_t held = pool.held[word];
+    if (word == from / 64) held &= ~std::uint64_t{0} << (from % 64);
+    if (held != 0) return pool.head[word * 64 + std::countr_zero(held)];
   }
+  return -1;
+}
+
+void CachingAllocator::insert_free(FreeIndex& pool, std::int32_t index) {
+  Node& node = nodes_[index];
+  const int c = size_class(node.size);
+  std::int32_t before = -1;
+  std::int32_t after = pool.head[c];
+  while (after >= 0 && (nodes_[after].size < node.size || (nodes_[after].size == node.size &&
+                                                           nodes_[after].address < node.address))) {
+    before = after;
+    after = nodes_[after].free_next;
+  }
+  node.free_prev = before;
+  node.free_next = after;
+  (before >= 0 ? nodes_[before].free_next : pool.head[c]) = index;
+  if (after >= 0) nodes_[after].free_prev = index;
+  pool.held[c / 64] |= std::uint64_t{1} << (c % 64);
+}
+
+// Takes the free block `index` off its class's list; its size must still be the one it was
+// listed with.
+void CachingAllocator::erase_free(FreeIndex& pool, std::int32_t index) {
+  const Node& node = nodes_[index];
+  if (node.free_next >= 0) nodes_[node.free_next].free_prev = node.free_prev;
+  if (node.free_prev >= 0) {
+    nodes_[node.free_prev].free_next = node.free_next;
+    return;
+  }
+  const int c = size_class(node.size);
+  pool.head[c] = node.free_next;
+  if (node.free_next < 0) pool.held[c / 64] &= ~(std::uint64_t{1} << (c % 64));
 }
 
 // The node of an allocated or free block: by its handle, else (a block made elsewhere) by its
@@ -288,8 +308,7 @@ int CachingAllocator::release_free_segments() {
     if (segment.head < 0) continue;
     const Node& block = nodes_[segment.head];
     if (block.allocated || block.size != segment.size) continue;
-    FreeSet& pool = segment.small ? free_small_ : free_large_;
-    pool.erase(free_entry(pool, segment.head));
+    erase_free(segment.small ? free_small_ : free_large_, segment.head);
     retire(segment.head);
     source_.free_segment(segment.address, segment.size);
     stats_.reserved -= segment.size;

@@ -12,10 +12,10 @@
 namespace vrambench {
 
 // The blocks are PyTorch's: each knows its neighbours in its segment (prev, next), so a free
-// merges without a search. They live in a pool of nodes reused after a merge; the free blocks of
-// each pool are a vector sorted by (size, address), whose lower bound is the best fit. A step
-// holds a few thousand blocks and far fewer free ones, so this costs no node allocation per
-// request, unlike ordered trees.
+// merges without a search. They live in a pool of nodes reused after a merge. The free blocks of
+// each pool are indexed by size class (FreeIndex below): a request looks in its own class, then
+// takes the smallest block of the next class that holds any. This is PyTorch's best fit exactly,
+// with no node allocation per request and no shifting of a sorted array on every free.
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(SegmentSource& source) : source_(source) {}
@@ -44,6 +44,8 @@ class CachingAllocator final : public Allocator {
     std::int32_t prev, next;  // neighbours in the segment, -1 at its ends
     bool allocated;
     bool spare = false;  // merged away or released: no block, waiting for reuse
+    // A free block's neighbours in its size class's list (FreeIndex), -1 at its ends.
+    std::int32_t free_prev = -1, free_next = -1;
   };
   struct SegmentInfo {
     std::uintptr_t address;
@@ -51,23 +53,25 @@ class CachingAllocator final : public Allocator {
     bool small;         // which pool its blocks belong to
     std::int32_t head;  // its first block; -1 once the segment went back to the source
   };
-  struct FreeEntry {
-    Bytes size;
-    std::uintptr_t address;
-    std::int32_t node;
-    bool operator<(const FreeEntry& o) const {
-      return size != o.size ? size < o.size : address < o.address;
-    }
+  // The free blocks of one pool: a list per size class, each ordered by (size, address), and a
+  // bitmap of the classes that hold any. A class spans an eighth of a power of two (sizes below
+  // 4 KiB have a class each), so a list holds few blocks and the classes above a request's are
+  // all larger: best fit is the first large enough block of its class, else the first block of the
+  // next class with any.
+  struct FreeIndex {
+    static constexpr int kClasses = 512;  // enough for every 64-bit size
+    std::int32_t head[kClasses];
+    std::uint64_t held[kClasses / 64] = {};
+    FreeIndex();
   };
-  // Free blocks of one pool ordered by (size, address): the lower bound of {n, 0} is the best fit.
-  using FreeSet = std::vector<FreeEntry>;
 
   std::optional<Block> allocate(Bytes bytes, bool retry);
   std::int32_t new_node(const Node& node);
   void absorb(std::int32_t into, std::int32_t gone);
-  void insert_free(FreeSet& pool, std::int32_t index);
-  FreeSet::iterator free_entry(FreeSet& pool, std::int32_t index);
-  void move_free(FreeSet& pool, FreeSet::iterator at, std::int32_t index);
+  // The best fit for `rounded` bytes in `pool`, or -1.
+  std::int32_t best_fit(const FreeIndex& pool, Bytes rounded) const;
+  void insert_free(FreeIndex& pool, std::int32_t index);
+  void erase_free(FreeIndex& pool, std::int32_t index);
   std::int32_t find(const Block& block) const;
   void retire(std::int32_t index);
   std::optional<std::int32_t> allocate_segment(Bytes size, bool small, bool retry);
@@ -79,8 +83,8 @@ class CachingAllocator final : public Allocator {
   std::vector<std::int32_t> spare_segments_;
   std::vector<Node> nodes_;  // every block, allocated or free, and spare nodes
   std::vector<std::int32_t> spare_nodes_;
-  FreeSet free_small_;
-  FreeSet free_large_;
+  FreeIndex free_small_;
+  FreeIndex free_large_;
 };
 
 }  // namespace vrambench
