@@ -264,7 +264,7 @@ TEST(AdamW8bit, OpStepsMatchTheReference) {
     const int v = program.add_tensor("w.v", {n}, DType::u8, Role::paged_optimizer_state);
     const int am = program.add_tensor("w.m.absmax", {blocks}, DType::f32, Role::optimizer_state);
     const int av = program.add_tensor("w.v.absmax", {blocks}, DType::f32, Role::optimizer_state);
-    std::vector<int> in{w, g, m, v, am, av};
+    TensorIds in{w, g, m, v, am, av};
     if (master) in.push_back(program.add_tensor("w.master", {n}, DType::f32, Role::master_weight));
     Op& op = program.add_op(OpKind::adamw8bit_step, "w.step", in, {});
     op.lr = 1e-2f;

@@ -125,7 +125,7 @@ class CpuExecutor final : public Executor {
   }
 
  private:
-  static std::vector<Bound> bind(const Program& program, const std::vector<int>& ids,
+  static std::vector<Bound> bind(const Program& program, const TensorIds& ids,
                                  const std::vector<void*>& data, const Op& op) {
     std::vector<Bound> bound;
     for (int id : ids) {

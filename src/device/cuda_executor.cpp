@@ -114,7 +114,7 @@ class CudaExecutor final : public Executor {
     const Op& op = program.ops.at(op_index);
     check_op(program, op);
     Args a{program, op, {}, {}, nullptr, 0};
-    auto bind = [&](const std::vector<int>& ids, std::vector<Bound>& into) {
+    auto bind = [&](const TensorIds& ids, std::vector<Bound>& into) {
       for (int id : ids) {
         const Tensor& t = program.tensor(id);
         void* p = data.at(static_cast<std::size_t>(id));

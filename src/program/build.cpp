@@ -29,8 +29,6 @@
 namespace vrambench {
 namespace {
 
-using build_common::Shape;
-
 using build_common::DropoutSite;
 using build_common::dropout_seed;
 using build_common::kRecomputeSuffix;
@@ -76,7 +74,7 @@ struct Linear {
 
 // What a linear's forward keeps for the backward of its adapters.
 struct LinearSaved {
-  std::vector<int> x, mask, xa;  // per adapter: its input (x, or x after LoRA dropout), mask, x A^T
+  TensorIds x, mask, xa;  // per adapter: its input (x, or x after LoRA dropout), mask, x A^T
 };
 
 struct BlockWeights {
@@ -339,10 +337,10 @@ class Builder : private build_common::StepShape,
     const int w = tensor(replay ? name + std::string(kRecomputeSuffix) : name, {lin.out, lin.in},
                          act_, Role::transient);
     for (const QuantModule& q : lin.quant) {
-      std::vector<int> in{q.codes, q.absmax};
+      TensorIds in{q.codes, q.absmax};
       if (q.absmax2 >= 0) in.push_back(q.absmax2);
       if (q.offset >= 0) in.push_back(q.offset);
-      std::vector<int> out{w};
+      TensorIds out{w};
       // Dequantising a double-quantised weight first rebuilds its fp32 absmax.
       if (q.absmax2 >= 0)
         out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
@@ -360,7 +358,7 @@ class Builder : private build_common::StepShape,
   // y = x w^T + b, then each adapter adds its share; returns what the adapters' backward reads.
   LinearSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass) {
     const int w = weight_operand(lin, layer, pass.replay, false);
-    std::vector<int> in{x, w};
+    TensorIds in{x, w};
     push_if(in, lin.b);
     gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.replay);
     LinearSaved saved_by;
@@ -393,7 +391,7 @@ class Builder : private build_common::StepShape,
   // the tensor that holds dx in the end (LoRA dropout sums into a new one), or -1.
   int linear_bwd(const Linear& lin, const LinearSaved& saved_by, int dy, int x, int dx, int layer) {
     if (lin.trainable()) {
-      std::vector<int> grads{dx, lin.w.grad};
+      TensorIds grads{dx, lin.w.grad};
       push_grad_if(grads, lin.b);
       gemm(OpKind::linear_bwd, lin.name + ".bwd", {dy, x, lin.w.w}, std::move(grads), layer);
       return dx;
@@ -406,7 +404,7 @@ class Builder : private build_common::StepShape,
       const Adapter& ad = lin.lora[k];
       const int dxa =
           tensor(ad.name + ".lora_xa.grad", {B_, S_, cfg_.lora_rank}, act_, Role::transient);
-      std::vector<int> out{ad.a.grad, ad.b.grad, dxa};
+      TensorIds out{ad.a.grad, ad.b.grad, dxa};
       const bool dropped = saved_by.mask[k] >= 0;
       int dx_in = -1;
       if (dx >= 0) {
@@ -433,10 +431,10 @@ class Builder : private build_common::StepShape,
 
   // ---- ops (op, gemm, row_sum: build_common::ProgramWriter) --------------------------------
 
-  static void push_if(std::vector<int>& list, const Param& p) {
+  static void push_if(TensorIds& list, const Param& p) {
     if (p.present()) list.push_back(p.w);
   }
-  static void push_grad_if(std::vector<int>& list, const Param& p) {
+  static void push_grad_if(TensorIds& list, const Param& p) {
     if (p.trainable()) list.push_back(p.grad);
   }
 
@@ -696,7 +694,7 @@ class Builder : private build_common::StepShape,
   // Norm backward into `dx` (the norm's share of its input's gradient).
   void norm_bwd(const std::string& name, int dy, int x, const Param& w, const Param& b, int mean,
                 int rstd, int dx, int layer) {
-    std::vector<int> grads{dx};
+    TensorIds grads{dx};
     push_grad_if(grads, w);
     push_grad_if(grads, b);
     if (gpt_)
@@ -800,7 +798,7 @@ class Builder : private build_common::StepShape,
       embed_out = tensor("embed.out", bsh(), act_, Role::transient);
       embed_mask = tensor("embed.mask", bsh(), DType::u8, Role::activation);
     }
-    std::vector<int> embed_in{tokens, wte.w};
+    TensorIds embed_in{tokens, wte.w};
     push_if(embed_in, wpe);
     op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1);
     if (dropout_)
@@ -859,7 +857,7 @@ class Builder : private build_common::StepShape,
       dropout_attrs(op(OpKind::dropout_bwd, "embed.dropout.bwd", {dx, embed_mask}, {dembed}, -1),
                     -1, DropoutSite::embedding);
     }
-    std::vector<int> embed_grads{wte.grad};
+    TensorIds embed_grads{wte.grad};
     push_grad_if(embed_grads, wpe);
     Op& embed_bwd =
         row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
@@ -869,7 +867,7 @@ class Builder : private build_common::StepShape,
   // Under fine-tuning, an activation that no op of the backward reads was not saved: it is a
   // forward transient (its liveness, from the op order, already ends in the forward).
   void forward_only_activations_are_transient() {
-    std::vector<int> last_use(p_.tensors.size(), -1);
+    TensorIds last_use(p_.tensors.size(), -1);
     for (int i = 0; i < static_cast<int>(p_.ops.size()); ++i)
       for (const auto* list : {&p_.ops[static_cast<std::size_t>(i)].inputs,
                                &p_.ops[static_cast<std::size_t>(i)].outputs})
@@ -914,7 +912,7 @@ class Builder : private build_common::StepShape,
   void add_optimizer() {
     if (cfg_.optimizer == Optimizer::none) return;
     for (const Param& param : params_) {
-      std::vector<int> in{param.w, param.grad};
+      TensorIds in{param.w, param.grad};
       OpKind kind = OpKind::adamw_step;
       if (param.m_absmax >= 0) {
         kind = OpKind::adamw8bit_step;

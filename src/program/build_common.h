@@ -55,8 +55,6 @@ struct StepShape {
   std::int64_t B_, S_, H_, A_, K_, D_, Q_, F_, V_, M_;
 };
 
-using Shape = std::vector<std::int64_t>;
-
 // The attributes both builders set on an op the same way (a builder derives from it): the heads
 // of an op that reads q|k|v, and a dropout site's probability and seed.
 class OpAttributes {
@@ -94,8 +92,8 @@ class ProgramWriter {
   int tensor(std::string name, Shape shape, DType dtype, Role role) {
     return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
   }
-  Op& op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-         int layer, bool recompute = false) {
+  Op& op(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs, int layer,
+         bool recompute = false) {
     if (recompute) name += kRecomputeSuffix;
     Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
     o.layer = layer;
@@ -111,16 +109,15 @@ class ProgramWriter {
     return workspace_;
   }
   // Linear and eager attention GEMMs: the workspace is their last input.
-  Op& gemm(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-           int layer, bool recompute = false) {
+  Op& gemm(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs, int layer,
+           bool recompute = false) {
     if (gemm_workspace_ > 0) inputs.push_back(workspace());
     return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
   }
   // Ops whose kernels sum over the rows (norm backward: dw, db; embedding backward) keep their
   // fp32 partials in the GEMM workspace, their last input too: what a run uses is what the
   // program lists. So the workspace lives until the last of them, not only the last GEMM.
-  Op& row_sum(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs,
-              int layer) {
+  Op& row_sum(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs, int layer) {
     if (gemm_workspace_ > 0) inputs.push_back(workspace());
     return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer);
   }

@@ -29,8 +29,6 @@ namespace {
 using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
-using build_common::Shape;
-
 // A parameter and what torch keeps for it: its gradient (param.grad), AdamW's exp_avg and
 // exp_avg_sq in the parameter's dtype, SGD's momentum buffer.
 struct Param {
@@ -72,7 +70,7 @@ struct Block {
   int mlp_out = -1, mlp_drop = -1, mlp_mask = -1;
   int x_out = -1;
   // Held by the backward ops that release them.
-  std::vector<int> norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
+  TensorIds norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
 };
 
 }  // namespace
@@ -206,7 +204,7 @@ class HfBuilder : private build_common::StepShape,
       s.x = cast(x, cdt_, name + ".in.autocast", saved(pass), layer, pass.replay);
     }
     s.w = weight_operand(w, pass);
-    std::vector<int> in{s.x, s.w};
+    TensorIds in{s.x, s.w};
     if (b.w >= 0) {
       s.b = weight_operand(b, pass);
       in.push_back(s.b);
@@ -220,7 +218,7 @@ class HfBuilder : private build_common::StepShape,
   int linear_bwd(const std::string& name, const Param& w, const Param& b, const LinearSaved& s,
                  int dy, int layer) {
     const int dx = grad_of(s.x);
-    std::vector<int> out{dx};
+    TensorIds out{dx};
     // Autocast: the GEMM's weight gradient is the 16-bit copy's, cast to the fp32 .grad.
     const int dw = amp_ ? grad_named(p_.tensor(w.w).name + ".autocast.grad", s.w) : w.grad;
     out.push_back(dw);
@@ -279,7 +277,7 @@ class HfBuilder : private build_common::StepShape,
   // gpt: nn.LayerNorm (saves x, mean, rstd). llama: LlamaRMSNorm, which upcasts x to fp32 (saved),
   // normalises in fp32, casts back (saved by the weight's multiply) and multiplies by the weight.
   void norm_fwd(const std::string& name, int x, const Param& w, const Param& b, const Pass& pass,
-                int layer, int& norm_x, int& out, int& mean, int& rstd, std::vector<int>& held) {
+                int layer, int& norm_x, int& out, int& mean, int& rstd, TensorIds& held) {
     const Role role = saved(pass);
     const DType x_dtype = dtype_of(x);
     if (gpt_) {
@@ -313,7 +311,7 @@ class HfBuilder : private build_common::StepShape,
     // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
     // kernel reads in place is saved as a view of c_attn's output; else matmul saves a copy.
     const bool query_view = build_common::hf_query_is_a_view(cfg_, B_);
-    std::vector<int> fwd_held;  // what only the forward of the core holds
+    TensorIds fwd_held;  // what only the forward of the core holds
     if (gpt_) {
       // The cache's keys and values are new tensors (DynamicLayer.update concatenates); attention
       // reads them and saves them. The packed q|k|v operand stands for the query storage and them
@@ -510,7 +508,7 @@ class HfBuilder : private build_common::StepShape,
   // ---- backward -----------------------------------------------------------------------------
 
   void norm_bwd(const std::string& name, int dy, int norm_x, int x, const Param& w, const Param& b,
-                int mean, int rstd, const std::vector<int>& held, int dx, int layer) {
+                int mean, int rstd, const TensorIds& held, int dx, int layer) {
     if (gpt_) {
       row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
               layer)
@@ -687,7 +685,7 @@ class HfBuilder : private build_common::StepShape,
 
     // Embeddings (not autocast: fp32 under autocast), then the embedding dropout.
     const int x0 = tensor("x0", bsh(), wdt_, Role::activation);
-    std::vector<int> embed_in{tokens, wte.w};
+    TensorIds embed_in{tokens, wte.w};
     if (gpt_) embed_in.push_back(wpe.w);
     int embed_out = x0, embed_mask = -1;
     if (dropout_ && gpt_) embed_out = tensor("embed.out", bsh(), wdt_, Role::transient);
@@ -711,7 +709,7 @@ class HfBuilder : private build_common::StepShape,
 
     const std::string final_name = gpt_ ? "ln_f" : "norm";
     int final_x = -1, final_out = -1, final_mean = -1, final_rstd = -1;
-    std::vector<int> final_held;
+    TensorIds final_held;
     norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, final_x, final_out, final_mean,
              final_rstd, final_held);
     logits_ = tensor("logits", {M_, V_}, cdt_, Role::activation);
@@ -773,7 +771,7 @@ class HfBuilder : private build_common::StepShape,
     const int dwte_embed = m.tied_embeddings
                                ? tensor("wte.grad.embedding", {V_, H_}, wdt_, Role::transient)
                                : wte.grad;
-    std::vector<int> embed_grads{dwte_embed};
+    TensorIds embed_grads{dwte_embed};
     if (gpt_) embed_grads.push_back(wpe.grad);
     row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
     if (m.tied_embeddings)
@@ -817,7 +815,7 @@ class HfBuilder : private build_common::StepShape,
   bool amp_ = false, cpu_ = false, gpt_ = true, eager_ = false, dropout_ = false, ckpt_ = false;
   float loss_scale_ = 1.0f;
   int mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
-  std::vector<int> autocast_cache_;
+  TensorIds autocast_cache_;
   std::vector<Param> params_;
 };
 
@@ -838,7 +836,7 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
   // program is a later one.
   if (cfg.grad_accum > 1) {
     for (Op& op : program.ops) {
-      std::vector<int> fresh;
+      TensorIds fresh;
       for (int id : op.outputs) {
         if (program.tensor(id).role != Role::grad) continue;
         const Tensor g = program.tensor(id);  // a copy: add_tensor grows the tensor list

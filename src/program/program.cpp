@@ -56,7 +56,7 @@ std::int64_t Tensor::elements() const {
   return n;
 }
 
-int Program::add_tensor(std::string name, std::vector<std::int64_t> shape, DType dtype, Role role) {
+int Program::add_tensor(std::string name, Shape shape, DType dtype, Role role) {
   Tensor t;
   t.id = static_cast<int>(tensors.size());
   t.name = std::move(name);
@@ -92,8 +92,7 @@ Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t
   return checked_add(total, kFlashEngineScratch, what);
 }
 
-Op& Program::add_op(OpKind kind, std::string name, std::vector<int> inputs,
-                    std::vector<int> outputs) {
+Op& Program::add_op(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs) {
   Op op;
   op.kind = kind;
   op.name = std::move(name);

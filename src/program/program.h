@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/dtype.h"
+#include "core/small_vector.h"
 #include "core/units.h"
 
 namespace vrambench {
@@ -34,10 +35,15 @@ enum class Role : std::uint8_t {
 std::string_view to_string(Role r);
 inline constexpr int kRoleCount = 9;
 
+// A tensor's dimensions (rank 4 at most in every step program so far) and an op's list of tensor
+// ids: in place up to those sizes, so that building a program costs no allocation for them.
+using Shape = SmallVector<std::int64_t, 4>;
+using TensorIds = SmallVector<int, 6>;
+
 struct Tensor {
   int id = -1;
   std::string name;  // "layer3.attn.probs", "wte", "layer0.mlp.fc.w.grad"
-  std::vector<std::int64_t> shape;
+  Shape shape;
   DType dtype = DType::f32;
   Role role = Role::transient;
   Bytes bytes = 0;  // product(shape) * dtype_size, or a library's stated size
@@ -92,14 +98,14 @@ std::string_view to_string(OpKind k);
 struct Op {
   OpKind kind{};
   std::string name;          // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
-  std::vector<int> inputs;   // tensor ids, in the signature's order, workspace last
-  std::vector<int> outputs;  // tensor ids, in the signature's order, workspace last
+  TensorIds inputs;          // tensor ids, in the signature's order, workspace last
+  TensorIds outputs;         // tensor ids, in the signature's order, workspace last
   // Tensors a framework allocates along with the op that its kernel neither reads nor writes:
   // autograd's saved intermediates of a composite function (the pieces of a python GELU), dropout
   // noise kept in the activation dtype, the copies a reshape makes, an optimizer's temporaries.
   // They take memory from the first op that lists them (in any of the three lists) to the last,
   // like every operand; executors leave them alone.
-  std::vector<int> held;
+  TensorIds held;
   int layer = -1;            // block index, -1 outside blocks
   bool recompute = false;    // a forward op replayed in backward
   bool accumulate = false;   // add into `grad` outputs instead of overwriting (tied weights)
@@ -132,9 +138,9 @@ struct Program {
   int loss_tensor = -1;         // the scalar loss (model scope), -1 otherwise
   int output_grad_tensor = -1;  // layer/attention/mlp scopes: the incoming gradient (an input)
 
-  int add_tensor(std::string name, std::vector<std::int64_t> shape, DType dtype, Role role);
+  int add_tensor(std::string name, Shape shape, DType dtype, Role role);
   // Throws InternalError when the operands do not match the kind's signature (program/signature.h).
-  Op& add_op(OpKind kind, std::string name, std::vector<int> inputs, std::vector<int> outputs);
+  Op& add_op(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs);
   const Tensor& tensor(int id) const { return tensors.at(static_cast<std::size_t>(id)); }
 };
 

@@ -114,7 +114,7 @@ std::string listed(const std::array<std::string_view, N>& operands) {
 }
 
 // Tensors of `ids` before the first workspace tensor; after it only workspace may follow.
-std::size_t counted(const Program& program, const Op& op, const std::vector<int>& ids,
+std::size_t counted(const Program& program, const Op& op, const TensorIds& ids,
                     std::string_view list) {
   std::size_t n = 0;
   bool workspace = false;
