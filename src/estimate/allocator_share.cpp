@@ -4,6 +4,7 @@
 // beyond the tensors depends on the order of the step's allocations and frees (which freed block
 // each new tensor is carved from, which segment a survivor pins), so the estimate follows that
 // order rather than a formula; docs/memory-model.md, "The allocator".
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -40,7 +41,6 @@ struct Replay {
         allocator.free(blocks[slot]);
         continue;
       }
-      if (slot >= blocks.size()) blocks.resize(slot + 1);
       const Bytes bytes =
           checked_add(e.fixed, checked_mul(batch, e.per_sample, "tensor bytes"), "tensor bytes");
       const std::optional<Block> block =
@@ -56,7 +56,9 @@ struct Replay {
 
 ReplayedPeak replayed_peak(const TensorEvents& events, std::int64_t batch, Bytes capacity) {
   Replay replay(capacity);
-  replay.blocks.reserve(events.size());  // a slot per allocation, fewer than the events
+  std::int32_t slots = 0;
+  for (const TensorEvent& e : events) slots = std::max(slots, e.slot + 1);
+  replay.blocks.resize(static_cast<std::size_t>(slots));
   // Until the source first refuses a segment, the replay at the capacity and one without a limit
   // are the same; from there the first frees its cache and retries, the second goes on.
   const std::size_t refused = replay.run(events, 0, batch, false);
