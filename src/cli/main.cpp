@@ -11,6 +11,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/fields.h"
+#include "core/heap.h"
 #include "core/presets.h"
 #include "core/units.h"
 #include "core/version.h"
@@ -479,6 +480,7 @@ int run(int argc, char** argv) {
 }  // namespace vrambench
 
 int main(int argc, char** argv) {
+  vrambench::keep_freed_memory();
   try {
     return vrambench::run(argc, argv);
   } catch (const vrambench::UsageError& e) {
