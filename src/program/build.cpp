@@ -867,7 +867,7 @@ class Builder : private build_common::StepShape,
   // Under fine-tuning, an activation that no op of the backward reads was not saved: it is a
   // forward transient (its liveness, from the op order, already ends in the forward).
   void forward_only_activations_are_transient() {
-    TensorIds last_use(p_.tensors.size(), -1);
+    std::vector<int> last_use(p_.tensors.size(), -1);  // per tensor: the last op that lists it
     for (int i = 0; i < static_cast<int>(p_.ops.size()); ++i)
       for (const auto* list : {&p_.ops[static_cast<std::size_t>(i)].inputs,
                                &p_.ops[static_cast<std::size_t>(i)].outputs})
