@@ -62,7 +62,7 @@ constexpr std::int64_t kWorkspaceBytes = 4096;  // exercises the workspace-role 
 std::map<std::string, std::vector<float>> gradients(const Program& program, const HostRunner& run) {
   std::map<std::string, std::vector<float>> grads;
   for (const Tensor& t : program.tensors)
-    if (t.role == Role::grad) grads[t.name] = run.values(t.id);
+    if (t.role == Role::grad) grads[t.name.str()] = run.values(t.id);
   return grads;
 }
 
@@ -199,7 +199,7 @@ TEST_P(CpuTrainGrad, WeightGradientsMatchFiniteDifferences) {
   double along_all = 0.0;
   for (const Tensor& t : program.tensors) {
     if (t.role != Role::weight) continue;
-    const std::vector<float>& g = grads.at(t.name + ".grad");
+    const std::vector<float>& g = grads.at((t.name + ".grad").str());
     all.push_back(t.id);
     directions.push_back(random_unit(t, g.size(), std::sqrt(static_cast<double>(total))));
     for (std::size_t i = 0; i < g.size(); ++i)

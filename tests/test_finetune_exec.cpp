@@ -138,7 +138,7 @@ TEST_P(LoraGrad, AdapterGradientsMatchFiniteDifferences) {
           (kmath::keep(static_cast<std::uint64_t>(id) + 7, i, 0.5f) ? 1.0 : -1.0) / norm);
     return u;
   };
-  auto expect_match = [](double analytic, double numeric, const std::string& what) {
+  auto expect_match = [](double analytic, double numeric, std::string_view what) {
     EXPECT_NEAR(analytic, numeric, 2e-5 + 0.02 * std::fabs(numeric)) << what;
   };
 
@@ -147,7 +147,7 @@ TEST_P(LoraGrad, AdapterGradientsMatchFiniteDifferences) {
   for (int id : adapters) total += grads[id].size();
   double along_all = 0.0;
   for (int id : adapters) {
-    const std::string& name = program.tensor(id).name;
+    const Name& name = program.tensor(id).name;
     const std::vector<float>& g = grads[id];
     const auto u = random_unit(id, g.size(), std::sqrt(static_cast<double>(g.size())));
     double along_u = 0.0;

@@ -22,7 +22,7 @@ RunConfig recipe(const char* preset, Finetune finetune) {
   return cfg;
 }
 
-bool ends_with(const std::string& s, std::string_view tail) {
+bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 

@@ -41,7 +41,7 @@ TEST(HfProgram, GradAccumulationKeepsGradientsAndHoldsEachNewGradient) {
       std::map<std::string, Bytes> grads;
       for (std::size_t t = 0; t < many.tensors.size(); ++t)
         if (many.tensors[t].role == Role::grad) {
-          grads[many.tensors[t].name] = many.tensors[t].bytes;
+          grads[many.tensors[t].name.str()] = many.tensors[t].bytes;
           EXPECT_EQ(live_many.alloc_at[t], -1) << many.tensors[t].name;
           EXPECT_EQ(live_many.free_after[t], static_cast<int>(many.ops.size()))
               << many.tensors[t].name;

@@ -65,14 +65,14 @@ RunConfig korthikanti_config() {
   return cfg;
 }
 
-int find_op(const Program& p, const std::string& name) {
+int find_op(const Program& p, std::string_view name) {
   for (std::size_t i = 0; i < p.ops.size(); ++i)
     if (p.ops[i].name == name) return static_cast<int>(i);
   ADD_FAILURE() << "no op named " << name;
   return -1;
 }
 
-int find_tensor(const Program& p, const std::string& name) {
+int find_tensor(const Program& p, std::string_view name) {
   for (const Tensor& t : p.tensors)
     if (t.name == name) return t.id;
   ADD_FAILURE() << "no tensor named " << name;
@@ -145,7 +145,7 @@ void check_invariants(const Program& p, const RunConfig& cfg, Bytes gemm_workspa
   }
   // Names are unique: the estimate, kernels and listings address tensors by name.
   std::set<std::string> names;
-  for (const Tensor& t : p.tensors) EXPECT_TRUE(names.insert(t.name).second) << t.name;
+  for (const Tensor& t : p.tensors) EXPECT_TRUE(names.insert(t.name.str()).second) << t.name;
 
   EXPECT_EQ(p.config.batch, cfg.batch);
   EXPECT_EQ(p.config.scope, cfg.scope);
@@ -429,7 +429,7 @@ TEST(ProgramActivations, FullRecomputeKeepsOnlyBlockInputs) {
     std::set<std::string> kept;
     for (const Tensor& t : p.tensors)
       if (t.role == Role::activation && live_after(live, t.id, first_backward - 1))
-        kept.insert(t.name);
+        kept.insert(t.name.str());
     // Block inputs: x0, then each block's output (the last one is the final norm's input).
     std::set<std::string> expected{"x0",     "layer0.x_out", "layer1.x_out", "layer2.x_out",
                                    "logits", "ce.lse",       "embed.mask"};
@@ -459,8 +459,8 @@ TEST(ProgramActivations, DropoutReplaysReuseTheForwardSeed) {
       continue;
     }
     ++replays;
-    const std::string original =
-        op.name.substr(0, op.name.size() - std::string(".recompute").size());
+    const std::string original(
+        op.name.substr(0, op.name.size() - std::string(".recompute").size()));
     EXPECT_EQ(p.ops[static_cast<std::size_t>(find_op(p, original))].seed, op.seed) << op.name;
     const std::string backward = original + ".bwd";
     EXPECT_EQ(p.ops[static_cast<std::size_t>(find_op(p, backward))].seed, op.seed) << op.name;

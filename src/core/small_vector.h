@@ -173,7 +173,7 @@ class SmallVector {
   std::uint32_t size_ = 0;
   std::uint32_t capacity_ = N;
   std::unique_ptr<T[]> heap_;
-  T in_place_[N] = {};
+  T in_place_[N];  // the first size_ are the elements (when not on the heap)
 };
 
 }  // namespace vrambench

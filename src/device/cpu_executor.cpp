@@ -643,7 +643,7 @@ class CpuExecutor final : public Executor {
 
   std::uint64_t seed_;
   InputFiller fill_;
-  std::unordered_map<std::string, int> steps_;
+  std::unordered_map<Name, int> steps_;
 };
 
 }  // namespace

@@ -171,7 +171,7 @@ class CudaExecutor final : public Executor {
   std::unique_ptr<GemmRunner> gemm_;
   FlashImpl flash_impl_;
   std::unique_ptr<CudnnSdpa> cudnn_sdpa_;       // the executor's one cuDNN handle and plan cache
-  std::unordered_map<std::string, int> steps_;  // optimizer steps per weight, as the cpu executor
+  std::unordered_map<Name, int> steps_;         // optimizer steps per weight, as the cpu executor
 };
 
 void CudaExecutor::run(const Args& a) {
@@ -446,10 +446,10 @@ void CudaExecutor::cudnn_flash(const Args& a, const AttentionShape& s, DType dt)
   const SdpaRng rng{static_cast<std::int64_t>(op.seed), 0};
   if (fwd)
     cudnn_sdpa_->forward(a.out[0].data, f32(a.out[1]), cptr(a.in[0]), key, rng, a.workspace,
-                         a.workspace_bytes, op.name, stream_.get());
+                         a.workspace_bytes, op.name.str(), stream_.get());
   else
     cudnn_sdpa_->backward(a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]),
-                          key, rng, a.workspace, a.workspace_bytes, op.name, stream_.get());
+                          key, rng, a.workspace, a.workspace_bytes, op.name.str(), stream_.get());
 }
 
 // A part of a quantised frozen weight: the module's weight drawn on the device by the init rule

@@ -82,10 +82,10 @@ float HostRunner::loss() const {
   return values(program_.loss_tensor).at(0);
 }
 
-int find_tensor(const Program& program, const std::string& name) {
+int find_tensor(const Program& program, std::string_view name) {
   for (const Tensor& t : program.tensors)
     if (t.name == name) return t.id;
-  throw InternalError("no tensor named '" + name + "'");
+  throw InternalError("no tensor named '" + std::string(name) + "'");
 }
 
 }  // namespace vrambench

@@ -46,6 +46,6 @@ class HostRunner {
 };
 
 // Looks up a tensor id by name; throws when there is none.
-int find_tensor(const Program& program, const std::string& name);
+int find_tensor(const Program& program, std::string_view name);
 
 }  // namespace vrambench

@@ -27,10 +27,11 @@ std::uint64_t name_hash(std::string_view name) {  // FNV-1a
 }
 
 // Weights: N(0, 0.02) from a stream of the name and the seed; biases 0; norm weights 1.
-kmath::InitRule weight_rule(std::uint64_t seed, const std::string& name) {
+kmath::InitRule weight_rule(std::uint64_t seed, std::string_view name) {
   kmath::InitRule rule;
   const bool bias = name.ends_with(".b") || name.ends_with(".bias");
-  const bool norm = name.find("ln") != std::string::npos || name.find("norm") != std::string::npos;
+  const bool norm =
+      name.find("ln") != std::string_view::npos || name.find("norm") != std::string_view::npos;
   if (name.ends_with(".lora_B")) return rule;  // zeros: PEFT starts B at 0
   if (bias || norm) {
     rule.kind = kmath::InitKind::constant;
@@ -52,7 +53,7 @@ kmath::InitRule init_rule(const Program& program, int tensor_id, std::uint64_t s
     case Role::weight:
       return weight_rule(seed, t.name);
     case Role::master_weight: {
-      std::string weight_name = t.name;
+      std::string weight_name = t.name.str();
       if (const auto at = weight_name.rfind(".master"); at != std::string::npos)
         weight_name.erase(at, 7);
       rule = weight_rule(seed, weight_name);
@@ -84,7 +85,7 @@ constexpr std::string_view kPartPrefix = ".w.";
 std::string module_of(const Tensor& t, std::string_view part) {
   const std::string suffix = std::string(kPartPrefix) + std::string(part);
   if (t.role != Role::weight || !t.name.ends_with(suffix)) return {};
-  return t.name.substr(0, t.name.size() - suffix.size());
+  return std::string(t.name.substr(0, t.name.size() - suffix.size()));
 }
 
 // The first dequantize op reading tensor `id` as input `index`.
@@ -223,11 +224,11 @@ void fill_quantized_part(const Program& program, int tensor_id, const QuantizedP
   std::memcpy(data, src, size);
 }
 
-kmath::InitRule weight_init_rule(std::uint64_t seed, const std::string& name) {
+kmath::InitRule weight_init_rule(std::uint64_t seed, std::string_view name) {
   return weight_rule(seed, name);
 }
 
-float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i) {
+float initial_weight_value(std::uint64_t seed, std::string_view name, std::int64_t i) {
   return kmath::init_value(weight_rule(seed, name), i);
 }
 

@@ -32,11 +32,11 @@ namespace vrambench {
 kmath::InitRule init_rule(const Program& program, int tensor_id, std::uint64_t seed);
 
 // The rule of a weight named `name` (Role::weight, not a quantised part) under `seed`.
-kmath::InitRule weight_init_rule(std::uint64_t seed, const std::string& name);
+kmath::InitRule weight_init_rule(std::uint64_t seed, std::string_view name);
 
 // The starting value of element i of a weight tensor named `name` under `seed` (before rounding to
 // its dtype); tests compare it with what an executor stores.
-float initial_weight_value(std::uint64_t seed, const std::string& name, std::int64_t i);
+float initial_weight_value(std::uint64_t seed, std::string_view name, std::int64_t i);
 
 // A persistent tensor that is part of a quantised frozen weight: filled as a whole (from the
 // quantisation of the module's weight), not element by element.

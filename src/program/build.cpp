@@ -49,14 +49,14 @@ struct Param {
 // One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
 // as the tensors bitsandbytes allocates (core/quant.h).
 struct QuantModule {
-  std::string name;  // "layer0.attn.q"
+  Name name;  // "layer0.attn.q"
   int codes = -1, absmax = -1, absmax2 = -1, offset = -1;
   std::int64_t row_offset = 0, rows = 0, blocks = 0;
 };
 
 // One LoRA adapter on columns [col_offset, +out) of a linear's output.
 struct Adapter {
-  std::string name;  // "layer0.attn.q"
+  Name name;         // "layer0.attn.q"
   Param a, b;        // A [r, In], B [out, r]
   std::int64_t col_offset = 0, out = 0;
   int index = 0;  // in its layer: the dropout seed
@@ -64,7 +64,7 @@ struct Adapter {
 
 // A block linear: its weight (or the quantised modules standing for it), bias and adapters.
 struct Linear {
-  std::string name;  // "layer0.attn.qkv"
+  Name name;         // "layer0.attn.qkv"
   Param w, b;        // w.w is -1 when the weight is stored quantised
   std::vector<QuantModule> quant;
   std::vector<Adapter> lora;
@@ -179,11 +179,11 @@ class Builder : private build_common::StepShape,
   // replayed tensor's gradient is the gradient of the original).
   int grad_of(int id) {
     const Tensor& t = p_.tensor(id);
-    std::string name = t.name;
-    if (name.ends_with(kRecomputeSuffix)) name.resize(name.size() - kRecomputeSuffix.size());
+    Name name = t.name;
+    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
     return grad_named(name + ".grad", id);
   }
-  int grad_named(std::string name, int like) {
+  int grad_named(Name name, int like) {
     const Tensor& t = p_.tensor(like);
     Shape shape = t.shape;
     const DType dtype = t.dtype;
@@ -191,7 +191,7 @@ class Builder : private build_common::StepShape,
   }
 
   // A parameter; under fine-tuning the base's are frozen (`trainable` false): the weight alone.
-  Param weight(std::string name, Shape shape, int layer, bool trainable = true) {
+  Param weight(Name name, Shape shape, int layer, bool trainable = true) {
     Param param;
     param.layer = layer;
     param.w = tensor(name, shape, act_, Role::weight);
@@ -229,7 +229,7 @@ class Builder : private build_common::StepShape,
   // A block linear of `modules` (each a LoRA target name and its rows, in row order) from `in`
   // columns: trainable under full training; else frozen, stored quantised under --quant, with
   // an adapter on each targeted module.
-  Linear linear(const std::string& name, std::int64_t in,
+  Linear linear(const Name& name, std::int64_t in,
                 const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
                 int layer) {
     Linear lin;
@@ -249,7 +249,7 @@ class Builder : private build_common::StepShape,
         q.blocks = quant_blocks(rows * in, kQuant4bitBlock);
         const bool nested = is_4bit(quant_) && cfg_.double_quant == Toggle::on;
         for (const QuantizedTensor& t : quantized_weight_tensors(rows * in, rows, quant_, nested)) {
-          const std::string part = q.name + ".w." + std::string(t.name);
+          const Name part = q.name + ".w." + Name(t.name);
           // Codes and 8-bit absmax are bytes; every other part is fp32.
           const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
           const int id = tensor(part, {bytes ? t.bytes : t.bytes / 4},
@@ -284,14 +284,14 @@ class Builder : private build_common::StepShape,
   }
 
   // A module's own name inside a packed linear ("layer0.attn.q"), or the linear's.
-  static std::string module_name(const std::string& linear, LoraModule module, std::size_t count) {
+  static Name module_name(const Name& linear, LoraModule module, std::size_t count) {
     if (count == 1) return linear;
     const std::string_view peft = lora_module_name(module);  // "q_proj"
-    return linear.substr(0, linear.rfind('.') + 1) + std::string(peft.substr(0, 1));
+    return linear.substr(0, linear.rfind('.') + 1) + Name(peft.substr(0, 1));
   }
 
   BlockWeights block_weights(int l) {
-    const std::string pre = fmt::format("layer{}.", l);
+    const Name pre = Name("layer") + l + ".";
     const bool train = !finetune_;
     adapters_in_layer_ = 0;
     BlockWeights w;
@@ -315,7 +315,7 @@ class Builder : private build_common::StepShape,
   }
 
   void mlp_weights(int l, BlockWeights& w) {
-    const std::string pre = fmt::format("layer{}.", l);
+    const Name pre = Name("layer") + l + ".";
     if (gpt_) {
       w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
       w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
@@ -333,9 +333,9 @@ class Builder : private build_common::StepShape,
   // again in the backward).
   int weight_operand(const Linear& lin, int layer, bool replay, bool backward) {
     if (lin.quant.empty()) return lin.w.w;
-    const std::string name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
-    const int w = tensor(replay ? name + std::string(kRecomputeSuffix) : name, {lin.out, lin.in},
-                         act_, Role::transient);
+    const Name name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
+    const int w =
+        tensor(replay ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_, Role::transient);
     for (const QuantModule& q : lin.quant) {
       TensorIds in{q.codes, q.absmax};
       if (q.absmax2 >= 0) in.push_back(q.absmax2);
@@ -440,7 +440,7 @@ class Builder : private build_common::StepShape,
 
   // ---- naming and roles of a pass -----------------------------------------------------------
 
-  static std::string suffixed(const Pass& pass, std::string name) {
+  static Name suffixed(const Pass& pass, Name name) {
     if (pass.replay) name += kRecomputeSuffix;
     return name;
   }
@@ -470,7 +470,7 @@ class Builder : private build_common::StepShape,
   // ---- forward ------------------------------------------------------------------------------
 
   // Norm of x into `out` (and stats); gpt: layernorm with bias, llama: rmsnorm.
-  void norm_fwd(const std::string& name, int x, const Param& w, const Param& b, const Pass& pass,
+  void norm_fwd(const Name& name, int x, const Param& w, const Param& b, const Pass& pass,
                 int layer, Role role, int& out, int& mean, int& rstd) {
     out = tensor(suffixed(pass, name + ".out"), bsh(), act_, role);
     if (gpt_) {
@@ -485,7 +485,7 @@ class Builder : private build_common::StepShape,
   }
 
   // scores -> softmax -> [dropout]: the part selective recompute replays.
-  void probs_fwd(const std::string& pre, int layer, int qkv, const Pass& pass, Core& core) {
+  void probs_fwd(const Name& pre, int layer, int qkv, const Pass& pass, Core& core) {
     const Role role = saved_probs(pass);
     core.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), act_, Role::transient);
     attention_attrs(
@@ -501,7 +501,7 @@ class Builder : private build_common::StepShape,
     }
   }
 
-  Core attention_fwd(const std::string& pre, int layer, int qkv, const Pass& pass) {
+  Core attention_fwd(const Name& pre, int layer, int qkv, const Pass& pass) {
     Core core;
     core.y = tensor(suffixed(pass, pre + "attn.y"), bsh(), act_, saved(pass));
     if (eager_) {
@@ -522,7 +522,7 @@ class Builder : private build_common::StepShape,
   }
 
   // The MLP from its input x (ln2.out / mlp_norm.out) to its output before the residual add.
-  Mlp mlp_fwd(const std::string& pre, int layer, int x, const BlockWeights& w, const Pass& pass) {
+  Mlp mlp_fwd(const Name& pre, int layer, int x, const BlockWeights& w, const Pass& pass) {
     Mlp mlp;
     const Role role = saved(pass);
     if (gpt_) {
@@ -544,7 +544,7 @@ class Builder : private build_common::StepShape,
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
     if (dropout_) {
-      const std::string site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
+      const Name site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
       mlp.drop = tensor(suffixed(pass, site + ".drop"), bsh(), act_, Role::transient);
       mlp.mask = tensor(suffixed(pass, site + ".mask"), bsh(), DType::u8, role);
       dropout_attrs(op(OpKind::dropout_fwd, site + "_dropout", {mlp.out}, {mlp.drop, mlp.mask},
@@ -555,7 +555,7 @@ class Builder : private build_common::StepShape,
   }
 
   Block block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
-    const std::string pre = fmt::format("layer{}.", l);
+    const Name pre = Name("layer") + l + ".";
     const Role role = saved(pass);
     Block b;
     b.layer = l;
@@ -579,7 +579,7 @@ class Builder : private build_common::StepShape,
     }
     b.core = attention_fwd(pre, l, b.qkv, pass);
 
-    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), act_, Role::transient);
     b.proj_saved = linear_fwd(w.proj, b.core.y, b.proj_out, l, pass);
     int residual = b.proj_out;
@@ -615,7 +615,7 @@ class Builder : private build_common::StepShape,
   // ---- backward -----------------------------------------------------------------------------
 
   // Gradient of the attention input (qkv, or llama's qkv_rot) from the gradient of attn.y.
-  int attention_bwd(const std::string& pre, int layer, int qkv, Core core, int dy) {
+  int attention_bwd(const Name& pre, int layer, int qkv, Core core, int dy) {
     const int dqkv = grad_of(qkv);
     if (!eager_) {
       // The fused backward's scratch: what cuDNN asks for (see flash_bwd_scratch_bytes): an fp32
@@ -655,12 +655,12 @@ class Builder : private build_common::StepShape,
 
   // Gradient of the MLP input x from the gradient of the MLP output, -1 when x needs none
   // (fine-tuning below the first adapter); `g` says which tensors need a gradient.
-  int mlp_bwd(const std::string& pre, int layer, int x, const Mlp& mlp, const BlockWeights& w,
-              int dy, const BlockGrad& g) {
+  int mlp_bwd(const Name& pre, int layer, int x, const Mlp& mlp, const BlockWeights& w, int dy,
+              const BlockGrad& g) {
     int dout = dy;
     if (dropout_) {
       dout = grad_of(mlp.out);
-      const std::string site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
+      const Name site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
       dropout_attrs(op(OpKind::dropout_bwd, site + "_dropout.bwd", {dy, mlp.mask}, {dout}, layer),
                     layer, DropoutSite::mlp_proj);
     }
@@ -692,8 +692,8 @@ class Builder : private build_common::StepShape,
   }
 
   // Norm backward into `dx` (the norm's share of its input's gradient).
-  void norm_bwd(const std::string& name, int dy, int x, const Param& w, const Param& b, int mean,
-                int rstd, int dx, int layer) {
+  void norm_bwd(const Name& name, int dy, int x, const Param& w, const Param& b, int mean, int rstd,
+                int dx, int layer) {
     TensorIds grads{dx};
     push_grad_if(grads, w);
     push_grad_if(grads, b);
@@ -708,9 +708,9 @@ class Builder : private build_common::StepShape,
   int block_bwd(const Block& b, const BlockWeights& w, int dx_out) {
     const int l = b.layer;
     const BlockGrad& g = b.grad;
-    const std::string pre = fmt::format("layer{}.", l);
-    const std::string norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
-    const std::string norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
+    const Name pre = Name("layer") + l + ".";
+    const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
+    const Name norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
     const int dnorm2_out = mlp_bwd(pre, l, b.norm2_out, b.mlp, w, dx_out, g);
     if (!g.x_mid) return -1;
@@ -720,7 +720,7 @@ class Builder : private build_common::StepShape,
     const int dx_mid = grad_of(b.x_mid);
     op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
 
-    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     int dproj = dx_mid;
     if (dropout_) {
       dproj = grad_of(b.proj_out);
@@ -813,7 +813,7 @@ class Builder : private build_common::StepShape,
       x = blocks.back().x_out;
     }
 
-    const std::string final_name = gpt_ ? "ln_f" : "norm";
+    const Name final_name = gpt_ ? "ln_f" : "norm";
     int final_out = -1, final_mean = -1, final_rstd = -1;
     norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, Role::activation, final_out, final_mean,
              final_rstd);

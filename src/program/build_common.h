@@ -89,10 +89,10 @@ class ProgramWriter {
     p_.ops.reserve(room);
   }
 
-  int tensor(std::string name, Shape shape, DType dtype, Role role) {
+  int tensor(Name name, Shape shape, DType dtype, Role role) {
     return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
   }
-  Op& op(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs, int layer,
+  Op& op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs, int layer,
          bool recompute = false) {
     if (recompute) name += kRecomputeSuffix;
     Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
@@ -109,7 +109,7 @@ class ProgramWriter {
     return workspace_;
   }
   // Linear and eager attention GEMMs: the workspace is their last input.
-  Op& gemm(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs, int layer,
+  Op& gemm(OpKind kind, Name name, TensorIds inputs, TensorIds outputs, int layer,
            bool recompute = false) {
     if (gemm_workspace_ > 0) inputs.push_back(workspace());
     return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer, recompute);
@@ -117,7 +117,7 @@ class ProgramWriter {
   // Ops whose kernels sum over the rows (norm backward: dw, db; embedding backward) keep their
   // fp32 partials in the GEMM workspace, their last input too: what a run uses is what the
   // program lists. So the workspace lives until the last of them, not only the last GEMM.
-  Op& row_sum(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs, int layer) {
+  Op& row_sum(OpKind kind, Name name, TensorIds inputs, TensorIds outputs, int layer) {
     if (gemm_workspace_ > 0) inputs.push_back(workspace());
     return op(kind, std::move(name), std::move(inputs), std::move(outputs), layer);
   }

@@ -122,7 +122,7 @@ class HfBuilder : private build_common::StepShape,
   DType dtype_of(int id) const { return p_.tensor(id).dtype; }
   Shape shape_of(int id) const { return p_.tensor(id).shape; }
 
-  static std::string named(const Pass& pass, std::string name) {
+  static Name named(const Pass& pass, Name name) {
     if (pass.replay) name += kRecomputeSuffix;
     return name;
   }
@@ -132,22 +132,21 @@ class HfBuilder : private build_common::StepShape,
   }
   int grad_of(int id) {
     const Tensor& t = p_.tensor(id);
-    std::string name = t.name;
-    if (name.ends_with(kRecomputeSuffix)) name.resize(name.size() - kRecomputeSuffix.size());
+    Name name = t.name;
+    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
     Shape shape = t.shape;
     const DType dtype = t.dtype;
     return tensor(name + ".grad", std::move(shape), dtype, Role::transient);
   }
-  int grad_named(std::string name, int like) {
+  int grad_named(Name name, int like) {
     Shape shape = shape_of(like);
     return tensor(std::move(name), std::move(shape), dtype_of(like), Role::transient);
   }
 
   // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
-  int cast(int x, DType dtype, const std::string& name, Role role, int layer, bool replay) {
+  int cast(int x, DType dtype, const Name& name, Role role, int layer, bool replay) {
     if (dtype_of(x) == dtype) return x;
-    const int y =
-        tensor(replay ? name + std::string(kRecomputeSuffix) : name, shape_of(x), dtype, role);
+    const int y = tensor(replay ? name + kRecomputeSuffix : name, shape_of(x), dtype, role);
     op(OpKind::cast, name + ".cast", {x}, {y}, layer, replay);
     return y;
   }
@@ -163,7 +162,7 @@ class HfBuilder : private build_common::StepShape,
 
   // ---- parameters ---------------------------------------------------------------------------
 
-  Param weight(const std::string& name, Shape shape, int layer) {
+  Param weight(const Name& name, Shape shape, int layer) {
     Param param;
     param.layer = layer;
     std::int64_t numel = 1;
@@ -195,8 +194,8 @@ class HfBuilder : private build_common::StepShape,
   }
 
   // y = x w^T + b; autocast casts x and the weights to 16 bits first.
-  LinearSaved linear_fwd(const std::string& name, const Param& w, const Param& b, int x, int y,
-                         int layer, const Pass& pass) {
+  LinearSaved linear_fwd(const Name& name, const Param& w, const Param& b, int x, int y, int layer,
+                         const Pass& pass) {
     LinearSaved s;
     s.x = x;
     if (amp_ && dtype_of(x) != cdt_) {
@@ -215,8 +214,8 @@ class HfBuilder : private build_common::StepShape,
 
   // Backward of a linear from dy: its weight's (and bias's) gradient, and dx (the gradient of
   // the linear's input before autocast's cast). Returns dx.
-  int linear_bwd(const std::string& name, const Param& w, const Param& b, const LinearSaved& s,
-                 int dy, int layer) {
+  int linear_bwd(const Name& name, const Param& w, const Param& b, const LinearSaved& s, int dy,
+                 int layer) {
     const int dx = grad_of(s.x);
     TensorIds out{dx};
     // Autocast: the GEMM's weight gradient is the 16-bit copy's, cast to the fp32 .grad.
@@ -246,7 +245,7 @@ class HfBuilder : private build_common::StepShape,
   };
 
   Weights block_weights(int l) {
-    const std::string pre = fmt::format("layer{}.", l);
+    const Name pre = Name("layer") + l + ".";
     Weights w;
     if (gpt_) {
       w.norm1_w = weight(pre + "ln1.w", {H_}, l);
@@ -276,7 +275,7 @@ class HfBuilder : private build_common::StepShape,
 
   // gpt: nn.LayerNorm (saves x, mean, rstd). llama: LlamaRMSNorm, which upcasts x to fp32 (saved),
   // normalises in fp32, casts back (saved by the weight's multiply) and multiplies by the weight.
-  void norm_fwd(const std::string& name, int x, const Param& w, const Param& b, const Pass& pass,
+  void norm_fwd(const Name& name, int x, const Param& w, const Param& b, const Pass& pass,
                 int layer, int& norm_x, int& out, int& mean, int& rstd, TensorIds& held) {
     const Role role = saved(pass);
     const DType x_dtype = dtype_of(x);
@@ -305,7 +304,7 @@ class HfBuilder : private build_common::StepShape,
   }
 
   // The attention core from the q|k|v tensor the kernels read, into b.y.
-  void attention_fwd(const std::string& pre, int l, int qkv, const Pass& pass, Block& b) {
+  void attention_fwd(const Name& pre, int l, int qkv, const Pass& pass, Block& b) {
     const Role role = saved(pass);
     const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
     // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
@@ -399,7 +398,7 @@ class HfBuilder : private build_common::StepShape,
     values.held.push_back(tensor(named(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
   }
 
-  int dropout_fwd(const std::string& name, int x, int layer, DropoutSite site, const Pass& pass,
+  int dropout_fwd(const Name& name, int x, int layer, DropoutSite site, const Pass& pass,
                   int& mask) {
     const int y = tensor(named(pass, name + ".drop"), shape_of(x), dtype_of(x), Role::transient);
     mask = tensor(named(pass, name + ".mask"), shape_of(x), mask_dtype(x), saved(pass));
@@ -413,7 +412,7 @@ class HfBuilder : private build_common::StepShape,
   }
 
   Block block_fwd(int l, int x_in, const Weights& w, const Pass& pass) {
-    const std::string pre = fmt::format("layer{}.", l);
+    const Name pre = Name("layer") + l + ".";
     const Role role = saved(pass);
     Block b;
     b.layer = l;
@@ -445,7 +444,7 @@ class HfBuilder : private build_common::StepShape,
     }
     attention_fwd(pre, l, attn_in, pass, b);
 
-    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     b.proj_out = tensor(named(pass, proj + ".out"), bsh(), cdt_, Role::transient);
     b.proj_saved = linear_fwd(proj, w.proj_w, w.proj_b, b.y, b.proj_out, l, pass);
     int residual = b.proj_out;
@@ -507,7 +506,7 @@ class HfBuilder : private build_common::StepShape,
 
   // ---- backward -----------------------------------------------------------------------------
 
-  void norm_bwd(const std::string& name, int dy, int norm_x, int x, const Param& w, const Param& b,
+  void norm_bwd(const Name& name, int dy, int norm_x, int x, const Param& w, const Param& b,
                 int mean, int rstd, const TensorIds& held, int dx, int layer) {
     if (gpt_) {
       row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
@@ -524,7 +523,7 @@ class HfBuilder : private build_common::StepShape,
     if (dx_f32 != dx) op(OpKind::cast, name + ".x_f32.grad.cast", {dx_f32}, {dx}, layer);
   }
 
-  int attention_bwd(const std::string& pre, int l, int qkv, const Block& b, int dy) {
+  int attention_bwd(const Name& pre, int l, int qkv, const Block& b, int dy) {
     const int dqkv = grad_of(qkv);
     if (!eager_) {
       const int scratch =
@@ -567,8 +566,7 @@ class HfBuilder : private build_common::StepShape,
     return dqkv;
   }
 
-  int dropout_bwd(const std::string& name, int dy, int mask, int like, int layer,
-                  DropoutSite site) {
+  int dropout_bwd(const Name& name, int dy, int mask, int like, int layer, DropoutSite site) {
     const int dx = grad_of(like);
     dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
                   site);
@@ -577,8 +575,8 @@ class HfBuilder : private build_common::StepShape,
 
   // The residual's gradient entering a branch whose output projection is `site`: in the branch's
   // dtype (16-bit under autocast: a cast op named `cast`), then through its dropout, if any.
-  int branch_grad(int dx, int out, int drop, int mask, const std::string& cast,
-                  const std::string& site, int layer, DropoutSite where) {
+  int branch_grad(int dx, int out, int drop, int mask, const Name& cast, const Name& site,
+                  int layer, DropoutSite where) {
     int d = dx;
     if (dtype_of(out) != dtype_of(dx)) {
       d = grad_of(drop >= 0 ? drop : out);
@@ -591,9 +589,9 @@ class HfBuilder : private build_common::StepShape,
   // The gradient of the block's input from the gradient of its output.
   int block_bwd(const Block& b, const Weights& w, int dx_out) {
     const int l = b.layer;
-    const std::string pre = fmt::format("layer{}.", l);
-    const std::string norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
-    const std::string norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
+    const Name pre = Name("layer") + l + ".";
+    const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
+    const Name norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
     const int dmlp =
         branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
@@ -628,7 +626,7 @@ class HfBuilder : private build_common::StepShape,
     const int dx_mid = grad_of(b.x_mid);
     op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
 
-    const std::string proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     const int dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask,
                                   proj + ".out.grad.cast", proj, l, DropoutSite::attn_proj);
     const int dy = linear_bwd(proj, w.proj_w, w.proj_b, b.proj_saved, dproj, l);
@@ -707,7 +705,7 @@ class HfBuilder : private build_common::StepShape,
       x = blocks.back().x_out;
     }
 
-    const std::string final_name = gpt_ ? "ln_f" : "norm";
+    const Name final_name = gpt_ ? "ln_f" : "norm";
     int final_x = -1, final_out = -1, final_mean = -1, final_rstd = -1;
     TensorIds final_held;
     norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, final_x, final_out, final_mean,
@@ -792,7 +790,7 @@ class HfBuilder : private build_common::StepShape,
       foreach_temp = tensor("adamw.foreach.denom", {numel}, wdt_, Role::transient);
     }
     for (const Param& param : params_) {
-      const std::string name = p_.tensor(param.w).name + ".step";
+      const Name name = p_.tensor(param.w).name + ".step";
       if (cfg_.optimizer == Optimizer::adamw) {
         Op& o =
             op(OpKind::adamw_step, name, {param.w, param.grad, param.m, param.v}, {}, param.layer);

@@ -59,7 +59,7 @@ std::string format_program(const Program& program, const Liveness& liveness) {
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const Op& op = program.ops[i];
     const bool peak = static_cast<int>(i) == profile.peak_op;
-    rows.push_back({fmt::format("{}", i), op.name, std::string(signature(op.kind).name),
+    rows.push_back({fmt::format("{}", i), op.name.str(), std::string(signature(op.kind).name),
                     format_bytes(sum_bytes(program, liveness.allocs_before[i])),
                     format_bytes(sum_bytes(program, liveness.frees_after[i])),
                     format_bytes(profile.live_after[i]), peak ? "<- peak" : ""});

@@ -56,23 +56,23 @@ std::int64_t Tensor::elements() const {
   return n;
 }
 
-int Program::add_tensor(std::string name, Shape shape, DType dtype, Role role) {
-  Tensor t;
-  t.id = static_cast<int>(tensors.size());
+int Program::add_tensor(Name name, Shape shape, DType dtype, Role role) {
+  Bytes bytes = dtype_size(dtype);
+  for (std::int64_t d : shape) {
+    Bytes next = 0;  // the message is only spelled out when it is thrown
+    if (__builtin_mul_overflow(bytes, d, &next)) [[unlikely]]
+      throw_mul_overflow(bytes, d, "tensor '" + name + "' bytes");
+    bytes = next;
+  }
+  // Made in place: a tensor is large enough (its name and shape inside) for a move to count.
+  Tensor& t = tensors.emplace_back();
+  t.id = static_cast<int>(tensors.size()) - 1;
   t.name = std::move(name);
   t.shape = std::move(shape);
   t.dtype = dtype;
   t.role = role;
-  Bytes bytes = dtype_size(dtype);
-  for (std::int64_t d : t.shape) {
-    Bytes next = 0;  // the message is only spelled out when it is thrown
-    if (__builtin_mul_overflow(bytes, d, &next)) [[unlikely]]
-      throw_mul_overflow(bytes, d, "tensor '" + t.name + "' bytes");
-    bytes = next;
-  }
   t.bytes = bytes;
-  tensors.push_back(std::move(t));
-  return tensors.back().id;
+  return t.id;
 }
 
 Bytes flash_fwd_scratch_bytes() {
@@ -92,15 +92,20 @@ Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t
   return checked_add(total, kFlashEngineScratch, what);
 }
 
-Op& Program::add_op(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs) {
-  Op op;
+Op& Program::add_op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs) {
+  // Made in place, as a tensor is, and taken back when its operands do not match its kind.
+  Op& op = ops.emplace_back();
   op.kind = kind;
   op.name = std::move(name);
   op.inputs = std::move(inputs);
   op.outputs = std::move(outputs);
-  check_operands(*this, op);
-  ops.push_back(std::move(op));
-  return ops.back();
+  try {
+    check_operands(*this, op);
+  } catch (...) {
+    ops.pop_back();
+    throw;
+  }
+  return op;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/dtype.h"
+#include "core/name.h"
 #include "core/small_vector.h"
 #include "core/units.h"
 
@@ -42,7 +43,7 @@ using TensorIds = SmallVector<int, 6>;
 
 struct Tensor {
   int id = -1;
-  std::string name;  // "layer3.attn.probs", "wte", "layer0.mlp.fc.w.grad"
+  Name name;  // "layer3.attn.probs", "wte", "layer0.mlp.fc.w.grad"
   Shape shape;
   DType dtype = DType::f32;
   Role role = Role::transient;
@@ -97,7 +98,7 @@ std::string_view to_string(OpKind k);
 
 struct Op {
   OpKind kind{};
-  std::string name;          // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
+  Name name;                 // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
   TensorIds inputs;          // tensor ids, in the signature's order, workspace last
   TensorIds outputs;         // tensor ids, in the signature's order, workspace last
   // Tensors a framework allocates along with the op that its kernel neither reads nor writes:
@@ -138,9 +139,9 @@ struct Program {
   int loss_tensor = -1;         // the scalar loss (model scope), -1 otherwise
   int output_grad_tensor = -1;  // layer/attention/mlp scopes: the incoming gradient (an input)
 
-  int add_tensor(std::string name, Shape shape, DType dtype, Role role);
+  int add_tensor(Name name, Shape shape, DType dtype, Role role);
   // Throws InternalError when the operands do not match the kind's signature (program/signature.h).
-  Op& add_op(OpKind kind, std::string name, TensorIds inputs, TensorIds outputs);
+  Op& add_op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs);
   const Tensor& tensor(int id) const { return tensors.at(static_cast<std::size_t>(id)); }
 };
 

@@ -45,7 +45,8 @@ class Replay {
     if (tensor.role == Role::paged_optimizer_state) return allocate_paged(id, op_index, result);
     const std::optional<Block> block = allocator_.allocate(tensor.bytes);
     if (!block) {
-      result.oom = OomInfo{op_name(op_index), tensor.name, tensor.bytes, allocator_.free_bytes()};
+      result.oom =
+          OomInfo{op_name(op_index), tensor.name.str(), tensor.bytes, allocator_.free_bytes()};
       return false;
     }
     slot = *block;
@@ -98,7 +99,8 @@ class Replay {
 
   // The op an allocation is made for: "" for the persistent tensors before the first op.
   std::string op_name(int op_index) const {
-    return op_index < 0 ? std::string{} : program_.ops[static_cast<std::size_t>(op_index)].name;
+    return op_index < 0 ? std::string{}
+                        : program_.ops[static_cast<std::size_t>(op_index)].name.str();
   }
 
   // Managed memory: outside the device's capacity and its peaks, counted on its own.
@@ -109,7 +111,8 @@ class Replay {
           fmt::format("trial: tensor '{}' is paged and the trial has no paged memory", tensor.name));
     const std::optional<Block> block = paged_->allocate(tensor.bytes);
     if (!block) {
-      result.oom = OomInfo{op_name(op_index), tensor.name, tensor.bytes, paged_->free_bytes()};
+      result.oom =
+          OomInfo{op_name(op_index), tensor.name.str(), tensor.bytes, paged_->free_bytes()};
       return false;
     }
     blocks_[static_cast<std::size_t>(id)] = *block;
@@ -177,7 +180,8 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
           executor->execute(program, i, replay.data());
         } catch (const DeviceOutOfMemory&) {
           // A library's own scratch (cuBLASLt, cuDNN) did not fit: an OOM like any other.
-          result.oom = OomInfo{program.ops[i].name, "(library scratch)", 0, replay.free_bytes()};
+          result.oom =
+              OomInfo{program.ops[i].name.str(), "(library scratch)", 0, replay.free_bytes()};
           return;
         }
       }
