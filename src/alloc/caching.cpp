@@ -97,6 +97,7 @@ bool should_split(bool small_pool, Bytes block_size, Bytes rounded) {
 
 CachingAllocator::FreeIndex::FreeIndex() {
   std::fill(std::begin(head), std::end(head), -1);
+  std::fill(std::begin(tail), std::end(tail), -1);
 }
 
 CachingAllocator::CachingAllocator(const CachingAllocator& other, SegmentSource& source)
@@ -229,17 +230,33 @@ std::int32_t CachingAllocator::best_fit(const FreeIndex& pool, Bytes rounded) co
 void CachingAllocator::insert_free(FreeIndex& pool, std::int32_t index) {
   Node& node = nodes_[index];
   const int c = size_class(node.size);
+  // Blocks ordered before the new one: smaller, or as large at a lower address (addresses differ).
+  auto precedes = [&](std::int32_t i) {
+    const Node& other = nodes_[i];
+    return other.size < node.size || (other.size == node.size && other.address < node.address);
+  };
+  // From the front, the first block that follows it; from the back, the last that precedes it;
+  // a step of each in turn, until one of them has its place.
   std::int32_t before = -1;
-  std::int32_t after = pool.head[c];
-  while (after >= 0 && (nodes_[after].size < node.size || (nodes_[after].size == node.size &&
-                                                           nodes_[after].address < node.address))) {
-    before = after;
-    after = nodes_[after].free_next;
+  std::int32_t after = -1;
+  for (std::int32_t front = pool.head[c], back = pool.tail[c];;) {
+    if (front < 0 || !precedes(front)) {
+      after = front;
+      before = front < 0 ? pool.tail[c] : nodes_[front].free_prev;
+      break;
+    }
+    if (precedes(back)) {
+      before = back;
+      after = nodes_[back].free_next;
+      break;
+    }
+    front = nodes_[front].free_next;
+    back = nodes_[back].free_prev;
   }
   node.free_prev = before;
   node.free_next = after;
   (before >= 0 ? nodes_[before].free_next : pool.head[c]) = index;
-  if (after >= 0) nodes_[after].free_prev = index;
+  (after >= 0 ? nodes_[after].free_prev : pool.tail[c]) = index;
   pool.held[c / 64] |= std::uint64_t{1} << (c % 64);
 }
 
@@ -247,14 +264,15 @@ void CachingAllocator::insert_free(FreeIndex& pool, std::int32_t index) {
 // listed with.
 void CachingAllocator::erase_free(FreeIndex& pool, std::int32_t index) {
   const Node& node = nodes_[index];
-  if (node.free_next >= 0) nodes_[node.free_next].free_prev = node.free_prev;
-  if (node.free_prev >= 0) {
+  if (node.free_next >= 0 && node.free_prev >= 0) {
+    nodes_[node.free_next].free_prev = node.free_prev;
     nodes_[node.free_prev].free_next = node.free_next;
     return;
   }
   const int c = size_class(node.size);
-  pool.head[c] = node.free_next;
-  if (node.free_next < 0) pool.held[c / 64] &= ~(std::uint64_t{1} << (c % 64));
+  (node.free_next >= 0 ? nodes_[node.free_next].free_prev : pool.tail[c]) = node.free_prev;
+  (node.free_prev >= 0 ? nodes_[node.free_prev].free_next : pool.head[c]) = node.free_next;
+  if (pool.head[c] < 0) pool.held[c / 64] &= ~(std::uint64_t{1} << (c % 64));
 }
 
 // The node of an allocated or free block: by its handle, else (a block made elsewhere) by its

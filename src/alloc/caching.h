@@ -53,14 +53,17 @@ class CachingAllocator final : public Allocator {
     bool small;         // which pool its blocks belong to
     std::int32_t head;  // its first block; -1 once the segment went back to the source
   };
-  // The free blocks of one pool: a list per size class, each ordered by (size, address), and a
-  // bitmap of the classes that hold any. A class spans an eighth of a power of two (sizes below
-  // 4 KiB have a class each), so a list holds few blocks and the classes above a request's are
-  // all larger: best fit is the first large enough block of its class, else the first block of the
-  // next class with any.
+  // The free blocks of one pool: a list per size class, each ordered by (size, address) and
+  // known at both ends, and a bitmap of the classes that hold any. A class spans an eighth of a
+  // power of two (sizes below 4 KiB have a class each), so a list holds few blocks and the classes
+  // above a request's are all larger: best fit is the first large enough block of its class, else
+  // the first block of the next class with any. A freed block is placed by walking from both ends
+  // at once: most land at or next to one of them, while a walk from the front alone crosses long
+  // runs of equal sizes.
   struct FreeIndex {
     static constexpr int kClasses = 512;  // enough for every 64-bit size
     std::int32_t head[kClasses];
+    std::int32_t tail[kClasses];
     std::uint64_t held[kClasses / 64] = {};
     FreeIndex();
   };
