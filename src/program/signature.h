@@ -43,18 +43,18 @@ struct OpSignature {
   OpAttrs attrs;
   std::string_view note;  // what it computes, where the operands do not say
 
-  std::size_t min_inputs() const { return count(inputs, false); }
-  std::size_t max_inputs() const { return count(inputs, true); }
-  std::size_t min_outputs() const { return count(outputs, false); }
-  std::size_t max_outputs() const { return count(outputs, true); }
+  constexpr std::size_t min_inputs() const { return count(inputs, false); }
+  constexpr std::size_t max_inputs() const { return count(inputs, true); }
+  constexpr std::size_t min_outputs() const { return count(outputs, false); }
+  constexpr std::size_t max_outputs() const { return count(outputs, true); }
 
  private:
   template <std::size_t N>
   static constexpr std::size_t count(const std::array<std::string_view, N>& operands,
                                      bool optional_too) {
     std::size_t n = 0;
-    for (std::string_view o : operands)
-      if (!o.empty() && (optional_too || !o.starts_with('['))) ++n;
+    for (const std::string_view& o : operands)
+      if (!o.empty() && (optional_too || o.front() != '[')) ++n;
     return n;
   }
 };
