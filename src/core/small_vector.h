@@ -31,7 +31,9 @@ class SmallVector {
   using iterator = T*;
   using const_iterator = const T*;
 
-  SmallVector() = default;
+  // Provided, not defaulted: a value-initialised vector (an op's empty list) is not zeroed whole
+  // first, in_place_ included.
+  SmallVector() noexcept {}  // NOLINT(modernize-use-equals-default)
   SmallVector(std::initializer_list<T> init) { append(init.begin(), init.end()); }
   template <class It>
   requires std::input_iterator<It> SmallVector(It first, It last) { append(first, last); }

@@ -64,15 +64,11 @@ int Program::add_tensor(Name name, Shape shape, DType dtype, Role role) {
       throw_mul_overflow(bytes, d, "tensor '" + name + "' bytes");
     bytes = next;
   }
-  // Made in place: a tensor is large enough (its name and shape inside) for a move to count.
-  Tensor& t = tensors.emplace_back();
-  t.id = static_cast<int>(tensors.size()) - 1;
-  t.name = std::move(name);
-  t.shape = std::move(shape);
-  t.dtype = dtype;
-  t.role = role;
-  t.bytes = bytes;
-  return t.id;
+  // Made in place, field by field (a tensor is large enough, its name and shape inside, for a
+  // move or a zeroing of the whole to count).
+  const int id = static_cast<int>(tensors.size());
+  tensors.emplace_back(id, std::move(name), std::move(shape), dtype, role, bytes);
+  return id;
 }
 
 Bytes flash_fwd_scratch_bytes() {
@@ -94,11 +90,7 @@ Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t
 
 Op& Program::add_op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs) {
   // Made in place, as a tensor is, and taken back when its operands do not match its kind.
-  Op& op = ops.emplace_back();
-  op.kind = kind;
-  op.name = std::move(name);
-  op.inputs = std::move(inputs);
-  op.outputs = std::move(outputs);
+  Op& op = ops.emplace_back(kind, std::move(name), std::move(inputs), std::move(outputs));
   try {
     check_operands(*this, op);
   } catch (...) {
