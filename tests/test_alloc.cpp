@@ -82,6 +82,28 @@ TEST(AllocVirtualSource, RejectsBadFrees) {
   EXPECT_EQ(source->in_use(), 0);
 }
 
+// Frees in the order of allocation take a shortcut to the next segment; any other order finds the
+// segment by address. Either way each segment is freed once, with its own size.
+TEST(AllocVirtualSource, FreesSegmentsInAnyOrderOnceEach) {
+  for (const std::vector<int>& order :
+       {std::vector<int>{0, 1, 2, 3, 4, 5}, std::vector<int>{5, 4, 3, 2, 1, 0},
+        std::vector<int>{2, 3, 0, 5, 1, 4}, std::vector<int>{1, 0, 3, 2, 5, 4}}) {
+    auto source = make_virtual_source(64 * MiB);
+    std::vector<std::uintptr_t> addresses;
+    for (int i = 0; i < 6; ++i) addresses.push_back(*source->allocate_segment((i + 1) * MiB));
+    Bytes in_use = 21 * MiB;
+    for (int i : order) {
+      const std::uintptr_t a = addresses[static_cast<std::size_t>(i)];
+      EXPECT_THROW(source->free_segment(a, (i + 2) * MiB), InternalError);  // another size
+      source->free_segment(a, (i + 1) * MiB);
+      in_use -= (i + 1) * MiB;
+      EXPECT_EQ(source->in_use(), in_use);
+      EXPECT_THROW(source->free_segment(a, (i + 1) * MiB), InternalError);  // twice
+    }
+    EXPECT_EQ(source->in_use(), 0);
+  }
+}
+
 TEST(AllocVirtualSource, HugeRequestIsRefusedWithoutOverflow) {
   auto source = make_virtual_source(10 * MiB);
   ASSERT_TRUE(source->allocate_segment(4 * MiB));

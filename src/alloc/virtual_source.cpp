@@ -52,9 +52,12 @@ std::optional<std::uintptr_t> VirtualSource::allocate_segment(Bytes bytes) {
 }
 
 void VirtualSource::free_segment(std::uintptr_t address, Bytes bytes) {
-  const auto it =
-      std::lower_bound(segments_.begin(), segments_.end(), address,
-                       [](const Segment& s, std::uintptr_t a) { return s.address < a; });
+  // Allocators hand their segments back mostly in the order they took them: the one after the
+  // last freed is looked at first.
+  auto it = segments_.begin() + static_cast<std::ptrdiff_t>(next_freed_);
+  if (next_freed_ >= segments_.size() || it->address != address)
+    it = std::lower_bound(segments_.begin(), segments_.end(), address,
+                          [](const Segment& s, std::uintptr_t a) { return s.address < a; });
   if (it == segments_.end() || it->address != address || it->bytes == 0)
     fail(fmt::format("free of unknown segment {:#x}", address));
   if (it->bytes != bytes) {
@@ -62,6 +65,7 @@ void VirtualSource::free_segment(std::uintptr_t address, Bytes bytes) {
   }
   in_use_ -= bytes;
   it->bytes = 0;
+  next_freed_ = static_cast<std::size_t>(it - segments_.begin()) + 1;
 }
 
 std::unique_ptr<SegmentSource> make_virtual_source(Bytes capacity) {

@@ -36,6 +36,7 @@ class VirtualSource final : public SegmentSource {
     Bytes bytes;
   };
   std::vector<Segment> segments_;
+  std::size_t next_freed_ = 0;  // the index after the segment freed last
 };
 
 }  // namespace vrambench
