@@ -101,7 +101,7 @@ static_assert(static_cast<std::size_t>(OpKind::cast) + 1 == kOpKindCount,
               "kOpKindCount counts every OpKind");
 
 // The operand counts of every kind, worked out once from the table: a build checks thousands of
-// ops, and counting the table's operand names for each was a tenth of a build.
+// ops, and counting the operand names of the table for each one showed in its profile.
 struct Arity {
   std::size_t min_inputs, max_inputs, min_outputs, max_outputs;
 };
