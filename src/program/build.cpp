@@ -29,8 +29,9 @@
 namespace vrambench {
 namespace {
 
-using build_common::DropoutSite;
+using build_common::block_prefix;
 using build_common::dropout_seed;
+using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 
 // A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
@@ -249,7 +250,7 @@ class Builder : private build_common::StepShape,
         q.blocks = quant_blocks(rows * in, kQuant4bitBlock);
         const bool nested = is_4bit(quant_) && cfg_.double_quant == Toggle::on;
         for (const QuantizedTensor& t : quantized_weight_tensors(rows * in, rows, quant_, nested)) {
-          const Name part = q.name + ".w." + Name(t.name);
+          const Name part = q.name + ".w." + t.name;
           // Codes and 8-bit absmax are bytes; every other part is fp32.
           const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
           const int id = tensor(part, {bytes ? t.bytes : t.bytes / 4},
@@ -291,7 +292,7 @@ class Builder : private build_common::StepShape,
   }
 
   BlockWeights block_weights(int l) {
-    const Name pre = Name("layer") + l + ".";
+    const Name pre = block_prefix(l);
     const bool train = !finetune_;
     adapters_in_layer_ = 0;
     BlockWeights w;
@@ -315,7 +316,7 @@ class Builder : private build_common::StepShape,
   }
 
   void mlp_weights(int l, BlockWeights& w) {
-    const Name pre = Name("layer") + l + ".";
+    const Name pre = block_prefix(l);
     if (gpt_) {
       w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
       w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
@@ -555,7 +556,7 @@ class Builder : private build_common::StepShape,
   }
 
   Block block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
-    const Name pre = Name("layer") + l + ".";
+    const Name pre = block_prefix(l);
     const Role role = saved(pass);
     Block b;
     b.layer = l;
@@ -708,7 +709,7 @@ class Builder : private build_common::StepShape,
   int block_bwd(const Block& b, const BlockWeights& w, int dx_out) {
     const int l = b.layer;
     const BlockGrad& g = b.grad;
-    const Name pre = Name("layer") + l + ".";
+    const Name pre = block_prefix(l);
     const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
     const Name norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 

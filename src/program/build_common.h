@@ -18,6 +18,11 @@ namespace vrambench::build_common {
 // A replayed tensor's name adds it; a replayed tensor's gradient is named after the original.
 inline constexpr std::string_view kRecomputeSuffix = ".recompute";
 
+// What the names of block `layer`'s tensors and ops start with: "layer3.".
+inline Name block_prefix(int layer) {
+  return Name("layer") + layer + ".";
+}
+
 // Where a dropout sits; with the layer it gives the seed, so a replay regenerates the same mask.
 enum class DropoutSite : std::uint64_t {
   embedding = 1,

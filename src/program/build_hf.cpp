@@ -26,6 +26,7 @@
 namespace vrambench {
 namespace {
 
+using build_common::block_prefix;
 using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
@@ -245,7 +246,7 @@ class HfBuilder : private build_common::StepShape,
   };
 
   Weights block_weights(int l) {
-    const Name pre = Name("layer") + l + ".";
+    const Name pre = block_prefix(l);
     Weights w;
     if (gpt_) {
       w.norm1_w = weight(pre + "ln1.w", {H_}, l);
@@ -412,7 +413,7 @@ class HfBuilder : private build_common::StepShape,
   }
 
   Block block_fwd(int l, int x_in, const Weights& w, const Pass& pass) {
-    const Name pre = Name("layer") + l + ".";
+    const Name pre = block_prefix(l);
     const Role role = saved(pass);
     Block b;
     b.layer = l;
@@ -589,7 +590,7 @@ class HfBuilder : private build_common::StepShape,
   // The gradient of the block's input from the gradient of its output.
   int block_bwd(const Block& b, const Weights& w, int dx_out) {
     const int l = b.layer;
-    const Name pre = Name("layer") + l + ".";
+    const Name pre = block_prefix(l);
     const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
     const Name norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
