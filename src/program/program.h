@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -97,6 +98,12 @@ enum class OpKind : std::uint8_t {
 std::string_view to_string(OpKind k);
 
 struct Op {
+  Op() = default;
+  // What add_op makes: the rest from the defaults below, member by member (an aggregate made from
+  // its first fields is zeroed whole first, 300 bytes, then filled).
+  Op(OpKind k, Name n, TensorIds in, TensorIds out)
+      : kind(k), name(std::move(n)), inputs(std::move(in)), outputs(std::move(out)) {}
+
   OpKind kind{};
   Name name;                 // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
   TensorIds inputs;          // tensor ids, in the signature's order, workspace last
