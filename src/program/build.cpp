@@ -185,23 +185,21 @@ class Builder : private build_common::StepShape,
     return grad_named(name + ".grad", id);
   }
   int grad_named(Name name, int like) {
-    const Tensor& t = p_.tensor(like);
-    Shape shape = t.shape;
-    const DType dtype = t.dtype;
-    return tensor(std::move(name), std::move(shape), dtype, Role::transient);
+    return tensor(std::move(name), dims_of(like), p_.tensor(like).dtype, Role::transient);
   }
 
   // A parameter; under fine-tuning the base's are frozen (`trainable` false): the weight alone.
   Param weight(Name name, Shape shape, int layer, bool trainable = true) {
     Param param;
     param.layer = layer;
-    param.w = tensor(name, shape, act_, Role::weight);
+    const Dims dims = fixed(shape);
+    param.w = tensor(name, dims, act_, Role::weight);
     if (!trainable) return param;
     // The master copy follows its weight: executors initialise persistent tensors in id order and
     // the master starts as the fp32 copy of the weight.
     const bool step = cfg_.optimizer != Optimizer::none;
     if (step && has_master_weights(cfg_.dtype))
-      param.master = tensor(name + ".master", shape, DType::f32, Role::master_weight);
+      param.master = tensor(name + ".master", dims, DType::f32, Role::master_weight);
     std::int64_t numel = 1;
     for (std::int64_t d : shape) numel *= d;
     if (is_adamw(cfg_.optimizer)) {
@@ -212,17 +210,17 @@ class Builder : private build_common::StepShape,
                              ? Role::paged_optimizer_state
                              : Role::optimizer_state;
       const DType moment = eight_bit ? DType::u8 : DType::f32;
-      param.m = tensor(name + ".m", shape, moment, where);
-      param.v = tensor(name + ".v", shape, moment, where);
+      param.m = tensor(name + ".m", dims, moment, where);
+      param.v = tensor(name + ".v", dims, moment, where);
       if (eight_bit) {
         const std::int64_t blocks = quant_blocks(numel, kOptimizer8bitBlock);
         param.m_absmax = tensor(name + ".m.absmax", {blocks}, DType::f32, Role::optimizer_state);
         param.v_absmax = tensor(name + ".v.absmax", {blocks}, DType::f32, Role::optimizer_state);
       }
     } else if (cfg_.optimizer == Optimizer::sgd) {
-      param.momentum = tensor(name + ".momentum", shape, DType::f32, Role::optimizer_state);
+      param.momentum = tensor(name + ".momentum", dims, DType::f32, Role::optimizer_state);
     }
-    param.grad = tensor(name + ".grad", std::move(shape), act_, Role::grad);
+    param.grad = tensor(name + ".grad", dims, act_, Role::grad);
     params_.push_back(param);
     return param;
   }
@@ -364,7 +362,7 @@ class Builder : private build_common::StepShape,
     gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.replay);
     LinearSaved saved_by;
     const Role role = saved(pass);
-    const Shape x_shape = p_.tensor(x).shape;
+    const Dims x_shape = dims_of(x);
     for (const Adapter& ad : lin.lora) {
       int x_in = x, mask = -1;
       if (cfg_.lora_dropout > 0.0) {
@@ -453,8 +451,8 @@ class Builder : private build_common::StepShape,
     return pass.keep_probs ? saved(pass) : Role::transient;
   }
 
-  Shape bsh() const { return {B_, S_, H_}; }
-  Shape bass() const { return {B_, A_, S_, S_}; }
+  Dims bsh() const { return {B_, S_, H_}; }
+  Dims bass() const { return {B_, A_, S_, S_}; }
 
   Pass forward_pass() const {
     Pass pass;
@@ -622,9 +620,9 @@ class Builder : private build_common::StepShape,
       // The fused backward's scratch: what cuDNN asks for (see flash_bwd_scratch_bytes): an fp32
       // dq accumulator [B, A, S, D] and softmax row sums [B, A, S] first, which is all the plain
       // kernels use, then dK and dV per query head with grouped-query heads, and small change.
-      const int scratch =
-          tensor(pre + "attn.flash_bwd.scratch",
-                 {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, act_)}, DType::u8, Role::workspace);
+      const int scratch = tensor(pre + "attn.flash_bwd.scratch",
+                                 {build_common::flash_bwd_scratch(B_, S_, A_, K_, D_, act_)},
+                                 DType::u8, Role::workspace);
       Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
                  {dqkv, scratch}, layer);
       attention_attrs(o);

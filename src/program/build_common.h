@@ -43,10 +43,11 @@ inline std::uint64_t dropout_seed(int layer, DropoutSite site) {
 
 // The step's sizes, as both builders name them (a builder derives from it): batch B, sequence S,
 // hidden H, heads A, key/value heads K, head size D, q|k|v width Q, MLP width F, vocabulary V,
-// and M = B * S tokens.
+// and M = B * S tokens. B and M are dimensions that hold the batch (program.h, Dim): a shape
+// written with them says so.
 struct StepShape {
   explicit StepShape(const RunConfig& cfg)
-      : B_(cfg.batch),
+      : B_(cfg.batch, 1),
         S_(cfg.seq),
         H_(cfg.model.hidden),
         A_(cfg.model.heads),
@@ -55,10 +56,21 @@ struct StepShape {
         Q_(qkv_width(A_, K_, D_)),
         F_(cfg.model.ffn),
         V_(cfg.model.vocab),
-        M_(checked_mul(B_, S_, "batch x seq")) {}
+        M_(checked_mul(cfg.batch, S_, "batch x seq"), S_) {}
 
-  std::int64_t B_, S_, H_, A_, K_, D_, Q_, F_, V_, M_;
+  Dim B_;
+  std::int64_t S_, H_, A_, K_, D_, Q_, F_, V_;
+  Dim M_;
 };
+
+// The flash attention backward's scratch (flash_bwd_scratch_bytes) as a dimension: its bytes at
+// batch B, and what a sample adds (the scratch is affine in the batch).
+inline Dim flash_bwd_scratch(Dim B, std::int64_t S, std::int64_t A, std::int64_t K, std::int64_t D,
+                             DType storage) {
+  const Bytes none = flash_bwd_scratch_bytes(0, S, A, K, D, storage);
+  return {flash_bwd_scratch_bytes(B.size, S, A, K, D, storage),
+          flash_bwd_scratch_bytes(1, S, A, K, D, storage) - none};
+}
 
 // The attributes both builders set on an op the same way (a builder derives from it): the heads
 // of an op that reads q|k|v, and a dropout site's probability and seed.
@@ -95,9 +107,29 @@ class ProgramWriter {
     p_.ops.reserve(64 * blocks);
   }
 
-  int tensor(Name name, Shape shape, DType dtype, Role role) {
-    return p_.add_tensor(std::move(name), std::move(shape), dtype, role);
+  // A tensor of `dims`, whose dimensions that hold the batch go to the program's batch_dims.
+  int tensor(Name name, const Dims& dims, DType dtype, Role role) {
+    Shape shape;
+    for (const Dim& d : dims) shape.push_back(d.size);
+    const int id = p_.add_tensor(std::move(name), std::move(shape), dtype, role);
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      if (dims[i].per_sample != 0)
+        p_.batch_dims.push_back(BatchDim{id, static_cast<int>(i), dims[i].per_sample});
+    return id;
   }
+  // The dimensions of tensor `id`, those that hold the batch included: the shape of a tensor
+  // made like it (its gradient, a cast, a dropout's mask).
+  Dims dims_of(int id) const {
+    const Shape& shape = p_.tensor(id).shape;
+    Dims dims(shape.begin(), shape.end());
+    auto d = std::lower_bound(p_.batch_dims.begin(), p_.batch_dims.end(), id,
+                              [](const BatchDim& b, int tensor) { return b.tensor < tensor; });
+    for (; d != p_.batch_dims.end() && d->tensor == id; ++d)
+      dims[static_cast<std::size_t>(d->dim)].per_sample = d->per_sample;
+    return dims;
+  }
+  // A shape no batch changes (a parameter's) as dimensions.
+  static Dims fixed(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
   Op& op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs, int layer,
          bool recompute = false) {
     if (recompute) name += kRecomputeSuffix;

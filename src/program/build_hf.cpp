@@ -121,7 +121,6 @@ class HfBuilder : private build_common::StepShape,
   // ---- tensors and ops ----------------------------------------------------------------------
 
   DType dtype_of(int id) const { return p_.tensor(id).dtype; }
-  Shape shape_of(int id) const { return p_.tensor(id).shape; }
 
   static Name named(const Pass& pass, Name name) {
     if (pass.replay) name += kRecomputeSuffix;
@@ -135,19 +134,16 @@ class HfBuilder : private build_common::StepShape,
     const Tensor& t = p_.tensor(id);
     Name name = t.name;
     if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
-    Shape shape = t.shape;
-    const DType dtype = t.dtype;
-    return tensor(name + ".grad", std::move(shape), dtype, Role::transient);
+    return tensor(name + ".grad", dims_of(id), t.dtype, Role::transient);
   }
   int grad_named(Name name, int like) {
-    Shape shape = shape_of(like);
-    return tensor(std::move(name), std::move(shape), dtype_of(like), Role::transient);
+    return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
   }
 
   // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
   int cast(int x, DType dtype, const Name& name, Role role, int layer, bool replay) {
     if (dtype_of(x) == dtype) return x;
-    const int y = tensor(replay ? name + kRecomputeSuffix : name, shape_of(x), dtype, role);
+    const int y = tensor(replay ? name + kRecomputeSuffix : name, dims_of(x), dtype, role);
     op(OpKind::cast, name + ".cast", {x}, {y}, layer, replay);
     return y;
   }
@@ -157,9 +153,9 @@ class HfBuilder : private build_common::StepShape,
   // Norm statistics: fp32 on CUDA; on the CPU, layer_norm returns them in the input's dtype.
   DType stats_dtype(int x) const { return cpu_ ? dtype_of(x) : DType::f32; }
 
-  Shape bsh() const { return {B_, S_, H_}; }
-  Shape bsf() const { return {B_, S_, F_}; }
-  Shape bass() const { return {B_, A_, S_, S_}; }
+  Dims bsh() const { return {B_, S_, H_}; }
+  Dims bsf() const { return {B_, S_, F_}; }
+  Dims bass() const { return {B_, A_, S_, S_}; }
 
   // ---- parameters ---------------------------------------------------------------------------
 
@@ -169,16 +165,17 @@ class HfBuilder : private build_common::StepShape,
     std::int64_t numel = 1;
     for (std::int64_t d : shape) numel *= d;
     param.numel = numel;
-    param.w = tensor(name, shape, wdt_, Role::weight);
+    const Dims dims = fixed(shape);
+    param.w = tensor(name, dims, wdt_, Role::weight);
     if (cfg_.optimizer == Optimizer::adamw) {
-      param.m = tensor(name + ".exp_avg", shape, wdt_, Role::optimizer_state);
-      param.v = tensor(name + ".exp_avg_sq", shape, wdt_, Role::optimizer_state);
+      param.m = tensor(name + ".exp_avg", dims, wdt_, Role::optimizer_state);
+      param.v = tensor(name + ".exp_avg_sq", dims, wdt_, Role::optimizer_state);
       // AdamW's `step` counter: one fp32 scalar per parameter tensor.
       tensor(name + ".step", {1}, DType::f32, Role::optimizer_state);
     } else if (cfg_.optimizer == Optimizer::sgd) {
-      param.momentum = tensor(name + ".momentum_buffer", shape, wdt_, Role::optimizer_state);
+      param.momentum = tensor(name + ".momentum_buffer", dims, wdt_, Role::optimizer_state);
     }
-    param.grad = tensor(name + ".grad", std::move(shape), wdt_, Role::grad);
+    param.grad = tensor(name + ".grad", dims, wdt_, Role::grad);
     params_.push_back(param);
     return param;
   }
@@ -310,7 +307,7 @@ class HfBuilder : private build_common::StepShape,
     const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
     // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
     // kernel reads in place is saved as a view of c_attn's output; else matmul saves a copy.
-    const bool query_view = build_common::hf_query_is_a_view(cfg_, B_);
+    const bool query_view = build_common::hf_query_is_a_view(cfg_, B_.size);
     TensorIds fwd_held;  // what only the forward of the core holds
     if (gpt_) {
       // The cache's keys and values are new tensors (DynamicLayer.update concatenates); attention
@@ -401,8 +398,8 @@ class HfBuilder : private build_common::StepShape,
 
   int dropout_fwd(const Name& name, int x, int layer, DropoutSite site, const Pass& pass,
                   int& mask) {
-    const int y = tensor(named(pass, name + ".drop"), shape_of(x), dtype_of(x), Role::transient);
-    mask = tensor(named(pass, name + ".mask"), shape_of(x), mask_dtype(x), saved(pass));
+    const int y = tensor(named(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
+    mask = tensor(named(pass, name + ".mask"), dims_of(x), mask_dtype(x), saved(pass));
     dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
                   layer, site);
     return y;
@@ -527,9 +524,9 @@ class HfBuilder : private build_common::StepShape,
   int attention_bwd(const Name& pre, int l, int qkv, const Block& b, int dy) {
     const int dqkv = grad_of(qkv);
     if (!eager_) {
-      const int scratch =
-          tensor(pre + "attn.flash_bwd.scratch",
-                 {flash_bwd_scratch_bytes(B_, S_, A_, K_, D_, cdt_)}, DType::u8, Role::workspace);
+      const int scratch = tensor(pre + "attn.flash_bwd.scratch",
+                                 {build_common::flash_bwd_scratch(B_, S_, A_, K_, D_, cdt_)},
+                                 DType::u8, Role::workspace);
       Op& o =
           op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, b.y, b.lse}, {dqkv, scratch}, l);
       attention_attrs(o);
@@ -653,8 +650,8 @@ class HfBuilder : private build_common::StepShape,
 
   void build_model() {
     const ModelConfig& m = cfg_.model;
-    loss_scale_ =
-        static_loss_scale(cfg_.dtype == Precision::amp_fp16 ? Precision::fp16 : cfg_.dtype, M_, V_);
+    loss_scale_ = static_loss_scale(
+        cfg_.dtype == Precision::amp_fp16 ? Precision::fp16 : cfg_.dtype, M_.size, V_);
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 
@@ -838,7 +835,9 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
       TensorIds fresh;
       for (int id : op.outputs) {
         if (program.tensor(id).role != Role::grad) continue;
-        const Tensor g = program.tensor(id);  // a copy: add_tensor grows the tensor list
+        // A copy: add_tensor grows the tensor list. A parameter's gradient holds no batch
+        // dimension, so the new tensor adds none to batch_dims.
+        const Tensor g = program.tensor(id);
         fresh.push_back(program.add_tensor(g.name + ".new", g.shape, g.dtype, Role::transient));
       }
       op.held.insert(op.held.end(), fresh.begin(), fresh.end());

@@ -42,6 +42,30 @@ inline constexpr int kRoleCount = 9;
 using Shape = SmallVector<std::int64_t, 4>;
 using TensorIds = SmallVector<int, 6>;
 
+// One dimension as a builder gives it: its size at the program's batch and what it grows by per
+// sample (0 for most: hidden, heads, vocabulary; 1 for the batch B, S for the B*S tokens, the
+// flash scratch's bytes per sample), so that the program's sizes at another batch are read off
+// its lines instead of built again (search/scaled_program.h). A plain number is a dimension no
+// batch changes; nothing turns a Dim back into a plain number but `.size`, so that a shape formed
+// from the batch keeps saying so.
+struct Dim {
+  std::int64_t size = 0;
+  std::int64_t per_sample = 0;
+  constexpr Dim() = default;
+  constexpr Dim(std::int64_t s) : size(s) {}  // NOLINT(google-explicit-constructor): a fixed size
+  constexpr Dim(std::int64_t s, std::int64_t p) : size(s), per_sample(p) {}
+};
+using Dims = SmallVector<Dim, 4>;
+
+// A dimension of a program's tensor that holds the batch: shape[dim] of tensor `tensor` grows by
+// `per_sample` with each sample.
+struct BatchDim {
+  int tensor = 0;
+  int dim = 0;
+  std::int64_t per_sample = 0;
+  bool operator==(const BatchDim&) const = default;
+};
+
 struct Tensor {
   int id = -1;
   Name name;  // "layer3.attn.probs", "wte", "layer0.mlp.fc.w.grad"
@@ -145,6 +169,10 @@ struct Program {
   std::vector<Op> ops;          // execution order
   int loss_tensor = -1;         // the scalar loss (model scope), -1 otherwise
   int output_grad_tensor = -1;  // layer/attention/mlp scopes: the incoming gradient (an input)
+  // The dimensions that hold the batch, in tensor order, as build_program's builders give them
+  // (empty in a program made otherwise): a tensor's bytes and these dimensions are each a line in
+  // the batch, which BatchScaledProgram reads other batches off.
+  std::vector<BatchDim> batch_dims;
 
   int add_tensor(Name name, Shape shape, DType dtype, Role role);
   // Throws InternalError when the operands do not match the kind's signature (program/signature.h).

@@ -1,4 +1,4 @@
-// BatchScaledProgram: two builds, then each size read off its line in the batch.
+// BatchScaledProgram: one build, then each size read off its line in the batch.
 #include "search/scaled_program.h"
 
 #include <optional>
@@ -24,34 +24,6 @@ std::optional<Bytes> on_line(Bytes a, Bytes b, std::int64_t batch) {
 BatchScaledProgram::BatchScaledProgram(const RunConfig& cfg, Bytes gemm_workspace)
     : cfg_(cfg), gemm_workspace_(gemm_workspace), key_(structure_key(cfg, 2)) {}
 
-bool BatchScaledProgram::same_structure(const Program& other) const {
-  const Program& p = program_;
-  if (p.tensors.size() != other.tensors.size() || p.ops.size() != other.ops.size() ||
-      p.loss_tensor != other.loss_tensor || p.output_grad_tensor != other.output_grad_tensor)
-    return false;
-  for (std::size_t i = 0; i < p.tensors.size(); ++i) {
-    const Tensor& a = p.tensors[i];
-    const Tensor& b = other.tensors[i];
-    if (a.id != b.id || a.role != b.role || a.dtype != b.dtype || a.name != b.name ||
-        a.shape.size() != b.shape.size())
-      return false;
-  }
-  // Every op whole, but the loss scale of the ops that read it (scales_follow_the_loss).
-  for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    const Op& a = p.ops[i];
-    const Op& b = other.ops[i];
-    if (a.kind != b.kind) return false;
-    if (signature(a.kind).attrs.grad_scale && a.grad_scale != b.grad_scale) {
-      Op with_b_scale = a;
-      with_b_scale.grad_scale = b.grad_scale;
-      if (!(with_b_scale == b)) return false;
-    } else if (!(a == b)) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool BatchScaledProgram::scales_follow_the_loss(const Program& p) const {
   const float scale = step_loss_scale(p.config);
   for (int i : scale_ops_)
@@ -59,34 +31,34 @@ bool BatchScaledProgram::scales_follow_the_loss(const Program& p) const {
   return true;
 }
 
-void BatchScaledProgram::fit_lines(const Program& second, std::int64_t batch) {
-  // The lines through program_ (built at first_batch_) and `second`, when every slope is a whole
-  // number of bytes (or elements) per sample and no line starts below zero.
-  const Program& first = program_;
-  const std::int64_t run = batch - first_batch_;
-  auto line = [&](Bytes a, Bytes b) -> std::optional<Line> {
-    const Bytes rise = b - a;
-    if (rise % run != 0) return std::nullopt;
-    Line l{0, rise / run};
-    l.intercept = a - l.slope * first_batch_;
-    if (l.intercept < 0) return std::nullopt;
-    return l;
-  };
-  const std::size_t n = second.tensors.size();
-  std::vector<Line> bytes(n);
+void BatchScaledProgram::lines_from_batch_dims(std::int64_t batch) {
+  // A dimension of size s at this batch, growing by p per sample, is the line (s - p * batch) + p
+  // * batch; a tensor's bytes are its other dimensions' product times that (in bytes per element),
+  // a line with the same factor. Without a batch dimension a tensor's bytes are a constant.
+  const Program& p = program_;
+  std::vector<Line> bytes(p.tensors.size());
+  for (std::size_t i = 0; i < p.tensors.size(); ++i) bytes[i] = Line{p.tensors[i].bytes, 0};
   std::vector<DimLine> dims;
-  for (std::size_t i = 0; i < n; ++i) {
-    const Tensor& a = first.tensors[i];
-    const Tensor& b = second.tensors[i];
-    const std::optional<Line> l = line(a.bytes, b.bytes);
-    if (!l) return;
-    bytes[i] = *l;
-    for (std::size_t d = 0; d < a.shape.size(); ++d) {
-      if (a.shape[d] == b.shape[d]) continue;
-      const std::optional<Line> dim = line(a.shape[d], b.shape[d]);
-      if (!dim) return;
-      dims.push_back({static_cast<int>(i), static_cast<int>(d), *dim});
-    }
+  dims.reserve(p.batch_dims.size());
+  int last = -1;
+  for (const BatchDim& d : p.batch_dims) {
+    // One batch dimension a tensor, each in range: else the bytes are no line (or the marks are
+    // not a builder's), and every batch is built.
+    if (d.tensor <= last || d.tensor >= static_cast<int>(p.tensors.size()) || d.per_sample <= 0)
+      return;
+    last = d.tensor;
+    const Tensor& t = p.tensors[static_cast<std::size_t>(d.tensor)];
+    if (d.dim < 0 || d.dim >= static_cast<int>(t.shape.size())) return;
+    const std::int64_t size = t.shape[static_cast<std::size_t>(d.dim)];
+    Bytes slope = 0;
+    Bytes bytes_slope = 0;
+    if (size <= 0 || t.bytes % size != 0 || __builtin_mul_overflow(d.per_sample, batch, &slope) ||
+        slope > size || __builtin_mul_overflow(t.bytes / size, d.per_sample, &bytes_slope))
+      return;
+    Line& b = bytes[static_cast<std::size_t>(d.tensor)];
+    b.slope = bytes_slope;
+    b.intercept = t.bytes - bytes_slope * batch;  // (size - slope) * bytes per unit of size
+    dims.push_back({d.tensor, d.dim, Line{size - slope, d.per_sample}});
   }
   bytes_ = std::move(bytes);
   dims_ = std::move(dims);
@@ -98,18 +70,17 @@ void BatchScaledProgram::build(std::int64_t batch) {
   at.batch = batch;
   Program built = build_program(at, gemm_workspace_);
   ++builds_;
-  if (builds_ == 1) {
-    first_batch_ = batch;
-    for (std::size_t i = 0; i < built.ops.size(); ++i)
-      if (signature(built.ops[i].kind).attrs.grad_scale) scale_ops_.push_back(static_cast<int>(i));
-  }
-  const bool same = builds_ > 1 && same_structure(built);
-  if (!same) scaled_ = false;  // the lines were of another structure
-  if (builds_ == 2 && same && batch != first_batch_ && scales_follow_the_loss(program_) &&
-      scales_follow_the_loss(built))
-    fit_lines(built, batch);
   program_ = std::move(built);
-  if (!same) liveness_ = compute_liveness(program_);
+  if (builds_ > 1) {
+    // Without lines, every batch is built (with them, only a batch whose sizes pass 64 bits is,
+    // and the builder throws).
+    if (!scaled_) liveness_ = compute_liveness(program_);
+    return;
+  }
+  for (std::size_t i = 0; i < program_.ops.size(); ++i)
+    if (signature(program_.ops[i].kind).attrs.grad_scale) scale_ops_.push_back(static_cast<int>(i));
+  liveness_ = compute_liveness(program_);
+  if (scales_follow_the_loss(program_)) lines_from_batch_dims(batch);
 }
 
 const Program& BatchScaledProgram::at(std::int64_t batch) {

@@ -1,7 +1,8 @@
 // The step program of one configuration at any batch, for replays that run no executor (the sim
 // device, and the replays that tell what a batch needs): a search replays one configuration at
 // several batches, and building the program dominates a sim trial, so later batches rewrite the
-// sizes that depend on the batch instead of building it again.
+// sizes that depend on the batch instead of building it again. The builders say which dimensions
+// hold the batch (Program::batch_dims), so one build gives every size's line.
 #pragma once
 
 #include <cstdint>
@@ -18,13 +19,12 @@ class BatchScaledProgram {
   BatchScaledProgram(const RunConfig& cfg, Bytes gemm_workspace);
 
   // The program build_program gives at `batch` (cfg at that batch, which validate() accepts):
-  // every tensor's bytes and shape, every op with its attributes, the config. The first two
-  // batches are built; when both programs have the same structure (names, roles, dtypes, ranks,
-  // ops and their attributes), every tensor's bytes and every dimension fall on a line through
-  // them, and the loss scale is step_loss_scale's, later batches are read off the lines (a
-  // tensor's bytes are a product of dimensions holding the batch at most once, or the flash
-  // scratch, affine in it; a dimension is B, B*S or that scratch) and the loss scale is worked out
-  // again. Throws what build_program throws at `batch`. The reference is valid until the next call.
+  // every tensor's bytes and shape, every op with its attributes, the config. The first batch is
+  // built; its batch dimensions give each of them a line in the batch (B, B*S, the flash scratch:
+  // size = intercept + per_sample * batch) and each tensor's bytes one too, when no tensor has
+  // more than one such dimension and its loss scale is step_loss_scale's. Later batches are read
+  // off the lines, and the loss scale is worked out again; without lines every batch is built.
+  // Throws what build_program throws at `batch`. The reference is valid until the next call.
   // A batch whose program has another structure (structure_key: hf's gpt2 eager attention at
   // batch 1) is built on its own, leaving the lines of the others as they are.
   const Program& at(std::int64_t batch);
@@ -47,9 +47,8 @@ class BatchScaledProgram {
   };
 
   void build(std::int64_t batch);
-  bool same_structure(const Program& other) const;
-  // Fits the lines through program_ (the first build) and `second`, built at `batch`.
-  void fit_lines(const Program& second, std::int64_t batch);
+  // The lines of program_, built at `batch`, from its batch dimensions.
+  void lines_from_batch_dims(std::int64_t batch);
   bool scales_follow_the_loss(const Program& p) const;
 
   RunConfig cfg_;
@@ -57,7 +56,6 @@ class BatchScaledProgram {
   Program program_;
   Liveness liveness_;
   int builds_ = 0;
-  std::int64_t first_batch_ = 0;
   std::vector<int> scale_ops_;  // ops that read grad_scale (the loss scale)
   bool scaled_ = false;         // lines known: every batch is read off them
   std::vector<Line> bytes_;     // per tensor
