@@ -46,7 +46,7 @@ struct Replay {
       const std::optional<Block> block =
           retry ? allocator.allocate(bytes) : allocator.allocate_without_retry(bytes);
       if (!block) return i;
-      blocks[slot] = *block;
+      assign_fields(blocks[slot], *block);
     }
     return events.size();
   }

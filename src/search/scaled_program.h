@@ -39,7 +39,7 @@ class BatchScaledProgram {
     Bytes intercept = 0;
     Bytes slope = 0;
   };
-  // A dimension that differs between the two builds: shape[dim] of tensor `tensor`.
+  // A dimension that holds the batch: shape[dim] of tensor `tensor`.
   struct DimLine {
     int tensor = 0;
     int dim = 0;

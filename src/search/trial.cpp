@@ -49,7 +49,7 @@ class Replay {
           OomInfo{op_name(op_index), tensor.name.str(), tensor.bytes, allocator_.free_bytes()};
       return false;
     }
-    slot = *block;
+    assign_fields(slot.emplace(), *block);
     // The block address is the device pointer for real devices; for sim it is never dereferenced.
     data_[static_cast<std::size_t>(id)] = reinterpret_cast<void*>(block->address);
     live_ += tensor.bytes;
