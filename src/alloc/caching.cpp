@@ -148,7 +148,7 @@ std::optional<Block> CachingAllocator::allocate(Bytes bytes, bool retry) {
     const Node& block = nodes_[index];
     const std::int32_t rest =
         new_node(Node{block.address + static_cast<std::uintptr_t>(rounded), block.size - rounded,
-                      block.segment, index, block.next, false});
+                      block.segment, index, block.next, false, false, small});
     Node& front = nodes_[index];
     if (front.next >= 0) nodes_[front.next].prev = rest;
     front.next = rest;
@@ -174,7 +174,7 @@ void CachingAllocator::free(const Block& block) {
   }
   stats_.allocated -= nodes_[index].size;
   nodes_[index].allocated = false;
-  FreeIndex& pool = segments_[nodes_[index].segment].small ? free_small_ : free_large_;
+  FreeIndex& pool = nodes_[index].small ? free_small_ : free_large_;
 
   // Merge with the next block of the same segment when it is free (try_merge_blocks).
   if (const std::int32_t next = nodes_[index].next; next >= 0 && !nodes_[next].allocated) {
@@ -309,7 +309,7 @@ std::optional<std::int32_t> CachingAllocator::allocate_segment(Bytes size, bool 
     segments_.emplace_back();
     segment = static_cast<std::int32_t>(segments_.size()) - 1;
   }
-  const std::int32_t head = new_node(Node{*address, size, segment, -1, -1, false});
+  const std::int32_t head = new_node(Node{*address, size, segment, -1, -1, false, false, small});
   segments_[segment] = SegmentInfo{*address, size, small, head};
   ++stats_.segment_allocs;
   stats_.reserved += size;

@@ -44,6 +44,7 @@ class CachingAllocator final : public Allocator {
     std::int32_t prev, next;  // neighbours in the segment, -1 at its ends
     bool allocated;
     bool spare = false;  // merged away or released: no block, waiting for reuse
+    bool small = false;  // its segment's pool, kept here so that a free reads no segment
     // A free block's neighbours in its size class's list (FreeIndex), -1 at its ends.
     std::int32_t free_prev = -1, free_next = -1;
   };
