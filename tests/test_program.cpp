@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -648,6 +649,27 @@ TEST(ProgramPrint, ListsEveryOpAndMarksThePeak) {
   Bytes total = 0;
   for (Bytes b : live_bytes_by_role(p, live, profile.peak_op)) total += b;
   EXPECT_EQ(total, profile.peak);
+}
+
+// Per-op id lists in one array: each op's ids in increasing order, ids of no op (-1, or an op
+// past the last) in no list, ops with none empty.
+TEST(ProgramLiveness, IdsPerOpListsEachIdUnderItsOp) {
+  //                           id: 0  1   2  3  4  5  6  7
+  const std::vector<int> op_of{2, -1, 0, 2, 4, 0, 9, 2};
+  const IdsPerOp lists(op_of, 5);
+  ASSERT_EQ(lists.size(), 5u);
+  auto as_vector = [](std::span<const int> ids) {
+    return std::vector<int>(ids.begin(), ids.end());
+  };
+  EXPECT_EQ(as_vector(lists[0]), (std::vector<int>{2, 5}));
+  EXPECT_TRUE(lists[1].empty());
+  EXPECT_EQ(as_vector(lists[2]), (std::vector<int>{0, 3, 7}));
+  EXPECT_TRUE(lists[3].empty());
+  EXPECT_EQ(as_vector(lists[4]), (std::vector<int>{4}));
+  EXPECT_EQ(IdsPerOp(op_of, 5), lists);
+  EXPECT_FALSE(IdsPerOp(op_of, 6) == lists);
+  EXPECT_EQ(IdsPerOp({}, 0).size(), 0u);
+  EXPECT_EQ(IdsPerOp().size(), 0u);
 }
 
 }  // namespace

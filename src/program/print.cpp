@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ using Row = std::array<std::string, kColumns>;
 // Numbers are right-aligned so that byte counts line up.
 constexpr std::array<bool, kColumns> kRightAligned{true, false, false, true, true, true, false};
 
-Bytes sum_bytes(const Program& program, const std::vector<int>& ids) {
+Bytes sum_bytes(const Program& program, std::span<const int> ids) {
   Bytes total = 0;
   for (int id : ids) total += program.tensor(id).bytes;
   return total;

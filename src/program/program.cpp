@@ -107,6 +107,18 @@ bool whole_step(Role r) {
 }
 }  // namespace
 
+IdsPerOp::IdsPerOp(const std::vector<int>& op_of, std::size_t ops) : start_(ops + 1, 0) {
+  // Counted, then placed: the ids of each op in increasing order.
+  auto listed = [&](int op) { return op >= 0 && static_cast<std::size_t>(op) < ops; };
+  for (int op : op_of)
+    if (listed(op)) ++start_[static_cast<std::size_t>(op) + 1];
+  for (std::size_t i = 0; i < ops; ++i) start_[i + 1] += start_[i];
+  ids_.resize(start_[ops]);
+  std::vector<std::size_t> next(start_.begin(), start_.end() - 1);
+  for (std::size_t id = 0; id < op_of.size(); ++id)
+    if (listed(op_of[id])) ids_[next[static_cast<std::size_t>(op_of[id])]++] = static_cast<int>(id);
+}
+
 Liveness compute_liveness(const Program& program) {
   const int n_ops = static_cast<int>(program.ops.size());
   const std::size_t n_tensors = program.tensors.size();
@@ -122,8 +134,9 @@ Liveness compute_liveness(const Program& program) {
         live.free_after[t] = std::max(live.free_after[t], i);
       }
   }
-  live.allocs_before.assign(static_cast<std::size_t>(n_ops), {});
-  live.frees_after.assign(static_cast<std::size_t>(n_ops), {});
+  // Each tensor's op in the two lists (-1: in neither).
+  std::vector<int> allocated_by(n_tensors, -1);
+  std::vector<int> freed_by(n_tensors, -1);
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const Role role = program.tensors[t].role;
     if (whole_step(role) || live.alloc_at[t] == n_ops) {
@@ -143,10 +156,11 @@ Liveness compute_liveness(const Program& program) {
         continue;
       }
     }
-    live.allocs_before[static_cast<std::size_t>(live.alloc_at[t])].push_back(static_cast<int>(t));
-    if (live.free_after[t] < n_ops)
-      live.frees_after[static_cast<std::size_t>(live.free_after[t])].push_back(static_cast<int>(t));
+    allocated_by[t] = live.alloc_at[t];
+    if (live.free_after[t] < n_ops) freed_by[t] = live.free_after[t];
   }
+  live.allocs_before = IdsPerOp(allocated_by, static_cast<std::size_t>(n_ops));
+  live.frees_after = IdsPerOp(freed_by, static_cast<std::size_t>(n_ops));
   return live;
 }
 

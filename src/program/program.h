@@ -3,7 +3,9 @@
 // structure.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -185,12 +187,31 @@ struct Program {
 // (alloc_at = -1, free_after = ops.size()). Others are allocated before the first op that lists
 // them (as output, or as input for the GEMM workspace) and freed after the last op that lists them.
 // A grad stays until the end of the step, as parameter gradients do until the next zero_grad.
+// A list of tensor ids per op, in one array: op i's are ids_[start_[i], start_[i + 1]), so that a
+// walk over the ops reads one run of memory (and making it allocates twice, not once per op).
+class IdsPerOp {
+ public:
+  IdsPerOp() = default;
+  // From each id's op (`op_of`, one entry per tensor id; -1 and ops or more: in no list), in
+  // increasing id order within an op.
+  IdsPerOp(const std::vector<int>& op_of, std::size_t ops);
+  std::span<const int> operator[](std::size_t op) const {
+    return {ids_.data() + start_[op], ids_.data() + start_[op + 1]};
+  }
+  std::size_t size() const { return start_.empty() ? 0 : start_.size() - 1; }
+  bool operator==(const IdsPerOp&) const = default;
+
+ private:
+  std::vector<std::size_t> start_;
+  std::vector<int> ids_;
+};
+
 struct Liveness {
   std::vector<int> alloc_at;    // per tensor: op index, or -1 for "before the first op"
   std::vector<int> free_after;  // per tensor: op index, or ops.size() for "after the step"
   // Per op: tensor ids to allocate before it runs, and to free after it has run.
-  std::vector<std::vector<int>> allocs_before;
-  std::vector<std::vector<int>> frees_after;
+  IdsPerOp allocs_before;
+  IdsPerOp frees_after;
   std::vector<int> persistent;  // allocated before the first op, freed after the step
 };
 Liveness compute_liveness(const Program& program);
