@@ -182,11 +182,6 @@ struct Program {
   const Tensor& tensor(int id) const { return tensors.at(static_cast<std::size_t>(id)); }
 };
 
-// When each tensor is allocated and freed, derived from the op order alone.
-// Tensors of role weight, master_weight, optimizer_state and input are live for the whole step
-// (alloc_at = -1, free_after = ops.size()). Others are allocated before the first op that lists
-// them (as output, or as input for the GEMM workspace) and freed after the last op that lists them.
-// A grad stays until the end of the step, as parameter gradients do until the next zero_grad.
 // A list of tensor ids per op, in one array: op i's are ids_[start_[i], start_[i + 1]), so that a
 // walk over the ops reads one run of memory (and making it allocates twice, not once per op).
 class IdsPerOp {
@@ -206,6 +201,11 @@ class IdsPerOp {
   std::vector<int> ids_;
 };
 
+// When each tensor is allocated and freed, derived from the op order alone.
+// Tensors of role weight, master_weight, optimizer_state and input are live for the whole step
+// (alloc_at = -1, free_after = ops.size()). Others are allocated before the first op that lists
+// them (as output, or as input for the GEMM workspace) and freed after the last op that lists them.
+// A grad stays until the end of the step, as parameter gradients do until the next zero_grad.
 struct Liveness {
   std::vector<int> alloc_at;    // per tensor: op index, or -1 for "before the first op"
   std::vector<int> free_after;  // per tensor: op index, or ops.size() for "after the step"
