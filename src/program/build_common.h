@@ -120,8 +120,7 @@ class ProgramWriter {
   // The dimensions of tensor `id`, those that hold the batch included: the shape of a tensor
   // made like it (its gradient, a cast, a dropout's mask).
   Dims dims_of(int id) const {
-    const Shape& shape = p_.tensor(id).shape;
-    Dims dims(shape.begin(), shape.end());
+    Dims dims = fixed(p_.tensor(id).shape);
     auto d = std::lower_bound(p_.batch_dims.begin(), p_.batch_dims.end(), id,
                               [](const BatchDim& b, int tensor) { return b.tensor < tensor; });
     for (; d != p_.batch_dims.end() && d->tensor == id; ++d)

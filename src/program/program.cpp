@@ -134,9 +134,6 @@ Liveness compute_liveness(const Program& program) {
         live.free_after[t] = std::max(live.free_after[t], i);
       }
   }
-  // Each tensor's op in the two lists (-1: in neither).
-  std::vector<int> allocated_by(n_tensors, -1);
-  std::vector<int> freed_by(n_tensors, -1);
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const Role role = program.tensors[t].role;
     if (whole_step(role) || live.alloc_at[t] == n_ops) {
@@ -156,11 +153,11 @@ Liveness compute_liveness(const Program& program) {
         continue;
       }
     }
-    allocated_by[t] = live.alloc_at[t];
-    if (live.free_after[t] < n_ops) freed_by[t] = live.free_after[t];
   }
-  live.allocs_before = IdsPerOp(allocated_by, static_cast<std::size_t>(n_ops));
-  live.frees_after = IdsPerOp(freed_by, static_cast<std::size_t>(n_ops));
+  // The lists leave out what is allocated before the first op (-1) and freed after the step
+  // (n_ops).
+  live.allocs_before = IdsPerOp(live.alloc_at, static_cast<std::size_t>(n_ops));
+  live.frees_after = IdsPerOp(live.free_after, static_cast<std::size_t>(n_ops));
   return live;
 }
 
