@@ -50,11 +50,13 @@ void BM_SearchGrid(benchmark::State& state) {
 }
 BENCHMARK(BM_SearchGrid)->Unit(benchmark::kMillisecond);
 
-// The closed-form model alone over the same grid: analyze() and max_batch().
+// The closed-form model alone over the same grid, as `vrambench estimate` and the search run it:
+// analyze() with the device's capacity (where the caching allocator's share is fitted, at the
+// largest batch whose replay fits and the one after it) and max_batch().
 void BM_EstimateIssueGrid(benchmark::State& state) {
   const std::vector<RunConfig> grid = issue_grid();
   const DeviceInfo device = sim_device(grid.front());
-  const DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace};
+  const DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace, device.total};
   std::int64_t estimates = 0;
   for (auto _ : state) {
     std::int64_t total = 0;
