@@ -3,12 +3,12 @@
 // op with its attributes, the liveness), over every architecture, attention, recompute, scope,
 // optimizer and precision and the fine-tuning recipes, and replays to the same result; measure()
 // on sim, which replays rescaled programs, gets the trials of programs built per batch.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alloc/allocator.h"
@@ -17,6 +17,7 @@
 #include "core/quant.h"
 #include "device/device.h"
 #include "device/sources.h"
+#include "program/signature.h"
 #include "search/measure.h"
 #include "search/scaled_program.h"
 #include "search/trial.h"
@@ -405,6 +406,77 @@ TEST(BatchScaledProgram, ABatchTheBuilderRefusesIsRefusedTheSameWay) {
   at.batch = 5;
   const Program& scaled = sizes.at(5);
   expect_same(scaled, sizes.liveness(), build_program(at, 0));
+}
+
+// Where a program's marks give no lines (two in one tensor, one past its tensor's rank or
+// growing past its size) or its loss scale is not the one the config gives, every batch is built:
+// each batch is the builder's program at that batch, never one rescaled from wrong lines.
+TEST(BatchScaledProgram, MarksThatAreNoLinesBuildEveryBatch) {
+  RunConfig cfg;
+  cfg.framework = Framework::lean;
+  cfg.model = find_preset("tiny").model;
+  cfg.seq = 64;
+  cfg.dtype = Precision::fp16;  // a loss scale on the loss backward and the optimizer step
+  validate(cfg);
+  using Spoil = void (*)(Program&);
+  const std::vector<std::pair<std::string, Spoil>> spoilers{
+      {"two marks in one tensor",
+       [](Program& p) {
+         BatchDim twice = p.batch_dims.front();
+         twice.dim = twice.dim == 0 ? 1 : 0;
+         p.batch_dims.insert(p.batch_dims.begin() + 1, twice);
+       }},
+      {"a mark past its tensor's rank",
+       [](Program& p) {
+         BatchDim& d = p.batch_dims.back();
+         d.dim = static_cast<int>(p.tensors[static_cast<std::size_t>(d.tensor)].shape.size());
+       }},
+      {"a mark growing past its size",
+       [](Program& p) {
+         BatchDim& d = p.batch_dims.front();
+         d.per_sample =
+             p.tensors[static_cast<std::size_t>(d.tensor)].shape[static_cast<std::size_t>(d.dim)] +
+             1;
+       }},
+      {"a loss scale that is not the config's",
+       [](Program& p) {
+         for (Op& op : p.ops)
+           if (signature(op.kind).attrs.grad_scale) op.grad_scale *= 2.0f;
+       }},
+  };
+  // The unspoilt builder is rescaled after its first build, which is what makes the rest a test.
+  {
+    BatchScaledProgram sizes(cfg, 0);
+    for (std::int64_t batch : {3, 1, 7}) sizes.at(batch);
+    ASSERT_EQ(sizes.builds(), 1);
+  }
+  for (const auto& [what, spoil] : spoilers) {
+    SCOPED_TRACE(what);
+    int spoilt = 0;
+    auto builder = [&, spoil = spoil](const RunConfig& at, Bytes workspace) {
+      Program p = build_program(at, workspace);
+      auto marks_and_scales = [](const Program& q) {
+        std::vector<float> scales;
+        for (const Op& op : q.ops) scales.push_back(op.grad_scale);
+        return std::make_pair(q.batch_dims, scales);
+      };
+      const auto before = marks_and_scales(p);
+      spoil(p);
+      if (marks_and_scales(p) != before) ++spoilt;
+      return p;
+    };
+    BatchScaledProgram sizes(cfg, 0, builder);
+    int calls = 0;
+    for (std::int64_t batch : {3, 1, 7, 3}) {
+      const Program& got = sizes.at(batch);
+      ++calls;
+      EXPECT_EQ(sizes.builds(), calls);
+      RunConfig at = cfg;
+      at.batch = batch;
+      expect_same(got, sizes.liveness(), builder(at, 0));
+    }
+    EXPECT_EQ(spoilt, 2 * calls);  // each spoiler changed every program it was given
+  }
 }
 
 }  // namespace

@@ -21,8 +21,11 @@ std::optional<Bytes> on_line(Bytes a, Bytes b, std::int64_t batch) {
 
 }  // namespace
 
-BatchScaledProgram::BatchScaledProgram(const RunConfig& cfg, Bytes gemm_workspace)
-    : cfg_(cfg), gemm_workspace_(gemm_workspace), key_(structure_key(cfg, 2)) {}
+BatchScaledProgram::BatchScaledProgram(const RunConfig& cfg, Bytes gemm_workspace, Builder builder)
+    : cfg_(cfg),
+      gemm_workspace_(gemm_workspace),
+      builder_(std::move(builder)),
+      key_(structure_key(cfg, 2)) {}
 
 bool BatchScaledProgram::scales_follow_the_loss(const Program& p) const {
   const float scale = step_loss_scale(p.config);
@@ -68,7 +71,7 @@ void BatchScaledProgram::lines_from_batch_dims(std::int64_t batch) {
 void BatchScaledProgram::build(std::int64_t batch) {
   RunConfig at = cfg_;
   at.batch = batch;
-  Program built = build_program(at, gemm_workspace_);
+  Program built = builder_(at, gemm_workspace_);
   ++builds_;
   program_ = std::move(built);
   if (builds_ > 1) {
@@ -88,7 +91,7 @@ const Program& BatchScaledProgram::at(std::int64_t batch) {
   if (last_apart_) {
     RunConfig at = cfg_;
     at.batch = batch;
-    apart_ = build_program(at, gemm_workspace_);
+    apart_ = builder_(at, gemm_workspace_);
     apart_liveness_ = compute_liveness(apart_);
     ++builds_;
     return apart_;
