@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -115,6 +116,50 @@ TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
   const auto doc = nlohmann::json::parse(slurp(dir / "est.json"));
   EXPECT_EQ(doc.at("rows").size(), 5u);
   EXPECT_TRUE(doc.at("provenance").contains("command_line"));
+  fs::remove_all(dir);
+}
+
+// `estimate --sweep batch=...` gives each batch's peak (the batch is the key column, once), and
+// those peaks are the sim's: the rows fit up to the search's max batch and no further, and the
+// peaks at the max batch and the one after it are what the search's trials reserved there.
+TEST(Cli, EstimateAtEachBatchOfASweepGivesTheSimsPeaks) {
+  const fs::path dir = scratch("estimate-at");
+  const std::string config = "--device sim:rtx4090 --preset gpt2 --seq 1024 --out " + dir.string();
+  const CommandResult search = vrambench(config + " --name s --quiet");
+  ASSERT_EQ(search.exit_code, 0) << search.err;
+  const auto s = csv_of(dir / "s.csv");
+  ASSERT_EQ(s.size(), 2u);
+  const std::int64_t most = std::stoll(s[1][column(s[0], "sim_max_batch")]);
+  ASSERT_GT(most, 2);
+  const std::vector<std::int64_t> batches{1, most / 2, most, most + 1};
+  std::string sweep = "batch=";
+  for (std::int64_t b : batches) sweep += std::to_string(b) + (b == batches.back() ? "" : ",");
+  const CommandResult run = vrambench("estimate " + config + " --name e --sweep " + sweep);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(table_rows(run.out).size(), batches.size()) << run.out;
+  const auto e = csv_of(dir / "e.csv");
+  ASSERT_EQ(e.size(), batches.size() + 1);
+  EXPECT_EQ(std::count(e[0].begin(), e[0].end(), "batch"), 1);
+  const std::size_t batch = column(e[0], "batch"), peak = column(e[0], "est_peak_bytes"),
+                    fits = column(e[0], "fits");
+  auto near = [](const std::string& a, const std::string& b) {
+    const double x = std::stod(a), y = std::stod(b);
+    return std::abs(x - y) <= 1e-6 * y;
+  };
+  for (std::size_t r = 1; r < e.size(); ++r) {
+    const std::int64_t b = std::stoll(e[r][batch]);
+    EXPECT_EQ(b, batches[r - 1]);
+    EXPECT_EQ(e[r][fits], b <= most ? "1" : "0") << "batch " << b;
+    if (r > 1) {
+      EXPECT_GT(std::stoll(e[r][peak]), std::stoll(e[r - 1][peak]));
+    }
+    if (b == most) {
+      EXPECT_TRUE(near(e[r][peak], s[1][column(s[0], "sim_peak_bytes")])) << e[r][peak];
+    }
+    if (b == most + 1) {
+      EXPECT_TRUE(near(e[r][peak], s[1][column(s[0], "sim_next_peak_bytes")])) << e[r][peak];
+    }
+  }
   fs::remove_all(dir);
 }
 

@@ -174,7 +174,10 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   const Grid grid = make_grid(options);
   const std::vector<Device> devices = make_devices(grid, {});
   const std::string device_name = run_device(devices, options).label;
-  const bool at_batch = options.fields.count("batch") > 0;
+  // A batch given or swept: each row is the peak at its batch.
+  const bool at_batch = options.fields.count("batch") > 0 ||
+                        std::any_of(grid.axes.begin(), grid.axes.end(),
+                                    [](const Axis& a) { return a.field == "batch"; });
 
   Table table = estimate_table(grid.varying, at_batch);
   const Provenance provenance = provenance_of(grid, argc, argv, device_name);
@@ -185,9 +188,14 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
     const DeviceInfo& device = devices[i].info;
-    const Breakdown breakdown =
-        analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace, device.total});
-    std::vector<Cell> row = estimate_row(cfg, breakdown, grid.varying, device, at_batch);
+    const DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace, device.total};
+    const Breakdown breakdown = analyze(cfg, overhead);
+    // At a batch, the allocator's share is taken there, so that the row's peak is that batch's
+    // replay and not a point of the line fitted where the largest batch is decided.
+    DeviceOverhead at_overhead = overhead;
+    at_overhead.share_at_batch = true;
+    std::vector<Cell> row = estimate_row(cfg, at_batch ? analyze(cfg, at_overhead) : breakdown,
+                                         grid.varying, device, at_batch);
     writer.append(row);
     table.add_row(std::move(row));
     const std::int64_t max_batch = breakdown.max_batch(device.total);

@@ -1253,10 +1253,11 @@ constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
 
 // The caching allocator's share from a replay of the walk's tensor events: what it reserves beyond
 // the tensors' peak, as a line through the two batches where it decides the answer, the largest
-// batch whose replay fits `overhead.capacity` and the one after it (without a capacity, the
-// configuration's batch and the one after it). There the estimate's peak is the replay's; the
-// tensors' own peak bounds the search from above, since the allocator never reserves less.
-// `batch_one`: the events at batch 1 where the step's structure differs there, else empty.
+// batch whose replay fits `overhead.capacity` and the one after it (without a capacity, or with
+// `overhead.share_at_batch`, the configuration's batch and the one after it). There the estimate's
+// peak is the replay's; the tensors' own peak bounds the search from above, since the allocator
+// never reserves less. `batch_one`: the events at batch 1 where the step's structure differs there,
+// else empty.
 void fit_allocator_share(Breakdown& out, const TensorEvents& events, const TensorEvents& batch_one,
                          const RunConfig& cfg, const DeviceOverhead& overhead) {
   std::vector<std::pair<std::int64_t, Bytes>> seen;  // batch, replayed device peak
@@ -1274,7 +1275,7 @@ void fit_allocator_share(Breakdown& out, const TensorEvents& events, const Tenso
     return peak;
   };
   std::int64_t at = std::max<std::int64_t>(cfg.batch, 1);
-  if (overhead.capacity > 0) {
+  if (overhead.capacity > 0 && !overhead.share_at_batch) {
     // The largest batch whose replay fits, in a bracket: batch 0 fits, and past the tensors' own
     // largest batch nothing does. Each probe is a guess, the tensors' line plus the share per
     // sample the last replay showed (a failure's is too large, a fit's too small near a cliff,

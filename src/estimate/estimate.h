@@ -18,8 +18,14 @@ struct DeviceOverhead {
   Bytes gemm_workspace = 0;  // GEMM workspace (a tensor of the program: cuBLASLt's scratch and
                              // the partial sums of the norm and embedding backward)
   // The device's capacity: where the caching allocator's share is taken (at the largest batch
-  // that fits, and the one after it). 0: at the configuration's batch.
+  // that fits, and the one after it). 0: at the configuration's batch, replayed without a limit.
   Bytes capacity = 0;
+  // With a capacity: the share is taken at the configuration's batch and the one after it, each
+  // replayed on the capacity (its cache freed and retried there, as a trial's is), so that
+  // peak(cfg.batch) is what a trial at that batch reserves. For the peak of a given batch
+  // (`estimate --batch B`, the longest sequence at a batch); max_batch() is then read off that
+  // batch's line.
+  bool share_at_batch = false;
 };
 
 // What the estimate files bytes under: the one vocabulary of memory components, for the estimate,

@@ -55,11 +55,21 @@ std::string estimate_summary_line(std::int64_t configurations, const std::string
       smallest == largest ? std::to_string(largest) : fmt::format("{}..{}", smallest, largest));
 }
 
+namespace {
+
+// Whether the key columns hold the batch already (a sweep over it).
+bool has_batch_key(const std::vector<std::string>& varying) {
+  const std::vector<std::string> keys = key_columns(varying);
+  return std::find(keys.begin(), keys.end(), "batch") != keys.end();
+}
+
+}  // namespace
+
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
   Table t;
   for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
   if (at_batch) {
-    t.columns.push_back({"batch", "batch", CellKind::integer});
+    if (!has_batch_key(varying)) t.columns.push_back({"batch", "batch", CellKind::integer});
     t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
     t.columns.push_back({"fits", "fits", CellKind::flag});
   } else {
@@ -79,7 +89,7 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
   std::vector<Cell> row = key_cells(cfg, varying);
   if (at_batch) {
     const Bytes peak = breakdown.peak(cfg.batch);
-    row.push_back(Cell::of_int(cfg.batch));
+    if (!has_batch_key(varying)) row.push_back(Cell::of_int(cfg.batch));
     row.push_back(Cell::of_bytes(peak));
     row.push_back(Cell::of_flag(peak <= device.total));
   } else {

@@ -216,7 +216,10 @@ std::optional<RunConfig> at_seq(const RunConfig& cfg, std::int64_t seq) {
 
 std::int64_t estimate_max_seq(const RunConfig& cfg, const DeviceInfo& device,
                               const SeqLimits& limits) {
-  const DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace};
+  // The share at cfg.batch, replayed on the device's capacity: each length is held to what a
+  // trial at that batch reserves there.
+  DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace, device.total};
+  overhead.share_at_batch = true;
   auto fits = [&](std::int64_t steps) {
     const std::optional<RunConfig> at = at_seq(cfg, steps * limits.granule);
     if (!at) return false;
