@@ -37,7 +37,7 @@ constexpr const char* kExamples = R"(Examples:
   vrambench --device sim:rtx4090 --preset llama3.2-1b --finetune lora --over seq
       the longest sequence (a multiple of 64) at batch 1, by the same bracketing and bisection
   vrambench estimate --preset gpt2 --batch 16 --seq 1024 --vram 24GiB
-      the estimated peak of one batch, and whether it fits
+      the estimated peak of one batch, and whether it fits (--sweep batch=1,8,16: each)
   vrambench program --preset tiny --batch 2 --seq 64
       every op of the training step with the live memory after it
   vrambench plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32
