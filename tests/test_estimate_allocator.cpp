@@ -13,6 +13,7 @@
 #include "core/presets.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
+#include "estimate_grid.h"
 #include "search/measure.h"
 #include "search/trial.h"
 
@@ -73,12 +74,8 @@ std::vector<RunConfig> at_batch_configurations() {
   std::vector<RunConfig> out;
   auto add = [&](const char* preset, std::int64_t seq, Precision dtype, Attention attention,
                  Recompute recompute, Framework framework) {
-    RunConfig cfg;
-    cfg.model = find_preset(preset).model;
-    cfg.seq = seq;
-    cfg.dtype = dtype;
-    cfg.attention = attention;
-    cfg.recompute = recompute;
+    RunConfig cfg = testing_grid::grid_config(preset, seq, dtype, attention, recompute,
+                                              Optimizer::adamw, AllocatorKind::caching);
     cfg.framework = framework;
     cfg.device = parse_device("sim:rtx4090");
     out.push_back(cfg);
