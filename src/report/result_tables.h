@@ -14,7 +14,9 @@
 
 namespace vrambench {
 
-// `at_batch`: rows give the peak at cfg.batch (and whether it fits) instead of the max batch.
+// `at_batch`: rows give the peak at cfg.batch (and whether it fits) instead of the max batch,
+// from a breakdown analysed with DeviceOverhead::share_at_batch; the batch is a column of its own
+// unless the sweep varies it (a key column then).
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
                                const std::vector<std::string>& varying, const DeviceInfo& device,
