@@ -156,18 +156,30 @@ class HfWalk {
     if (it == live_.end())
       throw InternalError("hf estimate: a tensor dropped twice, or never added");
     free_now(it->slot);
-    total(*it) -= it->bytes;
+    uncount(*it);
     live_.erase(it);
   }
-  // The ledger's bytes by component, kept as entries come and go, so that a point need not sum
-  // every live entry.
+  // The ledger's bytes by component, and their sums on the device (fixed, paged state left out)
+  // and per sample, kept as entries come and go, so that a point need not sum every live entry.
   static constexpr std::size_t kComponents =
       static_cast<std::size_t>(MemoryComponent::allocator_fragmentation) + 1;
   Bytes& total(const Entry& x) {
     return (x.fixed ? live_fixed_ : live_per_sample_)[static_cast<std::size_t>(x.component)];
   }
-  void enter(Entry x) {
+  Bytes* sum_of(const Entry& x) {
+    if (!x.fixed) return &live_per_sample_sum_;
+    return x.component == kPaged ? nullptr : &live_fixed_sum_;
+  }
+  void count(const Entry& x) {
     total(x) = checked_add(total(x), x.bytes, "ledger bytes");
+    if (Bytes* sum = sum_of(x)) *sum = checked_add(*sum, x.bytes, "breakdown total");
+  }
+  void uncount(const Entry& x) {
+    total(x) -= x.bytes;
+    if (Bytes* sum = sum_of(x)) *sum -= x.bytes;
+  }
+  void enter(Entry x) {
+    count(x);
     live_.push_back(std::move(x));
   }
   // Tensors that only the next op lists (held temporaries, scratch).
@@ -290,12 +302,9 @@ class HfWalk {
     seen.grads = grads_;
     Bytes fixed = checked_add(checked_add(weights_, state_, "breakdown total"),
                               checked_add(grads_, context_, "breakdown total"), "breakdown total");
-    Bytes per_sample = rows(2, 4);  // tokens and targets, i32
-    for (std::size_t c = 0; c < kComponents; ++c) {
-      if (static_cast<MemoryComponent>(c) != kPaged)
-        fixed = checked_add(fixed, live_fixed_[c], "breakdown total");
-      per_sample = checked_add(per_sample, live_per_sample_[c], "breakdown total");
-    }
+    fixed = checked_add(fixed, live_fixed_sum_, "breakdown total");
+    // Tokens and targets (i32) and the ledger.
+    Bytes per_sample = checked_add(rows(2, 4), live_per_sample_sum_, "breakdown total");
     if (once_.size() > seen.once.size())
       throw InternalError("hf estimate: more than 8 temporaries in one op");
     seen.once_count = once_.size();
@@ -766,9 +775,9 @@ class HfWalk {
   void retag(Name name, MemoryComponent c) {
     for (Entry& e : live_)
       if (e.name == name) {
-        total(e) -= e.bytes;
+        uncount(e);
         e.component = c;
-        total(e) += e.bytes;
+        count(e);
       }
   }
 
@@ -1125,6 +1134,7 @@ class HfWalk {
   Bytes weights_ = 0, state_ = 0, grads_ = 0, params_ = 0;
   std::vector<Entry> live_, once_;
   std::array<Bytes, kComponents> live_fixed_{}, live_per_sample_{};
+  Bytes live_fixed_sum_ = 0, live_per_sample_sum_ = 0;
   TensorEvents* events_ = nullptr;
   std::vector<Pending> pending_;
   std::int32_t next_slot_ = 0;
