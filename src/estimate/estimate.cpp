@@ -1312,10 +1312,13 @@ void fit_allocator_share(Breakdown& out, const TensorEvents& events, const Tenso
   } else if (fixed < 0) {
     // A cliff: the next batch needs much more than the line from no share at all would give (at
     // the largest batch that fits, the allocator freed its cache and retried; at the next one
-    // that no longer helps). The share is the line through the origin and `at`, and a moment of
-    // its own, the line through both replays, holds the next batch to what it needs.
-    per_sample = (share_at + at - 1) / at;
-    fixed = 0;
+    // that no longer helps). The share is the line from the origin to `at`, its slope rounded
+    // down and the remainder fixed, so that the peak at `at` is the replay's to the byte (rounded
+    // up, a replay that filled the capacity exactly was estimated a few bytes over it, one batch
+    // short); a moment of its own, the line through both replays, holds the next batch to what it
+    // needs.
+    per_sample = share_at / at;
+    fixed = share_at - at * per_sample;
     add_allocator_share(out, fixed, per_sample);
     const Bytes steep = replayed(at + 1) - replayed(at);
     out.other_moments.push_back(
