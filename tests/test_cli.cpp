@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -121,7 +120,8 @@ TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
 
 // `estimate --sweep batch=...` gives each batch's peak (the batch is the key column, once), and
 // those peaks are the sim's: the rows fit up to the search's max batch and no further, and the
-// peaks at the max batch and the one after it are what the search's trials reserved there.
+// peaks at the max batch and the one after it are, to the byte, what the search's trials reserved
+// there.
 TEST(Cli, EstimateAtEachBatchOfASweepGivesTheSimsPeaks) {
   const fs::path dir = scratch("estimate-at");
   const std::string config = "--device sim:rtx4090 --preset gpt2 --seq 1024 --out " + dir.string();
@@ -142,10 +142,6 @@ TEST(Cli, EstimateAtEachBatchOfASweepGivesTheSimsPeaks) {
   EXPECT_EQ(std::count(e[0].begin(), e[0].end(), "batch"), 1);
   const std::size_t batch = column(e[0], "batch"), peak = column(e[0], "est_peak_bytes"),
                     fits = column(e[0], "fits");
-  auto near = [](const std::string& a, const std::string& b) {
-    const double x = std::stod(a), y = std::stod(b);
-    return std::abs(x - y) <= 1e-6 * y;
-  };
   for (std::size_t r = 1; r < e.size(); ++r) {
     const std::int64_t b = std::stoll(e[r][batch]);
     EXPECT_EQ(b, batches[r - 1]);
@@ -154,10 +150,10 @@ TEST(Cli, EstimateAtEachBatchOfASweepGivesTheSimsPeaks) {
       EXPECT_GT(std::stoll(e[r][peak]), std::stoll(e[r - 1][peak]));
     }
     if (b == most) {
-      EXPECT_TRUE(near(e[r][peak], s[1][column(s[0], "sim_peak_bytes")])) << e[r][peak];
+      EXPECT_EQ(e[r][peak], s[1][column(s[0], "sim_peak_bytes")]);
     }
     if (b == most + 1) {
-      EXPECT_TRUE(near(e[r][peak], s[1][column(s[0], "sim_next_peak_bytes")])) << e[r][peak];
+      EXPECT_EQ(e[r][peak], s[1][column(s[0], "sim_next_peak_bytes")]);
     }
   }
   fs::remove_all(dir);
