@@ -25,7 +25,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SearchResult, max_batch, hit_limit, trials, n
 // Everything but the configuration, which whoever reads it back already has
 // (measurement_from_json).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Measurement, estimate, est_max_batch, search, trials,
-                                   next_needed, failure, reason, attention_impl, fixed_overhead)
+                                   next_needed, failure, reason, attention_impl, fixed_overhead,
+                                   est_peak_at_compared)
 
 // A Measurement of `cfg` from its JSON.
 Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg);

@@ -33,7 +33,7 @@ Bytes Measurement::measured_peak() const {
 }
 
 Bytes Measurement::estimated_peak() const {
-  return estimate.peak(compared_batch());
+  return est_peak_at_compared ? *est_peak_at_compared : estimate.peak(compared_batch());
 }
 
 double Measurement::relative_error() const {
@@ -186,6 +186,15 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
         m.reason = fmt::format("batch 1 needs {}, capacity {}",
                                format_bytes(m.next_needed->device_peak), format_bytes(info.total));
     }
+  }
+  // Elsewhere than where the estimate took its share, its line is no answer for the batch compared.
+  const std::int64_t compared = m.compared_batch();
+  if (compared != m.est_max_batch && compared != m.est_max_batch + 1) {
+    RunConfig at = cfg;
+    at.batch = compared;
+    DeviceOverhead overhead{info.fixed_overhead, info.gemm_workspace, info.total};
+    overhead.share_at_batch = true;
+    m.est_peak_at_compared = analyze(at, overhead).peak(compared);
   }
   if (m.search.non_monotone)
     m.reason = fmt::format("non-monotone: batch {} failed but batch {} fit",

@@ -38,6 +38,11 @@ struct Measurement {
   // The fixed overhead the estimate and the trials used: the device's, or on a device that warms
   // up (DeviceInfo::warm_up), what the driver reported after the warm-up in the measuring process.
   Bytes fixed_overhead = 0;
+  // The estimate's share of the caching allocator is taken at its own max batch and the next, and
+  // its peak is exact there. Where the comparison is at another batch (the search hit its limit,
+  // or found another max batch), the estimate's peak at that batch with the share taken there
+  // (DeviceOverhead::share_at_batch), as `estimate --batch` gives it; else empty.
+  std::optional<Bytes> est_peak_at_compared;
 
   const TrialResult* at_max() const;   // nullptr when max batch is 0
   const TrialResult* at_next() const;  // the first failure (max + 1) as it ran, up to its OOM
