@@ -88,6 +88,19 @@ TEST(ResultTables, SearchRowComparesAtTheMaxBatch) {
   EXPECT_EQ(row[column_index(t, "trials")].integer, 3);
 }
 
+// Compared away from the estimate's own max batch, the row and the details give the estimate's
+// peak taken at the batch compared.
+TEST(ResultTables, SearchRowAndDetailsUseTheEstimatesPeakTakenAtTheBatchCompared) {
+  Measurement m = hand_measurement();
+  EXPECT_FALSE(search_details(m, h100()).contains("est_peak_at_compared_bytes"));
+  m.est_peak_at_compared = 1660;
+  const Table t = search_table({"seq"}, "sim");
+  const std::vector<Cell> row = search_row(m, {"seq"});
+  EXPECT_EQ(row[column_index(t, "est_peak_bytes")].integer, 1660);  // not 1000 + 7 * 100
+  EXPECT_DOUBLE_EQ(row[column_index(t, "rel_error")].real, 10.0 / 1650.0);
+  EXPECT_EQ(search_details(m, h100()).at("est_peak_at_compared_bytes").get<Bytes>(), 1660);
+}
+
 TEST(ResultTables, SearchRowOfAFailedMeasurementSaysHowItFailed) {
   Measurement m = hand_measurement();
   m.search = {};

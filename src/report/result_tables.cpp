@@ -248,6 +248,7 @@ nlohmann::json search_details(const Measurement& m, const DeviceInfo& device) {
   if (m.next_needed) j["max_plus_1_needed"] = *m.next_needed;
   j["trials"] = m.search.trials;
   j["estimate"] = m.estimate;
+  if (m.est_peak_at_compared) j["est_peak_at_compared_bytes"] = *m.est_peak_at_compared;
   if (m.failure != Failure::none) j["failure"] = m.failure;
   return j;
 }
