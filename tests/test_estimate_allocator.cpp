@@ -70,16 +70,23 @@ TEST(EstimateAgainstSim, DirectAllocatorStaysWithinHalfAPercent) {
   EXPECT_LT(g.most_over, 0.005);
 }
 
+// A configuration of the estimate grid (AdamW, the caching allocator) on sim:rtx4090.
+RunConfig on_rtx4090(const char* preset, std::int64_t seq, Precision dtype, Attention attention,
+                     Recompute recompute) {
+  RunConfig cfg = testing_grid::grid_config(preset, seq, dtype, attention, recompute,
+                                            Optimizer::adamw, AllocatorKind::caching);
+  cfg.device = parse_device("sim:rtx4090");
+  return cfg;
+}
+
 // Configurations of every kind of step on sim:rtx4090: lean, hf (gpt2's eager attention has
 // another step at batch 1), and a QLoRA recipe.
 std::vector<RunConfig> at_batch_configurations() {
   std::vector<RunConfig> out;
   auto add = [&](const char* preset, std::int64_t seq, Precision dtype, Attention attention,
                  Recompute recompute, Framework framework) {
-    RunConfig cfg = testing_grid::grid_config(preset, seq, dtype, attention, recompute,
-                                              Optimizer::adamw, AllocatorKind::caching);
+    RunConfig cfg = on_rtx4090(preset, seq, dtype, attention, recompute);
     cfg.framework = framework;
-    cfg.device = parse_device("sim:rtx4090");
     out.push_back(cfg);
   };
   add("gpt2", 1024, Precision::bf16, Attention::eager, Recompute::selective, Framework::lean);
@@ -155,9 +162,7 @@ TEST(EstimateAtABatch, LongestSequenceIsTheSimSearchs) {
 TEST(EstimateAgainstSim, AReplayThatFillsTheCapacityExactlyIsEstimatedToTheByte) {
   auto config = [](const char* preset, Precision dtype, Recompute recompute, Finetune finetune,
                    std::int64_t seq) {
-    RunConfig cfg = testing_grid::grid_config(preset, seq, dtype, Attention::flash, recompute,
-                                              Optimizer::adamw, AllocatorKind::caching);
-    cfg.device = parse_device("sim:rtx4090");
+    RunConfig cfg = on_rtx4090(preset, seq, dtype, Attention::flash, recompute);
     cfg.finetune = finetune;
     if (finetune == Finetune::qlora) cfg.optimizer = Optimizer::paged_adamw_8bit;
     return cfg;

@@ -188,14 +188,12 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
     const DeviceInfo& device = devices[i].info;
-    const DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace, device.total};
-    const Breakdown breakdown = analyze(cfg, overhead);
+    const Breakdown breakdown = analyze(cfg, estimate_overhead(device));
     // At a batch, the allocator's share is taken there, so that the row's peak is that batch's
     // replay and not a point of the line fitted where the largest batch is decided.
-    DeviceOverhead at_overhead = overhead;
-    at_overhead.share_at_batch = true;
-    std::vector<Cell> row = estimate_row(cfg, at_batch ? analyze(cfg, at_overhead) : breakdown,
-                                         grid.varying, device, at_batch);
+    std::vector<Cell> row =
+        estimate_row(cfg, at_batch ? analyze(cfg, estimate_overhead(device, true)) : breakdown,
+                     grid.varying, device, at_batch);
     writer.append(row);
     table.add_row(std::move(row));
     const std::int64_t max_batch = breakdown.max_batch(device.total);

@@ -76,12 +76,18 @@ std::string Measurement::note() const {
   return reason;
 }
 
+DeviceOverhead estimate_overhead(const DeviceInfo& device, bool share_at_batch) {
+  DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace, device.total};
+  overhead.share_at_batch = share_at_batch;
+  return overhead;
+}
+
 Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
                                std::string detail) {
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = device.fixed_overhead;
-  m.estimate = analyze(cfg, DeviceOverhead{device.fixed_overhead, device.gemm_workspace, device.total});
+  m.estimate = analyze(cfg, estimate_overhead(device));
   m.est_max_batch = m.estimate.max_batch(device.total);
   m.failure = failure;
   m.reason = std::move(detail);
@@ -89,6 +95,12 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, F
 }
 
 namespace {
+
+// The estimate's peak at cfg.batch, the allocator's share taken there (as a trial at that batch
+// reserves it).
+Bytes estimated_peak_at_batch(const RunConfig& cfg, const DeviceInfo& device) {
+  return analyze(cfg, estimate_overhead(device, true)).peak(cfg.batch);
+}
 
 // The estimate as the search's starting point: its max batch, and the fixed bytes of its line
 // through that batch (the peak is a maximum of lines; the one at the hint is what counts there).
@@ -125,7 +137,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = info.fixed_overhead;
-  m.estimate = analyze(cfg, DeviceOverhead{info.fixed_overhead, info.gemm_workspace, info.total});
+  m.estimate = analyze(cfg, estimate_overhead(info));
   m.est_max_batch = m.estimate.max_batch(info.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
 
@@ -192,9 +204,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   if (compared != m.est_max_batch && compared != m.est_max_batch + 1) {
     RunConfig at = cfg;
     at.batch = compared;
-    DeviceOverhead overhead{info.fixed_overhead, info.gemm_workspace, info.total};
-    overhead.share_at_batch = true;
-    m.est_peak_at_compared = analyze(at, overhead).peak(compared);
+    m.est_peak_at_compared = estimated_peak_at_batch(at, info);
   }
   if (m.search.non_monotone)
     m.reason = fmt::format("non-monotone: batch {} failed but batch {} fit",
@@ -225,15 +235,12 @@ std::optional<RunConfig> at_seq(const RunConfig& cfg, std::int64_t seq) {
 
 std::int64_t estimate_max_seq(const RunConfig& cfg, const DeviceInfo& device,
                               const SeqLimits& limits) {
-  // The share at cfg.batch, replayed on the device's capacity: each length is held to what a
-  // trial at that batch reserves there.
-  DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace, device.total};
-  overhead.share_at_batch = true;
+  // Each length is held to what a trial at cfg.batch reserves there.
   auto fits = [&](std::int64_t steps) {
     const std::optional<RunConfig> at = at_seq(cfg, steps * limits.granule);
     if (!at) return false;
     try {
-      return analyze(*at, overhead).peak(at->batch) <= device.total;
+      return estimated_peak_at_batch(*at, device) <= device.total;
     } catch (const UsageError&) {
       return false;  // a peak past 64 bits
     }

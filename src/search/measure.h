@@ -61,6 +61,10 @@ struct Measurement {
 TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t batch,
                       Bytes capacity, Executor* executor);
 
+// What the estimate takes of `device`: its context, GEMM workspace and capacity; with
+// `share_at_batch`, the caching allocator's share taken at cfg.batch (DeviceOverhead).
+DeviceOverhead estimate_overhead(const DeviceInfo& device, bool share_at_batch = false);
+
 // A configuration that could not be measured: the estimate and how it failed, no trials.
 Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
                                std::string detail);
