@@ -1,12 +1,11 @@
-// A grid of configurations whose closed-form estimate is held against the step replayed on a sim
-// device: within 1 % and never more than 0.5 % under at the sim's max batch. The estimate tests
-// of each recipe family (fine-tuning, hf) build their grid and call expect_estimate_within.
+// A grid of configurations whose estimate is held against the step replayed on a sim device: the
+// same max batch and the same peak, to the byte. The estimate tests of each recipe family (lean,
+// fine-tuning, hf) build their grid and call expect_estimate_exact.
 #pragma once
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,25 +36,25 @@ inline RunConfig grid_config(std::string_view preset, std::int64_t seq, Precisio
   return cfg;
 }
 
-// Measures every case; `full` (the whole grid, from an environment variable) also prints each
-// error, for the distribution in docs/memory-model.md.
-inline void expect_estimate_within(const std::vector<Case>& cases, bool full) {
+// Measures every case: the estimate's max batch is the sim's and its peak at the batch compared
+// is the sim's, to the byte (the estimate replays the same program through the same allocator);
+// `full` (the whole grid, from an environment variable) also prints each case.
+inline void expect_estimate_exact(const std::vector<Case>& cases, bool full) {
   ASSERT_FALSE(cases.empty());
-  double lo = 0.0, hi = 0.0;
-  int within = 0;
+  int exact = 0;
   for (const Case& c : cases) {
     validate(c.cfg);
     const Measurement m = measure(c.cfg, make_device(c.cfg), {});
-    const double err = m.relative_error();
-    lo = std::min(lo, err);
-    hi = std::max(hi, err);
-    if (full) fmt::print("ERR {:+.5f} {} B={}\n", err, c.label, m.compared_batch());
-    EXPECT_GT(err, -0.005) << c.label;
-    EXPECT_LT(err, 0.01) << c.label;
-    if (err > -0.005 && err < 0.01) ++within;
+    if (full)
+      fmt::print("B={} est={} sim={} {}\n", m.compared_batch(), m.estimated_peak(),
+                 m.measured_peak(), c.label);
+    EXPECT_EQ(m.estimated_peak(), m.measured_peak()) << c.label;
+    if (!m.search.hit_limit) {
+      EXPECT_EQ(m.est_max_batch, m.search.max_batch) << c.label;
+    }
+    if (m.estimated_peak() == m.measured_peak()) ++exact;
   }
-  fmt::print("{} of {} within bounds, error from {:+.4f} to {:+.4f}\n", within, cases.size(), lo,
-             hi);
+  fmt::print("{} of {} to the byte\n", exact, cases.size());
 }
 
 }  // namespace vrambench::testing_grid

@@ -19,7 +19,7 @@
 #include "device/sources.h"
 #include "program/signature.h"
 #include "search/measure.h"
-#include "search/scaled_program.h"
+#include "program/scaled_program.h"
 #include "search/trial.h"
 
 namespace vrambench {

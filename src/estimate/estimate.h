@@ -1,6 +1,7 @@
-// The closed-form memory model: at each moment of the step the live bytes are fixed + B *
-// per_sample, each a sum of named components; the peak is the largest over the moments that can be
-// the peak. It never reads a Program; docs/memory-model.md derives every term.
+// vrambench's memory model, read off the step program: every tensor's bytes are a line in the
+// batch, so at each op the live bytes are fixed + B * per_sample, each a sum of the tensors'
+// components; the peak is the largest over the ops that can be the peak, plus the allocator's
+// share, replayed. docs/memory-model.md derives every term.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,8 @@
 
 #include "core/config.h"
 #include "core/units.h"
+#include "program/memory_component.h"
+#include "program/scaled_program.h"
 
 namespace vrambench {
 
@@ -26,39 +29,9 @@ struct DeviceOverhead {
   // (`estimate --batch B`, the longest sequence at a batch); max_batch() is then read off that
   // batch's line.
   bool share_at_batch = false;
-};
-
-// What the estimate files bytes under: the one vocabulary of memory components, for the estimate,
-// the tables and the JSON (whose keys are these names; estimate/json.h).
-enum class MemoryComponent : std::uint8_t {
-  // Fixed.
-  weights,
-  master_weights,   // fp32 copies of 16-bit weights
-  gradients,        // parameter gradients written so far
-  optimizer_state,  // Adam m and v, SGD momentum
-  cuda_context,     // the device's own: context, module images, library handles
-  gemm_workspace,   // plus the fused attention backward's fixed scratch
-  // Fine-tuning (docs/memory-model.md, "Fine-tuning").
-  quantized_weights,      // the frozen block linears as bitsandbytes stores them, constants included
-  frozen_weights,         // the frozen base in the compute dtype: embeddings, norms, lm head, biases
-  adapters,               // LoRA's A and B
-  adapter_grads,          // their gradients written so far
-  paged_optimizer_state,  // m and v in managed memory: reported, outside the device's capacity
-  dequant_transient,      // a quantised linear dequantised for one GEMM (+ its rebuilt absmax)
-  // Frameworks (docs/memory-model.md, "Frameworks").
-  optimizer_temporaries,  // hf: what the optimizer step makes (AdamW foreach's sqrt(exp_avg_sq))
-  // Per sample.
-  saved_activations,
-  norm_statistics,
-  recomputed_activations,
-  backward_transient,
-  tokens_and_targets,
-  scope_inputs,  // the activation entering a layer, mlp or attention scope and its gradient
-  final_block_output,
-  final_norm,
-  logits_and_loss,
-  embedding_dropout_mask,
-  allocator_fragmentation,  // caching allocator: what it reserves beyond the tensors (a replay)
+  // false: the tensors alone, no allocator's share (allocated bytes, as
+  // torch.cuda.max_memory_allocated counts them, plus the context).
+  bool allocator_share = true;
 };
 
 struct Component {
@@ -96,15 +69,19 @@ struct Breakdown {
   // moments this is fixed + batch * per_sample.
   Bytes peak(std::int64_t batch) const;
   // The largest batch whose peak fits: min over the moments of floor((capacity - fixed) /
-  // per_sample), 0 when a fixed part alone does not fit.
-  std::int64_t max_batch(Bytes capacity) const;
-  // A component's bytes (fixed or per-sample), 0 when absent.
-  Bytes component(MemoryComponent kind) const;
+  // (per_sample + extra_per_sample)), 0 when a fixed part alone does not fit.
+  std::int64_t max_batch(Bytes capacity, Bytes extra_per_sample = 0) const;
+  // A component's bytes at `batch` (fixed + batch * per_sample), 0 when absent.
+  Bytes component(MemoryComponent kind, std::int64_t batch = 1) const;
   bool operator==(const Breakdown&) const = default;
 };
 
-// `cfg` has passed validate() (heads dividing hidden, sizes within 64 bits); the bytes of larger
-// batches are checked as they are formed.
+// The breakdown of the step program of `step`'s configuration, whose sizes it reads at batch 2 (the
+// structure of every batch from 2; a batch of another structure, hf gpt2's eager attention at 1,
+// is replayed on its own for the allocator's share). `overhead.gemm_workspace` is the one `step`
+// was made with. Throws what build_program throws at the batches it asks for.
+Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead);
+// The same for `cfg` (validated), its program built here.
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead);
 
 }  // namespace vrambench

@@ -29,8 +29,6 @@ NLOHMANN_JSON_SERIALIZE_ENUM(
                          {MemoryComponent::backward_transient, "backward_transient"},
                          {MemoryComponent::tokens_and_targets, "tokens_and_targets"},
                          {MemoryComponent::scope_inputs, "scope_inputs"},
-                         {MemoryComponent::final_block_output, "final_block_output"},
-                         {MemoryComponent::final_norm, "final_norm"},
                          {MemoryComponent::logits_and_loss, "logits_and_loss"},
                          {MemoryComponent::embedding_dropout_mask, "embedding_dropout_mask"},
                          {MemoryComponent::allocator_fragmentation, "allocator_fragmentation"},

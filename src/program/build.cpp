@@ -33,6 +33,7 @@ using build_common::block_prefix;
 using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
+using build_common::stats_component;
 
 // A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
 struct Param {
@@ -57,16 +58,16 @@ struct QuantModule {
 
 // One LoRA adapter on columns [col_offset, +out) of a linear's output.
 struct Adapter {
-  Name name;         // "layer0.attn.q"
-  Param a, b;        // A [r, In], B [out, r]
+  Name name;   // "layer0.attn.q"
+  Param a, b;  // A [r, In], B [out, r]
   std::int64_t col_offset = 0, out = 0;
   int index = 0;  // in its layer: the dropout seed
 };
 
 // A block linear: its weight (or the quantised modules standing for it), bias and adapters.
 struct Linear {
-  Name name;         // "layer0.attn.qkv"
-  Param w, b;        // w.w is -1 when the weight is stored quantised
+  Name name;   // "layer0.attn.qkv"
+  Param w, b;  // w.w is -1 when the weight is stored quantised
   std::vector<QuantModule> quant;
   std::vector<Adapter> lora;
   std::int64_t out = 0, in = 0;
@@ -193,7 +194,11 @@ class Builder : private build_common::StepShape,
     Param param;
     param.layer = layer;
     const Dims dims = fixed(shape);
-    param.w = tensor(name, dims, act_, Role::weight);
+    // Under fine-tuning the trainable parameters are the adapters, the rest the frozen base.
+    param.w = tensor(name, dims, act_, Role::weight,
+                     !finetune_  ? MemoryComponent::weights
+                     : trainable ? MemoryComponent::adapters
+                                 : MemoryComponent::frozen_weights);
     if (!trainable) return param;
     // The master copy follows its weight: executors initialise persistent tensors in id order and
     // the master starts as the fp32 copy of the weight.
@@ -220,7 +225,8 @@ class Builder : private build_common::StepShape,
     } else if (cfg_.optimizer == Optimizer::sgd) {
       param.momentum = tensor(name + ".momentum", dims, DType::f32, Role::optimizer_state);
     }
-    param.grad = tensor(name + ".grad", dims, act_, Role::grad);
+    param.grad = tensor(name + ".grad", dims, act_, Role::grad,
+                        finetune_ ? MemoryComponent::adapter_grads : MemoryComponent::gradients);
     params_.push_back(param);
     return param;
   }
@@ -251,8 +257,9 @@ class Builder : private build_common::StepShape,
           const Name part = q.name + ".w." + t.name;
           // Codes and 8-bit absmax are bytes; every other part is fp32.
           const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
-          const int id = tensor(part, {bytes ? t.bytes : t.bytes / 4},
-                                bytes ? DType::u8 : DType::f32, Role::weight);
+          const int id =
+              tensor(part, {bytes ? t.bytes : t.bytes / 4}, bytes ? DType::u8 : DType::f32,
+                     Role::weight, MemoryComponent::quantized_weights);
           if (t.name == "weight") q.codes = id;
           if (t.name == "absmax" || t.name == "row_absmax") q.absmax = id;
           if (t.name == "nested_absmax") q.absmax2 = id;
@@ -325,6 +332,12 @@ class Builder : private build_common::StepShape,
     }
   }
 
+  // The activation entering a layer, mlp or attention scope, or the gradient arriving at its
+  // output: inputs of the step.
+  int scope_input(Name name, const Dims& dims) {
+    return tensor(std::move(name), dims, act_, Role::input, MemoryComponent::scope_inputs);
+  }
+
   // ---- linears of the fine-tuning recipes ---------------------------------------------------
 
   // The weight operand of a linear's GEMM: the weight, or under --quant its dequantised copy in
@@ -333,8 +346,8 @@ class Builder : private build_common::StepShape,
   int weight_operand(const Linear& lin, int layer, bool replay, bool backward) {
     if (lin.quant.empty()) return lin.w.w;
     const Name name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
-    const int w =
-        tensor(replay ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_, Role::transient);
+    const int w = tensor(replay ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_,
+                         Role::transient, MemoryComponent::dequant_transient);
     for (const QuantModule& q : lin.quant) {
       TensorIds in{q.codes, q.absmax};
       if (q.absmax2 >= 0) in.push_back(q.absmax2);
@@ -343,7 +356,7 @@ class Builder : private build_common::StepShape,
       // Dequantising a double-quantised weight first rebuilds its fp32 absmax.
       if (q.absmax2 >= 0)
         out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
-                             DType::f32, Role::workspace));
+                             DType::f32, Role::workspace, MemoryComponent::dequant_transient));
       Op& o = op(OpKind::dequantize, q.name + ".dequantize" + (backward ? ".bwd" : ""),
                  std::move(in), std::move(out), layer, replay);
       o.quant = quant_;
@@ -473,12 +486,15 @@ class Builder : private build_common::StepShape,
                 int layer, Role role, int& out, int& mean, int& rstd) {
     out = tensor(suffixed(pass, name + ".out"), bsh(), act_, role);
     if (gpt_) {
-      mean = tensor(suffixed(pass, name + ".mean"), {M_}, DType::f32, role);
-      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role);
+      mean = tensor(suffixed(pass, name + ".mean"), {M_}, DType::f32, role,
+                    stats_component(pass.replay));
+      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
+                    stats_component(pass.replay));
       op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
     } else {
       mean = -1;
-      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role);
+      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
+                    stats_component(pass.replay));
       op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.replay);
     }
   }
@@ -795,7 +811,8 @@ class Builder : private build_common::StepShape,
     int embed_out = x0, embed_mask = -1;
     if (dropout_) {
       embed_out = tensor("embed.out", bsh(), act_, Role::transient);
-      embed_mask = tensor("embed.mask", bsh(), DType::u8, Role::activation);
+      embed_mask = tensor("embed.mask", bsh(), DType::u8, Role::activation,
+                          MemoryComponent::embedding_dropout_mask);
     }
     TensorIds embed_in{tokens, wte.w};
     push_if(embed_in, wpe);
@@ -816,10 +833,13 @@ class Builder : private build_common::StepShape,
     int final_out = -1, final_mean = -1, final_rstd = -1;
     norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, Role::activation, final_out, final_mean,
              final_rstd);
-    const int logits = tensor("logits", {M_, V_}, act_, Role::activation);
+    const int logits =
+        tensor("logits", {M_, V_}, act_, Role::activation, MemoryComponent::logits_and_loss);
     gemm(OpKind::linear_fwd, "lm_head", {final_out, lm.w}, {logits}, -1);
-    const int loss = tensor("loss", {1}, DType::f32, Role::transient);
-    const int lse = tensor("ce.lse", {M_}, DType::f32, Role::activation);
+    const int loss =
+        tensor("loss", {1}, DType::f32, Role::transient, MemoryComponent::logits_and_loss);
+    const int lse =
+        tensor("ce.lse", {M_}, DType::f32, Role::activation, MemoryComponent::logits_and_loss);
     op(OpKind::cross_entropy_fwd, "ce", {logits, targets}, {loss, lse}, -1);
     p_.loss_tensor = loss;
 
@@ -872,35 +892,39 @@ class Builder : private build_common::StepShape,
                                &p_.ops[static_cast<std::size_t>(i)].outputs})
         for (int id : *list) last_use[static_cast<std::size_t>(id)] = i;
     for (Tensor& t : p_.tensors)
-      if (t.role == Role::activation && last_use[static_cast<std::size_t>(t.id)] < backward_start_)
+      if (t.role == Role::activation &&
+          last_use[static_cast<std::size_t>(t.id)] < backward_start_) {
         t.role = Role::transient;
+        if (t.component == MemoryComponent::saved_activations)
+          t.component = MemoryComponent::backward_transient;
+      }
   }
 
   void build_layer() {
-    const int x_in = tensor("layer0.x_in", bsh(), act_, Role::input);
+    const int x_in = scope_input("layer0.x_in", bsh());
     const BlockWeights w = block_weights(0);
     Block b = block_fwd(0, x_in, w, forward_pass());
-    const int dout = tensor("dout", bsh(), act_, Role::input);
+    const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
     if (cfg_.recompute == Recompute::full) b = block_fwd(0, x_in, w, replay_pass());
     block_bwd(b, w, dout);
   }
 
   void build_attention() {
-    const int qkv = tensor("layer0.attn.qkv", {B_, S_, Q_}, act_, Role::input);
+    const int qkv = scope_input("layer0.attn.qkv", {B_, S_, Q_});
     Core core = attention_fwd("layer0.", 0, qkv, forward_pass());
-    const int dout = tensor("dout", bsh(), act_, Role::input);
+    const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
     if (cfg_.recompute == Recompute::full) core = attention_fwd("layer0.", 0, qkv, replay_pass());
     attention_bwd("layer0.", 0, qkv, core, dout);
   }
 
   void build_mlp() {
-    const int x = tensor("layer0.mlp.x", bsh(), act_, Role::input);
+    const int x = scope_input("layer0.mlp.x", bsh());
     BlockWeights w;
     mlp_weights(0, w);
     Mlp mlp = mlp_fwd("layer0.", 0, x, w, forward_pass());
-    const int dout = tensor("dout", bsh(), act_, Role::input);
+    const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
     if (cfg_.recompute == Recompute::full) mlp = mlp_fwd("layer0.", 0, x, w, replay_pass());
     mlp_bwd("layer0.", 0, x, mlp, w, dout, BlockGrad{});

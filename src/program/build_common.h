@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +22,11 @@ inline constexpr std::string_view kRecomputeSuffix = ".recompute";
 // What the names of block `layer`'s tensors and ops start with: "layer3.".
 inline Name block_prefix(int layer) {
   return Name("layer") + layer + ".";
+}
+
+// What a norm's statistics are filed under: norm_statistics, or recomputed_activations in a replay.
+inline MemoryComponent stats_component(bool replay) {
+  return replay ? MemoryComponent::recomputed_activations : MemoryComponent::norm_statistics;
 }
 
 // Where a dropout sits; with the layer it gives the seed, so a replay regenerates the same mask.
@@ -107,11 +113,17 @@ class ProgramWriter {
     p_.ops.reserve(64 * blocks);
   }
 
-  // A tensor of `dims`, whose dimensions that hold the batch go to the program's batch_dims.
-  int tensor(Name name, const Dims& dims, DType dtype, Role role) {
+  // A tensor of `dims`, whose dimensions that hold the batch go to the program's batch_dims. Its
+  // component is `component`, else a replayed tensor's recomputed_activations and any other's its
+  // role's.
+  int tensor(Name name, const Dims& dims, DType dtype, Role role,
+             std::optional<MemoryComponent> component = std::nullopt) {
     Shape shape;
     for (const Dim& d : dims) shape.push_back(d.size);
-    const int id = p_.add_tensor(std::move(name), std::move(shape), dtype, role);
+    if (!component)
+      component = name.ends_with(kRecomputeSuffix) ? MemoryComponent::recomputed_activations
+                                                   : default_component(role);
+    const int id = p_.add_tensor(std::move(name), std::move(shape), dtype, role, *component);
     for (std::size_t i = 0; i < dims.size(); ++i)
       if (dims[i].per_sample != 0)
         p_.batch_dims.push_back(BatchDim{id, static_cast<int>(i), dims[i].per_sample});

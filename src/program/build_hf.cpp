@@ -30,6 +30,7 @@ using build_common::block_prefix;
 using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
+using build_common::stats_component;
 // A parameter and what torch keeps for it: its gradient (param.grad), AdamW's exp_avg and
 // exp_avg_sq in the parameter's dtype, SGD's momentum buffer.
 struct Param {
@@ -280,15 +281,18 @@ class HfBuilder : private build_common::StepShape,
     if (gpt_) {
       norm_x = x;
       out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
-      mean = tensor(named(pass, name + ".mean"), {M_}, stats_dtype(x), role);
-      rstd = tensor(named(pass, name + ".rstd"), {M_}, stats_dtype(x), role);
+      mean = tensor(named(pass, name + ".mean"), {M_}, stats_dtype(x), role,
+                    stats_component(pass.replay));
+      rstd = tensor(named(pass, name + ".rstd"), {M_}, stats_dtype(x), role,
+                    stats_component(pass.replay));
       op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
       return;
     }
     norm_x = cast(x, DType::f32, name + ".x_f32", role, layer, pass.replay);
     out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
     mean = -1;
-    rstd = tensor(named(pass, name + ".rstd"), {M_}, DType::f32, role);
+    rstd =
+        tensor(named(pass, name + ".rstd"), {M_}, DType::f32, role, stats_component(pass.replay));
     Op& o = op(OpKind::rmsnorm_fwd, name, {norm_x, w.w}, {out, rstd}, layer, pass.replay);
     // x.pow(2) and the fp32 normalised x (cast back unless the model is fp32) are temporaries;
     // the normalised x in the input's dtype is saved by the multiply with the weight.
@@ -650,8 +654,7 @@ class HfBuilder : private build_common::StepShape,
 
   void build_model() {
     const ModelConfig& m = cfg_.model;
-    loss_scale_ = static_loss_scale(
-        cfg_.dtype == Precision::amp_fp16 ? Precision::fp16 : cfg_.dtype, M_.size, V_);
+    loss_scale_ = step_loss_scale(cfg_);
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 
@@ -689,7 +692,8 @@ class HfBuilder : private build_common::StepShape,
     // Token and position embeddings are separate tensors before their sum.
     if (gpt_) embed.held.push_back(tensor("embed.tokens", bsh(), wdt_, Role::transient));
     if (dropout_ && gpt_) {
-      embed_mask = tensor("embed.mask", bsh(), mask_dtype(embed_out), Role::activation);
+      embed_mask = tensor("embed.mask", bsh(), mask_dtype(embed_out), Role::activation,
+                          MemoryComponent::embedding_dropout_mask);
       dropout_attrs(op(OpKind::dropout_fwd, "embed.dropout", {embed_out}, {x0, embed_mask}, -1), -1,
                     DropoutSite::embedding);
     }
@@ -708,23 +712,25 @@ class HfBuilder : private build_common::StepShape,
     TensorIds final_held;
     norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, final_x, final_out, final_mean,
              final_rstd, final_held);
-    logits_ = tensor("logits", {M_, V_}, cdt_, Role::activation);
+    constexpr MemoryComponent kLoss = MemoryComponent::logits_and_loss;
+    logits_ = tensor("logits", {M_, V_}, cdt_, Role::activation, kLoss);
     const LinearSaved lm_saved = linear_fwd("lm_head", lm, Param{}, final_out, logits_, -1, Pass{});
     // The loss (transformers' ForCausalLMLoss): logits.float(), then cross entropy, whose
     // log-softmax output (fp32, B S V) is saved. The fp32 logits stand for it.
     const int logits_f32 = cast(logits_, DType::f32, "logits.f32", Role::activation, -1, false);
-    const int loss = tensor("loss", {1}, DType::f32, Role::transient);
-    const int lse = tensor("ce.lse", {M_}, DType::f32, Role::activation);
+    p_.tensors[static_cast<std::size_t>(logits_f32)].component = kLoss;
+    const int loss = tensor("loss", {1}, DType::f32, Role::transient, kLoss);
+    const int lse = tensor("ce.lse", {M_}, DType::f32, Role::activation, kLoss);
     Op& ce = op(OpKind::cross_entropy_fwd, "ce", {logits_f32, targets}, {loss, lse}, -1);
     // Autocast's cache of 16-bit weights lives until the autocast region (forward and loss) ends.
     ce.held = autocast_cache_;
     // The model's output object keeps the logits while its forward computes the loss, and the
     // log-softmax output is made beside the fp32 logits.
     if (logits_f32 != logits_) ce.held.push_back(logits_);
-    ce.held.push_back(tensor("ce.log_softmax", {M_, V_}, DType::f32, Role::transient));
+    ce.held.push_back(tensor("ce.log_softmax", {M_, V_}, DType::f32, Role::transient, kLoss));
     if (options_.keep_outputs && logits_f32 == logits_)
       ce.held.push_back(log_probs_ =
-                            tensor("ce.log_probs", {M_, V_}, DType::f32, Role::activation));
+                            tensor("ce.log_probs", {M_, V_}, DType::f32, Role::activation, kLoss));
     p_.loss_tensor = loss;
 
     // Backward: the log-softmax's gradient and the logits' (both fp32, B S V) before the cast.
@@ -732,7 +738,8 @@ class HfBuilder : private build_common::StepShape,
     Op& ce_bwd =
         op(OpKind::cross_entropy_bwd, "ce.bwd", {logits_f32, targets, lse}, {dlogits_f32}, -1);
     ce_bwd.grad_scale = loss_scale_;
-    ce_bwd.held.push_back(tensor("ce.log_probs.grad", {M_, V_}, DType::f32, Role::transient));
+    ce_bwd.held.push_back(
+        tensor("ce.log_probs.grad", {M_, V_}, DType::f32, Role::transient, kLoss));
     if (log_probs_ >= 0) ce_bwd.held.push_back(log_probs_);
     int dlogits = dlogits_f32;
     if (logits_f32 != logits_) {
@@ -785,7 +792,8 @@ class HfBuilder : private build_common::StepShape,
     if (cfg_.optimizer == Optimizer::adamw && !cpu_) {
       std::int64_t numel = 0;
       for (const Param& p : params_) numel += p.numel;
-      foreach_temp = tensor("adamw.foreach.denom", {numel}, wdt_, Role::transient);
+      foreach_temp = tensor("adamw.foreach.denom", {numel}, wdt_, Role::transient,
+                            MemoryComponent::optimizer_temporaries);
     }
     for (const Param& param : params_) {
       const Name name = p_.tensor(param.w).name + ".step";
@@ -797,7 +805,8 @@ class HfBuilder : private build_common::StepShape,
         if (foreach_temp >= 0)
           o.held.push_back(foreach_temp);
         else
-          o.held.push_back(tensor(name + ".denom", {2, param.numel}, wdt_, Role::transient));
+          o.held.push_back(tensor(name + ".denom", {2, param.numel}, wdt_, Role::transient,
+                                  MemoryComponent::optimizer_temporaries));
       } else {
         op(OpKind::sgd_step, name, {param.w, param.grad, param.momentum}, {}, param.layer)
             .grad_scale = loss_scale_;

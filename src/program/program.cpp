@@ -32,6 +32,30 @@ std::string_view to_string(Role r) {
   return "?";
 }
 
+MemoryComponent default_component(Role r) {
+  switch (r) {
+    case Role::weight:
+      return MemoryComponent::weights;
+    case Role::master_weight:
+      return MemoryComponent::master_weights;
+    case Role::grad:
+      return MemoryComponent::gradients;
+    case Role::optimizer_state:
+      return MemoryComponent::optimizer_state;
+    case Role::activation:
+      return MemoryComponent::saved_activations;
+    case Role::transient:
+      return MemoryComponent::backward_transient;
+    case Role::workspace:
+      return MemoryComponent::gemm_workspace;
+    case Role::input:
+      return MemoryComponent::tokens_and_targets;
+    case Role::paged_optimizer_state:
+      return MemoryComponent::paged_optimizer_state;
+  }
+  return MemoryComponent::backward_transient;
+}
+
 float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t vocab) {
   if (precision != Precision::fp16 || rows < 1 || vocab < 1) return 1.0f;
   constexpr double kMinNormal = 0x1p-14;  // fp16's smallest normal
@@ -46,7 +70,9 @@ float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t voc
 
 float step_loss_scale(const RunConfig& cfg) {
   if (cfg.scope != Scope::model) return 1.0f;
-  return static_loss_scale(cfg.dtype, checked_mul(cfg.batch, cfg.seq, "batch x seq"),
+  // Autocast in fp16 scales as fp16 does (GradScaler).
+  const Precision precision = cfg.dtype == Precision::amp_fp16 ? Precision::fp16 : cfg.dtype;
+  return static_loss_scale(precision, checked_mul(cfg.batch, cfg.seq, "batch x seq"),
                            cfg.model.vocab);
 }
 
@@ -57,6 +83,10 @@ std::int64_t Tensor::elements() const {
 }
 
 int Program::add_tensor(Name name, Shape shape, DType dtype, Role role) {
+  return add_tensor(std::move(name), std::move(shape), dtype, role, default_component(role));
+}
+
+int Program::add_tensor(Name name, Shape shape, DType dtype, Role role, MemoryComponent component) {
   Bytes bytes = dtype_size(dtype);
   for (std::int64_t d : shape) {
     Bytes next = 0;  // the message is only spelled out when it is thrown
@@ -67,7 +97,7 @@ int Program::add_tensor(Name name, Shape shape, DType dtype, Role role) {
   // Made in place, field by field (a tensor is large enough, its name and shape inside, for a
   // move or a zeroing of the whole to count).
   const int id = static_cast<int>(tensors.size());
-  tensors.emplace_back(id, std::move(name), std::move(shape), dtype, role, bytes);
+  tensors.emplace_back(id, std::move(name), std::move(shape), dtype, role, bytes, component);
   return id;
 }
 
@@ -81,7 +111,8 @@ Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t
   const Bytes rows = checked_mul(checked_mul(batch, heads, what), seq, what);
   Bytes total = checked_mul(checked_mul(rows, head_dim + 1, what), 4, what);
   if (kv_heads < heads) {
-    const Bytes per_query_head = checked_mul(checked_mul(rows, head_dim, what), dtype_size(storage), what);
+    const Bytes per_query_head =
+        checked_mul(checked_mul(rows, head_dim, what), dtype_size(storage), what);
     total = checked_add(total, checked_mul(2, per_query_head, what), what);
   }
   total = checked_add(total, checked_mul(8, batch, what), what);

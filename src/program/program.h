@@ -16,6 +16,7 @@
 #include "core/name.h"
 #include "core/small_vector.h"
 #include "core/units.h"
+#include "program/memory_component.h"
 
 namespace vrambench {
 
@@ -39,6 +40,10 @@ enum class Role : std::uint8_t {
 std::string_view to_string(Role r);
 inline constexpr int kRoleCount = 9;
 
+// The component a tensor of role `r` is reported under unless its builder says otherwise: weights,
+// saved_activations, backward_transient, tokens_and_targets, ...
+MemoryComponent default_component(Role r);
+
 // A tensor's dimensions (rank 4 at most in every step program so far) and an op's list of tensor
 // ids: in place up to those sizes, so that building a program costs no allocation for them.
 using Shape = SmallVector<std::int64_t, 4>;
@@ -47,7 +52,7 @@ using TensorIds = SmallVector<int, 6>;
 // One dimension as a builder gives it: its size at the program's batch and what it grows by per
 // sample (0 for most: hidden, heads, vocabulary; 1 for the batch B, S for the B*S tokens, the
 // flash scratch's bytes per sample), so that the program's sizes at another batch are read off
-// its lines instead of built again (search/scaled_program.h). A plain number is a dimension no
+// its lines instead of built again (program/scaled_program.h). A plain number is a dimension no
 // batch changes; nothing turns a Dim back into a plain number but `.size`, so that a shape formed
 // from the batch keeps saying so.
 struct Dim {
@@ -75,6 +80,8 @@ struct Tensor {
   DType dtype = DType::f32;
   Role role = Role::transient;
   Bytes bytes = 0;  // product(shape) * dtype_size, or a library's stated size
+  MemoryComponent component =
+      MemoryComponent::backward_transient;  // what the estimate files it under
   std::int64_t elements() const;
   bool operator==(const Tensor&) const = default;
 };
@@ -131,18 +138,18 @@ struct Op {
       : kind(k), name(std::move(n)), inputs(std::move(in)), outputs(std::move(out)) {}
 
   OpKind kind{};
-  Name name;                 // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
-  TensorIds inputs;          // tensor ids, in the signature's order, workspace last
-  TensorIds outputs;         // tensor ids, in the signature's order, workspace last
+  Name name;          // "layer3.attn.qkv", "layer3.attn.qkv.bwd"
+  TensorIds inputs;   // tensor ids, in the signature's order, workspace last
+  TensorIds outputs;  // tensor ids, in the signature's order, workspace last
   // Tensors a framework allocates along with the op that its kernel neither reads nor writes:
   // autograd's saved intermediates of a composite function (the pieces of a python GELU), dropout
   // noise kept in the activation dtype, the copies a reshape makes, an optimizer's temporaries.
   // They take memory from the first op that lists them (in any of the three lists) to the last,
   // like every operand; executors leave them alone.
   TensorIds held;
-  int layer = -1;            // block index, -1 outside blocks
-  bool recompute = false;    // a forward op replayed in backward
-  bool accumulate = false;   // add into `grad` outputs instead of overwriting (tied weights)
+  int layer = -1;           // block index, -1 outside blocks
+  bool recompute = false;   // a forward op replayed in backward
+  bool accumulate = false;  // add into `grad` outputs instead of overwriting (tied weights)
   // Attributes some kinds need.
   std::int64_t heads = 0, kv_heads = 0;  // attention ops, rope
   double dropout_p = 0.0;                // dropout_fwd/bwd, flash_fwd/bwd
@@ -176,7 +183,9 @@ struct Program {
   // the batch, which BatchScaledProgram reads other batches off.
   std::vector<BatchDim> batch_dims;
 
+  // `component`: the role's (default_component) unless given.
   int add_tensor(Name name, Shape shape, DType dtype, Role role);
+  int add_tensor(Name name, Shape shape, DType dtype, Role role, MemoryComponent component);
   // Throws InternalError when the operands do not match the kind's signature (program/signature.h).
   Op& add_op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs);
   const Tensor& tensor(int id) const { return tensors.at(static_cast<std::size_t>(id)); }
@@ -224,8 +233,8 @@ Liveness compute_liveness(const Program& program);
 // exponent range holds the unscaled gradient.
 float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t vocab);
 // The scale cfg's step program carries in the grad_scale of its loss backward and optimizer steps:
-// static_loss_scale over the B*S rows of the batch in model scope; 1 in the other scopes, which
-// have no loss. Throws UsageError when B*S passes 64 bits.
+// static_loss_scale over the B*S rows of the batch in model scope (autocast in fp16 as fp16); 1 in
+// the other scopes, which have no loss. Throws UsageError when B*S passes 64 bits.
 float step_loss_scale(const RunConfig& cfg);
 
 // The scratch (role workspace) of the fused attention ops, in bytes: what cuDNN's fused attention

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "program/program.h"
-#include "search/scaled_program.h"
+#include "program/scaled_program.h"
 
 namespace vrambench {
 
@@ -134,16 +134,15 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   Device device = given;
   if (executor && given.info.warm_up) device.info = warm_up(cfg, given, executor.get());
   const DeviceInfo& info = device.info;
+  // The estimate reads the step program, and replays that run no executor (every trial on sim,
+  // and what a batch needs) rescale the same one instead of building one per batch.
+  BatchScaledProgram sizes(cfg, info.gemm_workspace);
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = info.fixed_overhead;
-  m.estimate = analyze(cfg, estimate_overhead(info));
+  m.estimate = analyze(sizes, estimate_overhead(info));
   m.est_max_batch = m.estimate.max_batch(info.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
-
-  // Replays that run no executor (every trial on sim, and what a batch needs) rescale one program
-  // instead of building one per batch.
-  BatchScaledProgram sizes(cfg, info.gemm_workspace);
   auto allocate_only = [&](std::int64_t batch, Bytes capacity, const Device& on) {
     const Program& program = sizes.at(batch);
     return replay(program, sizes.liveness(), cfg, on, capacity, nullptr);
@@ -182,14 +181,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
     m.next_needed = found != needs.end() ? std::move(found->second) : needed(next);
     if (m.search.max_batch == 0) {
       // Weights, master weights, gradients and optimizer state: what no batch size can shrink.
-      RunConfig at = cfg;
-      at.batch = 1;
-      const Program program = build_program(at, info.gemm_workspace);
-      Bytes state = 0;
-      for (const Tensor& t : program.tensors)
-        if (t.role == Role::weight || t.role == Role::master_weight || t.role == Role::grad ||
-            t.role == Role::optimizer_state)
-          state += t.bytes;
+      const Bytes state = m.estimate.model_state;
       if (state + info.fixed_overhead > info.total)
         m.reason = fmt::format("model state alone exceeds capacity ({} + {} context > {})",
                                format_bytes(state), format_bytes(info.fixed_overhead),

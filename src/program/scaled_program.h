@@ -1,8 +1,9 @@
-// The step program of one configuration at any batch, for replays that run no executor (the sim
-// device, and the replays that tell what a batch needs): a search replays one configuration at
-// several batches, and building the program dominates a sim trial, so later batches rewrite the
-// sizes that depend on the batch instead of building it again. The builders say which dimensions
-// hold the batch (Program::batch_dims), so one build gives every size's line.
+// The step program of one configuration at any batch, for the estimate (which reads every tensor's
+// bytes as a line in the batch) and for replays that run no executor (the sim device, and the
+// replays that tell what a batch needs): a search replays one configuration at several batches,
+// and building the program dominates a sim trial, so later batches rewrite the sizes that depend
+// on the batch instead of building it again. The builders say which dimensions hold the batch
+// (Program::batch_dims), so one build gives every size's line.
 #pragma once
 
 #include <cstdint>
@@ -37,13 +38,18 @@ class BatchScaledProgram {
   const Liveness& liveness() const { return last_apart_ ? apart_liveness_ : liveness_; }
 
   int builds() const { return builds_; }  // programs built so far (the rest were scaled)
+  const RunConfig& config() const { return cfg_; }
 
- private:
   // One tensor size on a line in the batch: intercept + slope * batch.
   struct Line {
     Bytes intercept = 0;
     Bytes slope = 0;
   };
+  // Each tensor's bytes as a line in the batch, for the structure of batch 2 and up: known once a
+  // batch of that structure was asked for, when the program's marks give lines; else empty.
+  const std::vector<Line>& byte_lines() const { return bytes_; }
+
+ private:
   // A dimension that holds the batch: shape[dim] of tensor `tensor`.
   struct DimLine {
     int tensor = 0;

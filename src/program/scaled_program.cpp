@@ -1,5 +1,5 @@
 // BatchScaledProgram: one build, then each size read off its line in the batch.
-#include "search/scaled_program.h"
+#include "program/scaled_program.h"
 
 #include <optional>
 #include <utility>
