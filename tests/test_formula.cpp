@@ -15,48 +15,47 @@ constexpr Bytes kGpt2Params = 124'439'808;      // tied embeddings, 1024 positio
 constexpr Bytes kLlama2Params = 6'738'415'616;  // untied lm head
 constexpr Bytes kContext = 512 * MiB;
 
+// The configuration's defaults: bf16, flash attention, no recompute, AdamW, full training.
 RunConfig config(std::string_view preset, std::int64_t seq) {
   RunConfig cfg;
   cfg.model = find_preset(preset).model;
   cfg.seq = seq;
-  cfg.dtype = Precision::bf16;
-  cfg.attention = Attention::flash;
-  cfg.recompute = Recompute::none;
-  cfg.optimizer = Optimizer::adamw;
   return cfg;
 }
 
-TEST(Formula, SixteenBytesPerParameterForAdamWInMixedPrecisionAndInFp32) {
+// gpt2 at S = 1024 with these fields.
+Formula gpt2(Precision dtype, Optimizer optimizer, Attention attention = Attention::flash,
+             Recompute recompute = Recompute::none) {
   RunConfig cfg = config("gpt2", 1024);
-  const Formula f = formula(cfg, kContext);
+  cfg.dtype = dtype;
+  cfg.optimizer = optimizer;
+  cfg.attention = attention;
+  cfg.recompute = recompute;
+  return formula(cfg, kContext);
+}
+
+TEST(Formula, SixteenBytesPerParameterForAdamWInMixedPrecisionAndInFp32) {
+  const Formula f = formula(config("gpt2", 1024), kContext);
   EXPECT_EQ(f.parameters, kGpt2Params);
   // 2 weight + 2 gradient + 4 fp32 master + 4 m + 4 v.
   EXPECT_EQ(f.model_state, 16 * kGpt2Params);
   EXPECT_EQ(f.adapter_parameters, 0);
   // fp32 and autocast: 4 weight + 4 gradient + 8 state, no separate master.
-  for (Precision p : {Precision::fp32, Precision::tf32, Precision::amp_bf16}) {
-    cfg.dtype = p;
-    EXPECT_EQ(formula(cfg, kContext).model_state, 16 * kGpt2Params) << to_string(p);
-  }
+  for (Precision p : {Precision::fp32, Precision::tf32, Precision::amp_bf16})
+    EXPECT_EQ(gpt2(p, Optimizer::adamw).model_state, 16 * kGpt2Params) << to_string(p);
 }
 
 TEST(Formula, BytesPerParameterOfTheOtherOptimizers) {
-  RunConfig cfg = config("gpt2", 1024);
-  const auto state = [&](Precision p, Optimizer o) {
-    cfg.dtype = p;
-    cfg.optimizer = o;
-    return formula(cfg, kContext).model_state;
-  };
   // SGD: 2 + 2 + 4 master + 4 momentum; fp32: 4 + 4 + 4.
-  EXPECT_EQ(state(Precision::bf16, Optimizer::sgd), 12 * kGpt2Params);
-  EXPECT_EQ(state(Precision::fp32, Optimizer::sgd), 12 * kGpt2Params);
+  EXPECT_EQ(gpt2(Precision::bf16, Optimizer::sgd).model_state, 12 * kGpt2Params);
+  EXPECT_EQ(gpt2(Precision::fp32, Optimizer::sgd).model_state, 12 * kGpt2Params);
   // No step, no master: weights and gradients.
-  EXPECT_EQ(state(Precision::bf16, Optimizer::none), 4 * kGpt2Params);
-  EXPECT_EQ(state(Precision::fp32, Optimizer::none), 8 * kGpt2Params);
+  EXPECT_EQ(gpt2(Precision::bf16, Optimizer::none).model_state, 4 * kGpt2Params);
+  EXPECT_EQ(gpt2(Precision::fp32, Optimizer::none).model_state, 8 * kGpt2Params);
   // 8-bit AdamW: 2 bytes of state (m and v one byte each), paged or not.
-  EXPECT_EQ(state(Precision::bf16, Optimizer::adamw_8bit), 10 * kGpt2Params);
-  EXPECT_EQ(state(Precision::bf16, Optimizer::paged_adamw_8bit), 10 * kGpt2Params);
-  EXPECT_EQ(state(Precision::bf16, Optimizer::paged_adamw), 16 * kGpt2Params);
+  EXPECT_EQ(gpt2(Precision::bf16, Optimizer::adamw_8bit).model_state, 10 * kGpt2Params);
+  EXPECT_EQ(gpt2(Precision::bf16, Optimizer::paged_adamw_8bit).model_state, 10 * kGpt2Params);
+  EXPECT_EQ(gpt2(Precision::bf16, Optimizer::paged_adamw).model_state, 16 * kGpt2Params);
 }
 
 TEST(Formula, KorthikantisActivationsOfAGpt2Block) {
@@ -70,11 +69,9 @@ TEST(Formula, KorthikantisActivationsOfAGpt2Block) {
 }
 
 TEST(Formula, ActivationsInEachAttentionAndRecomputeForm) {
-  RunConfig cfg = config("gpt2", 1024);
+  Precision dtype = Precision::bf16;
   const auto activations = [&](Attention a, Recompute r) {
-    cfg.attention = a;
-    cfg.recompute = r;
-    return formula(cfg, kContext).activations;
+    return gpt2(dtype, Optimizer::adamw, a, r).activations;
   };
   // Eager, no recompute: 12 layers of s·b·h·(34 + 5·a·s/h), memory-model.md's worked example.
   EXPECT_EQ(activations(Attention::eager, Recompute::none), 1'075'838'976);
@@ -86,7 +83,7 @@ TEST(Formula, ActivationsInEachAttentionAndRecomputeForm) {
   EXPECT_EQ(activations(Attention::eager, Recompute::full), 12 * 2 * 786'432 + 89'653'248);
   EXPECT_EQ(activations(Attention::flash, Recompute::full), 12 * 2 * 786'432 + 26'738'688);
   // 32-bit activations: twice Korthikanti's 16-bit bytes.
-  cfg.dtype = Precision::fp32;
+  dtype = Precision::fp32;
   EXPECT_EQ(activations(Attention::eager, Recompute::none), Bytes{2} * 1'075'838'976);
 }
 
