@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/presets.h"
+#include "estimate/formula.h"
 #include "report/csv.h"
 
 namespace {
@@ -118,6 +120,33 @@ TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
   fs::remove_all(dir);
 }
 
+// The README's question on the estimate's row: the formula's peak at the batch beside the model's,
+// with its error.
+TEST(Cli, EstimatePrintsTheFormulaBesideTheModelWithItsError) {
+  const fs::path dir = scratch("estimate-formula");
+  const CommandResult run = vrambench("estimate --preset llama2-7b --seq 4096 --batch 1 --out " +
+                                      dir.string() + " --name e");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<std::string> rows = table_rows(run.out);
+  ASSERT_EQ(rows.size(), 1u) << run.out;
+  EXPECT_NE(run.out.find(" formula |"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(" formula vs est |"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("; formula vs est peak: median |err| "), std::string::npos) << run.out;
+  const auto csv = csv_of(dir / "e.csv");
+  ASSERT_EQ(csv.size(), 2u);
+  vrambench::RunConfig cfg;
+  cfg.model = vrambench::find_preset("llama2-7b").model;
+  cfg.seq = 4096;
+  cfg.batch = 1;
+  const std::int64_t formula =
+      vrambench::formula_peak(cfg, vrambench::find_gpu_profile("h100-80gb").context_overhead);
+  EXPECT_EQ(std::stoll(csv[1][column(csv[0], "formula_peak_bytes")]), formula);
+  const double est = std::stod(csv[1][column(csv[0], "est_peak_bytes")]);
+  EXPECT_NEAR(std::stod(csv[1][column(csv[0], "formula_vs_est")]),
+              (static_cast<double>(formula) - est) / est, 1e-5);
+  fs::remove_all(dir);
+}
+
 // `estimate --sweep batch=...` gives each batch's peak (the batch is the key column, once), and
 // those peaks are the sim's: the rows fit up to the search's max batch and no further, and the
 // peaks at the max batch and the one after it are, to the byte, what the search's trials reserved
@@ -150,7 +179,7 @@ TEST(Cli, EstimateAtEachBatchOfASweepGivesTheSimsPeaks) {
       EXPECT_GT(std::stoll(e[r][peak]), std::stoll(e[r - 1][peak]));
     }
     if (b == most) {
-      EXPECT_EQ(e[r][peak], s[1][column(s[0], "sim_peak_bytes")]);
+      EXPECT_EQ(e[r][peak], s[1][column(s[0], "reserved_peak_bytes")]);
     }
     if (b == most + 1) {
       EXPECT_EQ(e[r][peak], s[1][column(s[0], "sim_next_peak_bytes")]);
@@ -175,28 +204,38 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
   }
 }
 
-// Every table states whose allocations its step reproduces: the summary line and the JSON's
-// provenance name the framework, or say "per row" when the sweep varies it (a column then) or
-// when auto picks hf for some rows and lean for others (lora, which hf does not model yet).
-TEST(Cli, EveryTableStatesItsFramework) {
+// Every table states whose allocations its step reproduces and the recipe: the summary line and
+// the JSON's provenance name the framework, or say "per row" when the sweep varies it (a column
+// then) or when auto picks hf for some rows and lean for others (lora, which hf does not model
+// yet), and the fine-tuning, quantisation, optimizer and recompute, listing the values of a field
+// the sweep varies.
+TEST(Cli, EveryTableStatesItsFrameworkAndRecipe) {
   const fs::path dir = scratch("framework");
   struct Case {
-    std::string args, name, says;
+    std::string args, name, says, recipe;
   };
+  const std::string full = "finetune full, quant none, optimizer adamw, recompute none";
   for (const Case& c : std::vector<Case>{
-           {"--device sim:rtx4090 --seq 512", "auto", "hf"},
-           {"--device sim:rtx4090 --seq 512 --finetune lora", "auto-lora", "lean"},
-           {"--device sim:rtx4090 --seq 512 --sweep finetune=full,lora", "auto-both", "per row"},
-           {"--device sim:rtx4090 --seq 512 --framework lean", "lean", "lean"},
-           {"--device sim:rtx4090 --seq 512 --sweep framework=lean,hf", "both", "per row"},
-           {"estimate --seq 512 --framework lean", "est", "lean"},
-           {"--device sim:rtx4090 --over seq --framework hf", "seq", "hf"}}) {
+           {"--device sim:rtx4090 --seq 512", "auto", "hf", full},
+           {"--device sim:rtx4090 --seq 512 --finetune lora", "auto-lora", "lean",
+            "finetune lora, quant none, optimizer adamw, recompute none"},
+           {"--device sim:rtx4090 --seq 512 --sweep finetune=full,lora", "auto-both", "per row",
+            "finetune full/lora, quant none, optimizer adamw, recompute none"},
+           {"--device sim:rtx4090 --seq 512 --framework lean", "lean", "lean", full},
+           {"--device sim:rtx4090 --seq 512 --sweep framework=lean,hf", "both", "per row", full},
+           {"estimate --seq 512 --framework lean --finetune qlora --optimizer paged-adamw-8bit "
+            "--sweep recompute=none,full",
+            "est", "lean",
+            "finetune qlora, quant nf4, optimizer paged-adamw-8bit, recompute none/full"},
+           {"--device sim:rtx4090 --over seq --framework hf", "seq", "hf", full}}) {
     SCOPED_TRACE(c.args);
     const CommandResult run = vrambench(c.args + " --out " + dir.string() + " --name " + c.name);
     ASSERT_EQ(run.exit_code, 0) << run.err;
-    EXPECT_NE(run.out.find(", framework " + c.says), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find(", framework " + c.says + ", " + c.recipe), std::string::npos)
+        << run.out;
     const auto doc = nlohmann::json::parse(slurp(dir / (c.name + ".json")));
     EXPECT_EQ(doc.at("provenance").at("extra").at("framework"), c.says);
+    EXPECT_EQ(doc.at("provenance").at("extra").at("recipe"), c.recipe);
     const bool column = c.name == "both";
     const auto csv = csv_of(dir / (c.name + ".csv"));
     EXPECT_EQ(std::find(csv[0].begin(), csv[0].end(), "framework") != csv[0].end(), column);
@@ -255,15 +294,18 @@ TEST(Cli, HfRowsEstimateTheHfStep) {
                                       "--sweep framework=lean,hf --allocator direct --out " +
                                       dir.string() + " --name h");
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  const auto csv = csv_of(dir / "h.csv");
-  ASSERT_EQ(csv.size(), 3u);
-  const std::size_t framework = column(csv[0], "framework"), note = column(csv[0], "note"),
-                    est = column(csv[0], "est_peak_bytes"), sim = column(csv[0], "sim_peak_bytes");
-  for (std::size_t r = 1; r < csv.size(); ++r) {
-    EXPECT_EQ(csv[r][note].find("lean model"), std::string::npos) << csv[r][note];
-    if (csv[r][framework] != "hf") continue;
-    const double e = std::stod(csv[r][est]), m = std::stod(csv[r][sim]);
-    EXPECT_NEAR(e / m, 1.0, 0.03) << csv[r][est] << " vs " << csv[r][sim];
+  // A sim row shows the peak once, as the sim's; the estimate's is in the details.
+  const auto doc = nlohmann::json::parse(slurp(dir / "h.json"));
+  const auto& rows = doc.at("rows");
+  const auto& details = doc.at("summary").at("details");
+  ASSERT_EQ(rows.size(), 2u);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(rows[r].at("note").get<std::string>().find("lean model"), std::string::npos);
+    if (rows[r].at("framework") != "hf") continue;
+    const auto e = details[r].at("est_peak_bytes").get<double>();
+    const auto m = details[r].at("at_max").at("device_peak").get<double>();
+    EXPECT_EQ(m, rows[r].at("reserved_peak_bytes").get<double>());
+    EXPECT_NEAR(e / m, 1.0, 0.03) << e << " vs " << m;
   }
   fs::remove_all(dir);
 }
@@ -330,6 +372,11 @@ TEST(Cli, CpuDeviceMeasuresNextToEstAndSim) {
   EXPECT_NE(run.out.find("meas vs sim peak: median |diff| 0.0%, max |diff| 0.0%"),
             std::string::npos)
       << run.out;
+  // A measurement: est against meas with the under-estimate flag, the formula against both.
+  for (const char* key :
+       {"rel_error", "under_estimate", "formula_peak_bytes", "formula_vs_est", "formula_vs_meas"})
+    EXPECT_FALSE(csv[1][column(csv[0], key)].empty()) << key;
+  EXPECT_NE(run.out.find("; formula vs meas peak: median |err| "), std::string::npos) << run.out;
 
   // Allocation alone (no kernels) gives the same max batch: sizes never depend on values.
   const CommandResult alloc_only =
@@ -381,12 +428,13 @@ TEST(Cli, CompareACommittedTableWithAFreshRunThenWithOnePeakMovedFivePercent) {
           .exit_code,
       0);
 
-  // The est peak of seq=2048 up by 5%.
+  // The reserved peak of seq=2048 up by 5%.
   std::string text = slurp(dir / "fresh.csv");
-  const std::string before = "2048,81,81,81,85458944000,";
-  const std::size_t at = text.find(before);
-  ASSERT_NE(at, std::string::npos) << text;
-  text.replace(at, before.size(), "2048,81,81,81,89731891200,");
+  const std::size_t line = text.find("\n2048,81,");
+  ASSERT_NE(line, std::string::npos) << text;
+  const std::size_t at = text.find(",85458944000,", line);  // the reserved peak
+  ASSERT_LT(at, text.find('\n', line + 1)) << text;
+  text.replace(at, 13, ",89731891200,");
   std::ofstream(dir / "edited.csv") << text;
   const std::string edited = kCommittedHeadline.string() + " " + (dir / "edited.csv").string();
   const CommandResult moved = vrambench("compare " + edited);
@@ -394,7 +442,7 @@ TEST(Cli, CompareACommittedTableWithAFreshRunThenWithOnePeakMovedFivePercent) {
   const auto rows = table_rows(moved.out);
   ASSERT_EQ(rows.size(), 1u) << moved.out;
   EXPECT_TRUE(rows[0].starts_with("| 2048 ")) << rows[0];
-  EXPECT_NE(rows[0].find("est peak +5%"), std::string::npos) << rows[0];
+  EXPECT_NE(rows[0].find("reserved peak +5%"), std::string::npos) << rows[0];
   EXPECT_NE(moved.out.find("1 of 5 matched rows out of tolerance"), std::string::npos);
   EXPECT_EQ(vrambench("compare " + edited + " --tolerance 5.1").exit_code, 0);
   EXPECT_EQ(vrambench("compare " + edited + " --tolerance 4.9 --all --quiet").exit_code, 1);
@@ -402,7 +450,7 @@ TEST(Cli, CompareACommittedTableWithAFreshRunThenWithOnePeakMovedFivePercent) {
 
   // A max batch one lower, and a row gone.
   std::vector<std::string> lines = lines_of(slurp(dir / "fresh.csv"));
-  lines[1].replace(0, 11, "512,325,323");
+  lines[1].replace(0, 7, "512,323");
   lines.pop_back();
   std::ofstream batch(dir / "batch.csv");
   for (const std::string& l : lines) batch << l << "\n";

@@ -66,6 +66,37 @@ TEST(Compare, APeakBeyondTheToleranceFailsNamingTheRow) {
   EXPECT_FALSE(compare_results(kBase, fresh, {4.9, 0, false}).passed());
 }
 
+// A sim table's peaks are its allocated and reserved ones; the formula's max batch and peak are
+// figures too. Errors (formula_vs_est) are not compared: they follow from the figures.
+TEST(Compare, ASimTablesPeaksAndTheFormulasAreCompared) {
+  const std::vector<std::string> keys{"seq",
+                                      "sim_max_batch",
+                                      "allocated_peak_bytes",
+                                      "reserved_peak_bytes",
+                                      "sim_next_peak_bytes",
+                                      "formula_max_batch",
+                                      "formula_peak_bytes",
+                                      "formula_vs_est",
+                                      "note"};
+  const ResultFile base =
+      table_of("base.csv", {{"512", "40", "900", "1000", "1100", "38", "1050", "0.05", ""}}, keys);
+  const auto moved = [&](std::size_t column, const std::string& value) {
+    std::vector<std::string> row{"512", "40", "900", "1000", "1100", "38", "1050", "0.05", ""};
+    row[column] = value;
+    return compare_results(base, table_of("new.csv", {row}, keys), {});
+  };
+  EXPECT_EQ(
+      moved(0, "512").compared,
+      (std::vector<std::string>{"sim_max_batch", "allocated_peak_bytes", "reserved_peak_bytes",
+                                "formula_max_batch", "formula_peak_bytes"}));
+  EXPECT_TRUE(moved(0, "512").passed());
+  EXPECT_EQ(moved(2, "990").table.rows.at(0).back().text, "allocated peak +10%");
+  EXPECT_EQ(moved(3, "1100").table.rows.at(0).back().text, "reserved peak +10%");
+  EXPECT_EQ(moved(5, "37").table.rows.at(0).back().text, "formula max batch 38 → 37");
+  EXPECT_EQ(moved(6, "1155").table.rows.at(0).back().text, "formula peak +10%");
+  EXPECT_TRUE(moved(7, "0.06").passed());
+}
+
 TEST(Compare, AMaxBatchBeyondTheBatchToleranceFails) {
   const ResultFile fresh = table_of("new.csv", {{"512", "bf16", "38", "1000", ""},
                                                 {"1024", "bf16", "20", "2000", ""},

@@ -81,12 +81,17 @@ Provenance provenance_of(const Grid& grid, int argc, const char* const* argv,
                          const std::string& device) {
   Provenance p = make_provenance(argc, argv, device);
   p.extra["framework"] = grid.framework;
+  p.extra["recipe"] = grid.recipe;
   return p;
 }
-// "sim:h100-80gb (H100 SXM 80GB), framework lean": what the summary line says the rows ran on.
+// "sim:h100-80gb (H100 SXM 80GB), framework lean, finetune full, quant none, optimizer adamw,
+// recompute none": what the summary line says the rows ran on, and the recipe they ran.
 std::string on_device(const std::string& device, const Provenance& p) {
-  const auto it = p.extra.find("framework");
-  return it == p.extra.end() ? device : fmt::format("{}, framework {}", device, it->second);
+  std::string out = device;
+  if (const auto it = p.extra.find("framework"); it != p.extra.end())
+    out += fmt::format(", framework {}", it->second);
+  if (const auto it = p.extra.find("recipe"); it != p.extra.end()) out += ", " + it->second;
+  return out;
 }
 
 std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
@@ -202,9 +207,8 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   }
   if (grid.configs.empty()) smallest = largest = 0;  // an empty shard
   if (formats.markdown) fmt::print("{}", to_markdown(table));
-  const std::string summary_line = estimate_summary_line(
-      static_cast<std::int64_t>(grid.configs.size()), on_device(device_name, provenance), smallest,
-      largest);
+  const std::string summary_line =
+      estimate_summary_line(table, on_device(device_name, provenance), smallest, largest);
   fmt::print("\n{}\n", summary_line);
   writer.finish(table, {{"configurations", grid.configs.size()},
                         {"min_est_max_batch", smallest},
@@ -292,7 +296,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const bool with_sim = measured != "sim";
   const bool with_paged = std::any_of(grid.configs.begin(), grid.configs.end(),
                                       [](const RunConfig& c) { return is_paged(c.optimizer); });
-  Table table = search_table(grid.varying, measured, with_sim, with_paged);
+  Table table = search_table(grid.varying, measured, with_paged);
   const Provenance provenance = provenance_of(grid, argc, argv, run.label);
   ResultWriter writer(options.out,
                       options.name.empty() ? default_output_name("search") : options.name, table,
@@ -352,7 +356,8 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
             m.compared_batch(),
             run_trial(cfg, replayed, m.compared_batch(), replayed.info.tensor_capacity(), nullptr));
     }
-    std::vector<Cell> row = search_row(m, grid.varying, sim ? &*sim : nullptr, with_paged);
+    std::vector<Cell> row =
+        search_row(m, grid.varying, device.info.total, sim ? &*sim : nullptr, with_paged);
     writer.append(row);
     table.add_row(std::move(row));
     nlohmann::json d = search_details(m, device.info);
@@ -419,8 +424,7 @@ int run_merge_command(const CliOptions& options) {
     if (!merged.details.is_null()) summary["details"] = merged.details;
   } else {
     summary_line =
-        estimate_summary_line(configurations,
-                              on_device(merged.provenance.device, merged.provenance),
+        estimate_summary_line(merged.table, on_device(merged.provenance.device, merged.provenance),
                               merged.smallest_est_max_batch, merged.largest_est_max_batch);
     summary = {{"configurations", configurations},
                {"min_est_max_batch", merged.smallest_est_max_batch},

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/fields.h"
 #include "core/presets.h"
+#include "report/result_tables.h"
 
 namespace vrambench {
 
@@ -68,6 +69,7 @@ Grid make_grid(const CliOptions& options) {
   for (const RunConfig& cfg : grid.configs) frameworks.insert(framework_of(cfg));
   if (frameworks.empty()) frameworks.insert(framework_of(base));
   grid.framework = frameworks.size() == 1 ? std::string(to_string(*frameworks.begin())) : "per row";
+  grid.recipe = recipe_text(grid.configs.empty() ? std::vector<RunConfig>{base} : grid.configs);
   if (options.shard) {
     std::vector<RunConfig> mine;
     for (std::size_t i = 0; i < grid.configs.size(); ++i)

@@ -68,6 +68,9 @@ struct Grid {
   // The framework whose step the whole sweep's rows run (framework_of), the same for every shard:
   // "lean", "hf", or "per row" when the sweep varies it or auto picks both.
   std::string framework;
+  // The recipe of the whole sweep (recipe_text), the same for every shard: "finetune full, quant
+  // none, optimizer adamw, recompute none/full".
+  std::string recipe;
 };
 // Expands the sweeps over the base configuration and validates every point (the one validate() of
 // each configuration), so that a mistake anywhere in the grid is reported before anything runs or

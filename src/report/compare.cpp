@@ -16,9 +16,12 @@
 namespace vrambench {
 namespace {
 
-// The figures compared, in this order where a file has them.
-constexpr std::string_view kCompared[] = {"est_max_batch",  "sim_max_batch",  "meas_max_batch",
-                                          "est_peak_bytes", "sim_peak_bytes", "meas_peak_bytes"};
+// The figures compared, in this order where a file has them: the max batches, then the peaks
+// (a sim table's allocated and reserved, a real device's est, sim and meas), then the formula's.
+constexpr std::string_view kCompared[] = {
+    "est_max_batch",        "sim_max_batch",       "meas_max_batch", "est_peak_bytes",
+    "allocated_peak_bytes", "reserved_peak_bytes", "sim_peak_bytes", "meas_peak_bytes",
+    "formula_max_batch",    "formula_peak_bytes"};
 
 bool is_peak(std::string_view key) {
   return key.ends_with("_peak_bytes");

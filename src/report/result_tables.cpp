@@ -2,11 +2,13 @@
 #include "report/result_tables.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/fields.h"
+#include "estimate/formula.h"
 #include "search/json.h"
 
 namespace vrambench {
@@ -47,20 +49,34 @@ std::vector<Cell> key_cells(const RunConfig& cfg, const std::vector<std::string>
   return cells;
 }
 
-std::string estimate_summary_line(std::int64_t configurations, const std::string& device,
-                                  std::int64_t smallest, std::int64_t largest) {
-  return fmt::format(
-      "{} configuration{} on {}: estimated max batch {}", configurations,
-      configurations == 1 ? "" : "s", device,
-      smallest == largest ? std::to_string(largest) : fmt::format("{}..{}", smallest, largest));
-}
-
 namespace {
 
 // Whether the key columns hold the batch already (a sweep over it).
 bool has_batch_key(const std::vector<std::string>& varying) {
   const std::vector<std::string> keys = key_columns(varying);
   return std::find(keys.begin(), keys.end(), "batch") != keys.end();
+}
+
+// (a - b) / b, or none without both.
+Cell relative_cell(Bytes a, Bytes b) {
+  return a > 0 && b > 0 ? Cell::of_percent(static_cast<double>(a - b) / static_cast<double>(b))
+                        : Cell::none(CellKind::percent);
+}
+
+Cell bytes_cell(Bytes bytes) {
+  return bytes > 0 ? Cell::of_bytes(bytes) : Cell::none(CellKind::bytes);
+}
+
+// The formula's peak of cfg at `batch` with `context`; 0 where it has none (another scope than
+// the model, or no batch).
+Bytes formula_peak_at(const RunConfig& cfg, std::int64_t batch, Bytes context) {
+  if (!has_formula(cfg) || batch < 1) return 0;
+  return formula(cfg, context).peak(batch);
+}
+
+Cell formula_max_batch_cell(const RunConfig& cfg, Bytes context, Bytes capacity) {
+  return has_formula(cfg) ? Cell::of_int(formula_max_batch(cfg, context, capacity))
+                          : Cell::none(CellKind::integer);
 }
 
 }  // namespace
@@ -75,7 +91,10 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
   } else {
     t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
     t.columns.push_back({"est_peak_bytes", "est peak at max", CellKind::bytes});
+    t.columns.push_back({"formula_max_batch", "formula max batch", CellKind::integer});
   }
+  t.columns.push_back({"formula_peak_bytes", "formula", CellKind::bytes});
+  t.columns.push_back({"formula_vs_est", "formula vs est", CellKind::percent});
   t.columns.push_back({"model_state_bytes", "model state", CellKind::bytes});
   t.columns.push_back({"fixed_bytes", "fixed", CellKind::bytes});
   t.columns.push_back({"per_sample_bytes", "per sample", CellKind::bytes});
@@ -87,17 +106,24 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
                                const std::vector<std::string>& varying, const DeviceInfo& device,
                                bool at_batch) {
   std::vector<Cell> row = key_cells(cfg, varying);
+  // The batch the row's peak is of, and that peak.
+  std::int64_t batch = cfg.batch;
+  Bytes peak = 0;
   if (at_batch) {
-    const Bytes peak = breakdown.peak(cfg.batch);
-    if (!has_batch_key(varying)) row.push_back(Cell::of_int(cfg.batch));
+    peak = breakdown.peak(batch);
+    if (!has_batch_key(varying)) row.push_back(Cell::of_int(batch));
     row.push_back(Cell::of_bytes(peak));
     row.push_back(Cell::of_flag(peak <= device.total));
   } else {
-    const std::int64_t max_batch = breakdown.max_batch(device.total);
-    row.push_back(Cell::of_int(max_batch));
-    row.push_back(max_batch > 0 ? Cell::of_bytes(breakdown.peak(max_batch))
-                                : Cell::none(CellKind::bytes));
+    batch = breakdown.max_batch(device.total);
+    peak = batch > 0 ? breakdown.peak(batch) : 0;
+    row.push_back(Cell::of_int(batch));
+    row.push_back(bytes_cell(peak));
+    row.push_back(formula_max_batch_cell(cfg, device.fixed_overhead, device.total));
   }
+  const Bytes formula = formula_peak_at(cfg, batch, device.fixed_overhead);
+  row.push_back(bytes_cell(formula));
+  row.push_back(relative_cell(formula, peak));
   row.push_back(Cell::of_bytes(breakdown.model_state));
   row.push_back(Cell::of_bytes(breakdown.fixed_total()));
   row.push_back(Cell::of_bytes(breakdown.per_sample_total()));
@@ -170,68 +196,108 @@ std::string seq_search_summary_line(const Table& table, const std::string& devic
 }
 
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
-                   bool with_sim, bool with_paged) {
+                   bool with_paged) {
   Table t;
   for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
-  t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
-  if (with_sim) t.columns.push_back({"sim_max_batch", "sim max batch", CellKind::integer});
-  t.columns.push_back({measured + "_max_batch", measured + " max batch", CellKind::integer});
-  t.columns.push_back({"compared_batch", "at batch", CellKind::integer});
-  t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
-  if (with_sim) t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
-  t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
-  if (with_paged) t.columns.push_back({measured + "_paged_bytes", "paged state", CellKind::bytes});
-  if (with_sim)
+  const auto paged = [&] {
+    if (with_paged)
+      t.columns.push_back({measured + "_paged_bytes", "paged state", CellKind::bytes});
+  };
+  if (measured == "sim") {
+    // A prediction: est and sim are one figure (see result_tables.h).
+    t.columns.push_back({"sim_max_batch", "max batch", CellKind::integer});
+    t.columns.push_back({"allocated_peak_bytes", "allocated", CellKind::bytes});
+    t.columns.push_back({"reserved_peak_bytes", "reserved", CellKind::bytes});
+    paged();
+    t.columns.push_back({"sim_next_peak_bytes", "needs at max+1", CellKind::bytes});
+    t.columns.push_back({"formula_max_batch", "formula max batch", CellKind::integer});
+    t.columns.push_back({"formula_peak_bytes", "formula", CellKind::bytes});
+    t.columns.push_back({"formula_vs_est", "formula vs est", CellKind::percent});
+  } else {
+    t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
+    t.columns.push_back({"sim_max_batch", "sim max batch", CellKind::integer});
+    t.columns.push_back({measured + "_max_batch", measured + " max batch", CellKind::integer});
+    t.columns.push_back({"compared_batch", "at batch", CellKind::integer});
+    t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
+    t.columns.push_back({"sim_peak_bytes", "sim peak", CellKind::bytes});
+    t.columns.push_back({measured + "_peak_bytes", measured + " peak", CellKind::bytes});
+    paged();
     t.columns.push_back({measured + "_vs_sim", measured + " vs sim", CellKind::percent});
-  t.columns.push_back(
-      {measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
-  t.columns.push_back({"rel_error", "rel err", CellKind::percent});
-  t.columns.push_back({"under_estimate", "under", CellKind::flag});
-  if (with_sim) t.columns.push_back({"attention_impl", "attention", CellKind::text});
+    t.columns.push_back(
+        {measured + "_next_peak_bytes", measured + " needs at max+1", CellKind::bytes});
+    t.columns.push_back({"rel_error", "rel err", CellKind::percent});
+    t.columns.push_back({"under_estimate", "under", CellKind::flag});
+    t.columns.push_back({"formula_max_batch", "formula max batch", CellKind::integer});
+    t.columns.push_back({"formula_peak_bytes", "formula", CellKind::bytes});
+    t.columns.push_back({"formula_vs_est", "formula vs est", CellKind::percent});
+    t.columns.push_back({"formula_vs_" + measured, "formula vs " + measured, CellKind::percent});
+    t.columns.push_back({"attention_impl", "attention", CellKind::text});
+  }
   t.columns.push_back({"trials", "trials", CellKind::integer});
   t.columns.push_back({"note", "note", CellKind::text});
   return t;
 }
 
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             const Measurement* sim, bool with_paged) {
-  std::vector<Cell> row = key_cells(m.config, varying);
-  row.push_back(Cell::of_int(m.est_max_batch));
-  if (sim) row.push_back(Cell::of_int(sim->search.max_batch));
-  row.push_back(Cell::of_int(m.search.max_batch));
-  row.push_back(Cell::of_int(m.compared_batch()));
-  row.push_back(Cell::of_bytes(m.estimated_peak()));
-  const Bytes sim_peak = sim ? sim_peak_at(*sim, m.compared_batch()) : 0;
-  // The sim peak at the device's compared batch, so that the two peaks sit side by side.
-  if (sim) row.push_back(sim_peak > 0 ? Cell::of_bytes(sim_peak) : Cell::none(CellKind::bytes));
+                             Bytes capacity, const Measurement* sim, bool with_paged) {
+  const RunConfig& cfg = m.config;
+  std::vector<Cell> row = key_cells(cfg, varying);
+  const TrialResult* at = m.at_max();
+  const std::int64_t compared = m.compared_batch();
+  const Bytes estimated = m.estimated_peak();
   const Bytes measured = m.measured_peak();
-  row.push_back(measured > 0 ? Cell::of_bytes(measured) : Cell::none(CellKind::bytes));
-  if (with_paged) {
+  const Bytes formula = formula_peak_at(cfg, compared, m.fixed_overhead);
+  const auto paged = [&] {
+    if (!with_paged) return;
     // Managed memory, outside the peak: the same at every batch.
-    const TrialResult* t = m.at_max() ? m.at_max() : m.next_needed ? &*m.next_needed : nullptr;
+    const TrialResult* t = at ? at : m.next_needed ? &*m.next_needed : nullptr;
     row.push_back(t ? Cell::of_bytes(t->paged_bytes) : Cell::none(CellKind::bytes));
-  }
-  if (sim)
-    row.push_back(measured > 0 && sim_peak > 0
-                      ? Cell::of_percent(static_cast<double>(measured - sim_peak) /
-                                         static_cast<double>(sim_peak))
-                      : Cell::none(CellKind::percent));
+  };
   // An OOM trial stops at the failing request; what max + 1 would need comes from its replay.
-  row.push_back(m.next_needed ? Cell::of_bytes(m.next_needed->device_peak)
-                              : Cell::none(CellKind::bytes));
-  if (measured > 0) {
-    row.push_back(Cell::of_percent(m.relative_error()));
-    row.push_back(Cell::of_flag(m.estimated_peak() < measured));
-  } else {
-    row.push_back(Cell::none(CellKind::percent));
-    row.push_back(Cell::none(CellKind::flag));
-  }
-  if (sim)
-    row.push_back(m.attention_impl.empty() ? Cell::none(CellKind::text)
-                                           : Cell::of_text(m.attention_impl));
-  row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
+  const Cell next =
+      m.next_needed ? Cell::of_bytes(m.next_needed->device_peak) : Cell::none(CellKind::bytes);
   std::string note = m.note();
   if (m.search.hit_limit) note = fmt::format("hit --max-batch {}", m.search.max_batch);
+  if (!sim) {
+    row.push_back(Cell::of_int(m.search.max_batch));
+    row.push_back(at ? Cell::of_bytes(at->tensor_peak) : Cell::none(CellKind::bytes));
+    row.push_back(at ? Cell::of_bytes(at->device_peak) : Cell::none(CellKind::bytes));
+    paged();
+    row.push_back(next);
+    row.push_back(formula_max_batch_cell(cfg, m.fixed_overhead, capacity));
+    row.push_back(bytes_cell(formula));
+    row.push_back(relative_cell(formula, estimated));
+    // Equal by construction; where they are not, the note says so.
+    if (m.failure == Failure::none && !m.search.hit_limit && m.est_max_batch != m.search.max_batch)
+      note += fmt::format("{}est max batch {}", note.empty() ? "" : "; ", m.est_max_batch);
+  } else {
+    row.push_back(Cell::of_int(m.est_max_batch));
+    row.push_back(Cell::of_int(sim->search.max_batch));
+    row.push_back(Cell::of_int(m.search.max_batch));
+    row.push_back(Cell::of_int(compared));
+    row.push_back(Cell::of_bytes(estimated));
+    // The sim peak at the device's compared batch, so that the two peaks sit side by side.
+    const Bytes sim_peak = sim_peak_at(*sim, compared);
+    row.push_back(bytes_cell(sim_peak));
+    row.push_back(bytes_cell(measured));
+    paged();
+    row.push_back(relative_cell(measured, sim_peak));
+    row.push_back(next);
+    if (measured > 0) {
+      row.push_back(Cell::of_percent(m.relative_error()));
+      row.push_back(Cell::of_flag(estimated < measured));
+    } else {
+      row.push_back(Cell::none(CellKind::percent));
+      row.push_back(Cell::none(CellKind::flag));
+    }
+    row.push_back(formula_max_batch_cell(cfg, m.fixed_overhead, capacity));
+    row.push_back(bytes_cell(formula));
+    row.push_back(relative_cell(formula, estimated));
+    row.push_back(relative_cell(formula, measured));
+    row.push_back(m.attention_impl.empty() ? Cell::none(CellKind::text)
+                                           : Cell::of_text(m.attention_impl));
+  }
+  row.push_back(Cell::of_int(static_cast<std::int64_t>(m.search.trials.size())));
   row.push_back(Cell::of_text(note));
   return row;
 }
@@ -248,6 +314,10 @@ nlohmann::json search_details(const Measurement& m, const DeviceInfo& device) {
   if (m.next_needed) j["max_plus_1_needed"] = *m.next_needed;
   j["trials"] = m.search.trials;
   j["estimate"] = m.estimate;
+  // The estimate's answer and its peak at the batch compared: a sim table shows them once, as
+  // the sim's.
+  j["est_max_batch"] = m.est_max_batch;
+  j["est_peak_bytes"] = m.estimated_peak();
   if (m.est_peak_at_compared) j["est_peak_at_compared_bytes"] = *m.est_peak_at_compared;
   if (m.failure != Failure::none) j["failure"] = m.failure;
   return j;
@@ -299,7 +369,49 @@ bool has_value(const Cell& cell) {
   return !cell.empty && (cell.kind != CellKind::percent || std::isfinite(cell.real));
 }
 
+// The spread of the errors in column `key` (a percent column), over the rows that have one.
+ErrorSummary column_errors(const Table& table, std::string_view key) {
+  std::vector<double> errors;
+  for (const Cell* cell : column_cells(table, key))
+    if (has_value(*cell)) errors.push_back(cell->real);
+  return error_summary(errors);
+}
+
+// "; formula vs est peak: median |err| 30.1%, max |err| 41.0% (+41.0%)", or "" without errors.
+std::string formula_errors_text(const ErrorSummary& e, std::string_view against) {
+  if (e.compared == 0) return "";
+  return fmt::format("; formula vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%)",
+                     against, 100 * e.median_abs, 100 * e.max_abs, 100 * e.max_signed);
+}
+
 }  // namespace
+
+std::string estimate_summary_line(const Table& table, const std::string& device,
+                                  std::int64_t smallest, std::int64_t largest) {
+  const std::size_t configurations = table.rows.size();
+  return fmt::format(
+      "{} configuration{} on {}: estimated max batch {}{}", configurations,
+      configurations == 1 ? "" : "s", device,
+      smallest == largest ? std::to_string(largest) : fmt::format("{}..{}", smallest, largest),
+      formula_errors_text(column_errors(table, "formula_vs_est"), "est"));
+}
+
+std::string recipe_text(const std::vector<RunConfig>& configs) {
+  // Each field's values in grid order, once.
+  const auto values = [&](auto value_of) {
+    std::vector<std::string> seen;
+    for (const RunConfig& cfg : configs) {
+      std::string v(value_of(cfg));
+      if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(std::move(v));
+    }
+    return fmt::format("{}", fmt::join(seen, "/"));
+  };
+  return fmt::format("finetune {}, quant {}, optimizer {}, recompute {}",
+                     values([](const RunConfig& c) { return to_string(c.finetune); }),
+                     values([](const RunConfig& c) { return to_string(base_quant(c)); }),
+                     values([](const RunConfig& c) { return to_string(c.optimizer); }),
+                     values([](const RunConfig& c) { return to_string(c.recompute); }));
+}
 
 bool is_search_table(const Table& table) {
   return std::any_of(table.columns.begin(), table.columns.end(),
@@ -324,6 +436,7 @@ SearchSummary summarize_search(const Table& table) {
     if (has_value(*cell)) vs_sim.push_back(cell->real);
   s.errors = error_summary(errors);
   s.vs_sim = error_summary(vs_sim);
+  s.formula = column_errors(table, s.measured == "sim" ? "formula_vs_est" : "formula_vs_meas");
   // The note starts with the failure's name ("crashed: signal 6 (Aborted)"), see
   // Measurement::note().
   const auto starts = [](const Cell* cell, std::string_view prefix) {
@@ -346,6 +459,7 @@ std::string search_summary_line(const SearchSummary& s, const std::string& devic
                   static_cast<double>(s.trials) /
                       static_cast<double>(std::max<std::int64_t>(s.configurations, 1)),
                   seconds);
+  if (s.measured == "sim") line += "; a prediction (est and sim agree by construction)";
   if (s.errors.compared > 0)
     line += fmt::format(
         "; est vs {} peak: median |err| {:.1f}%, max |err| {:.1f}% ({:+.1f}%), {} under-estimate{}",
@@ -355,6 +469,7 @@ std::string search_summary_line(const SearchSummary& s, const std::string& devic
     line += fmt::format("; {} vs sim peak: median |diff| {:.1f}%, max |diff| {:.1f}% ({:+.1f}%)",
                         s.measured, 100 * s.vs_sim.median_abs, 100 * s.vs_sim.max_abs,
                         100 * s.vs_sim.max_signed);
+  line += formula_errors_text(s.formula, s.measured == "sim" ? "est" : s.measured);
   if (s.non_monotone > 0) line += fmt::format("; {} non-monotone", s.non_monotone);
   if (s.failed > 0) line += fmt::format("; {} failed (see the note column)", s.failed);
   if (s.timed_out > 0)
@@ -376,6 +491,9 @@ nlohmann::json search_summary_json(const SearchSummary& s, const std::string& li
           {"device_vs_sim_compared", s.vs_sim.compared},
           {"device_vs_sim_median_abs", s.vs_sim.median_abs},
           {"device_vs_sim_max_abs", s.vs_sim.max_abs},
+          {"formula_compared", s.formula.compared},
+          {"formula_median_abs_error", s.formula.median_abs},
+          {"formula_max_abs_error", s.formula.max_abs},
           {"failed", s.failed},
           {"timed_out", s.timed_out},
           {"summary", line}};

@@ -16,20 +16,35 @@ namespace vrambench {
 
 // `at_batch`: rows give the peak at cfg.batch (and whether it fits) instead of the max batch,
 // from a breakdown analysed with DeviceOverhead::share_at_batch; the batch is a column of its own
-// unless the sweep varies it (a key column then).
+// unless the sweep varies it (a key column then). Every row has the formula's peak at the same
+// batch (estimate/formula.h, with the device's context) and its error against the estimate's;
+// without a batch also the formula's max batch.
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
                                const std::vector<std::string>& varying, const DeviceInfo& device,
                                bool at_batch);
 
-// `measured`: the column prefix of the device's figures, "sim" or "meas". `with_sim`: a real
-// device's rows also carry the sim replay of the same configuration (max batch and peak).
+// `measured`: the column prefix of the device's figures, "sim" or "meas".
+//
+// On sim a row is a prediction: the estimate replays the allocator the sim runs, so est and sim
+// are equal by construction and the row shows them once, as the sim's: the max batch, the peak
+// there as allocated (tensor bytes) and reserved (segments and context), what max + 1 needs, the
+// formula's max batch and peak and the formula's error against the estimate; no est against sim.
+// The note gives the estimate's max batch where it is not the sim's.
+//
+// On a real device ("meas") a row is a measurement: est, the sim replay of the same
+// configuration (`sim`, given to search_row) and the device side by side, est's error against
+// the device and whether it under-estimated, the formula's error against est and the device.
+//
+// The formula's peak is taken at the batch compared (the max batch, or 1 when nothing fits) with
+// the context the measurement used, its max batch on `capacity` (the device's total).
 // with_paged: a column of the paged optimizer state (managed memory, outside the peaks), for
 // grids with a paged optimizer.
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
-                   bool with_sim = false, bool with_paged = false);
+                   bool with_paged = false);
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             const Measurement* sim = nullptr, bool with_paged = false);
+                             Bytes capacity, const Measurement* sim = nullptr,
+                             bool with_paged = false);
 // `search --over seq`: the longest sequence (a multiple of 64) at cfg.batch per configuration. Key
 // columns are those of key_columns() without seq (what the search finds), then the batch.
 std::vector<std::string> seq_key_columns(const std::vector<std::string>& varying);
@@ -53,16 +68,19 @@ struct ErrorSummary {
 struct SearchSummary {
   std::string measured;  // the device's column prefix, "sim" or "meas"
   std::int64_t configurations = 0, trials = 0;
-  ErrorSummary errors;      // est against the device's peak (rel_error)
-  int under_estimates = 0;  // rows where est < the device's peak
-  ErrorSummary vs_sim;      // a real device's peak against the sim replay's (meas_vs_sim)
-  int non_monotone = 0;     // rows whose note says the search was not monotone
-  int failed = 0;           // rows that failed or crashed
-  int timed_out = 0;        // rows whose trial timed out
+  ErrorSummary errors;      // est against a real device's peak (rel_error); none on sim
+  int under_estimates = 0;  // rows where est < a real device's peak
+  // The formula's peak against a real device's (formula_vs_meas), on sim against est's
+  // (formula_vs_est).
+  ErrorSummary formula;
+  ErrorSummary vs_sim;   // a real device's peak against the sim replay's (meas_vs_sim)
+  int non_monotone = 0;  // rows whose note says the search was not monotone
+  int failed = 0;        // rows that failed or crashed
+  int timed_out = 0;     // rows whose trial timed out
 };
 SearchSummary summarize_search(const Table& table);
-// "5 configurations on DEVICE, 15 trials (3.0 per configuration) in 0.12 s; est vs sim peak:
-// median |err| ...".
+// "5 configurations on DEVICE, 15 trials (3.0 per configuration) in 0.12 s; formula vs est
+// peak: median |err| ..." (on a real device: "est vs meas peak: ...; formula vs meas peak: ...").
 std::string search_summary_line(const SearchSummary& s, const std::string& device, double seconds);
 // The JSON summary's figures (the caller adds details).
 nlohmann::json search_summary_json(const SearchSummary& s, const std::string& line, double seconds);
@@ -73,8 +91,14 @@ bool is_search_table(const Table& table);
 std::vector<std::string> key_columns(const std::vector<std::string>& varying);
 // The key cells of `cfg`, the first cells of its row in either table.
 std::vector<Cell> key_cells(const RunConfig& cfg, const std::vector<std::string>& varying);
-// "5 configurations on DEVICE: estimated max batch 12..40".
-std::string estimate_summary_line(std::int64_t configurations, const std::string& device,
+// "5 configurations on DEVICE: estimated max batch 12..40; formula vs est peak: median |err|
+// ...", the formula's errors from the table's rows.
+std::string estimate_summary_line(const Table& table, const std::string& device,
                                   std::int64_t smallest, std::int64_t largest);
+
+// The recipe of a grid's configurations as the summary lines name it: "finetune full, quant none,
+// optimizer adamw, recompute none"; a field that varies lists its values in grid order
+// ("recompute none/selective/full"). quant is the base's storage (nf4 under qlora unless given).
+std::string recipe_text(const std::vector<RunConfig>& configs);
 
 }  // namespace vrambench

@@ -1,0 +1,133 @@
+// The calculators' formula: bytes per parameter, Korthikanti's activations, logits and context.
+#include "estimate/formula.h"
+
+#include "core/dtype.h"
+#include "core/quant.h"
+
+namespace vrambench {
+namespace {
+
+// Optimizer state per trainable parameter: AdamW's fp32 m and v, bitsandbytes' 8-bit m and v (the
+// absmax per 256 left out, as calculators do), SGD's fp32 momentum. Paged state counts as any:
+// calculators do not know where it lives.
+Bytes optimizer_state_bytes(Optimizer o) {
+  if (is_8bit(o)) return 2;
+  if (is_adamw(o)) return 8;
+  return o == Optimizer::sgd ? 4 : 0;
+}
+
+// The frozen base of LoRA / QLoRA, all P parameters at the storage's bits: 16 or 32 (the compute
+// dtype), 8 (int8), or 4 plus the absmax per block of 64: 32-bit (4.5 bits, 0.5625 bytes per
+// parameter) or, under double quantisation, 8-bit with a 32-bit absmax per 256 blocks (4.127
+// bits, 0.516 bytes): the QLoRA paper's figures, section 3.
+Bytes frozen_base_bytes(const RunConfig& cfg, std::int64_t parameters, Bytes weight_bytes) {
+  const QuantKind quant = base_quant(cfg);
+  if (quant == QuantKind::int8) return parameters;
+  if (!is_4bit(quant)) return checked_mul(parameters, weight_bytes, "formula base");
+  // Bytes per 64 * 256 parameters: 4-bit codes, then the absmax of the 256 blocks of 64.
+  constexpr Bytes kSpan = kQuant4bitBlock * kQuantNestedBlock;
+  const Bytes codes = kSpan / 2;
+  const Bytes absmax =
+      cfg.double_quant == Toggle::on ? kQuantNestedBlock * 1 + 4 : kQuantNestedBlock * 4;
+  return quant_blocks(checked_mul(parameters, codes + absmax, "formula base"), kSpan);
+}
+
+}  // namespace
+
+Bytes Formula::fixed() const {
+  return checked_add(model_state, context, "formula fixed");
+}
+
+Bytes Formula::per_sample() const {
+  return checked_add(activations, logits, "formula per sample");
+}
+
+Bytes Formula::peak(std::int64_t batch) const {
+  return checked_add(fixed(), checked_mul(batch, per_sample(), "formula peak"), "formula peak");
+}
+
+std::int64_t Formula::max_batch(Bytes capacity) const {
+  const Bytes room = capacity - fixed();
+  if (room < 0) return 0;
+  return per_sample() > 0 ? room / per_sample() : 0;
+}
+
+Bytes korthikanti_layer_bytes(std::int64_t seq, std::int64_t batch, std::int64_t hidden,
+                              std::int64_t heads, bool scores) {
+  const Bytes sbh = checked_mul(checked_mul(seq, batch, "s*b"), hidden, "s*b*h");
+  Bytes bytes = checked_mul(34, sbh, "34*s*b*h");
+  if (scores)
+    bytes = checked_add(
+        bytes,
+        checked_mul(checked_mul(5 * heads, seq, "5*a*s"), checked_mul(seq, batch, "s*b"), "5as2b"),
+        "activations per layer");
+  return bytes;
+}
+
+std::int64_t lora_parameter_count(const RunConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  const std::int64_t H = m.hidden, F = m.ffn, KD = m.kv_heads * m.head_dim();
+  std::int64_t per_layer = 0;
+  for (LoraModule module : lora_modules(m.arch)) {
+    if (!lora_targets_module(cfg.lora_targets, m.arch, module)) continue;
+    std::int64_t in = H, out = H;  // q, o, the attention's c_proj
+    if (module == LoraModule::k || module == LoraModule::v) out = KD;
+    if (module == LoraModule::c_attn) out = qkv_width(m);
+    if (module == LoraModule::gate || module == LoraModule::up || module == LoraModule::c_fc)
+      out = F;
+    if (module == LoraModule::down || module == LoraModule::mlp_c_proj) in = F;
+    per_layer = checked_add(per_layer, checked_mul(cfg.lora_rank, in + out, "lora"), "lora");
+  }
+  return checked_mul(per_layer, m.layers, "lora parameters");
+}
+
+Formula formula(const RunConfig& cfg, Bytes context) {
+  const ModelConfig& m = cfg.model;
+  Formula f;
+  f.parameters = parameter_count(m);
+  f.context = context;
+  // Weights as loaded: 16-bit for fp16/bf16, fp32 otherwise (autocast keeps fp32 weights).
+  const Bytes weight_bytes = cfg.dtype == Precision::fp16 || cfg.dtype == Precision::bf16 ? 2 : 4;
+  const Bytes state = optimizer_state_bytes(cfg.optimizer);
+  if (is_finetune(cfg)) {
+    // Adapters in fp32: weight, gradient and state (no master: they are fp32 already).
+    f.adapter_parameters = lora_parameter_count(cfg);
+    f.model_state = checked_add(frozen_base_bytes(cfg, f.parameters, weight_bytes),
+                                checked_mul(f.adapter_parameters, 4 + 4 + state, "adapters"),
+                                "formula model state");
+  } else {
+    // Weight and gradient in the weights' dtype, an fp32 master of 16-bit weights when there is
+    // a step, and the state: ZeRO's 16 bytes per parameter for mixed-precision AdamW.
+    const Bytes master = weight_bytes == 2 && cfg.optimizer != Optimizer::none ? 4 : 0;
+    f.model_state =
+        checked_mul(f.parameters, 2 * weight_bytes + master + state, "formula model state");
+  }
+
+  // Korthikanti's bytes are for 16-bit activations; 32-bit ones double them.
+  const Bytes scale = dtype_size(activation_dtype(cfg.dtype)) / 2;
+  const bool scores = cfg.attention == Attention::eager && cfg.recompute == Recompute::none;
+  const Bytes layer = korthikanti_layer_bytes(cfg.seq, 1, m.hidden, m.heads, scores);
+  Bytes activations = 0;
+  if (cfg.recompute == Recompute::full) {
+    // Each layer's input (2·s·b·h), and one layer recomputed in full, scores included (eager).
+    const Bytes recomputed =
+        korthikanti_layer_bytes(cfg.seq, 1, m.hidden, m.heads, cfg.attention == Attention::eager);
+    activations = checked_add(checked_mul(m.layers, checked_mul(2 * cfg.seq, m.hidden, "2sh"), "L"),
+                              recomputed, "activations");
+  } else {
+    activations = checked_mul(m.layers, layer, "activations");
+  }
+  f.activations = checked_mul(activations, scale, "activations");
+  f.logits = checked_mul(checked_mul(cfg.seq, m.vocab, "s*V"), 4, "logits");
+  return f;
+}
+
+Bytes formula_peak(const RunConfig& cfg, Bytes context) {
+  return formula(cfg, context).peak(cfg.batch);
+}
+
+std::int64_t formula_max_batch(const RunConfig& cfg, Bytes context, Bytes capacity) {
+  return formula(cfg, context).max_batch(capacity);
+}
+
+}  // namespace vrambench
