@@ -61,6 +61,13 @@ struct OpSignature {
 
 const OpSignature& signature(OpKind kind);
 
+// An operand's name without the brackets of an optional one, its shape and its dtype, as executors
+// ask for it: "[wpe[P,H]]" -> "wpe", "mask u8" -> "mask".
+constexpr std::string_view operand_name(std::string_view listed) {
+  if (!listed.empty() && listed.front() == '[') listed.remove_prefix(1);
+  return listed.substr(0, listed.find_first_of("[] "));
+}
+
 // The number of op kinds: every OpKind has one row in the table.
 inline constexpr std::size_t kOpKindCount = 35;
 
