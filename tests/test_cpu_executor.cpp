@@ -13,27 +13,12 @@
 #include "device/host_runner.h"
 #include "device/init.h"
 #include "device/sources.h"
+#include "program_memory.h"
 
 namespace vrambench {
 namespace {
 
-// Storage for every tensor of a program, bound all at once.
-struct Memory {
-  std::vector<std::vector<std::uint8_t>> bytes;
-  std::vector<void*> data;
-  explicit Memory(const Program& p) {
-    for (const Tensor& t : p.tensors) {
-      bytes.emplace_back(static_cast<std::size_t>(t.bytes));
-      data.push_back(bytes.back().data());
-    }
-  }
-  float at(const Program& p, int id, std::int64_t i) const {
-    return kmath::load(data[static_cast<std::size_t>(id)], p.tensor(id).dtype, i);
-  }
-  void set(const Program& p, int id, std::int64_t i, float v) {
-    kmath::store(data[static_cast<std::size_t>(id)], p.tensor(id).dtype, i, v);
-  }
-};
+using test::Memory;
 
 TEST(CpuExecutor, LinearStoresRoundedToBf16AndIgnoresWorkspace) {
   Program p;

@@ -38,6 +38,31 @@ TEST(Signature, OptionalOperandsWidenTheCounts) {
   EXPECT_EQ(adam.max_outputs(), 0u);
 }
 
+// Executors find operands by these names (device/operands.h): each list names its operands apart.
+TEST(Signature, OperandNamesAreUniqueInEachList) {
+  EXPECT_EQ(operand_name("[wpe[P,H]]"), "wpe");
+  EXPECT_EQ(operand_name("tokens[B,S] i32"), "tokens");
+  EXPECT_EQ(operand_name("[absmax2 f32]"), "absmax2");
+  EXPECT_EQ(operand_name("[master]"), "master");
+  EXPECT_EQ(operand_name("dqkv"), "dqkv");
+  for (std::size_t k = 0; k < kOpKindCount; ++k) {
+    const OpSignature& s = signature(static_cast<OpKind>(k));
+    auto unique = [&](const auto& listed) {
+      std::set<std::string_view> names;
+      std::size_t n = 0;
+      for (std::string_view o : listed) {
+        if (o.empty()) continue;
+        EXPECT_FALSE(operand_name(o).empty()) << s.name << ": " << o;
+        names.insert(operand_name(o));
+        ++n;
+      }
+      EXPECT_EQ(names.size(), n) << s.name;
+    };
+    unique(s.inputs);
+    unique(s.outputs);
+  }
+}
+
 // Every op of every kind of program the builder makes matches its signature.
 TEST(Signature, BuiltProgramsMatchTheTable) {
   std::set<OpKind> seen;
@@ -69,7 +94,8 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
         cfg.quant = quant;
         cfg.double_quant = nested;
         cfg.lora_dropout = nested == Toggle::on ? 0.1 : 0.0;
-        cfg.optimizer = quant == QuantKind::int8 ? Optimizer::paged_adamw_8bit : Optimizer::adamw_8bit;
+        cfg.optimizer =
+            quant == QuantKind::int8 ? Optimizer::paged_adamw_8bit : Optimizer::adamw_8bit;
         cfg.lora_rank = 64;  // B [H, 64] of tiny's H = 64: 4096 elements, 8-bit state
         validate(cfg);
         const Program p = build_program(cfg, 4096);

@@ -2,11 +2,8 @@
 // rounded to their dtypes (adding into `grad` outputs when the op accumulates).
 #include "device/cpu_executor.h"
 
-#include <fmt/format.h>
-
 #include <cmath>
 #include <cstring>
-#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -17,20 +14,15 @@
 #include "cpu/ops.h"
 #include "cpu/quant.h"
 #include "device/init.h"
-#include "program/signature.h"
+#include "device/operands.h"
 
 namespace vrambench {
 namespace {
 
-// ---- binding
+// ---- loading and storing
 // --------------------------------------------------------------------------------------
 
-struct Bound {
-  const Tensor* tensor = nullptr;
-  void* data = nullptr;
-};
-
-std::vector<float> load(const Bound& b) {
+std::vector<float> load(const Operand& b) {
   const std::int64_t n = b.tensor->elements();
   std::vector<float> values(static_cast<std::size_t>(n));
   if (b.tensor->dtype == DType::f32) {
@@ -42,7 +34,7 @@ std::vector<float> load(const Bound& b) {
   return values;
 }
 
-std::vector<std::int32_t> load_ids(const Bound& b) {
+std::vector<std::int32_t> load_ids(const Operand& b) {
   if (b.tensor->dtype != DType::i32)
     throw InternalError("tensor '" + b.tensor->name + "' should hold i32 ids");
   std::vector<std::int32_t> ids(static_cast<std::size_t>(b.tensor->elements()));
@@ -50,7 +42,7 @@ std::vector<std::int32_t> load_ids(const Bound& b) {
   return ids;
 }
 
-void store(const Bound& b, const std::vector<float>& values, bool accumulate) {
+void store(const Operand& b, const std::vector<float>& values, bool accumulate) {
   const std::int64_t n = b.tensor->elements();
   if (static_cast<std::int64_t>(values.size()) != n)
     throw InternalError("tensor '" + b.tensor->name + "': kernel produced the wrong size");
@@ -65,34 +57,18 @@ void store(const Bound& b, const std::vector<float>& values, bool accumulate) {
   }
 }
 
-// The op's tensors without its workspace, in the signature's order.
-struct Args {
-  const Op& op;
-  std::vector<Bound> in, out;
-
-  void store_out(std::size_t k, const std::vector<float>& values) const {
-    const Bound& b = out.at(k);
-    store(b, values, op.accumulate && b.tensor->role == Role::grad);
-  }
-};
-
-void require(bool ok, const Op& op, std::string_view what) {
-  if (!ok) throw InternalError("op '" + op.name + "': " + std::string(what));
+// Output k of the op, added into it when the op accumulates into a gradient.
+void store_out(const Operands& a, std::size_t k, const std::vector<float>& values) {
+  const Operand& o = a.out.at(k);
+  store(o, values, a.accumulates(o));
 }
 
-std::vector<float> zeros_like(const Bound& b) {
+std::vector<float> zeros_like(const Operand& b) {
   return std::vector<float>(static_cast<std::size_t>(b.tensor->elements()), 0.0f);
 }
 
-std::int64_t last_dim(const Bound& b) {
-  return b.tensor->shape.empty() ? 1 : b.tensor->shape.back();
-}
-std::int64_t rows(const Bound& b) {
-  return b.tensor->elements() / last_dim(b);
-}
-
-cpu::AttnShape attn_shape(const Op& op, const Tensor& qkv) {
-  const QkvShape s = qkv_shape(op, qkv);
+cpu::AttnShape attn_shape(const Operands& a) {
+  const QkvShape s = attention_shape(a);
   return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
 }
 
@@ -118,72 +94,47 @@ class CpuExecutor final : public Executor {
 
   void execute(const Program& program, std::size_t op_index,
                const std::vector<void*>& data) override {
-    const Op& op = program.ops.at(op_index);
-    check_op(program, op);
-    Args args{op, bind(program, op.inputs, data, op), bind(program, op.outputs, data, op)};
-    run(args);
+    run(decode_operands(program, op_index, data));
   }
 
  private:
-  static std::vector<Bound> bind(const Program& program, const TensorIds& ids,
-                                 const std::vector<void*>& data, const Op& op) {
-    std::vector<Bound> bound;
-    for (int id : ids) {
-      const Tensor& t = program.tensor(id);
-      if (t.role == Role::workspace) continue;
-      void* p = data.at(static_cast<std::size_t>(id));
-      require(p != nullptr || t.elements() == 0, op, "tensor '" + t.name + "' is not bound");
-      bound.push_back({&t, p});
-    }
-    return bound;
-  }
-
-  void run(const Args& a) {
+  void run(const Operands& a) {
     const Op& op = a.op;
     switch (op.kind) {
       case OpKind::embedding_fwd: {
-        const Tensor& tokens = *a.in[0].tensor;
-        const Tensor& wte = *a.in[1].tensor;
-        require(tokens.shape.size() == 2 && wte.shape.size() == 2, op, "tokens [B,S], wte [V,H]");
-        const std::int64_t B = tokens.shape[0], S = tokens.shape[1];
-        const std::int64_t V = wte.shape[0], H = wte.shape[1];
+        const EmbeddingDims d = embedding_dims(a);
         const auto ids = load_ids(a.in[0]);
         const auto w = load(a.in[1]);
         std::vector<float> wpe;
-        if (a.in.size() == 3) {
-          require(a.in[2].tensor->shape.at(0) >= S, op, "wpe has fewer rows than positions");
-          wpe = load(a.in[2]);
+        if (const Operand* positions = a.input("wpe")) {
+          a.require(d.P >= d.S, "wpe has fewer rows than positions");
+          wpe = load(*positions);
         }
         auto x = zeros_like(a.out[0]);
-        require(static_cast<std::int64_t>(x.size()) == B * S * H, op, "x must be [B,S,H]");
-        cpu::embedding_fwd(x.data(), ids.data(), w.data(), wpe.empty() ? nullptr : wpe.data(), B, S,
-                           V, H);
-        a.store_out(0, x);
+        a.require(static_cast<std::int64_t>(x.size()) == d.B * d.S * d.H, "x must be [B,S,H]");
+        cpu::embedding_fwd(x.data(), ids.data(), w.data(), wpe.empty() ? nullptr : wpe.data(), d.B,
+                           d.S, d.V, d.H);
+        store_out(a, 0, x);
         return;
       }
       case OpKind::embedding_bwd: {
-        const Tensor& tokens = *a.in[1].tensor;
-        const Tensor& dwte = *a.out[0].tensor;
-        require(tokens.shape.size() == 2 && dwte.shape.size() == 2, op, "tokens [B,S], dwte [V,H]");
-        const std::int64_t B = tokens.shape[0], S = tokens.shape[1];
-        const std::int64_t V = dwte.shape[0], H = dwte.shape[1];
+        const EmbeddingDims d = embedding_dims(a);
+        const Operand* dwpe = a.output("dwpe");
         const auto dx = load(a.in[0]);
         const auto ids = load_ids(a.in[1]);
         auto g_wte = zeros_like(a.out[0]);
         std::vector<float> g_wpe;
-        std::int64_t P = 0;
-        if (a.out.size() == 2) {
-          g_wpe = zeros_like(a.out[1]);
-          P = a.out[1].tensor->shape.at(0);
-          require(P >= S, op, "dwpe has fewer rows than positions");
+        if (dwpe) {
+          g_wpe = zeros_like(*dwpe);
+          a.require(d.P >= d.S, "dwpe has fewer rows than positions");
         }
         cpu::embedding_bwd(g_wte.data(), g_wpe.empty() ? nullptr : g_wpe.data(), dx.data(),
-                           ids.data(), B, S, V, P, H);
-        a.store_out(0, g_wte);
+                           ids.data(), d.B, d.S, d.V, d.P, d.H);
+        store_out(a, 0, g_wte);
         // Only the token table is ever tied (to the lm head, whose backward wrote its gradient
         // first); the position table's gradient has no earlier writer, so `accumulate` never
         // applies to it.
-        if (a.out.size() == 2) store(a.out[1], g_wpe, false);
+        if (dwpe) store(*dwpe, g_wpe, false);
         return;
       }
       case OpKind::layernorm_fwd: {
@@ -193,9 +144,9 @@ class CpuExecutor final : public Executor {
         auto y = zeros_like(a.out[0]), mean = zeros_like(a.out[1]), rstd = zeros_like(a.out[2]);
         cpu::layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
                            b.empty() ? nullptr : b.data(), M, H, op.eps);
-        a.store_out(0, y);
-        a.store_out(1, mean);
-        a.store_out(2, rstd);
+        store_out(a, 0, y);
+        store_out(a, 1, mean);
+        store_out(a, 2, rstd);
         return;
       }
       case OpKind::layernorm_bwd: {
@@ -206,9 +157,9 @@ class CpuExecutor final : public Executor {
         std::vector<float> dw(static_cast<std::size_t>(H)), db(static_cast<std::size_t>(H));
         cpu::layernorm_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                            mean.data(), rstd.data(), M, H);
-        a.store_out(0, dx);
-        if (a.out.size() >= 2) a.store_out(1, dw);  // a frozen norm writes dx alone
-        if (a.out.size() == 3) a.store_out(2, db);
+        store_out(a, 0, dx);
+        if (a.out.size() >= 2) store_out(a, 1, dw);  // a frozen norm writes dx alone
+        if (a.out.size() == 3) store_out(a, 2, db);
         return;
       }
       case OpKind::rmsnorm_fwd: {
@@ -216,8 +167,8 @@ class CpuExecutor final : public Executor {
         const auto x = load(a.in[0]), w = load(a.in[1]);
         auto y = zeros_like(a.out[0]), rstd = zeros_like(a.out[1]);
         cpu::rmsnorm_fwd(y.data(), rstd.data(), x.data(), w.data(), M, H, op.eps);
-        a.store_out(0, y);
-        a.store_out(1, rstd);
+        store_out(a, 0, y);
+        store_out(a, 1, rstd);
         return;
       }
       case OpKind::rmsnorm_bwd: {
@@ -226,58 +177,51 @@ class CpuExecutor final : public Executor {
         auto dx = zeros_like(a.out[0]);
         std::vector<float> dw(static_cast<std::size_t>(H));
         cpu::rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), M, H);
-        a.store_out(0, dx);
-        if (a.out.size() == 2) a.store_out(1, dw);  // a frozen norm writes dx alone
+        store_out(a, 0, dx);
+        if (a.out.size() == 2) store_out(a, 1, dw);  // a frozen norm writes dx alone
         return;
       }
       case OpKind::linear_fwd: {
-        const Tensor& w_t = *a.in[1].tensor;
-        require(w_t.shape.size() == 2, op, "w must be [Out,In]");
-        const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
-        const std::int64_t M = a.in[0].tensor->elements() / In;
-        require(M * In == a.in[0].tensor->elements() && a.out[0].tensor->elements() == M * Out, op,
-                "x [M,In] and y [M,Out] disagree with w");
+        const LinearDims d = linear_dims(a);
         const auto x = load(a.in[0]), w = load(a.in[1]);
         const auto b = a.in.size() == 3 ? load(a.in[2]) : std::vector<float>{};
         auto y = zeros_like(a.out[0]);
-        cpu::linear_fwd(y.data(), x.data(), w.data(), b.empty() ? nullptr : b.data(), M, In, Out);
-        a.store_out(0, y);
+        cpu::linear_fwd(y.data(), x.data(), w.data(), b.empty() ? nullptr : b.data(), d.M, d.In,
+                        d.Out);
+        store_out(a, 0, y);
         return;
       }
       case OpKind::linear_bwd: {
-        const Tensor& w_t = *a.in[2].tensor;
-        require(w_t.shape.size() == 2, op, "w must be [Out,In]");
-        const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
-        const std::int64_t M = a.in[1].tensor->elements() / In;
-        require(a.in[0].tensor->elements() == M * Out, op, "dy must be [M,Out]");
+        const LinearDims d = linear_dims(a);
         const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]);
         auto dx = zeros_like(a.out[0]), dw = zeros_like(a.out[1]);
-        std::vector<float> db(static_cast<std::size_t>(Out));
-        cpu::linear_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), M, In, Out);
-        a.store_out(0, dx);
-        a.store_out(1, dw);
-        if (a.out.size() == 3) a.store_out(2, db);
+        std::vector<float> db(static_cast<std::size_t>(d.Out));
+        cpu::linear_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), d.M, d.In,
+                        d.Out);
+        store_out(a, 0, dx);
+        store_out(a, 1, dw);
+        if (a.out.size() == 3) store_out(a, 2, db);
         return;
       }
       case OpKind::gelu_fwd: {
         const auto x = load(a.in[0]);
         auto y = zeros_like(a.out[0]);
         cpu::gelu_fwd(y.data(), x.data(), static_cast<std::int64_t>(x.size()));
-        a.store_out(0, y);
+        store_out(a, 0, y);
         return;
       }
       case OpKind::gelu_bwd: {
         const auto dy = load(a.in[0]), x = load(a.in[1]);
         auto dx = zeros_like(a.out[0]);
         cpu::gelu_bwd(dx.data(), dy.data(), x.data(), static_cast<std::int64_t>(x.size()));
-        a.store_out(0, dx);
+        store_out(a, 0, dx);
         return;
       }
       case OpKind::swiglu_fwd: {
         const auto gate = load(a.in[0]), up = load(a.in[1]);
         auto y = zeros_like(a.out[0]);
         cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()));
-        a.store_out(0, y);
+        store_out(a, 0, y);
         return;
       }
       case OpKind::swiglu_bwd: {
@@ -285,37 +229,36 @@ class CpuExecutor final : public Executor {
         auto dgate = zeros_like(a.out[0]), dup = zeros_like(a.out[1]);
         cpu::swiglu_bwd(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(),
                         static_cast<std::int64_t>(dy.size()));
-        a.store_out(0, dgate);
-        a.store_out(1, dup);
+        store_out(a, 0, dgate);
+        store_out(a, 1, dup);
         return;
       }
       case OpKind::rope_fwd:
       case OpKind::rope_bwd: {
-        const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
+        const cpu::AttnShape s = attn_shape(a);
         const auto in = load(a.in[0]);
         auto out = zeros_like(a.out[0]);
         if (op.kind == OpKind::rope_fwd)
           cpu::rope_fwd(out.data(), in.data(), s.B, s.S, s.A, s.K, s.D);
         else
           cpu::rope_bwd(out.data(), in.data(), s.B, s.S, s.A, s.K, s.D);
-        a.store_out(0, out);
+        store_out(a, 0, out);
         return;
       }
       case OpKind::attn_scores: {
-        const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
-        require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, op,
-                "scores must be [B,A,S,S]");
+        const cpu::AttnShape s = attn_shape(a);
+        a.require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, "scores must be [B,A,S,S]");
         const auto qkv = load(a.in[0]);
         auto scores = zeros_like(a.out[0]);
         cpu::attn_scores(scores.data(), qkv.data(), s);
-        a.store_out(0, scores);
+        store_out(a, 0, scores);
         return;
       }
       case OpKind::softmax_fwd: {
         const auto scores = load(a.in[0]);
         auto probs = zeros_like(a.out[0]);
         cpu::softmax_fwd(probs.data(), scores.data(), rows(a.in[0]), last_dim(a.in[0]));
-        a.store_out(0, probs);
+        store_out(a, 0, probs);
         return;
       }
       case OpKind::softmax_bwd: {
@@ -323,54 +266,54 @@ class CpuExecutor final : public Executor {
         auto dscores = zeros_like(a.out[0]);
         cpu::softmax_bwd(dscores.data(), dprobs.data(), probs.data(), rows(a.in[1]),
                          last_dim(a.in[1]));
-        a.store_out(0, dscores);
+        store_out(a, 0, dscores);
         return;
       }
       case OpKind::attn_values: {
-        const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
-        require(a.in[0].tensor->elements() == s.B * s.A * s.S * s.S, op, "probs must be [B,A,S,S]");
-        require(a.out[0].tensor->elements() == s.B * s.S * s.A * s.D, op, "y must be [B,S,A*D]");
+        const cpu::AttnShape s = attn_shape(a);
+        a.require(a.in[0].tensor->elements() == s.B * s.A * s.S * s.S, "probs must be [B,A,S,S]");
+        a.require(a.out[0].tensor->elements() == s.B * s.S * s.A * s.D, "y must be [B,S,A*D]");
         const auto probs = load(a.in[0]), qkv = load(a.in[1]);
         auto y = zeros_like(a.out[0]);
         cpu::attn_values(y.data(), probs.data(), qkv.data(), s);
-        a.store_out(0, y);
+        store_out(a, 0, y);
         return;
       }
       case OpKind::attn_values_bwd: {
-        const cpu::AttnShape s = attn_shape(op, *a.in[2].tensor);
+        const cpu::AttnShape s = attn_shape(a);
         const auto dy = load(a.in[0]), probs = load(a.in[1]), qkv = load(a.in[2]);
         auto dprobs = zeros_like(a.out[0]), dqkv = zeros_like(a.out[1]);
         cpu::attn_values_bwd(dprobs.data(), dqkv.data(), dy.data(), probs.data(), qkv.data(), s);
-        a.store_out(0, dprobs);
-        a.store_out(1, dqkv);
+        store_out(a, 0, dprobs);
+        store_out(a, 1, dqkv);
         return;
       }
       case OpKind::attn_scores_bwd: {
-        const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
+        const cpu::AttnShape s = attn_shape(a);
         const auto dscores = load(a.in[0]), qkv = load(a.in[1]);
         auto dqkv = load(a.in[2]);  // its v part, written by attn_values_bwd, is kept
         cpu::attn_scores_bwd(dqkv.data(), dscores.data(), qkv.data(), s);
-        a.store_out(0, dqkv);
+        store_out(a, 0, dqkv);
         return;
       }
       case OpKind::flash_fwd: {
-        const cpu::AttnShape s = attn_shape(op, *a.in[0].tensor);
-        require(a.out[1].tensor->elements() == s.B * s.A * s.S, op, "lse must be [B,A,S]");
+        const cpu::AttnShape s = attn_shape(a);
+        a.require(a.out[1].tensor->elements() == s.B * s.A * s.S, "lse must be [B,A,S]");
         const auto qkv = load(a.in[0]);
         auto y = zeros_like(a.out[0]), lse = zeros_like(a.out[1]);
         cpu::flash_fwd(y.data(), lse.data(), qkv.data(), s, static_cast<float>(op.dropout_p),
                        op.seed);
-        a.store_out(0, y);
-        a.store_out(1, lse);
+        store_out(a, 0, y);
+        store_out(a, 1, lse);
         return;
       }
       case OpKind::flash_bwd: {
-        const cpu::AttnShape s = attn_shape(op, *a.in[1].tensor);
+        const cpu::AttnShape s = attn_shape(a);
         const auto dy = load(a.in[0]), qkv = load(a.in[1]), y = load(a.in[2]), lse = load(a.in[3]);
         auto dqkv = zeros_like(a.out[0]);
         cpu::flash_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s,
                        static_cast<float>(op.dropout_p), op.seed);
-        a.store_out(0, dqkv);
+        store_out(a, 0, dqkv);
         return;
       }
       case OpKind::dropout_fwd: {
@@ -378,8 +321,8 @@ class CpuExecutor final : public Executor {
         auto y = zeros_like(a.out[0]), mask = zeros_like(a.out[1]);
         cpu::dropout_fwd(y.data(), mask.data(), x.data(), static_cast<std::int64_t>(x.size()),
                          static_cast<float>(op.dropout_p), op.seed);
-        a.store_out(0, y);
-        a.store_out(1, mask);
+        store_out(a, 0, y);
+        store_out(a, 1, mask);
         return;
       }
       case OpKind::dropout_bwd: {
@@ -387,26 +330,26 @@ class CpuExecutor final : public Executor {
         auto dx = zeros_like(a.out[0]);
         cpu::dropout_bwd(dx.data(), dy.data(), mask.data(), static_cast<std::int64_t>(dy.size()),
                          static_cast<float>(op.dropout_p));
-        a.store_out(0, dx);
+        store_out(a, 0, dx);
         return;
       }
       case OpKind::add: {
         const auto x = load(a.in[0]), y = load(a.in[1]);
-        require(x.size() == y.size(), op, "add operands differ in size");
+        a.require(x.size() == y.size(), "add operands differ in size");
         auto c = zeros_like(a.out[0]);
         cpu::add(c.data(), x.data(), y.data(), static_cast<std::int64_t>(c.size()));
-        a.store_out(0, c);
+        store_out(a, 0, c);
         return;
       }
       case OpKind::cross_entropy_fwd: {
         const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
-        require(a.in[1].tensor->elements() == M, op, "targets must have one id per logits row");
+        a.require(a.in[1].tensor->elements() == M, "targets must have one id per logits row");
         const auto logits = load(a.in[0]);
         const auto targets = load_ids(a.in[1]);
         auto loss = zeros_like(a.out[0]), lse = zeros_like(a.out[1]);
         cpu::cross_entropy_fwd(loss.data(), lse.data(), logits.data(), targets.data(), M, V);
-        a.store_out(0, loss);
-        a.store_out(1, lse);
+        store_out(a, 0, loss);
+        store_out(a, 1, lse);
         return;
       }
       case OpKind::cross_entropy_bwd: {
@@ -417,7 +360,7 @@ class CpuExecutor final : public Executor {
         auto dlogits = zeros_like(a.out[0]);
         cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V,
                                op.grad_scale);
-        a.store_out(0, dlogits);
+        store_out(a, 0, dlogits);
         return;
       }
       case OpKind::adamw_step:
@@ -428,16 +371,11 @@ class CpuExecutor final : public Executor {
         dequantize(a);
         return;
       case OpKind::linear_dgrad: {
-        const Tensor& w_t = *a.in[1].tensor;
-        require(w_t.shape.size() == 2, op, "w must be [Out,In]");
-        const std::int64_t Out = w_t.shape[0], In = w_t.shape[1];
-        const std::int64_t M = a.in[0].tensor->elements() / Out;
-        require(a.in[0].tensor->elements() == M * Out && a.out[0].tensor->elements() == M * In, op,
-                "dy [M,Out] and dx [M,In] disagree with w");
+        const LinearDims d = linear_dims(a);
         const auto dy = load(a.in[0]), w = load(a.in[1]);
         auto dx = zeros_like(a.out[0]);
-        matmul(dx.data(), dy.data(), Out, 1, w.data(), In, 1, M, Out, In);
-        a.store_out(0, dx);
+        matmul(dx.data(), dy.data(), d.Out, 1, w.data(), d.In, 1, d.M, d.Out, d.In);
+        store_out(a, 0, dx);
         return;
       }
       case OpKind::lora_fwd:
@@ -450,12 +388,12 @@ class CpuExecutor final : public Executor {
         adamw_8bit(a);
         return;
       case OpKind::cast:
-        require(a.in[0].tensor->elements() == a.out[0].tensor->elements(), op,
-                "cast operands differ in size");
-        a.store_out(0, load(a.in[0]));
+        a.require(a.in[0].tensor->elements() == a.out[0].tensor->elements(),
+                  "cast operands differ in size");
+        store_out(a, 0, load(a.in[0]));
         return;
     }
-    throw InternalError(fmt::format("op '{}': unknown kind {}", op.name, to_string(op.kind)));
+    a.fail("unknown op kind");
   }
 
   // c[M,N] = sum over k of a(m, k) b(k, n), the operands read through their strides (row, column),
@@ -473,51 +411,17 @@ class CpuExecutor final : public Executor {
   }
 
   // Rows [row_offset, +rows) of the compute-dtype weight from the quantised module.
-  static void dequantize(const Args& a) {
+  static void dequantize(const Operands& a) {
     const Op& op = a.op;
-    const Tensor& w = *a.out[0].tensor;
-    require(w.shape.size() == 2, op, "w must be [Out,In]");
-    const std::int64_t cols = w.shape[1];
-    require(op.row_offset + op.rows <= w.shape[0], op, "rows past the weight's");
-    const bool nested = op.double_quant;
-    require(a.in.size() == (nested ? 4u : 2u), op,
-            nested ? "double quantisation reads codes, absmax, absmax2 and offset"
-                   : "reads codes and absmax");
-    kquant::QuantizedWeightBuffers in;
-    in.data = static_cast<std::uint8_t*>(a.in[0].data);
-    if (nested) {
-      in.qabsmax = static_cast<std::uint8_t*>(a.in[1].data);
-      in.absmax2 = static_cast<float*>(a.in[2].data);
-      in.offset = static_cast<float*>(a.in[3].data);
-    } else {
-      in.absmax = static_cast<float*>(a.in[1].data);
-    }
-    void* rows = static_cast<char*>(a.out[0].data) + op.row_offset * cols * dtype_size(w.dtype);
-    cpu::dequantize_weight(op.quant, nested, w.dtype, rows, in, op.rows, cols);
-  }
-
-  struct LoraShape {
-    std::int64_t M, In, R, N, Out;
-  };
-  static LoraShape lora_shape(const Op& op, const Bound& x, const Bound& a_w, const Bound& b_w,
-                              const Bound& y) {
-    const Tensor& A = *a_w.tensor;
-    const Tensor& B = *b_w.tensor;
-    require(A.shape.size() == 2 && B.shape.size() == 2 && B.shape[1] == A.shape[0], op,
-            "a must be [R,In] and b [N,R]");
-    LoraShape s{0, A.shape[1], A.shape[0], B.shape[0], last_dim(y)};
-    s.M = x.tensor->elements() / s.In;
-    require(s.M * s.In == x.tensor->elements() && y.tensor->elements() == s.M * s.Out, op,
-            "x [M,In] and y [M,Out] disagree with a");
-    require(op.col_offset + s.N <= s.Out, op, "the adapter's columns run past y's");
-    return s;
+    const DequantizeOperands d = dequantize_operands(a);
+    cpu::dequantize_weight(op.quant, op.double_quant, a.out[0].tensor->dtype, d.rows, d.in, op.rows,
+                           d.cols);
   }
 
   // xa = x a^T; y[:, cols] += scale xa b^T (from xa as stored).
-  static void lora_fwd(const Args& a) {
+  static void lora_fwd(const Operands& a) {
     const Op& op = a.op;
-    const LoraShape s = lora_shape(op, a.in[0], a.in[1], a.in[2], a.in[3]);
-    require(a.out[1].data == a.in[3].data, op, "y is updated in place");
+    const LoraDims s = lora_dims(a);
     const auto x = load(a.in[0]), A = load(a.in[1]), B = load(a.in[2]);
     auto xa = zeros_like(a.out[0]);
     matmul(xa.data(), x.data(), s.In, 1, A.data(), 1, s.In, s.M, s.In, s.R);
@@ -535,13 +439,11 @@ class CpuExecutor final : public Executor {
 
   // g = scale dy[:, cols]; db = g^T xa; dxa = g b; da = dxa^T x; dx (+)= dxa a. The adapter's
   // gradients are written; dx is added into the frozen base's when the op accumulates.
-  static void lora_bwd(const Args& a) {
+  static void lora_bwd(const Operands& a) {
     const Op& op = a.op;
-    const Bound &dy_b = a.in[0], &x_b = a.in[1], &xa_b = a.in[2], &a_b = a.in[3], &b_b = a.in[4];
-    const std::int64_t In = a_b.tensor->shape.at(1), M = x_b.tensor->elements() / In;
-    const LoraShape s = lora_shape(op, x_b, a_b, b_b, dy_b);
-    require(xa_b.tensor->elements() == M * s.R, op, "xa must be [M,R]");
-    const auto dy = load(dy_b), x = load(x_b), xa = load(xa_b), A = load(a_b), B = load(b_b);
+    const LoraDims s = lora_dims(a);
+    const auto dy = load(a.in[0]), x = load(a.in[1]), xa = load(a.in[2]), A = load(a.in[3]),
+               B = load(a.in[4]);
     std::vector<float> g(static_cast<std::size_t>(s.M * s.N));
     for (std::int64_t m = 0; m < s.M; ++m)
       for (std::int64_t n = 0; n < s.N; ++n)
@@ -565,79 +467,40 @@ class CpuExecutor final : public Executor {
   }
 
   // bitsandbytes' 8-bit AdamW on the weight (or its master), in place on the codes and absmax.
-  void adamw_8bit(const Args& a) {
-    const Op& op = a.op;
-    const Bound& weight = a.in[0];
-    const bool has_master = a.in.size() == signature(op.kind).max_inputs();
-    const Bound& param_src = has_master ? a.in.back() : weight;
-    auto param = load(param_src);
+  void adamw_8bit(const Operands& a) {
+    const Operand& weight = a.in[0];
+    const Operand* master = a.input("master");
+    const kquant::AdamW8bitState state = adamw_8bit_state(a);
+    auto param = load(master ? *master : weight);
     const auto grad = load(a.in[1]);
     const auto n = static_cast<std::int64_t>(param.size());
-    require(static_cast<std::int64_t>(grad.size()) == n && a.in[2].tensor->elements() == n &&
-                a.in[3].tensor->elements() == n,
-            op, "grad, m and v must have the weight's elements");
-    require(a.in[2].tensor->dtype == DType::u8 && a.in[3].tensor->dtype == DType::u8 &&
-                optimizer_state_is_8bit(n),
-            op, "8-bit moments (u8) of a tensor of kMin8bitSize elements or more");
-    const std::int64_t blocks = quant_blocks(n, kOptimizer8bitBlock);
-    require(a.in[4].tensor->elements() == blocks && a.in[5].tensor->elements() == blocks &&
-                a.in[4].tensor->dtype == DType::f32 && a.in[5].tensor->dtype == DType::f32,
-            op, "an fp32 absmax per block of m and of v");
-    kquant::AdamW8bitState state;
-    state.m_codes = static_cast<std::uint8_t*>(a.in[2].data);
-    state.v_codes = static_cast<std::uint8_t*>(a.in[3].data);
-    state.absmax_m = static_cast<float*>(a.in[4].data);
-    state.absmax_v = static_cast<float*>(a.in[5].data);
-    kmath::AdamParams p;
-    p.lr = op.lr;
-    p.beta1 = op.beta1;
-    p.beta2 = op.beta2;
-    p.eps = op.adam_eps;
-    p.weight_decay = op.weight_decay;
-    p.step = ++steps_[weight.tensor->name];
-    p.grad_scale = op.grad_scale;
-    cpu::adamw_8bit_step(param.data(), grad.data(), state, n, p);
-    if (has_master) store(param_src, param, false);
+    cpu::adamw_8bit_step(param.data(), grad.data(), state, n,
+                         adam_params(a.op, ++steps_[weight.tensor->name]));
+    if (master) store(*master, param, false);
     store(weight, param, false);
   }
 
   // In place on the weight, its state and its master copy: the update runs in fp32 on the master
   // when there is one (then weight = round(master)), else on the weight's own values.
-  void optimizer_step(const Args& a) {
-    const Op& op = a.op;
-    const bool adam = op.kind == OpKind::adamw_step;
-    const Bound& weight = a.in[0];
-    const bool has_master = a.in.size() == signature(op.kind).max_inputs();  // the optional master
-    const Bound& param_src = has_master ? a.in.back() : weight;
-    auto param = load(param_src);
+  void optimizer_step(const Operands& a) {
+    const Operand& weight = a.in[0];
+    const Operand* master = a.input("master");
+    auto param = load(master ? *master : weight);
     const auto grad = load(a.in[1]);
-    require(grad.size() == param.size(), op, "grad and weight differ in size");
+    a.require(grad.size() == param.size(), "grad and weight differ in size");
     const int step = ++steps_[weight.tensor->name];
     const auto n = static_cast<std::int64_t>(param.size());
-    if (adam) {
+    if (a.op.kind == OpKind::adamw_step) {
       auto m = load(a.in[2]), v = load(a.in[3]);
-      kmath::AdamParams p;
-      p.lr = op.lr;
-      p.beta1 = op.beta1;
-      p.beta2 = op.beta2;
-      p.eps = op.adam_eps;
-      p.weight_decay = op.weight_decay;
-      p.step = step;
-      p.grad_scale = op.grad_scale;
-      cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, p);
+      cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, adam_params(a.op, step));
       store(a.in[2], m, false);
       store(a.in[3], v, false);
     } else {
       auto momentum = load(a.in[2]);
-      kmath::SgdParams p;
-      p.lr = op.lr;
-      p.momentum = op.momentum;
-      p.weight_decay = op.weight_decay;
-      p.grad_scale = op.grad_scale;
-      cpu::sgd_step(param.data(), grad.data(), momentum.data(), n, p);
+      cpu::sgd_step(param.data(), grad.data(), momentum.data(), n, sgd_params(a.op));
       store(a.in[2], momentum, false);
     }
-    if (has_master) store(param_src, param, false);
+    if (master) store(*master, param, false);
     store(weight, param, false);  // rounds to the weight's dtype
   }
 

@@ -30,45 +30,20 @@
 #include "cuda/softmax.h"
 #include "device/cuda_device.h"
 #include "device/init.h"
-#include "program/signature.h"
+#include "device/operands.h"
 
 namespace vrambench {
 namespace {
 
 using namespace vrambench::cuda;
 
-struct Bound {
-  const Tensor* tensor;
-  void* data;
-};
-
-struct Args {
-  const Program& program;
-  const Op& op;
-  std::vector<Bound> in, out;
-  void* workspace = nullptr;
-  Bytes workspace_bytes = 0;
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw InternalError(fmt::format("op '{}' ({}): {}", op.name, to_string(op.kind), what));
-  }
-  bool accumulate(const Bound& b) const { return op.accumulate && b.tensor->role == Role::grad; }
-  DType dtype() const { return out.empty() ? in.at(0).tensor->dtype : out.at(0).tensor->dtype; }
-};
-
-std::int64_t last_dim(const Bound& b) {
-  return b.tensor->shape.empty() ? 1 : b.tensor->shape.back();
-}
-std::int64_t rows(const Bound& b) {
-  return b.tensor->elements() / last_dim(b);
-}
-const void* cptr(const Bound& b) {
+const void* cptr(const Operand& b) {
   return b.data;
 }
-const std::int32_t* ids(const Bound& b) {
+const std::int32_t* ids(const Operand& b) {
   return static_cast<const std::int32_t*>(b.data);
 }
-float* f32(const Bound& b) {
+float* f32(const Operand& b) {
   return static_cast<float*>(b.data);
 }
 template <typename P>
@@ -77,8 +52,8 @@ P* offset(P* base, std::int64_t elements, DType dtype) {
   return reinterpret_cast<P*>(reinterpret_cast<Byte*>(base) + elements * dtype_size(dtype));
 }
 
-AttentionShape attention_shape(const Args& a, const Tensor& qkv) {
-  const QkvShape s = qkv_shape(a.op, qkv);
+AttentionShape attn_shape(const Operands& a) {
+  const QkvShape s = attention_shape(a);
   return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
 }
 
@@ -111,28 +86,11 @@ class CudaExecutor final : public Executor {
 
   void execute(const Program& program, std::size_t op_index,
                const std::vector<void*>& data) override {
-    const Op& op = program.ops.at(op_index);
-    check_op(program, op);
-    Args a{program, op, {}, {}, nullptr, 0};
-    auto bind = [&](const TensorIds& ids, std::vector<Bound>& into) {
-      for (int id : ids) {
-        const Tensor& t = program.tensor(id);
-        void* p = data.at(static_cast<std::size_t>(id));
-        if (p == nullptr && t.bytes > 0) a.fail("tensor '" + t.name + "' is not bound");
-        if (t.role == Role::workspace) {
-          a.workspace = p;
-          a.workspace_bytes = t.bytes;
-          continue;
-        }
-        into.push_back({&t, p});
-      }
-    };
-    bind(op.inputs, a.in);
-    bind(op.outputs, a.out);
+    const Operands a = decode_operands(program, op_index, data);
     try {
       run(a);
     } catch (const CudaOutOfMemory& e) {
-      throw DeviceOutOfMemory(fmt::format("op '{}': {}", op.name, e.what()));
+      throw DeviceOutOfMemory(fmt::format("op '{}': {}", a.op.name, e.what()));
     }
   }
 
@@ -143,60 +101,55 @@ class CudaExecutor final : public Executor {
     if (!gemm_) gemm_ = std::make_unique<GemmRunner>();
     return *gemm_;
   }
-  GemmMath math(const Args& a) const {
+  GemmMath math(const Operands& a) const {
     const GemmMath m = gemm_math(a.program.config.dtype);
     if (gemm_storage(m) != a.dtype())
       a.fail(fmt::format("tensors are {} but the {} recipe's GEMMs take {}", dtype_name(a.dtype()),
                          to_string(a.program.config.dtype), dtype_name(gemm_storage(m))));
     return m;
   }
-  void run_gemm(const Args& a, const GemmPlan& plan, const void* A, const void* B, void* C,
+  void run_gemm(const Operands& a, const GemmPlan& plan, const void* A, const void* B, void* C,
                 const void* bias = nullptr) {
     gemm().run(plan, math(a), A, B, C, bias, a.workspace, a.workspace_bytes, stream_.get());
   }
 
   void initialize_quantized(const Program& program, int tensor_id, const QuantizedPart& part,
                             void* data);
-  void run(const Args& a);
-  void attention(const Args& a);
-  void dequantize(const Args& a);
-  void lora_fwd(const Args& a);
-  void lora_bwd(const Args& a);
-  void adamw_8bit(const Args& a);
-  void cudnn_flash(const Args& a, const AttentionShape& s, DType dt);
-  void optimizer(const Args& a);
+  void run(const Operands& a);
+  void attention(const Operands& a);
+  void dequantize(const Operands& a);
+  void lora_fwd(const Operands& a);
+  void lora_bwd(const Operands& a);
+  void adamw_8bit(const Operands& a);
+  void cudnn_flash(const Operands& a, const AttentionShape& s, DType dt);
+  void optimizer(const Operands& a);
 
   Stream stream_;
   std::uint64_t seed_;
   std::unique_ptr<GemmRunner> gemm_;
   FlashImpl flash_impl_;
-  std::unique_ptr<CudnnSdpa> cudnn_sdpa_;       // the executor's one cuDNN handle and plan cache
-  std::unordered_map<Name, int> steps_;         // optimizer steps per weight, as the cpu executor
+  std::unique_ptr<CudnnSdpa> cudnn_sdpa_;  // the executor's one cuDNN handle and plan cache
+  std::unordered_map<Name, int> steps_;    // optimizer steps per weight, as the cpu executor
 };
 
-void CudaExecutor::run(const Args& a) {
+void CudaExecutor::run(const Operands& a) {
   const Op& op = a.op;
   cudaStream_t st = stream_.get();
   const DType dt = a.dtype();
   switch (op.kind) {
     case OpKind::embedding_fwd: {
-      const Tensor& tokens = *a.in[0].tensor;
-      const Tensor& wte = *a.in[1].tensor;
-      if (tokens.shape.size() != 2 || wte.shape.size() != 2) a.fail("tokens [B,S], wte [V,H]");
-      const std::int64_t S = tokens.shape[1], H = wte.shape[1];
+      const EmbeddingDims d = embedding_dims(a);
+      const Operand* wpe = a.input("wpe");
       launch_embedding_fwd(dt, a.out[0].data, ids(a.in[0]), cptr(a.in[1]),
-                           a.in.size() == 3 ? cptr(a.in[2]) : nullptr, tokens.elements(), S, H, st);
+                           wpe ? cptr(*wpe) : nullptr, d.B * d.S, d.S, d.H, st);
       return;
     }
     case OpKind::embedding_bwd: {
-      const Tensor& tokens = *a.in[1].tensor;
-      const Tensor& dwte = *a.out[0].tensor;
-      if (tokens.shape.size() != 2 || dwte.shape.size() != 2) a.fail("tokens [B,S], dwte [V,H]");
-      const bool two = a.out.size() == 2;
-      launch_embedding_bwd(dt, a.out[0].data, two ? a.out[1].data : nullptr, cptr(a.in[0]),
-                           ids(a.in[1]), tokens.elements(), tokens.shape[1], dwte.shape[1],
-                           dwte.shape[0], two ? a.out[1].tensor->shape.at(0) : 0,
-                           a.accumulate(a.out[0]), a.workspace, a.workspace_bytes, st);
+      const EmbeddingDims d = embedding_dims(a);
+      const Operand* dwpe = a.output("dwpe");
+      launch_embedding_bwd(dt, a.out[0].data, dwpe ? dwpe->data : nullptr, cptr(a.in[0]),
+                           ids(a.in[1]), d.B * d.S, d.S, d.H, d.V, d.P, a.accumulates(a.out[0]),
+                           a.workspace, a.workspace_bytes, st);
       return;
     }
     case OpKind::layernorm_fwd:
@@ -209,7 +162,7 @@ void CudaExecutor::run(const Args& a) {
       launch_layernorm_bwd(dt, a.out[0].data, a.out.size() >= 2 ? a.out[1].data : nullptr,
                            a.out.size() == 3 ? a.out[2].data : nullptr, cptr(a.in[0]),
                            cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
-                           last_dim(a.in[1]), a.out.size() >= 2 && a.accumulate(a.out[1]),
+                           last_dim(a.in[1]), a.out.size() >= 2 && a.accumulates(a.out[1]),
                            a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::rmsnorm_fwd:
@@ -219,29 +172,23 @@ void CudaExecutor::run(const Args& a) {
     case OpKind::rmsnorm_bwd:
       launch_rmsnorm_bwd(dt, a.out[0].data, a.out.size() == 2 ? a.out[1].data : nullptr,
                          cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]),
-                         last_dim(a.in[1]), a.out.size() == 2 && a.accumulate(a.out[1]),
+                         last_dim(a.in[1]), a.out.size() == 2 && a.accumulates(a.out[1]),
                          a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::linear_fwd: {
-      const Tensor& w = *a.in[1].tensor;
-      if (w.shape.size() != 2) a.fail("w must be [Out,In]");
-      const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[0].tensor->elements() / In;
-      if (M * In != a.in[0].tensor->elements() || a.out[0].tensor->elements() != M * Out)
-        a.fail("x [M,In] and y [M,Out] disagree with w");
-      run_gemm(a, plan_linear_fwd(M, In, Out), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data,
+      const LinearDims d = linear_dims(a);
+      run_gemm(a, plan_linear_fwd(d.M, d.In, d.Out), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data,
                a.in.size() == 3 ? cptr(a.in[2]) : nullptr);
       return;
     }
     case OpKind::linear_bwd: {
-      const Tensor& w = *a.in[2].tensor;
-      if (w.shape.size() != 2) a.fail("w must be [Out,In]");
-      const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[1].tensor->elements() / In;
-      if (a.in[0].tensor->elements() != M * Out) a.fail("dy must be [M,Out]");
-      run_gemm(a, plan_linear_bwd_dx(M, In, Out), cptr(a.in[2]), cptr(a.in[0]), a.out[0].data);
-      run_gemm(a, plan_linear_bwd_dw(M, In, Out, a.accumulate(a.out[1])), cptr(a.in[1]),
+      const LinearDims d = linear_dims(a);
+      run_gemm(a, plan_linear_bwd_dx(d.M, d.In, d.Out), cptr(a.in[2]), cptr(a.in[0]),
+               a.out[0].data);
+      run_gemm(a, plan_linear_bwd_dw(d.M, d.In, d.Out, a.accumulates(a.out[1])), cptr(a.in[1]),
                cptr(a.in[0]), a.out[1].data);
       if (a.out.size() == 3)
-        launch_bias_grad(dt, a.out[2].data, cptr(a.in[0]), M, Out, a.accumulate(a.out[2]),
+        launch_bias_grad(dt, a.out[2].data, cptr(a.in[0]), d.M, d.Out, a.accumulates(a.out[2]),
                          a.workspace, a.workspace_bytes, st);
       return;
     }
@@ -262,7 +209,7 @@ void CudaExecutor::run(const Args& a) {
       return;
     case OpKind::rope_fwd:
     case OpKind::rope_bwd: {
-      const AttentionShape s = attention_shape(a, *a.in[0].tensor);
+      const AttentionShape s = attn_shape(a);
       const RopeShape r{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
       if (op.kind == OpKind::rope_fwd)
         launch_rope_fwd(dt, a.out[0].data, cptr(a.in[0]), r, st);
@@ -286,7 +233,7 @@ void CudaExecutor::run(const Args& a) {
     case OpKind::flash_fwd:
     case OpKind::flash_bwd: {
       const bool fwd = op.kind == OpKind::flash_fwd;
-      const AttentionShape s = attention_shape(a, *a.in[fwd ? 0 : 1].tensor);
+      const AttentionShape s = attn_shape(a);
       if (resolve_flash_impl(flash_impl_, dt) == FlashImpl::cudnn) {  // cuDNN or fail: no fallback
         cudnn_flash(a, s, dt);
         return;
@@ -334,12 +281,9 @@ void CudaExecutor::run(const Args& a) {
       dequantize(a);
       return;
     case OpKind::linear_dgrad: {
-      const Tensor& w = *a.in[1].tensor;
-      if (w.shape.size() != 2) a.fail("w must be [Out,In]");
-      const std::int64_t Out = w.shape[0], In = w.shape[1], M = a.in[0].tensor->elements() / Out;
-      if (M * Out != a.in[0].tensor->elements() || a.out[0].tensor->elements() != M * In)
-        a.fail("dy [M,Out] and dx [M,In] disagree with w");
-      run_gemm(a, plan_linear_bwd_dx(M, In, Out), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data);
+      const LinearDims d = linear_dims(a);
+      run_gemm(a, plan_linear_bwd_dx(d.M, d.In, d.Out), cptr(a.in[1]), cptr(a.in[0]),
+               a.out[0].data);
       return;
     }
     case OpKind::lora_fwd:
@@ -361,13 +305,13 @@ void CudaExecutor::run(const Args& a) {
   a.fail("unknown op kind");
 }
 
-void CudaExecutor::attention(const Args& a) {
+void CudaExecutor::attention(const Operands& a) {
   const Op& op = a.op;
   cudaStream_t st = stream_.get();
   const DType dt = a.dtype();
   switch (op.kind) {
     case OpKind::attn_scores: {
-      const AttentionShape s = attention_shape(a, *a.in[0].tensor);
+      const AttentionShape s = attn_shape(a);
       const GemmPlan plan = plan_attn_scores(s);
       for (std::int64_t h = 0; h < s.heads; ++h)
         run_gemm(a, plan, offset(cptr(a.in[0]), s.k_offset(h), dt),
@@ -377,7 +321,7 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_values: {
-      const AttentionShape s = attention_shape(a, *a.in[1].tensor);
+      const AttentionShape s = attn_shape(a);
       const GemmPlan plan = plan_attn_values(s);
       for (std::int64_t h = 0; h < s.heads; ++h)
         run_gemm(a, plan, offset(cptr(a.in[1]), s.v_offset(h), dt),
@@ -386,7 +330,7 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_values_bwd: {
-      const AttentionShape s = attention_shape(a, *a.in[2].tensor);
+      const AttentionShape s = attn_shape(a);
       const auto es = static_cast<std::size_t>(dtype_size(dt));
       // The q and k columns of dqkv are written by attn_scores_bwd; zero them here as the contract
       // says, so that dqkv holds no stale values in between.
@@ -407,7 +351,7 @@ void CudaExecutor::attention(const Args& a) {
       return;
     }
     case OpKind::attn_scores_bwd: {
-      const AttentionShape s = attention_shape(a, *a.in[1].tensor);
+      const AttentionShape s = attn_shape(a);
       if (a.out[0].data != a.in[2].data)  // keep the v part attn_values_bwd wrote
         VB_CUDA_CHECK(cudaMemcpyAsync(a.out[0].data, a.in[2].data,
                                       static_cast<std::size_t>(a.out[0].tensor->bytes),
@@ -434,7 +378,7 @@ void CudaExecutor::attention(const Args& a) {
 // more workspace than the op lists (a run may use only the memory its program lists) all throw,
 // with cuDNN's or the frontend's message; an allocation failure inside them is CudaOutOfMemory,
 // which execute() turns into DeviceOutOfMemory. The op's scratch tensor is cuDNN's workspace.
-void CudaExecutor::cudnn_flash(const Args& a, const AttentionShape& s, DType dt) {
+void CudaExecutor::cudnn_flash(const Operands& a, const AttentionShape& s, DType dt) {
   const Op& op = a.op;
   const bool fwd = op.kind == OpKind::flash_fwd;
   if (!cudnn_sdpa_) cudnn_sdpa_ = std::make_unique<CudnnSdpa>();
@@ -540,50 +484,17 @@ void CudaExecutor::initialize_quantized(const Program& program, int tensor_id,
 }
 
 // Rows [row_offset, +rows) of the compute-dtype weight from the quantised module.
-void CudaExecutor::dequantize(const Args& a) {
+void CudaExecutor::dequantize(const Operands& a) {
   const Op& op = a.op;
-  const Tensor& w = *a.out[0].tensor;
-  if (w.shape.size() != 2) a.fail("w must be [Out,In]");
-  if (op.row_offset + op.rows > w.shape[0]) a.fail("rows past the weight's");
-  const std::int64_t cols = w.shape[1];
-  const bool nested = op.double_quant;
-  if (a.in.size() != (nested ? 4u : 2u)) a.fail("codes and absmax (and absmax2, offset nested)");
-  kquant::QuantizedWeightBuffers in;
-  in.data = static_cast<std::uint8_t*>(a.in[0].data);
-  if (nested) {
-    in.qabsmax = static_cast<std::uint8_t*>(a.in[1].data);
-    in.absmax2 = f32(a.in[2]);
-    in.offset = f32(a.in[3]);
-  } else {
-    in.absmax = f32(a.in[1]);
-  }
-  launch_dequantize_weight(op.quant, nested, w.dtype,
-                           offset(a.out[0].data, op.row_offset * cols, w.dtype), in, op.rows, cols,
-                           stream_.get());
+  const DequantizeOperands d = dequantize_operands(a);
+  launch_dequantize_weight(op.quant, op.double_quant, a.out[0].tensor->dtype, d.rows, d.in, op.rows,
+                           d.cols, stream_.get());
 }
-
-namespace {
-struct LoraDims {
-  std::int64_t M, In, R, N, Out;
-};
-LoraDims lora_dims(const Args& a, const Bound& x, const Bound& A, const Bound& B, const Bound& y) {
-  if (A.tensor->shape.size() != 2 || B.tensor->shape.size() != 2 ||
-      B.tensor->shape[1] != A.tensor->shape[0])
-    a.fail("a must be [R,In] and b [N,R]");
-  LoraDims d{0, A.tensor->shape[1], A.tensor->shape[0], B.tensor->shape[0], last_dim(y)};
-  d.M = x.tensor->elements() / d.In;
-  if (d.M * d.In != x.tensor->elements() || y.tensor->elements() != d.M * d.Out)
-    a.fail("x [M,In] and y [M,Out] disagree with a");
-  if (a.op.col_offset + d.N > d.Out) a.fail("the adapter's columns run past y's");
-  return d;
-}
-}  // namespace
 
 // xa = x a^T; y[:, col_offset:+N] += scale xa b^T: the second GEMM writes a column slice of y, so
 // its C has leading dimension Out (y's row length), not N.
-void CudaExecutor::lora_fwd(const Args& a) {
-  const LoraDims d = lora_dims(a, a.in[0], a.in[1], a.in[2], a.in[3]);
-  if (a.out[1].data != a.in[3].data) a.fail("y is updated in place");
+void CudaExecutor::lora_fwd(const Operands& a) {
+  const LoraDims d = lora_dims(a);
   const DType dt = a.dtype();
   run_gemm(a, plan_linear_fwd(d.M, d.In, d.R), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data);
   GemmPlan up = plan_linear_fwd(d.M, d.R, d.N);
@@ -595,9 +506,8 @@ void CudaExecutor::lora_fwd(const Args& a) {
 
 // g = scale dy[:, cols]; db = g^T xa; dxa = g b; da = dxa^T x; dx (+)= dxa a. dy's column slice
 // is read with leading dimension Out; the scale rides on alpha.
-void CudaExecutor::lora_bwd(const Args& a) {
-  const LoraDims d = lora_dims(a, a.in[1], a.in[3], a.in[4], a.in[0]);
-  if (a.in[2].tensor->elements() != d.M * d.R) a.fail("xa must be [M,R]");
+void CudaExecutor::lora_bwd(const Operands& a) {
+  const LoraDims d = lora_dims(a);
   const DType dt = a.dtype();
   const void* dy = offset(cptr(a.in[0]), a.op.col_offset, dt);
   GemmPlan db = plan_linear_bwd_dw(d.M, d.R, d.N, false);  // A = xa, B = dy slice, C = db
@@ -619,69 +529,32 @@ void CudaExecutor::lora_bwd(const Args& a) {
 }
 
 // bitsandbytes' 8-bit AdamW, in place on the weight, its master and the codes and absmax.
-void CudaExecutor::adamw_8bit(const Args& a) {
-  const Op& op = a.op;
-  const Bound& weight = a.in[0];
-  const bool has_master = a.in.size() == signature(op.kind).max_inputs();
-  const std::int64_t n = weight.tensor->elements();
-  if (a.in[1].tensor->elements() != n || a.in[1].tensor->dtype != weight.tensor->dtype)
-    a.fail("grad and weight differ");
-  if (a.in[2].tensor->dtype != DType::u8 || a.in[3].tensor->dtype != DType::u8 ||
-      !optimizer_state_is_8bit(n) || a.in[2].tensor->elements() != n ||
-      a.in[3].tensor->elements() != n)
-    a.fail("8-bit moments (u8) of the weight's elements");
-  const std::int64_t blocks = quant_blocks(n, kOptimizer8bitBlock);
-  if (a.in[4].tensor->elements() != blocks || a.in[5].tensor->elements() != blocks)
-    a.fail("an fp32 absmax per block of m and of v");
-  kquant::AdamW8bitState state;
-  state.m_codes = static_cast<std::uint8_t*>(a.in[2].data);
-  state.v_codes = static_cast<std::uint8_t*>(a.in[3].data);
-  state.absmax_m = f32(a.in[4]);
-  state.absmax_v = f32(a.in[5]);
-  AdamWParams p;
-  p.lr = op.lr;
-  p.beta1 = op.beta1;
-  p.beta2 = op.beta2;
-  p.eps = op.adam_eps;
-  p.weight_decay = op.weight_decay;
-  p.step = ++steps_[weight.tensor->name];
-  p.grad_scale = op.grad_scale;
-  launch_adamw_8bit(weight.tensor->dtype, weight.data, cptr(a.in[1]), state,
-                    has_master ? f32(a.in.back()) : nullptr, p, n, stream_.get());
+void CudaExecutor::adamw_8bit(const Operands& a) {
+  const Operand& weight = a.in[0];
+  const Operand* master = a.input("master");
+  const kquant::AdamW8bitState state = adamw_8bit_state(a);
+  if (a.in[1].tensor->dtype != weight.tensor->dtype) a.fail("grad and weight differ in dtype");
+  launch_adamw_8bit(
+      weight.tensor->dtype, weight.data, cptr(a.in[1]), state, master ? f32(*master) : nullptr,
+      adam_params(a.op, ++steps_[weight.tensor->name]), weight.tensor->elements(), stream_.get());
 }
 
 // In place on the weight, its state and its master copy (the last input when there is one).
-void CudaExecutor::optimizer(const Args& a) {
-  const Op& op = a.op;
-  const bool adam = op.kind == OpKind::adamw_step;
-  const Bound& weight = a.in[0];
-  const bool has_master = a.in.size() == signature(op.kind).max_inputs();  // the optional master
-  float* master = has_master ? f32(a.in.back()) : nullptr;
+void CudaExecutor::optimizer(const Operands& a) {
+  const Operand& weight = a.in[0];
+  const Operand* master_operand = a.input("master");
+  float* master = master_operand ? f32(*master_operand) : nullptr;
   if (a.in[1].tensor->elements() != weight.tensor->elements())
     a.fail("grad and weight differ in size");
   if (a.in[1].tensor->dtype != weight.tensor->dtype) a.fail("grad and weight differ in dtype");
   const int step = ++steps_[weight.tensor->name];
   const std::int64_t n = weight.tensor->elements();
-  if (adam) {
-    AdamWParams p;
-    p.lr = op.lr;
-    p.beta1 = op.beta1;
-    p.beta2 = op.beta2;
-    p.eps = op.adam_eps;
-    p.weight_decay = op.weight_decay;
-    p.step = step;
-    p.grad_scale = op.grad_scale;
+  if (a.op.kind == OpKind::adamw_step)
     launch_adamw(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), f32(a.in[3]),
-                 master, p, n, stream_.get());
-  } else {
-    SgdParams p;
-    p.lr = op.lr;
-    p.momentum = op.momentum;
-    p.weight_decay = op.weight_decay;
-    p.grad_scale = op.grad_scale;
-    launch_sgd(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), master, p, n,
-               stream_.get());
-  }
+                 master, adam_params(a.op, step), n, stream_.get());
+  else
+    launch_sgd(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), master,
+               sgd_params(a.op), n, stream_.get());
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The op signature table: for every OpKind its name, the tensors it reads and writes in order, and
 // the Op attributes it uses. The builder checks every op against it (Program::add_op the operand
-// counts, build_program each op whole), the printer names kinds by it, and both executors check
-// each op with it before they run it; no executor keeps arity rules of its own.
+// counts, build_program each op whole), the printer names kinds by it, and both executors read
+// each op through it (device/operands.h checks the op and finds its operands by their names here);
+// no executor keeps arity rules of its own.
 //
 // Operands are listed as "name[shape] dtype"; "[...]" around one marks it optional (present only
 // when the model has it: biases, positions, master weights), and optional operands come last.
@@ -60,6 +61,13 @@ struct OpSignature {
 };
 
 const OpSignature& signature(OpKind kind);
+
+// An operand's name without the brackets of an optional one, its shape and its dtype, as executors
+// ask for it: "[wpe[P,H]]" -> "wpe", "mask u8" -> "mask".
+constexpr std::string_view operand_name(std::string_view listed) {
+  if (!listed.empty() && listed.front() == '[') listed.remove_prefix(1);
+  return listed.substr(0, listed.find_first_of("[] "));
+}
 
 // The number of op kinds: every OpKind has one row in the table.
 inline constexpr std::size_t kOpKindCount = 35;

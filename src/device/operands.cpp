@@ -1,0 +1,214 @@
+// An op decoded for an executor: bound by its signature, and the figures read off its operands.
+#include "device/operands.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "core/error.h"
+#include "core/quant.h"
+
+namespace vrambench {
+namespace {
+
+// The operand of `bound` at the place `listed` names `name`, or nullptr when the op has fewer:
+// optional operands come last, so an op with k of them binds the first k.
+template <std::size_t N>
+const Operand* find(const Operands& a, const std::array<std::string_view, N>& listed,
+                    const std::vector<Operand>& bound, std::string_view name,
+                    std::string_view list) {
+  for (std::size_t i = 0; i < N && !listed[i].empty(); ++i)
+    if (operand_name(listed[i]) == name) return i < bound.size() ? &bound[i] : nullptr;
+  a.fail(fmt::format("its signature lists no {} named '{}'", list, name));
+}
+
+// An operand the kind always has (check_op has counted them), by its name.
+const Operand& input(const Operands& a, std::string_view name) {
+  const Operand* o = a.input(name);
+  if (o == nullptr) a.fail(fmt::format("has no input '{}'", name));
+  return *o;
+}
+const Operand& output(const Operands& a, std::string_view name) {
+  const Operand* o = a.output(name);
+  if (o == nullptr) a.fail(fmt::format("has no output '{}'", name));
+  return *o;
+}
+
+}  // namespace
+
+const Operand* Operands::input(std::string_view name) const {
+  return find(*this, signature(op.kind).inputs, in, name, "input");
+}
+
+const Operand* Operands::output(std::string_view name) const {
+  return find(*this, signature(op.kind).outputs, out, name, "output");
+}
+
+void Operands::fail(std::string_view what) const {
+  throw InternalError(fmt::format("op '{}' ({}): {}", op.name, to_string(op.kind), what));
+}
+
+Operands decode_operands(const Program& program, std::size_t op_index,
+                         const std::vector<void*>& data) {
+  const Op& op = program.ops.at(op_index);
+  check_op(program, op);
+  Operands a{program, op, {}, {}, nullptr, 0};
+  auto bind = [&](const TensorIds& ids, std::vector<Operand>& into) {
+    into.reserve(ids.size());
+    for (int id : ids) {
+      const Tensor& t = program.tensor(id);
+      void* p = data.at(static_cast<std::size_t>(id));
+      if (p == nullptr && t.bytes > 0) a.fail(fmt::format("tensor '{}' is not bound", t.name));
+      // check_op has seen that workspace tensors come last: skipping them keeps the order.
+      if (t.role == Role::workspace) {
+        a.workspace = p;
+        a.workspace_bytes = t.bytes;
+        continue;
+      }
+      into.push_back({&t, p});
+    }
+  };
+  bind(op.inputs, a.in);
+  bind(op.outputs, a.out);
+  return a;
+}
+
+LinearDims linear_dims(const Operands& a) {
+  const OpKind kind = a.op.kind;
+  if (kind != OpKind::linear_fwd && kind != OpKind::linear_bwd && kind != OpKind::linear_dgrad)
+    a.fail("not a linear op");
+  const Tensor& w = *input(a, "w").tensor;
+  a.require(w.shape.size() == 2, "w must be [Out,In]");
+  LinearDims d;
+  d.Out = w.shape[0];
+  d.In = w.shape[1];
+  // M from the activation each kind reads: x (In columns), or dy for linear_dgrad (Out columns).
+  if (kind == OpKind::linear_fwd) {
+    const std::int64_t x = input(a, "x").tensor->elements();
+    d.M = x / d.In;
+    a.require(d.M * d.In == x && output(a, "y").tensor->elements() == d.M * d.Out,
+              "x [M,In] and y [M,Out] disagree with w");
+  } else if (kind == OpKind::linear_bwd) {
+    d.M = input(a, "x").tensor->elements() / d.In;
+    a.require(input(a, "dy").tensor->elements() == d.M * d.Out, "dy must be [M,Out]");
+  } else {
+    const std::int64_t dy = input(a, "dy").tensor->elements();
+    d.M = dy / d.Out;
+    a.require(d.M * d.Out == dy && output(a, "dx").tensor->elements() == d.M * d.In,
+              "dy [M,Out] and dx [M,In] disagree with w");
+  }
+  return d;
+}
+
+EmbeddingDims embedding_dims(const Operands& a) {
+  const bool fwd = a.op.kind == OpKind::embedding_fwd;
+  if (!fwd && a.op.kind != OpKind::embedding_bwd) a.fail("not an embedding op");
+  const Tensor& tokens = *input(a, "tokens").tensor;
+  const Tensor& table = *(fwd ? input(a, "wte") : output(a, "dwte")).tensor;
+  if (tokens.shape.size() != 2 || table.shape.size() != 2)
+    a.fail(fwd ? "tokens [B,S], wte [V,H]" : "tokens [B,S], dwte [V,H]");
+  const Operand* positions = fwd ? a.input("wpe") : a.output("dwpe");
+  return {tokens.shape[0], tokens.shape[1], table.shape[0], table.shape[1],
+          positions ? positions->tensor->shape.at(0) : 0};
+}
+
+QkvShape attention_shape(const Operands& a) {
+  const OpSignature& s = signature(a.op.kind);
+  if (!s.attrs.heads) a.fail("not an attention op");
+  std::size_t qkv = 0;
+  for (std::size_t i = 0; i < s.inputs.size(); ++i)
+    if (operand_name(s.inputs[i]) == "qkv") {
+      qkv = i;
+      break;
+    }
+  return qkv_shape(a.op, *a.in.at(qkv).tensor);
+}
+
+LoraDims lora_dims(const Operands& a) {
+  const bool fwd = a.op.kind == OpKind::lora_fwd;
+  if (!fwd && a.op.kind != OpKind::lora_bwd) a.fail("not a LoRA op");
+  const Operand& x = input(a, "x");
+  const Tensor& A = *input(a, "a").tensor;
+  const Tensor& B = *input(a, "b").tensor;
+  const Operand& y = input(a, fwd ? "y" : "dy");
+  a.require(A.shape.size() == 2 && B.shape.size() == 2 && B.shape[1] == A.shape[0],
+            "a must be [R,In] and b [N,R]");
+  LoraDims d{0, A.shape[1], A.shape[0], B.shape[0], last_dim(y)};
+  d.M = x.tensor->elements() / d.In;
+  a.require(d.M * d.In == x.tensor->elements() && y.tensor->elements() == d.M * d.Out,
+            "x [M,In] and y [M,Out] disagree with a");
+  a.require(a.op.col_offset + d.N <= d.Out, "the adapter's columns run past y's");
+  if (fwd)
+    a.require(output(a, "y").data == y.data, "y is updated in place");
+  else
+    a.require(input(a, "xa").tensor->elements() == d.M * d.R, "xa must be [M,R]");
+  return d;
+}
+
+DequantizeOperands dequantize_operands(const Operands& a) {
+  const Op& op = a.op;
+  const Operand& w = output(a, "w");
+  a.require(w.tensor->shape.size() == 2, "w must be [Out,In]");
+  a.require(op.row_offset + op.rows <= w.tensor->shape[0], "rows past the weight's");
+  const bool nested = op.double_quant;
+  a.require(a.in.size() == (nested ? 4u : 2u),
+            nested ? "double quantisation reads codes, absmax, absmax2 and offset"
+                   : "reads codes and absmax");
+  DequantizeOperands d;
+  d.cols = w.tensor->shape[1];
+  d.in.data = static_cast<std::uint8_t*>(input(a, "codes").data);
+  void* absmax = input(a, "absmax").data;  // 8-bit under double quantisation, else fp32
+  if (nested) {
+    d.in.qabsmax = static_cast<std::uint8_t*>(absmax);
+    d.in.absmax2 = static_cast<float*>(input(a, "absmax2").data);
+    d.in.offset = static_cast<float*>(input(a, "offset").data);
+  } else {
+    d.in.absmax = static_cast<float*>(absmax);
+  }
+  d.rows = static_cast<char*>(w.data) + op.row_offset * d.cols * dtype_size(w.tensor->dtype);
+  return d;
+}
+
+kquant::AdamW8bitState adamw_8bit_state(const Operands& a) {
+  const std::int64_t n = input(a, "w").tensor->elements();
+  const Operand &m = input(a, "m"), &v = input(a, "v");
+  const Operand &absmax_m = input(a, "m_absmax"), &absmax_v = input(a, "v_absmax");
+  a.require(input(a, "grad").tensor->elements() == n, "grad and weight differ in size");
+  a.require(m.tensor->dtype == DType::u8 && v.tensor->dtype == DType::u8 &&
+                optimizer_state_is_8bit(n) && m.tensor->elements() == n &&
+                v.tensor->elements() == n,
+            "8-bit moments (u8) of the weight's elements, kMin8bitSize or more");
+  const std::int64_t blocks = quant_blocks(n, kOptimizer8bitBlock);
+  a.require(absmax_m.tensor->elements() == blocks && absmax_v.tensor->elements() == blocks &&
+                absmax_m.tensor->dtype == DType::f32 && absmax_v.tensor->dtype == DType::f32,
+            "an fp32 absmax per block of m and of v");
+  kquant::AdamW8bitState state;
+  state.m_codes = static_cast<std::uint8_t*>(m.data);
+  state.v_codes = static_cast<std::uint8_t*>(v.data);
+  state.absmax_m = static_cast<float*>(absmax_m.data);
+  state.absmax_v = static_cast<float*>(absmax_v.data);
+  return state;
+}
+
+kmath::AdamParams adam_params(const Op& op, int step) {
+  kmath::AdamParams p;
+  p.lr = op.lr;
+  p.beta1 = op.beta1;
+  p.beta2 = op.beta2;
+  p.eps = op.adam_eps;
+  p.weight_decay = op.weight_decay;
+  p.step = step;
+  p.grad_scale = op.grad_scale;
+  return p;
+}
+
+kmath::SgdParams sgd_params(const Op& op) {
+  kmath::SgdParams p;
+  p.lr = op.lr;
+  p.momentum = op.momentum;
+  p.weight_decay = op.weight_decay;
+  p.grad_scale = op.grad_scale;
+  return p;
+}
+
+}  // namespace vrambench

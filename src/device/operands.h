@@ -1,0 +1,108 @@
+// An op as an executor runs it: checked against its signature, its tensors bound to their memory in
+// the signature's order (workspace apart), and the figures both executors read off its operands
+// (GEMM and LoRA dimensions, the attention shape, the quantised weight's and the 8-bit AdamW
+// state's buffers, the optimizer's parameters). Plain C++: the cpu and the cuda executor decode an
+// op here, so an operand sits at the same place and is checked the same way on both.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "common/math.h"
+#include "common/quant.h"
+#include "core/units.h"
+#include "program/program.h"
+#include "program/signature.h"
+
+namespace vrambench {
+
+// One tensor of an op and its memory (nullptr for a tensor of no bytes).
+struct Operand {
+  const Tensor* tensor = nullptr;
+  void* data = nullptr;
+};
+
+struct Operands {
+  const Program& program;
+  const Op& op;
+  std::vector<Operand> in, out;  // the op's inputs and outputs, in its signature's order
+  // Its workspace tensor (the last one when inputs and outputs both list one), else nullptr / 0.
+  void* workspace = nullptr;
+  Bytes workspace_bytes = 0;
+
+  // The input (output) the signature lists as `name` (see operand_name), or nullptr where it is
+  // an optional one the op leaves out. A name the signature does not list throws InternalError.
+  const Operand* input(std::string_view name) const;
+  const Operand* output(std::string_view name) const;
+
+  // Whether a write to `o` adds into it: the op accumulates and `o` is a gradient.
+  bool accumulates(const Operand& o) const { return op.accumulate && o.tensor->role == Role::grad; }
+  // The op's compute dtype: its first output's, or its first input's when it writes none.
+  DType dtype() const { return out.empty() ? in.at(0).tensor->dtype : out.at(0).tensor->dtype; }
+
+  // InternalError naming the op and its kind.
+  [[noreturn]] void fail(std::string_view what) const;
+  void require(bool ok, std::string_view what) const {
+    if (!ok) fail(what);
+  }
+};
+
+// program.ops[op_index] checked with check_op and bound to `data` (data[id] is tensor id's memory).
+// Throws InternalError naming the op when it does not match its signature or a tensor of some bytes
+// is not bound.
+Operands decode_operands(const Program& program, std::size_t op_index,
+                         const std::vector<void*>& data);
+
+inline std::int64_t last_dim(const Operand& o) {
+  return o.tensor->shape.empty() ? 1 : o.tensor->shape.back();
+}
+inline std::int64_t rows(const Operand& o) {
+  return o.tensor->elements() / last_dim(o);
+}
+
+// linear_fwd, linear_bwd, linear_dgrad: x[M,In], w[Out,In], y[M,Out], from w and the activation
+// each kind reads (x, or dy for linear_dgrad), checked against the other.
+struct LinearDims {
+  std::int64_t M = 0, In = 0, Out = 0;
+};
+LinearDims linear_dims(const Operands& a);
+
+// embedding_fwd / embedding_bwd: tokens [B,S], the token table (wte or dwte) [V,H] and the
+// position table's P rows (wpe or dwpe; 0 without one).
+struct EmbeddingDims {
+  std::int64_t B = 0, S = 0, V = 0, H = 0, P = 0;
+};
+EmbeddingDims embedding_dims(const Operands& a);
+
+// An attention op's dimensions (the kinds that use heads), read from the packed q|k|v input: the
+// one its signature names qkv, or the first (rope_bwd's gradient of one).
+QkvShape attention_shape(const Operands& a);
+
+// lora_fwd / lora_bwd: x[M,In], a[R,In], b[N,R], y (dy) [M,Out], the adapter writing columns
+// [col_offset, +N) of y. Checks them, lora_fwd's y in place and lora_bwd's xa [M,R].
+struct LoraDims {
+  std::int64_t M = 0, In = 0, R = 0, N = 0, Out = 0;
+};
+LoraDims lora_dims(const Operands& a);
+
+// dequantize: the quantised module's buffers (codes and absmax, with absmax2 and the offset under
+// double quantisation) and where its rows [row_offset, +rows) of w start.
+struct DequantizeOperands {
+  kquant::QuantizedWeightBuffers in;
+  void* rows = nullptr;   // w's row row_offset
+  std::int64_t cols = 0;  // In
+};
+DequantizeOperands dequantize_operands(const Operands& a);
+
+// adamw8bit_step: the 8-bit moments and their absmax per block, checked against the weight's
+// elements (and the gradient's).
+kquant::AdamW8bitState adamw_8bit_state(const Operands& a);
+
+// The optimizer's parameters from the op's attributes; `step` is the weight's step count, which
+// the executor keeps.
+kmath::AdamParams adam_params(const Op& op, int step);
+kmath::SgdParams sgd_params(const Op& op);
+
+}  // namespace vrambench
