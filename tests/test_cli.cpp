@@ -284,10 +284,9 @@ TEST(Cli, ModelStateLargerThanTheCardIsMaxBatchZeroWithTheReason) {
   fs::remove_all(dir);
 }
 
-// Until the closed form has hf terms, a row measured under --framework hf says that its est
-// column is the lean model's; lean rows say nothing of the kind.
-// The estimate follows the framework: an hf row's est is within a few percent of its sim (the direct
-// allocator: the estimate counts tensor bytes), and no row says otherwise.
+// The estimate follows the framework: an hf row's est is its sim's peak to the byte (it reads and
+// replays the same program, under the direct allocator too), and no row says it is the lean
+// model's.
 TEST(Cli, HfRowsEstimateTheHfStep) {
   const fs::path dir = scratch("hf-est");
   const CommandResult run = vrambench("--device sim:rtx4090 --preset gpt2 --seq 512 "
@@ -305,7 +304,7 @@ TEST(Cli, HfRowsEstimateTheHfStep) {
     const auto e = details[r].at("est_peak_bytes").get<double>();
     const auto m = details[r].at("at_max").at("device_peak").get<double>();
     EXPECT_EQ(m, rows[r].at("reserved_peak_bytes").get<double>());
-    EXPECT_NEAR(e / m, 1.0, 0.03) << e << " vs " << m;
+    EXPECT_EQ(e, m);
   }
   fs::remove_all(dir);
 }

@@ -17,6 +17,7 @@
 #include "estimate_grid.h"
 #include "search/measure.h"
 #include "search/trial.h"
+#include "sweep/sweep.h"
 
 namespace vrambench {
 namespace {
@@ -197,6 +198,27 @@ TEST(EstimateAgainstSim, AtTheSearchsLimitThePeaksAreComparedAtTheLimit) {
       ASSERT_TRUE(m.est_peak_at_compared.has_value());
       EXPECT_EQ(m.estimated_peak(), m.measured_peak());
     }
+}
+
+// The 300 configurations of the engine's speed grid (bench/bench_grid.cpp: gpt2, gpt2-large,
+// llama2-7b, llama3-8b, tiny-llama × seq 512..8192 × fp32, bf16 × eager, flash × recompute none,
+// selective, full; no optimizer; hf under auto where it models the recipe), under both allocators.
+TEST(EstimateAgainstSim, TheSpeedGridToTheByteUnderBothAllocators) {
+  for (AllocatorKind allocator : {AllocatorKind::caching, AllocatorKind::direct}) {
+    RunConfig base;
+    base.device = parse_device("sim:h100-80gb");
+    base.optimizer = Optimizer::none;
+    base.allocator = allocator;
+    std::vector<testing_grid::Case> cases;
+    for (const RunConfig& cfg :
+         expand(base, {parse_axis("preset=gpt2,gpt2-large,llama2-7b,llama3-8b,tiny-llama"),
+                       parse_axis("seq=512..8192"), parse_axis("dtype=fp32,bf16"),
+                       parse_axis("attention=eager,flash"),
+                       parse_axis("recompute=none,selective,full")}))
+      cases.push_back({cfg, label(cfg)});
+    ASSERT_EQ(cases.size(), 300u);
+    testing_grid::expect_estimate_exact(cases, false);
+  }
 }
 
 }  // namespace

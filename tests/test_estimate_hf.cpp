@@ -60,7 +60,7 @@ std::vector<Case> grid(bool full, AllocatorKind allocator) {
       if (full || opt == Optimizer::none)
         push("llama2-7b", 2048, Precision::bf16, Attention::flash, rc, 0.0, opt, 1);
   // Max batch 1 on 80 GB: gpt2's eager attention saves a view of the query at batch 1, so the
-  // replay there walks that step (the closed form's tensor lines are those of batch 2 and up).
+  // replay there walks that step (the estimate's tensor lines are those of batch 2 and up).
   if (allocator == AllocatorKind::caching)
     push("gpt2-large", 4096, Precision::fp32, Attention::eager, Recompute::none, 0.0,
          Optimizer::none, 1);

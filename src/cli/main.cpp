@@ -33,7 +33,7 @@ constexpr const char* kExamples = R"(Examples:
   vrambench --device sim:rtx4090 --preset llama3-8b --dtype bf16 --recompute full \
             --sweep seq=1024,2048,4096 --sweep attention=eager,flash
   vrambench estimate --preset llama2-7b --dtype bf16 --sweep seq=512..8192 --vram 80GiB
-      the closed-form model alone, instantly
+      the model alone, read off the step program (no search), instantly
   vrambench --device sim:rtx4090 --preset llama3.2-1b --finetune lora --over seq
       the longest sequence (a multiple of 64) at batch 1, by the same bracketing and bisection
   vrambench estimate --preset gpt2 --batch 16 --seq 1024 --vram 24GiB
@@ -308,7 +308,7 @@ int run(int argc, char** argv) {
   CliOptions options;
   CLI::App app{
       "vrambench: the largest training batch that fits on a GPU, measured, next to the "
-      "closed-form estimate."};
+      "estimate read off the same step program, and the formula calculators use."};
   app.name("vrambench");
   app.set_version_flag("--version", fmt::format("vrambench {} ({})", kVersion, kGitCommit));
   app.footer(kExamples);
@@ -358,8 +358,8 @@ int run(int argc, char** argv) {
       "allocate every tensor of the step but run no kernel (cpu, cuda)");
   search->footer(kExamples);
 
-  CLI::App* estimate =
-      app.add_subcommand("estimate", "the closed-form memory model over a sweep (no device)");
+  CLI::App* estimate = app.add_subcommand(
+      "estimate", "the memory model over a sweep, read off the step program (no search)");
   add_config_options(estimate, options);
   add_output_options(estimate, options);
   add_shard_option(estimate, options);

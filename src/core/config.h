@@ -176,7 +176,7 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// The sub-formulas both the step program and the closed-form estimate need, written once.
+// The sub-formulas the step program and the formula beside the estimate need, written once.
 //
 // Columns of the packed q|k|v projection: `heads` query heads, then `kv_heads` key and `kv_heads`
 // value heads, each `head_dim` wide: (A + 2K) * D.

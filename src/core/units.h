@@ -27,7 +27,7 @@ std::string format_bytes(Bytes bytes);
 [[noreturn]] void throw_add_overflow(Bytes a, Bytes b, std::string_view what);
 
 // a * b and a + b, throwing UsageError("<what> overflows 64 bits ...") instead of wrapping. Inline:
-// the closed-form model and the program builders call them for every size they derive.
+// the program builders and the estimate call them for every size they derive.
 inline Bytes checked_mul(Bytes a, Bytes b, std::string_view what) {
   Bytes out = 0;
   if (__builtin_mul_overflow(a, b, &out)) [[unlikely]]

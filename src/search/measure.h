@@ -1,5 +1,6 @@
-// One configuration measured end to end: the closed-form estimate, then the OOM-bisection over
-// real trials on a device (sim, cpu or cuda), keeping the trials at the max batch and max + 1.
+// One configuration measured end to end: the estimate (read off the step program), then the
+// OOM-bisection over real trials on a device (sim, cpu or cuda), keeping the trials at the max
+// batch and max + 1.
 #pragma once
 
 #include <functional>
