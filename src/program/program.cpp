@@ -8,52 +8,35 @@
 
 namespace vrambench {
 
+namespace {
+
+// Each role's name and the component its tensors are filed under unless a builder says otherwise,
+// in the order of the enum.
+struct RoleInfo {
+  std::string_view name;
+  MemoryComponent component;
+};
+constexpr RoleInfo kRoles[kRoleCount] = {
+    {"weight", MemoryComponent::weights},
+    {"master_weight", MemoryComponent::master_weights},
+    {"grad", MemoryComponent::gradients},
+    {"optimizer_state", MemoryComponent::optimizer_state},
+    {"activation", MemoryComponent::saved_activations},
+    {"transient", MemoryComponent::backward_transient},
+    {"workspace", MemoryComponent::gemm_workspace},
+    {"input", MemoryComponent::tokens_and_targets},
+    {"paged_optimizer_state", MemoryComponent::paged_optimizer_state},
+};
+static_assert(static_cast<int>(Role::paged_optimizer_state) == kRoleCount - 1);
+
+}  // namespace
+
 std::string_view to_string(Role r) {
-  switch (r) {
-    case Role::weight:
-      return "weight";
-    case Role::master_weight:
-      return "master_weight";
-    case Role::grad:
-      return "grad";
-    case Role::optimizer_state:
-      return "optimizer_state";
-    case Role::activation:
-      return "activation";
-    case Role::transient:
-      return "transient";
-    case Role::workspace:
-      return "workspace";
-    case Role::input:
-      return "input";
-    case Role::paged_optimizer_state:
-      return "paged_optimizer_state";
-  }
-  return "?";
+  return kRoles[static_cast<std::size_t>(r)].name;
 }
 
 MemoryComponent default_component(Role r) {
-  switch (r) {
-    case Role::weight:
-      return MemoryComponent::weights;
-    case Role::master_weight:
-      return MemoryComponent::master_weights;
-    case Role::grad:
-      return MemoryComponent::gradients;
-    case Role::optimizer_state:
-      return MemoryComponent::optimizer_state;
-    case Role::activation:
-      return MemoryComponent::saved_activations;
-    case Role::transient:
-      return MemoryComponent::backward_transient;
-    case Role::workspace:
-      return MemoryComponent::gemm_workspace;
-    case Role::input:
-      return MemoryComponent::tokens_and_targets;
-    case Role::paged_optimizer_state:
-      return MemoryComponent::paged_optimizer_state;
-  }
-  return MemoryComponent::backward_transient;
+  return kRoles[static_cast<std::size_t>(r)].component;
 }
 
 float static_loss_scale(Precision precision, std::int64_t rows, std::int64_t vocab) {
