@@ -33,20 +33,8 @@ using build_common::block_prefix;
 using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
+using build_common::Param;
 using build_common::stats_component;
-
-// A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
-struct Param {
-  int w = -1;
-  int grad = -1;                     // -1: frozen (fine-tuning's base)
-  int master = -1;                   // fp32 master copy (16-bit recipes with an optimizer)
-  int m = -1, v = -1;                // adamw: fp32, or 8-bit codes with their block absmax below
-  int m_absmax = -1, v_absmax = -1;  // 8-bit adamw
-  int momentum = -1;                 // sgd
-  int layer = -1;
-  bool present() const { return w >= 0; }
-  bool trainable() const { return grad >= 0; }
-};
 
 // One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
 // as the tensors bitsandbytes allocates (core/quant.h).
@@ -207,6 +195,7 @@ class Builder : private build_common::StepShape,
       param.master = tensor(name + ".master", dims, DType::f32, Role::master_weight);
     std::int64_t numel = 1;
     for (std::int64_t d : shape) numel *= d;
+    param.numel = numel;
     if (is_adamw(cfg_.optimizer)) {
       // bitsandbytes (core/quant.h): 8-bit moments from kMin8bitSize elements, each with an fp32
       // absmax per kOptimizer8bitBlock; a paged optimizer pages m and v from kPagedMinNumel.

@@ -47,6 +47,22 @@ inline std::uint64_t dropout_seed(int layer, DropoutSite site) {
   return z ^ (z >> 31);
 }
 
+// A parameter and what the optimizer keeps for it; -1 where the recipe has none. lean: an fp32
+// master copy of a 16-bit weight, AdamW's m and v (fp32, or 8-bit codes with their block absmax),
+// SGD's momentum; hf: torch's exp_avg, exp_avg_sq and momentum_buffer in the parameter's dtype.
+struct Param {
+  int w = -1;
+  int grad = -1;                     // -1: frozen (fine-tuning's base)
+  int master = -1;                   // lean: fp32 master copy (16-bit recipes with an optimizer)
+  int m = -1, v = -1;                // adamw
+  int m_absmax = -1, v_absmax = -1;  // lean: 8-bit adamw
+  int momentum = -1;                 // sgd
+  int layer = -1;
+  std::int64_t numel = 0;
+  bool present() const { return w >= 0; }
+  bool trainable() const { return grad >= 0; }
+};
+
 // The step's sizes, as both builders name them (a builder derives from it): batch B, sequence S,
 // hidden H, heads A, key/value heads K, head size D, q|k|v width Q, MLP width F, vocabulary V,
 // and M = B * S tokens. B and M are dimensions that hold the batch (program.h, Dim): a shape

@@ -30,15 +30,8 @@ using build_common::block_prefix;
 using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
+using build_common::Param;
 using build_common::stats_component;
-// A parameter and what torch keeps for it: its gradient (param.grad), AdamW's exp_avg and
-// exp_avg_sq in the parameter's dtype, SGD's momentum buffer.
-struct Param {
-  int w = -1, grad = -1, m = -1, v = -1, momentum = -1;
-  int layer = -1;
-  std::int64_t numel = 0;
-};
-
 // How a forward pass treats what it makes.
 struct Pass {
   bool replay = false;  // a checkpointed layer recomputed in backward
@@ -203,7 +196,7 @@ class HfBuilder : private build_common::StepShape,
     }
     s.w = weight_operand(w, pass);
     TensorIds in{s.x, s.w};
-    if (b.w >= 0) {
+    if (b.present()) {
       s.b = weight_operand(b, pass);
       in.push_back(s.b);
     }
@@ -221,14 +214,14 @@ class HfBuilder : private build_common::StepShape,
     const int dw = amp_ ? grad_named(p_.tensor(w.w).name + ".autocast.grad", s.w) : w.grad;
     out.push_back(dw);
     int db = -1;
-    if (b.w >= 0) {
+    if (b.present()) {
       db = amp_ ? grad_named(p_.tensor(b.w).name + ".autocast.grad", s.b) : b.grad;
       out.push_back(db);
     }
     gemm(OpKind::linear_bwd, name + ".bwd", {dy, s.x, s.w}, std::move(out), layer);
     if (amp_) {
       op(OpKind::cast, p_.tensor(w.w).name + ".grad.cast", {dw}, {w.grad}, layer);
-      if (b.w >= 0) op(OpKind::cast, p_.tensor(b.w).name + ".grad.cast", {db}, {b.grad}, layer);
+      if (b.present()) op(OpKind::cast, p_.tensor(b.w).name + ".grad.cast", {db}, {b.grad}, layer);
     }
     if (s.x_orig < 0) return dx;
     const int dx_orig = grad_of(s.x_orig);
