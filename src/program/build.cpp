@@ -34,6 +34,7 @@ using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Param;
+using build_common::Pass;
 using build_common::stats_component;
 
 // One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
@@ -81,13 +82,6 @@ struct BlockWeights {
 struct BlockGrad {
   bool x_in = true, qkv = true, proj = true, x_mid = true, fc = true, up = true, mlp_in = true,
        out = true, x_out = true;
-};
-
-// How a forward pass treats what it produces.
-struct Pass {
-  bool replay = false;     // a recompute in backward: names get ".recompute", everything transient
-  bool keep_block = true;  // false under full recompute: only block inputs survive the forward
-  bool keep_probs = true;  // false under selective recompute: softmax outputs and mask are replayed
 };
 
 // The attention core's tensors; -1 where the attention kind has none.
@@ -164,18 +158,6 @@ class Builder : private build_common::StepShape,
 
  private:
   // ---- tensors ------------------------------------------------------------------------------
-
-  // The gradient of `id`: same shape and dtype, transient, named after the forward tensor (a
-  // replayed tensor's gradient is the gradient of the original).
-  int grad_of(int id) {
-    const Tensor& t = p_.tensor(id);
-    Name name = t.name;
-    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
-    return grad_named(name + ".grad", id);
-  }
-  int grad_named(Name name, int like) {
-    return tensor(std::move(name), dims_of(like), p_.tensor(like).dtype, Role::transient);
-  }
 
   // A parameter; under fine-tuning the base's are frozen (`trainable` false): the weight alone.
   Param weight(Name name, Shape shape, int layer, bool trainable = true) {
@@ -439,22 +421,12 @@ class Builder : private build_common::StepShape,
     if (p.trainable()) list.push_back(p.grad);
   }
 
-  // ---- naming and roles of a pass -----------------------------------------------------------
+  // ---- roles of a pass (suffixed, saved: build_common::ProgramWriter) ------------------------
 
-  static Name suffixed(const Pass& pass, Name name) {
-    if (pass.replay) name += kRecomputeSuffix;
-    return name;
-  }
-  // Role of a tensor the backward reads.
-  static Role saved(const Pass& pass) {
-    return pass.replay || !pass.keep_block ? Role::transient : Role::activation;
-  }
+  // Role of the S x S tensors the backward reads (saved for it unless recompute replays them).
   static Role saved_probs(const Pass& pass) {
     return pass.keep_probs ? saved(pass) : Role::transient;
   }
-
-  Dims bsh() const { return {B_, S_, H_}; }
-  Dims bass() const { return {B_, A_, S_, S_}; }
 
   Pass forward_pass() const {
     Pass pass;
@@ -530,18 +502,18 @@ class Builder : private build_common::StepShape,
     Mlp mlp;
     const Role role = saved(pass);
     if (gpt_) {
-      mlp.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), {B_, S_, F_}, act_, role);
+      mlp.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.fc_out, layer, pass);
-      mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), {B_, S_, F_}, act_, role);
+      mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), act_, role);
       op(OpKind::gelu_fwd, pre + "mlp.gelu", {mlp.fc_out}, {mlp.gelu_out}, layer, pass.replay);
       mlp.out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.gelu_out, mlp.out, layer, pass);
     } else {
-      mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), {B_, S_, F_}, act_, role);
+      mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.gate_out, layer, pass);
-      mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), {B_, S_, F_}, act_, role);
+      mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), act_, role);
       mlp.up_saved = linear_fwd(w.up, x, mlp.up_out, layer, pass);
-      mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), {B_, S_, F_}, act_, role);
+      mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act_, role);
       op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {mlp.gate_out, mlp.up_out}, {mlp.swiglu_out},
          layer, pass.replay);
       mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);

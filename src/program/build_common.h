@@ -1,5 +1,6 @@
-// What the step program builders (build.cpp: lean, build_hf.cpp: hf) share: tensor naming of
-// replays and the dropout seeds, so that both frameworks draw the same masks at the same sites.
+// What the step program builders (build.cpp: lean, build_hf.cpp: hf) share: the step's sizes, a
+// parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
+// that both frameworks draw the same masks at the same sites.
 #pragma once
 
 #include <algorithm>
@@ -80,9 +81,22 @@ struct StepShape {
         V_(cfg.model.vocab),
         M_(checked_mul(cfg.batch, S_, "batch x seq"), S_) {}
 
+  Dims bsh() const { return {B_, S_, H_}; }
+  Dims bsf() const { return {B_, S_, F_}; }
+  Dims bass() const { return {B_, A_, S_, S_}; }
+
   Dim B_;
   std::int64_t S_, H_, A_, K_, D_, Q_, F_, V_;
   Dim M_;
+};
+
+// How a forward pass treats what it makes.
+struct Pass {
+  bool replay = false;     // a recompute in backward: names get ".recompute", everything transient
+  bool keep_block = true;  // false under full recompute (hf: checkpointing): only block inputs and
+                           // outputs survive the forward
+  bool keep_probs = true;  // lean: false under selective recompute: softmax outputs and mask are
+                           // replayed
 };
 
 // The flash attention backward's scratch (flash_bwd_scratch_bytes) as a dimension: its bytes at
@@ -154,6 +168,26 @@ class ProgramWriter {
     for (; d != p_.batch_dims.end() && d->tensor == id; ++d)
       dims[static_cast<std::size_t>(d->dim)].per_sample = d->per_sample;
     return dims;
+  }
+  // The gradient of `id`: same shape and dtype, transient, named after the forward tensor (a
+  // replayed tensor's gradient is the gradient of the original).
+  int grad_of(int id) {
+    Name name = p_.tensor(id).name;
+    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
+    return grad_named(name + ".grad", id);
+  }
+  int grad_named(Name name, int like) {
+    return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
+  }
+  DType dtype_of(int id) const { return p_.tensor(id).dtype; }
+  // A tensor's name in `pass`: a replay's tensors end in the recompute suffix.
+  static Name suffixed(const Pass& pass, Name name) {
+    if (pass.replay) name += kRecomputeSuffix;
+    return name;
+  }
+  // The role of what the backward reads: an activation of a kept forward; a replay's are transient.
+  static Role saved(const Pass& pass) {
+    return pass.keep_block && !pass.replay ? Role::activation : Role::transient;
   }
   // A shape no batch changes (a parameter's) as dimensions.
   static Dims fixed(const Shape& shape) { return Dims(shape.begin(), shape.end()); }

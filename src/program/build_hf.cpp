@@ -31,13 +31,8 @@ using build_common::dropout_seed;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Param;
+using build_common::Pass;
 using build_common::stats_component;
-// How a forward pass treats what it makes.
-struct Pass {
-  bool replay = false;  // a checkpointed layer recomputed in backward
-  bool keep = true;     // false: checkpointed forward, nothing of the layer is saved
-};
-
 // What a linear's forward leaves for its backward.
 struct LinearSaved {
   int x = -1;       // the GEMM's input (autocast: its 16-bit copy)
@@ -114,26 +109,6 @@ class HfBuilder : private build_common::StepShape,
  private:
   // ---- tensors and ops ----------------------------------------------------------------------
 
-  DType dtype_of(int id) const { return p_.tensor(id).dtype; }
-
-  static Name named(const Pass& pass, Name name) {
-    if (pass.replay) name += kRecomputeSuffix;
-    return name;
-  }
-  // Role of what the backward reads: an activation of a kept forward; a replay's are transient.
-  static Role saved(const Pass& pass) {
-    return pass.keep && !pass.replay ? Role::activation : Role::transient;
-  }
-  int grad_of(int id) {
-    const Tensor& t = p_.tensor(id);
-    Name name = t.name;
-    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
-    return tensor(name + ".grad", dims_of(id), t.dtype, Role::transient);
-  }
-  int grad_named(Name name, int like) {
-    return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
-  }
-
   // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
   int cast(int x, DType dtype, const Name& name, Role role, int layer, bool replay) {
     if (dtype_of(x) == dtype) return x;
@@ -146,10 +121,6 @@ class HfBuilder : private build_common::StepShape,
   DType mask_dtype(int x) const { return cpu_ ? dtype_of(x) : DType::u8; }
   // Norm statistics: fp32 on CUDA; on the CPU, layer_norm returns them in the input's dtype.
   DType stats_dtype(int x) const { return cpu_ ? dtype_of(x) : DType::f32; }
-
-  Dims bsh() const { return {B_, S_, H_}; }
-  Dims bsf() const { return {B_, S_, F_}; }
-  Dims bass() const { return {B_, A_, S_, S_}; }
 
   // ---- parameters ---------------------------------------------------------------------------
 
@@ -273,27 +244,28 @@ class HfBuilder : private build_common::StepShape,
     const DType x_dtype = dtype_of(x);
     if (gpt_) {
       norm_x = x;
-      out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
-      mean = tensor(named(pass, name + ".mean"), {M_}, stats_dtype(x), role,
+      out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, role);
+      mean = tensor(suffixed(pass, name + ".mean"), {M_}, stats_dtype(x), role,
                     stats_component(pass.replay));
-      rstd = tensor(named(pass, name + ".rstd"), {M_}, stats_dtype(x), role,
+      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, stats_dtype(x), role,
                     stats_component(pass.replay));
       op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
       return;
     }
     norm_x = cast(x, DType::f32, name + ".x_f32", role, layer, pass.replay);
-    out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
+    out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, role);
     mean = -1;
-    rstd =
-        tensor(named(pass, name + ".rstd"), {M_}, DType::f32, role, stats_component(pass.replay));
+    rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
+                  stats_component(pass.replay));
     Op& o = op(OpKind::rmsnorm_fwd, name, {norm_x, w.w}, {out, rstd}, layer, pass.replay);
     // x.pow(2) and the fp32 normalised x (cast back unless the model is fp32) are temporaries;
     // the normalised x in the input's dtype is saved by the multiply with the weight.
-    o.held.push_back(tensor(named(pass, name + ".x_squared"), bsh(), DType::f32, Role::transient));
+    o.held.push_back(
+        tensor(suffixed(pass, name + ".x_squared"), bsh(), DType::f32, Role::transient));
     if (x_dtype != DType::f32)
       o.held.push_back(
-          tensor(named(pass, name + ".normed_f32"), bsh(), DType::f32, Role::transient));
-    const int normed = tensor(named(pass, name + ".normed"), bsh(), x_dtype, role);
+          tensor(suffixed(pass, name + ".normed_f32"), bsh(), DType::f32, Role::transient));
+    const int normed = tensor(suffixed(pass, name + ".normed"), bsh(), x_dtype, role);
     o.held.push_back(normed);
     held.push_back(normed);
   }
@@ -311,32 +283,32 @@ class HfBuilder : private build_common::StepShape,
       // reads them and saves them. The packed q|k|v operand stands for the query storage and them
       // where the query is a copy; a viewed query keeps all of c_attn's output besides.
       if (cache && query_view) {
-        const int kv = tensor(named(pass, pre + "attn.kv_cache"), {2, B_, S_, H_}, cdt_, role);
+        const int kv = tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, H_}, cdt_, role);
         b.attn_held.push_back(kv);
         fwd_held.push_back(kv);
       }
       if (!query_view)
         fwd_held.push_back(
-            tensor(named(pass, pre + "attn.qkv_copies"), {B_, S_, Q_}, cdt_, Role::transient));
+            tensor(suffixed(pass, pre + "attn.qkv_copies"), {B_, S_, Q_}, cdt_, Role::transient));
     } else {
       // Llama: the cache's copies of k and v live through the forward; attention reads its
       // operand's q (rotated), k and v. Eager attention repeats grouped-query heads to A
       // (repeat_kv), each copy saved by its product: the heads beyond the first K are held, the
       // first K are the operand's. The fused kernel keeps the K heads as they are.
       if (cache)
-        fwd_held.push_back(tensor(named(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_}, cdt_,
+        fwd_held.push_back(tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_}, cdt_,
                                   Role::transient));
       if (A_ > K_ && eager_) {
         const int rep =
-            tensor(named(pass, pre + "attn.kv_repeat"), {2, B_, S_, (A_ - K_) * D_}, cdt_, role);
+            tensor(suffixed(pass, pre + "attn.kv_repeat"), {2, B_, S_, (A_ - K_) * D_}, cdt_, role);
         b.attn_held.push_back(rep);
         fwd_held.push_back(rep);
       }
     }
-    b.y = tensor(named(pass, pre + "attn.y"), bsh(), cdt_, role);
+    b.y = tensor(suffixed(pass, pre + "attn.y"), bsh(), cdt_, role);
     if (!eager_) {
-      b.lse = tensor(named(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
-      const int scratch = tensor(named(pass, pre + "attn.flash.scratch"),
+      b.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
+      const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
                                  {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
       Op& o =
           op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {b.y, b.lse, scratch}, l, pass.replay);
@@ -349,23 +321,23 @@ class HfBuilder : private build_common::StepShape,
     // scores = q k^T, scaled (a second S x S tensor), plus the causal mask (in the model's dtype:
     // fp32 under autocast, which promotes the sum).
     const DType score_dtype = dtype_of(mask_) == DType::f32 ? DType::f32 : cdt_;
-    b.scores = tensor(named(pass, pre + "attn.scores"), bass(), score_dtype, Role::transient);
+    b.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), score_dtype, Role::transient);
     Op& scores = gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {b.scores}, l, pass.replay);
     attention_attrs(scores);
     scores.held = fwd_held;
     scores.held.push_back(
-        tensor(named(pass, pre + "attn.scores.unscaled"), bass(), cdt_, Role::transient));
+        tensor(suffixed(pass, pre + "attn.scores.unscaled"), bass(), cdt_, Role::transient));
     scores.held.push_back(mask_);
     // Softmax: gpt2 in the scores' dtype; llama asks for fp32 (an fp32 copy of 16-bit scores
     // first). Autocast on CUDA computes softmax in fp32 too.
     const bool f32_softmax = !gpt_ || (amp_ && !cpu_);
     const DType probs_dtype = f32_softmax ? DType::f32 : score_dtype;
-    b.probs = tensor(named(pass, pre + "attn.probs"), bass(), probs_dtype, role);
+    b.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), probs_dtype, role);
     Op& softmax =
         op(OpKind::softmax_fwd, pre + "attn.softmax", {b.scores}, {b.probs}, l, pass.replay);
     if (score_dtype != probs_dtype)
       softmax.held.push_back(
-          tensor(named(pass, pre + "attn.scores.f32"), bass(), DType::f32, Role::transient));
+          tensor(suffixed(pass, pre + "attn.scores.f32"), bass(), DType::f32, Role::transient));
     // .type(value.dtype) (gpt2) / .to(query.dtype) (llama): a 16-bit copy that the product with
     // V saves. Under autocast llama's query is fp32 (RoPE multiplies by fp32 cos and sin), so the
     // probabilities stay fp32 through dropout and the product's autocast makes the copy.
@@ -374,10 +346,10 @@ class HfBuilder : private build_common::StepShape,
         cast_late ? b.probs : cast(b.probs, cdt_, pre + "attn.probs_c", role, l, pass.replay);
     int values_in = b.probs_c;
     if (dropout_) {
-      b.probs_drop = tensor(named(pass, pre + "attn.probs_drop"), bass(), dtype_of(b.probs_c),
+      b.probs_drop = tensor(suffixed(pass, pre + "attn.probs_drop"), bass(), dtype_of(b.probs_c),
                             cast_late ? Role::transient : role);
       b.probs_mask =
-          tensor(named(pass, pre + "attn.probs_mask"), bass(), mask_dtype(b.probs_c), role);
+          tensor(suffixed(pass, pre + "attn.probs_mask"), bass(), mask_dtype(b.probs_c), role);
       dropout_attrs(op(OpKind::dropout_fwd, pre + "attn.probs_dropout", {b.probs_c},
                        {b.probs_drop, b.probs_mask}, l, pass.replay),
                     l, DropoutSite::attn_probs);
@@ -390,13 +362,14 @@ class HfBuilder : private build_common::StepShape,
     attention_attrs(values);
     // The product's [B, A, S, D] output before transpose(1, 2).contiguous() makes b.y.
     values.held = fwd_held;
-    values.held.push_back(tensor(named(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
+    values.held.push_back(
+        tensor(suffixed(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
   }
 
   int dropout_fwd(const Name& name, int x, int layer, DropoutSite site, const Pass& pass,
                   int& mask) {
-    const int y = tensor(named(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
-    mask = tensor(named(pass, name + ".mask"), dims_of(x), mask_dtype(x), saved(pass));
+    const int y = tensor(suffixed(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
+    mask = tensor(suffixed(pass, name + ".mask"), dims_of(x), mask_dtype(x), saved(pass));
     dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
                   layer, site);
     return y;
@@ -415,23 +388,23 @@ class HfBuilder : private build_common::StepShape,
     norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, b.norm1_x,
              b.norm1_out, b.norm1_mean, b.norm1_rstd, b.norm1_held);
     b.qkv =
-        tensor(named(pass, pre + "attn.qkv"), {B_, S_, Q_}, cdt_, gpt_ ? role : Role::transient);
+        tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, cdt_, gpt_ ? role : Role::transient);
     b.qkv_saved = linear_fwd(pre + "attn.qkv", w.qkv_w, w.qkv_b, b.norm1_out, b.qkv, l, pass);
     if (!gpt_ && amp_) {
       // q_proj, k_proj and v_proj each cast the norm's fp32 output (autocast caches only
       // weights): two more 16-bit copies, each saved by its projection.
       const int more =
-          tensor(named(pass, pre + "attn.qkv.in.autocast.kv"), {2, B_, S_, H_}, cdt_, role);
+          tensor(suffixed(pass, pre + "attn.qkv.in.autocast.kv"), {2, B_, S_, H_}, cdt_, role);
       p_.ops.back().held.push_back(more);
       b.qkv_held.push_back(more);
     }
     int attn_in = b.qkv;
     if (!gpt_) {
       // RoPE: q * cos + rotate_half(q) * sin (and k): new tensors; only cos and sin are saved.
-      b.qkv_rot = tensor(named(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, role);
+      b.qkv_rot = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, role);
       Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv}, {b.qkv_rot}, l, pass.replay);
       attention_attrs(rope);
-      rope.held.push_back(tensor(named(pass, pre + "attn.rope.products"),
+      rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.products"),
                                  {2, B_, S_, (A_ + K_) * D_}, amp_ ? DType::f32 : cdt_,
                                  Role::transient));
       rope.held.push_back(cos_sin_);
@@ -440,19 +413,19 @@ class HfBuilder : private build_common::StepShape,
     attention_fwd(pre, l, attn_in, pass, b);
 
     const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
-    b.proj_out = tensor(named(pass, proj + ".out"), bsh(), cdt_, Role::transient);
+    b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), cdt_, Role::transient);
     b.proj_saved = linear_fwd(proj, w.proj_w, w.proj_b, b.y, b.proj_out, l, pass);
     int residual = b.proj_out;
     if (dropout_ && gpt_)
       residual = b.proj_drop =
           dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, b.proj_mask);
-    b.x_mid = tensor(named(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
+    b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
     norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l, b.norm2_x,
              b.norm2_out, b.norm2_mean, b.norm2_rstd, b.norm2_held);
     if (gpt_) {
-      b.fc_out = tensor(named(pass, pre + "mlp.fc.out"), bsf(), cdt_, role);
+      b.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), cdt_, role);
       b.fc_saved = linear_fwd(pre + "mlp.fc", w.fc_w, w.fc_b, b.norm2_out, b.fc_out, l, pass);
       // gelu_new, a python composite: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Autograd
       // saves x (by pow), tanh's output, 0.5 x and 1 + tanh (by the last product). Autocast on
@@ -462,29 +435,30 @@ class HfBuilder : private build_common::StepShape,
                       ? cast(b.fc_out, DType::f32, pre + "mlp.fc.out.f32", role, l, pass.replay)
                       : b.fc_out;
       const DType branch = dtype_of(b.gelu_in);
-      b.gelu_out = tensor(named(pass, pre + "mlp.gelu.out"), bsf(), branch, role);
+      b.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), branch, role);
       Op& gelu = op(OpKind::gelu_fwd, pre + "mlp.gelu", {b.gelu_in}, {b.gelu_out}, l, pass.replay);
       for (const char* piece : {"tanh", "one_plus_tanh"})
-        b.gelu_held.push_back(tensor(named(pass, pre + "mlp.gelu." + piece), bsf(), branch, role));
-      b.gelu_held.push_back(tensor(named(pass, pre + "mlp.gelu.half_x"), bsf(), cdt_, role));
+        b.gelu_held.push_back(
+            tensor(suffixed(pass, pre + "mlp.gelu." + piece), bsf(), branch, role));
+      b.gelu_held.push_back(tensor(suffixed(pass, pre + "mlp.gelu.half_x"), bsf(), cdt_, role));
       gelu.held = b.gelu_held;
       // x^3 and the sums before tanh: two alive at a time.
-      gelu.held.push_back(
-          tensor(named(pass, pre + "mlp.gelu.scratch"), {2, B_, S_, F_}, branch, Role::transient));
-      b.mlp_out = tensor(named(pass, pre + "mlp.proj.out"), bsh(), cdt_, Role::transient);
+      gelu.held.push_back(tensor(suffixed(pass, pre + "mlp.gelu.scratch"), {2, B_, S_, F_}, branch,
+                                 Role::transient));
+      b.mlp_out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), cdt_, Role::transient);
       b.out_saved = linear_fwd(pre + "mlp.proj", w.out_w, w.out_b, b.gelu_out, b.mlp_out, l, pass);
     } else {
-      b.fc_out = tensor(named(pass, pre + "mlp.gate.out"), bsf(), cdt_, role);
+      b.fc_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), cdt_, role);
       b.fc_saved = linear_fwd(pre + "mlp.gate", w.fc_w, Param{}, b.norm2_out, b.fc_out, l, pass);
-      b.up_out = tensor(named(pass, pre + "mlp.up.out"), bsf(), cdt_, role);
+      b.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), cdt_, role);
       b.up_saved = linear_fwd(pre + "mlp.up", w.up_w, Param{}, b.norm2_out, b.up_out, l, pass);
       // act_fn(gate) * up: SiLU saves its input, the product saves both factors.
-      b.swiglu_out = tensor(named(pass, pre + "mlp.swiglu.out"), bsf(), cdt_, role);
+      b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), cdt_, role);
       Op& swiglu = op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {b.fc_out, b.up_out}, {b.swiglu_out},
                       l, pass.replay);
-      b.swiglu_held.push_back(tensor(named(pass, pre + "mlp.silu.out"), bsf(), cdt_, role));
+      b.swiglu_held.push_back(tensor(suffixed(pass, pre + "mlp.silu.out"), bsf(), cdt_, role));
       swiglu.held = b.swiglu_held;
-      b.mlp_out = tensor(named(pass, pre + "mlp.down.out"), bsh(), cdt_, Role::transient);
+      b.mlp_out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), cdt_, Role::transient);
       b.out_saved =
           linear_fwd(pre + "mlp.down", w.out_w, Param{}, b.swiglu_out, b.mlp_out, l, pass);
     }
@@ -493,7 +467,7 @@ class HfBuilder : private build_common::StepShape,
       mlp_y = b.mlp_drop =
           dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass, b.mlp_mask);
     // The block output is the next block's input: kept even when checkpointed.
-    b.x_out = tensor(named(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
+    b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
                      pass.replay ? Role::transient : Role::activation);
     op(OpKind::add, pre + "mlp.residual", {b.x_mid, mlp_y}, {b.x_out}, l, pass.replay);
     return b;
@@ -692,7 +666,7 @@ class HfBuilder : private build_common::StepShape,
     }
 
     Pass pass;
-    pass.keep = !ckpt_;
+    pass.keep_block = !ckpt_;
     std::vector<Block> blocks;
     int x = x0;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) {
