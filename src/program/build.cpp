@@ -64,7 +64,7 @@ struct Linear {
 };
 
 // What a linear's forward keeps for the backward of its adapters.
-struct LinearSaved {
+struct LoraSaved {
   TensorIds x, mask, xa;  // per adapter: its input (x, or x after LoRA dropout), mask, x A^T
 };
 
@@ -97,11 +97,12 @@ struct Mlp {
   int gate_out = -1, up_out = -1, swiglu_out = -1;  // llama
   int out = -1;                                     // mlp.proj.out / mlp.down.out
   int drop = -1, mask = -1;                         // dropout after the output projection
-  LinearSaved fc_saved, up_saved, out_saved;
+  LoraSaved fc_saved, up_saved, out_saved;
   int y() const { return drop >= 0 ? drop : out; }
 };
 
-struct Block {
+// What a block's forward made that its backward reads, and which tensors need a gradient.
+struct BlockTensors {
   int layer = 0;
   int x_in = -1;
   int norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
@@ -113,15 +114,15 @@ struct Block {
   int norm2_out = -1, norm2_mean = -1, norm2_rstd = -1;
   Mlp mlp;
   int x_out = -1;
-  LinearSaved qkv_saved, proj_saved;
+  LoraSaved qkv_saved, proj_saved;
   BlockGrad grad;
 };
 
-class Builder : private build_common::StepShape,
-                private build_common::ProgramWriter,
-                private build_common::OpAttributes {
+class LeanBuilder : private build_common::StepShape,
+                    private build_common::ProgramWriter,
+                    private build_common::OpAttributes {
  public:
-  Builder(const RunConfig& cfg, Bytes gemm_workspace)
+  LeanBuilder(const RunConfig& cfg, Bytes gemm_workspace)
       : StepShape(cfg),
         ProgramWriter(gemm_workspace, cfg.model.layers),
         OpAttributes(cfg),
@@ -339,12 +340,12 @@ class Builder : private build_common::StepShape,
   }
 
   // y = x w^T + b, then each adapter adds its share; returns what the adapters' backward reads.
-  LinearSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass) {
+  LoraSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass) {
     const int w = weight_operand(lin, layer, pass.replay, false);
     TensorIds in{x, w};
     push_if(in, lin.b);
     gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.replay);
-    LinearSaved saved_by;
+    LoraSaved saved_by;
     const Role role = saved(pass);
     const Dims x_shape = dims_of(x);
     for (const Adapter& ad : lin.lora) {
@@ -372,7 +373,7 @@ class Builder : private build_common::StepShape,
   // The backward of a linear from dy: its weight's and bias's gradients when it trains, its
   // adapters' gradients, and dx (the gradient of its input x) into `dx` when dx >= 0. Returns
   // the tensor that holds dx in the end (LoRA dropout sums into a new one), or -1.
-  int linear_bwd(const Linear& lin, const LinearSaved& saved_by, int dy, int x, int dx, int layer) {
+  int linear_bwd(const Linear& lin, const LoraSaved& saved_by, int dy, int x, int dx, int layer) {
     if (lin.trainable()) {
       TensorIds grads{dx, lin.w.grad};
       push_grad_if(grads, lin.b);
@@ -530,10 +531,10 @@ class Builder : private build_common::StepShape,
     return mlp;
   }
 
-  Block block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
+  BlockTensors block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
     const Name pre = block_prefix(l);
     const Role role = saved(pass);
-    Block b;
+    BlockTensors b;
     b.layer = l;
     b.x_in = x_in;
     // Under fine-tuning the embedding is frozen: the first block's input needs no gradient, every
@@ -681,7 +682,7 @@ class Builder : private build_common::StepShape,
   }
 
   // Gradient of the block input from the gradient of its output; -1 when the input needs none.
-  int block_bwd(const Block& b, const BlockWeights& w, int dx_out) {
+  int block_bwd(const BlockTensors& b, const BlockWeights& w, int dx_out) {
     const int l = b.layer;
     const BlockGrad& g = b.grad;
     const Name pre = block_prefix(l);
@@ -783,7 +784,7 @@ class Builder : private build_common::StepShape,
                     DropoutSite::embedding);
 
     const Pass pass = forward_pass();
-    std::vector<Block> blocks;
+    std::vector<BlockTensors> blocks;
     int x = x0;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) {
       blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass));
@@ -821,7 +822,7 @@ class Builder : private build_common::StepShape,
 
     for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
       const BlockWeights& w = weights[static_cast<std::size_t>(l)];
-      Block b = blocks[static_cast<std::size_t>(l)];
+      BlockTensors b = blocks[static_cast<std::size_t>(l)];
       if (cfg_.recompute == Recompute::full) b = block_fwd(l, b.x_in, w, replay_pass());
       dx = block_bwd(b, w, dx);
       if (dx < 0) break;  // nothing below needs a gradient
@@ -864,7 +865,7 @@ class Builder : private build_common::StepShape,
   void build_layer() {
     const int x_in = scope_input("layer0.x_in", bsh());
     const BlockWeights w = block_weights(0);
-    Block b = block_fwd(0, x_in, w, forward_pass());
+    BlockTensors b = block_fwd(0, x_in, w, forward_pass());
     const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
     if (cfg_.recompute == Recompute::full) b = block_fwd(0, x_in, w, replay_pass());
@@ -938,7 +939,7 @@ Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
   if (framework_of(cfg) == Framework::hf) return build_hf_program(cfg, gemm_workspace, HfOptions{});
-  Program program = Builder(cfg, gemm_workspace).build();
+  Program program = LeanBuilder(cfg, gemm_workspace).build();
   for (const Op& op : program.ops) check_op(program, op);
   return program;
 }

@@ -33,6 +33,7 @@ using build_common::kRecomputeSuffix;
 using build_common::Param;
 using build_common::Pass;
 using build_common::stats_component;
+
 // What a linear's forward leaves for its backward.
 struct LinearSaved {
   int x = -1;       // the GEMM's input (autocast: its 16-bit copy)
@@ -41,7 +42,15 @@ struct LinearSaved {
   int b = -1;
 };
 
-struct Block {
+// A decoder layer's parameters: fc is gpt's mlp.fc and llama's mlp.gate, out is mlp.proj and
+// mlp.down.
+struct HfBlockWeights {
+  Param norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b;
+  Param fc_w, fc_b, up_w, out_w, out_b;
+};
+
+// What a decoder layer's forward made that its backward reads, and what autograd holds beside.
+struct HfBlockTensors {
   int layer = 0;
   int x_in = -1;
   int norm1_x = -1, norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
@@ -202,14 +211,9 @@ class HfBuilder : private build_common::StepShape,
 
   // ---- forward ------------------------------------------------------------------------------
 
-  struct Weights {
-    Param norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b;
-    Param fc_w, fc_b, up_w, out_w, out_b;
-  };
-
-  Weights block_weights(int l) {
+  HfBlockWeights block_weights(int l) {
     const Name pre = block_prefix(l);
-    Weights w;
+    HfBlockWeights w;
     if (gpt_) {
       w.norm1_w = weight(pre + "ln1.w", {H_}, l);
       w.norm1_b = weight(pre + "ln1.b", {H_}, l);
@@ -271,7 +275,7 @@ class HfBuilder : private build_common::StepShape,
   }
 
   // The attention core from the q|k|v tensor the kernels read, into b.y.
-  void attention_fwd(const Name& pre, int l, int qkv, const Pass& pass, Block& b) {
+  void attention_fwd(const Name& pre, int l, int qkv, const Pass& pass, HfBlockTensors& b) {
     const Role role = saved(pass);
     const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
     // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
@@ -379,10 +383,10 @@ class HfBuilder : private build_common::StepShape,
     return a == DType::f32 || b == DType::f32 ? DType::f32 : a;
   }
 
-  Block block_fwd(int l, int x_in, const Weights& w, const Pass& pass) {
+  HfBlockTensors block_fwd(int l, int x_in, const HfBlockWeights& w, const Pass& pass) {
     const Name pre = block_prefix(l);
     const Role role = saved(pass);
-    Block b;
+    HfBlockTensors b;
     b.layer = l;
     b.x_in = x_in;
     norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, b.norm1_x,
@@ -492,7 +496,7 @@ class HfBuilder : private build_common::StepShape,
     if (dx_f32 != dx) op(OpKind::cast, name + ".x_f32.grad.cast", {dx_f32}, {dx}, layer);
   }
 
-  int attention_bwd(const Name& pre, int l, int qkv, const Block& b, int dy) {
+  int attention_bwd(const Name& pre, int l, int qkv, const HfBlockTensors& b, int dy) {
     const int dqkv = grad_of(qkv);
     if (!eager_) {
       const int scratch = tensor(pre + "attn.flash_bwd.scratch",
@@ -556,7 +560,7 @@ class HfBuilder : private build_common::StepShape,
   }
 
   // The gradient of the block's input from the gradient of its output.
-  int block_bwd(const Block& b, const Weights& w, int dx_out) {
+  int block_bwd(const HfBlockTensors& b, const HfBlockWeights& w, int dx_out) {
     const int l = b.layer;
     const Name pre = block_prefix(l);
     const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
@@ -628,7 +632,7 @@ class HfBuilder : private build_common::StepShape,
     const Param wte = weight("wte", {V_, H_}, -1);
     Param wpe;
     if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1);
-    std::vector<Weights> weights;
+    std::vector<HfBlockWeights> weights;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
     Param final_w, final_b;
     if (gpt_) {
@@ -667,7 +671,7 @@ class HfBuilder : private build_common::StepShape,
 
     Pass pass;
     pass.keep_block = !ckpt_;
-    std::vector<Block> blocks;
+    std::vector<HfBlockTensors> blocks;
     int x = x0;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) {
       blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass));
@@ -725,8 +729,8 @@ class HfBuilder : private build_common::StepShape,
              final_held, dx, -1);
 
     for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
-      const Weights& w = weights[static_cast<std::size_t>(l)];
-      Block b = blocks[static_cast<std::size_t>(l)];
+      const HfBlockWeights& w = weights[static_cast<std::size_t>(l)];
+      HfBlockTensors b = blocks[static_cast<std::size_t>(l)];
       if (ckpt_) {
         Pass replay;
         replay.replay = true;
