@@ -201,14 +201,9 @@ class LeanBuilder : private LeanLinears {
       mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
-    if (dropout_) {
-      const Name site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
-      mlp.drop = tensor(suffixed(pass, site + ".drop"), bsh(), act_, Role::transient);
-      mlp.mask = tensor(suffixed(pass, site + ".mask"), bsh(), DType::u8, role);
-      dropout_attrs(op(OpKind::dropout_fwd, site + "_dropout", {mlp.out}, {mlp.drop, mlp.mask},
-                       layer, pass.replay),
-                    layer, DropoutSite::mlp_proj);
-    }
+    if (dropout_)
+      mlp.drop = dropout_fwd(pre + (gpt_ ? "mlp.proj" : "mlp.down"), mlp.out, layer,
+                             DropoutSite::mlp_proj, pass, DType::u8, mlp.mask);
     return mlp;
   }
 
@@ -241,14 +236,9 @@ class LeanBuilder : private LeanLinears {
     b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), act_, Role::transient);
     b.proj_saved = linear_fwd(w.proj, b.core.y, b.proj_out, l, pass);
     int residual = b.proj_out;
-    if (dropout_) {
-      b.proj_drop = tensor(suffixed(pass, proj + ".drop"), bsh(), act_, Role::transient);
-      b.proj_mask = tensor(suffixed(pass, proj + ".mask"), bsh(), DType::u8, role);
-      dropout_attrs(op(OpKind::dropout_fwd, proj + "_dropout", {b.proj_out},
-                       {b.proj_drop, b.proj_mask}, l, pass.replay),
-                    l, DropoutSite::attn_proj);
-      residual = b.proj_drop;
-    }
+    if (dropout_)
+      residual = b.proj_drop =
+          dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, DType::u8, b.proj_mask);
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), act_, role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
@@ -289,12 +279,9 @@ class LeanBuilder : private LeanLinears {
     attention_attrs(gemm(OpKind::attn_values_bwd, pre + "attn.values.bwd", {dy, values_in, qkv},
                          {dvalues_in, dqkv}, layer));
     int dprobs = dvalues_in;
-    if (dropout_) {
-      dprobs = grad_of(core.probs);
-      dropout_attrs(op(OpKind::dropout_bwd, pre + "attn.probs_dropout.bwd",
-                       {dvalues_in, core.probs_mask}, {dprobs}, layer),
-                    layer, DropoutSite::attn_probs);
-    }
+    if (dropout_)
+      dprobs = dropout_bwd(pre + "attn.probs", dvalues_in, core.probs_mask, core.probs, layer,
+                           DropoutSite::attn_probs);
     const int dscores = grad_of(core.scores);
     op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dscores}, layer);
     // The q and k parts of dqkv are written in place, next to the v part attn_values_bwd wrote.
@@ -308,12 +295,9 @@ class LeanBuilder : private LeanLinears {
   int mlp_bwd(const Name& pre, int layer, int x, const Mlp& mlp, const BlockWeights& w, int dy,
               const BlockGrad& g) {
     int dout = dy;
-    if (dropout_) {
-      dout = grad_of(mlp.out);
-      const Name site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
-      dropout_attrs(op(OpKind::dropout_bwd, site + "_dropout.bwd", {dy, mlp.mask}, {dout}, layer),
-                    layer, DropoutSite::mlp_proj);
-    }
+    if (dropout_)
+      dout = dropout_bwd(pre + (gpt_ ? "mlp.proj" : "mlp.down"), dy, mlp.mask, mlp.out, layer,
+                         DropoutSite::mlp_proj);
     if (gpt_) {
       const int dgelu = g.fc ? grad_of(mlp.gelu_out) : -1;
       linear_bwd(w.out, mlp.out_saved, dout, mlp.gelu_out, dgelu, layer);
@@ -372,12 +356,8 @@ class LeanBuilder : private LeanLinears {
 
     const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     int dproj = dx_mid;
-    if (dropout_) {
-      dproj = grad_of(b.proj_out);
-      dropout_attrs(
-          op(OpKind::dropout_bwd, proj + "_dropout.bwd", {dx_mid, b.proj_mask}, {dproj}, l), l,
-          DropoutSite::attn_proj);
-    }
+    if (dropout_)
+      dproj = dropout_bwd(proj, dx_mid, b.proj_mask, b.proj_out, l, DropoutSite::attn_proj);
     const int dy = g.qkv ? grad_of(b.core.y) : -1;
     linear_bwd(w.proj, b.proj_saved, dproj, b.core.y, dy, l);
     if (!g.qkv) return g.x_in ? dx_mid : -1;

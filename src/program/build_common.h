@@ -108,37 +108,16 @@ inline Dim flash_bwd_scratch(Dim B, std::int64_t S, std::int64_t A, std::int64_t
           flash_bwd_scratch_bytes(1, S, A, K, D, storage) - none};
 }
 
-// The attributes both builders set on an op the same way (a builder derives from it): the heads
-// of an op that reads q|k|v, and a dropout site's probability and seed.
-class OpAttributes {
- protected:
-  explicit OpAttributes(const RunConfig& cfg)
-      : heads_(cfg.model.heads), kv_heads_(cfg.model.kv_heads), dropout_p_(cfg.dropout) {}
-
-  void attention_attrs(Op& o) const {
-    o.heads = heads_;
-    o.kv_heads = kv_heads_;
-  }
-  // Nothing without dropout.
-  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
-    if (dropout_p_ <= 0.0) return;
-    o.dropout_p = dropout_p_;
-    o.seed = dropout_seed(layer, site);
-  }
-
- private:
-  std::int64_t heads_, kv_heads_;
-  double dropout_p_;
-};
-
-// What both builders write with: the program, its tensors and ops, and the one GEMM workspace.
+// What both builders write with: the program of `cfg`, its tensors and ops, the attributes both
+// set on an op the same way, and the one GEMM workspace.
 class ProgramWriter {
  protected:
-  // `layers`: room for that many blocks' tensors and ops, so that the program's lists are not
-  // copied as they grow. A block of hf with full recompute makes up to 87 tensors and 47 ops
-  // (llama, counting the embedding, head and loss as four more blocks).
-  ProgramWriter(Bytes gemm_workspace, std::int64_t layers) : gemm_workspace_(gemm_workspace) {
-    const auto blocks = static_cast<std::size_t>(std::max<std::int64_t>(layers, 0) + 4);
+  // Room for the blocks' tensors and ops, so that the program's lists are not copied as they
+  // grow. A block of hf with full recompute makes up to 87 tensors and 47 ops (llama, counting
+  // the embedding, head and loss as four more blocks).
+  ProgramWriter(const RunConfig& cfg, Bytes gemm_workspace) : gemm_workspace_(gemm_workspace) {
+    p_.config = cfg;
+    const auto blocks = static_cast<std::size_t>(std::max<std::int64_t>(cfg.model.layers, 0) + 4);
     p_.tensors.reserve(96 * blocks);
     p_.ops.reserve(64 * blocks);
   }
@@ -198,6 +177,34 @@ class ProgramWriter {
     o.layer = layer;
     o.recompute = recompute;
     return o;
+  }
+  // The heads of an op that reads q|k|v.
+  void attention_attrs(Op& o) const {
+    o.heads = p_.config.model.heads;
+    o.kv_heads = p_.config.model.kv_heads;
+  }
+  // A dropout site's probability and seed; nothing without dropout.
+  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
+    if (p_.config.dropout <= 0.0) return;
+    o.dropout_p = p_.config.dropout;
+    o.seed = dropout_seed(layer, site);
+  }
+  // Dropout of x at `site` (ops `name`_dropout, tensors `name`.drop and its `mask`, saved for the
+  // backward); returns the dropped tensor.
+  int dropout_fwd(const Name& name, int x, int layer, DropoutSite site, const Pass& pass,
+                  DType mask_dtype, int& mask) {
+    const int y = tensor(suffixed(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
+    mask = tensor(suffixed(pass, name + ".mask"), dims_of(x), mask_dtype, saved(pass));
+    dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
+                  layer, site);
+    return y;
+  }
+  // Its backward from dy into the gradient of `like` (the dropout's input), which it returns.
+  int dropout_bwd(const Name& name, int dy, int mask, int like, int layer, DropoutSite site) {
+    const int dx = grad_of(like);
+    dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
+                  site);
+    return dx;
   }
   // One GEMM workspace for the whole step (cuBLASLt's scratch, and the row sums' partials),
   // created by the first op that lists it, so that a program without such ops (the flash

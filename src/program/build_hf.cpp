@@ -83,16 +83,10 @@ bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) 
 
 namespace {
 
-class HfBuilder : private build_common::StepShape,
-                  private build_common::ProgramWriter,
-                  private build_common::OpAttributes {
+class HfBuilder : private build_common::StepShape, private build_common::ProgramWriter {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : StepShape(cfg),
-        ProgramWriter(gemm_workspace, cfg.model.layers),
-        OpAttributes(cfg),
-        cfg_(cfg),
-        options_(options) {
+      : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg), options_(options) {
     const ModelConfig& m = cfg.model;
     amp_ = is_autocast(cfg.dtype);
     cpu_ = options.device == HfOptions::Device::cpu;
@@ -105,7 +99,6 @@ class HfBuilder : private build_common::StepShape,
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
     ckpt_ = cfg.recompute == Recompute::full;
-    p_.config = cfg;
   }
 
   Program build() {
@@ -370,15 +363,6 @@ class HfBuilder : private build_common::StepShape,
         tensor(suffixed(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
   }
 
-  int dropout_fwd(const Name& name, int x, int layer, DropoutSite site, const Pass& pass,
-                  int& mask) {
-    const int y = tensor(suffixed(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
-    mask = tensor(suffixed(pass, name + ".mask"), dims_of(x), mask_dtype(x), saved(pass));
-    dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
-                  layer, site);
-    return y;
-  }
-
   DType promoted(DType a, DType b) const {
     return a == DType::f32 || b == DType::f32 ? DType::f32 : a;
   }
@@ -421,8 +405,8 @@ class HfBuilder : private build_common::StepShape,
     b.proj_saved = linear_fwd(proj, w.proj_w, w.proj_b, b.y, b.proj_out, l, pass);
     int residual = b.proj_out;
     if (dropout_ && gpt_)
-      residual = b.proj_drop =
-          dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, b.proj_mask);
+      residual = b.proj_drop = dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass,
+                                           mask_dtype(b.proj_out), b.proj_mask);
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
@@ -468,8 +452,8 @@ class HfBuilder : private build_common::StepShape,
     }
     int mlp_y = b.mlp_out;
     if (dropout_ && gpt_)
-      mlp_y = b.mlp_drop =
-          dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass, b.mlp_mask);
+      mlp_y = b.mlp_drop = dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass,
+                                       mask_dtype(b.mlp_out), b.mlp_mask);
     // The block output is the next block's input: kept even when checkpointed.
     b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
                      pass.replay ? Role::transient : Role::activation);
@@ -522,10 +506,8 @@ class HfBuilder : private build_common::StepShape,
     }
     int dprobs_c = ddropped;
     if (dropout_) {
-      dprobs_c = grad_of(b.probs_c);
-      dropout_attrs(op(OpKind::dropout_bwd, pre + "attn.probs_dropout.bwd",
-                       {ddropped, b.probs_mask}, {dprobs_c}, l),
-                    l, DropoutSite::attn_probs);
+      dprobs_c = dropout_bwd(pre + "attn.probs", ddropped, b.probs_mask, b.probs_c, l,
+                             DropoutSite::attn_probs);
     }
     int dprobs = dprobs_c;
     if (b.probs_c != b.probs) {
@@ -537,13 +519,6 @@ class HfBuilder : private build_common::StepShape,
     attention_attrs(
         gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv}, {dqkv}, l));
     return dqkv;
-  }
-
-  int dropout_bwd(const Name& name, int dy, int mask, int like, int layer, DropoutSite site) {
-    const int dx = grad_of(like);
-    dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
-                  site);
-    return dx;
   }
 
   // The residual's gradient entering a branch whose output projection is `site`: in the branch's

@@ -67,21 +67,15 @@ struct BlockWeights {
 
 // The lean builder's base: makes the parameters and block linears, writes a linear's forward and
 // backward.
-class LeanLinears : protected build_common::StepShape,
-                    protected build_common::ProgramWriter,
-                    protected build_common::OpAttributes {
+class LeanLinears : protected build_common::StepShape, protected build_common::ProgramWriter {
  protected:
   LeanLinears(const RunConfig& cfg, Bytes gemm_workspace)
-      : StepShape(cfg),
-        ProgramWriter(gemm_workspace, cfg.model.layers),
-        OpAttributes(cfg),
-        cfg_(cfg) {
+      : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg) {
     act_ = activation_dtype(cfg.dtype);
     gpt_ = cfg.model.arch == Arch::gpt;
     finetune_ = is_finetune(cfg);
     quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
     lora_scale_ = static_cast<float>(cfg.lora_alpha / static_cast<double>(cfg.lora_rank));
-    p_.config = cfg;
   }
 
   // ---- parameters ---------------------------------------------------------------------------
