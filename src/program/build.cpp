@@ -28,6 +28,8 @@ namespace vrambench {
 namespace build_lean {
 namespace {
 
+using build_common::stats_component;
+
 // Which tensors of a block need a gradient (fine-tuning: only what lies above an adapter).
 struct BlockGrad {
   bool x_in = true, qkv = true, proj = true, x_mid = true, fc = true, up = true, mlp_in = true,
@@ -103,7 +105,7 @@ class LeanBuilder : private LeanLinears {
     return tensor(std::move(name), dims, act_, Role::input, MemoryComponent::scope_inputs);
   }
 
-  // ---- roles of a pass (suffixed, saved: build_common::ProgramWriter) ------------------------
+  // ---- roles of a pass (suffixed, saved: build_common::ProgramWriter) -----------------------
 
   // Role of the S x S tensors the backward reads (saved for it unless recompute replays them).
   static Role saved_probs(const Pass& pass) {

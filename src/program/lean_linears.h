@@ -21,7 +21,6 @@ using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Param;
 using build_common::Pass;
-using build_common::stats_component;
 
 // One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
 // as the tensors bitsandbytes allocates (core/quant.h).
