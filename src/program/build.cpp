@@ -105,23 +105,11 @@ class LeanBuilder : private LeanLinears {
     return tensor(std::move(name), dims, act_, Role::input, MemoryComponent::scope_inputs);
   }
 
-  // ---- roles of a pass (suffixed, saved: build_common::ProgramWriter) -----------------------
+  // ---- passes (forward_pass, replay_pass, suffixed, saved: ProgramWriter) -------------------
 
   // Role of the S x S tensors the backward reads (saved for it unless recompute replays them).
   static Role saved_probs(const Pass& pass) {
     return pass.keep_probs ? saved(pass) : Role::transient;
-  }
-
-  Pass forward_pass() const {
-    Pass pass;
-    pass.keep_block = cfg_.recompute != Recompute::full;
-    pass.keep_probs = cfg_.recompute == Recompute::none;
-    return pass;
-  }
-  static Pass replay_pass() {
-    Pass pass;
-    pass.replay = true;
-    return pass;
   }
 
   // ---- forward ------------------------------------------------------------------------------

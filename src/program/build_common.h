@@ -159,6 +159,14 @@ class ProgramWriter {
     return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
   }
   DType dtype_of(int id) const { return p_.tensor(id).dtype; }
+  // The step's forward pass under the configuration's recompute, and a recompute's replay.
+  Pass forward_pass() const {
+    Pass pass;
+    pass.keep_block = p_.config.recompute != Recompute::full;
+    pass.keep_probs = p_.config.recompute == Recompute::none;
+    return pass;
+  }
+  static Pass replay_pass() { return {.replay = true}; }
   // A tensor's name in `pass`: a replay's tensors end in the recompute suffix.
   static Name suffixed(const Pass& pass, Name name) {
     if (pass.replay) name += kRecomputeSuffix;

@@ -500,8 +500,7 @@ class HfBuilder : private HfLinears {
                     DropoutSite::embedding);
     }
 
-    Pass pass;
-    pass.keep_block = !ckpt_;
+    const Pass pass = forward_pass();
     std::vector<HfBlockTensors> blocks;
     int x = x0;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) {
@@ -562,11 +561,7 @@ class HfBuilder : private HfLinears {
     for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
       const HfBlockWeights& w = weights[static_cast<std::size_t>(l)];
       HfBlockTensors b = blocks[static_cast<std::size_t>(l)];
-      if (ckpt_) {
-        Pass replay;
-        replay.replay = true;
-        b = block_fwd(l, b.x_in, w, replay);
-      }
+      if (ckpt_) b = block_fwd(l, b.x_in, w, replay_pass());
       dx = block_bwd(b, w, dx);
     }
 
