@@ -95,8 +95,8 @@ struct Pass {
   bool replay = false;     // a recompute in backward: names get ".recompute", everything transient
   bool keep_block = true;  // false under full recompute (hf: checkpointing): only block inputs and
                            // outputs survive the forward
-  bool keep_probs = true;  // lean: false under selective recompute: softmax outputs and mask are
-                           // replayed
+  bool keep_probs = true;  // false unless recompute is none: lean's selective recompute replays
+                           // the softmax outputs and mask
 };
 
 // The flash attention backward's scratch (flash_bwd_scratch_bytes) as a dimension: its bytes at

@@ -324,6 +324,7 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
     }
     return dx;
   }
+
   // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
   void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
     o.dropout_p = cfg_.lora_dropout;
