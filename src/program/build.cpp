@@ -14,92 +14,26 @@
 // "layer3.mlp.fc.w.grad", "wte.m"; a replayed tensor adds ".recompute"; a gradient adds ".grad".
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
-#include "core/quant.h"
 #include "program/build_common.h"
+#include "program/lean_linears.h"
 #include "program/program.h"
 #include "program/signature.h"
 
 namespace vrambench {
+namespace build_lean {
 namespace {
 
-using build_common::block_prefix;
-using build_common::dropout_seed;
-using build_common::DropoutSite;
-using build_common::kRecomputeSuffix;
 using build_common::stats_component;
-
-// A trainable tensor and everything the optimizer keeps for it. -1 where the recipe has none.
-struct Param {
-  int w = -1;
-  int grad = -1;                     // -1: frozen (fine-tuning's base)
-  int master = -1;                   // fp32 master copy (16-bit recipes with an optimizer)
-  int m = -1, v = -1;                // adamw: fp32, or 8-bit codes with their block absmax below
-  int m_absmax = -1, v_absmax = -1;  // 8-bit adamw
-  int momentum = -1;                 // sgd
-  int layer = -1;
-  bool present() const { return w >= 0; }
-  bool trainable() const { return grad >= 0; }
-};
-
-// One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
-// as the tensors bitsandbytes allocates (core/quant.h).
-struct QuantModule {
-  Name name;  // "layer0.attn.q"
-  int codes = -1, absmax = -1, absmax2 = -1, offset = -1;
-  std::int64_t row_offset = 0, rows = 0, blocks = 0;
-};
-
-// One LoRA adapter on columns [col_offset, +out) of a linear's output.
-struct Adapter {
-  Name name;   // "layer0.attn.q"
-  Param a, b;  // A [r, In], B [out, r]
-  std::int64_t col_offset = 0, out = 0;
-  int index = 0;  // in its layer: the dropout seed
-};
-
-// A block linear: its weight (or the quantised modules standing for it), bias and adapters.
-struct Linear {
-  Name name;   // "layer0.attn.qkv"
-  Param w, b;  // w.w is -1 when the weight is stored quantised
-  std::vector<QuantModule> quant;
-  std::vector<Adapter> lora;
-  std::int64_t out = 0, in = 0;
-  bool trainable() const { return w.trainable(); }
-};
-
-// What a linear's forward keeps for the backward of its adapters.
-struct LinearSaved {
-  TensorIds x, mask, xa;  // per adapter: its input (x, or x after LoRA dropout), mask, x A^T
-};
-
-struct BlockWeights {
-  Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
-  Linear qkv;              // [Q,H], [Q]
-  Linear proj;             // attention output projection [H,H], [H]
-  Param norm2_w, norm2_b;  // gpt: ln2; llama: mlp_norm
-  Linear fc;               // gpt: fc [F,H], [F]; llama: gate [F,H]
-  Linear up;               // llama: up [F,H]
-  Linear out;              // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
-};
 
 // Which tensors of a block need a gradient (fine-tuning: only what lies above an adapter).
 struct BlockGrad {
   bool x_in = true, qkv = true, proj = true, x_mid = true, fc = true, up = true, mlp_in = true,
        out = true, x_out = true;
-};
-
-// How a forward pass treats what it produces.
-struct Pass {
-  bool replay = false;     // a recompute in backward: names get ".recompute", everything transient
-  bool keep_block = true;  // false under full recompute: only block inputs survive the forward
-  bool keep_probs = true;  // false under selective recompute: softmax outputs and mask are replayed
 };
 
 // The attention core's tensors; -1 where the attention kind has none.
@@ -115,11 +49,12 @@ struct Mlp {
   int gate_out = -1, up_out = -1, swiglu_out = -1;  // llama
   int out = -1;                                     // mlp.proj.out / mlp.down.out
   int drop = -1, mask = -1;                         // dropout after the output projection
-  LinearSaved fc_saved, up_saved, out_saved;
+  LoraSaved fc_saved, up_saved, out_saved;
   int y() const { return drop >= 0 ? drop : out; }
 };
 
-struct Block {
+// What a block's forward made that its backward reads, and which tensors need a gradient.
+struct BlockTensors {
   int layer = 0;
   int x_in = -1;
   int norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
@@ -131,28 +66,15 @@ struct Block {
   int norm2_out = -1, norm2_mean = -1, norm2_rstd = -1;
   Mlp mlp;
   int x_out = -1;
-  LinearSaved qkv_saved, proj_saved;
+  LoraSaved qkv_saved, proj_saved;
   BlockGrad grad;
 };
 
-class Builder : private build_common::StepShape,
-                private build_common::ProgramWriter,
-                private build_common::OpAttributes {
+class LeanBuilder : private LeanLinears {
  public:
-  Builder(const RunConfig& cfg, Bytes gemm_workspace)
-      : StepShape(cfg),
-        ProgramWriter(gemm_workspace, cfg.model.layers),
-        OpAttributes(cfg),
-        cfg_(cfg) {
-    const ModelConfig& m = cfg.model;
-    act_ = activation_dtype(cfg.dtype);
-    gpt_ = m.arch == Arch::gpt;
+  LeanBuilder(const RunConfig& cfg, Bytes gemm_workspace) : LeanLinears(cfg, gemm_workspace) {
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
-    finetune_ = is_finetune(cfg);
-    quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
-    lora_scale_ = static_cast<float>(cfg.lora_alpha / static_cast<double>(cfg.lora_rank));
-    p_.config = cfg;
   }
 
   Program build() {
@@ -175,162 +97,7 @@ class Builder : private build_common::StepShape,
   }
 
  private:
-  // ---- tensors ------------------------------------------------------------------------------
-
-  // The gradient of `id`: same shape and dtype, transient, named after the forward tensor (a
-  // replayed tensor's gradient is the gradient of the original).
-  int grad_of(int id) {
-    const Tensor& t = p_.tensor(id);
-    Name name = t.name;
-    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
-    return grad_named(name + ".grad", id);
-  }
-  int grad_named(Name name, int like) {
-    return tensor(std::move(name), dims_of(like), p_.tensor(like).dtype, Role::transient);
-  }
-
-  // A parameter; under fine-tuning the base's are frozen (`trainable` false): the weight alone.
-  Param weight(Name name, Shape shape, int layer, bool trainable = true) {
-    Param param;
-    param.layer = layer;
-    const Dims dims = fixed(shape);
-    // Under fine-tuning the trainable parameters are the adapters, the rest the frozen base.
-    param.w = tensor(name, dims, act_, Role::weight,
-                     !finetune_  ? MemoryComponent::weights
-                     : trainable ? MemoryComponent::adapters
-                                 : MemoryComponent::frozen_weights);
-    if (!trainable) return param;
-    // The master copy follows its weight: executors initialise persistent tensors in id order and
-    // the master starts as the fp32 copy of the weight.
-    const bool step = cfg_.optimizer != Optimizer::none;
-    if (step && has_master_weights(cfg_.dtype))
-      param.master = tensor(name + ".master", dims, DType::f32, Role::master_weight);
-    std::int64_t numel = 1;
-    for (std::int64_t d : shape) numel *= d;
-    if (is_adamw(cfg_.optimizer)) {
-      // bitsandbytes (core/quant.h): 8-bit moments from kMin8bitSize elements, each with an fp32
-      // absmax per kOptimizer8bitBlock; a paged optimizer pages m and v from kPagedMinNumel.
-      const bool eight_bit = is_8bit(cfg_.optimizer) && optimizer_state_is_8bit(numel);
-      const Role where = is_paged(cfg_.optimizer) && numel >= kPagedMinNumel
-                             ? Role::paged_optimizer_state
-                             : Role::optimizer_state;
-      const DType moment = eight_bit ? DType::u8 : DType::f32;
-      param.m = tensor(name + ".m", dims, moment, where);
-      param.v = tensor(name + ".v", dims, moment, where);
-      if (eight_bit) {
-        const std::int64_t blocks = quant_blocks(numel, kOptimizer8bitBlock);
-        param.m_absmax = tensor(name + ".m.absmax", {blocks}, DType::f32, Role::optimizer_state);
-        param.v_absmax = tensor(name + ".v.absmax", {blocks}, DType::f32, Role::optimizer_state);
-      }
-    } else if (cfg_.optimizer == Optimizer::sgd) {
-      param.momentum = tensor(name + ".momentum", dims, DType::f32, Role::optimizer_state);
-    }
-    param.grad = tensor(name + ".grad", dims, act_, Role::grad,
-                        finetune_ ? MemoryComponent::adapter_grads : MemoryComponent::gradients);
-    params_.push_back(param);
-    return param;
-  }
-
-  // A block linear of `modules` (each a LoRA target name and its rows, in row order) from `in`
-  // columns: trainable under full training; else frozen, stored quantised under --quant, with
-  // an adapter on each targeted module.
-  Linear linear(const Name& name, std::int64_t in,
-                const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
-                int layer) {
-    Linear lin;
-    lin.name = name;
-    lin.in = in;
-    for (const auto& [module, rows] : modules) lin.out += rows;
-    const bool train = !finetune_;
-    if (quant_ == QuantKind::none) {
-      lin.w = weight(name + ".w", {lin.out, in}, layer, train);
-    } else {
-      std::int64_t row = 0;
-      for (const auto& [module, rows] : modules) {
-        QuantModule q;
-        q.name = module_name(name, module, modules.size());
-        q.row_offset = row;
-        q.rows = rows;
-        q.blocks = quant_blocks(rows * in, kQuant4bitBlock);
-        const bool nested = is_4bit(quant_) && cfg_.double_quant == Toggle::on;
-        for (const QuantizedTensor& t : quantized_weight_tensors(rows * in, rows, quant_, nested)) {
-          const Name part = q.name + ".w." + t.name;
-          // Codes and 8-bit absmax are bytes; every other part is fp32.
-          const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
-          const int id =
-              tensor(part, {bytes ? t.bytes : t.bytes / 4}, bytes ? DType::u8 : DType::f32,
-                     Role::weight, MemoryComponent::quantized_weights);
-          if (t.name == "weight") q.codes = id;
-          if (t.name == "absmax" || t.name == "row_absmax") q.absmax = id;
-          if (t.name == "nested_absmax") q.absmax2 = id;
-          if (t.name == "offset") q.offset = id;
-        }
-        lin.quant.push_back(std::move(q));
-        row += rows;
-      }
-    }
-    if (bias) lin.b = weight(name + ".b", {lin.out}, layer, train);
-    if (finetune_) {
-      std::int64_t col = 0;
-      for (const auto& [module, rows] : modules) {
-        if (lora_targets_module(cfg_.lora_targets, cfg_.model.arch, module)) {
-          Adapter ad;
-          ad.name = module_name(name, module, modules.size());
-          ad.index = adapters_in_layer_++;
-          ad.a = weight(ad.name + ".lora_A", {cfg_.lora_rank, in}, layer);
-          ad.b = weight(ad.name + ".lora_B", {rows, cfg_.lora_rank}, layer);
-          ad.col_offset = col;
-          ad.out = rows;
-          lin.lora.push_back(std::move(ad));
-        }
-        col += rows;
-      }
-    }
-    return lin;
-  }
-
-  // A module's own name inside a packed linear ("layer0.attn.q"), or the linear's.
-  static Name module_name(const Name& linear, LoraModule module, std::size_t count) {
-    if (count == 1) return linear;
-    const std::string_view peft = lora_module_name(module);  // "q_proj"
-    return linear.substr(0, linear.rfind('.') + 1) + Name(peft.substr(0, 1));
-  }
-
-  BlockWeights block_weights(int l) {
-    const Name pre = block_prefix(l);
-    const bool train = !finetune_;
-    adapters_in_layer_ = 0;
-    BlockWeights w;
-    if (gpt_) {
-      w.norm1_w = weight(pre + "ln1.w", {H_}, l, train);
-      w.norm1_b = weight(pre + "ln1.b", {H_}, l, train);
-      w.qkv = linear(pre + "attn.qkv", H_, {{LoraModule::c_attn, Q_}}, true, l);
-      w.proj = linear(pre + "attn.proj", H_, {{LoraModule::attn_c_proj, H_}}, true, l);
-      w.norm2_w = weight(pre + "ln2.w", {H_}, l, train);
-      w.norm2_b = weight(pre + "ln2.b", {H_}, l, train);
-    } else {
-      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l, train);
-      w.qkv = linear(pre + "attn.qkv", H_,
-                     {{LoraModule::q, A_ * D_}, {LoraModule::k, K_ * D_}, {LoraModule::v, K_ * D_}},
-                     cfg_.model.qkv_bias, l);
-      w.proj = linear(pre + "attn.o", H_, {{LoraModule::o, H_}}, false, l);
-      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l, train);
-    }
-    mlp_weights(l, w);
-    return w;
-  }
-
-  void mlp_weights(int l, BlockWeights& w) {
-    const Name pre = block_prefix(l);
-    if (gpt_) {
-      w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
-      w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
-    } else {
-      w.fc = linear(pre + "mlp.gate", H_, {{LoraModule::gate, F_}}, false, l);
-      w.up = linear(pre + "mlp.up", H_, {{LoraModule::up, F_}}, false, l);
-      w.out = linear(pre + "mlp.down", F_, {{LoraModule::down, H_}}, false, l);
-    }
-  }
+  // ---- tensors (the parameters and linears: LeanLinears) ------------------------------------
 
   // The activation entering a layer, mlp or attention scope, or the gradient arriving at its
   // output: inputs of the step.
@@ -338,145 +105,11 @@ class Builder : private build_common::StepShape,
     return tensor(std::move(name), dims, act_, Role::input, MemoryComponent::scope_inputs);
   }
 
-  // ---- linears of the fine-tuning recipes ---------------------------------------------------
+  // ---- passes (forward_pass, replay_pass, suffixed, saved: ProgramWriter) -------------------
 
-  // The weight operand of a linear's GEMM: the weight, or under --quant its dequantised copy in
-  // the compute dtype, a transient made by one dequantize op per module (in the forward, and
-  // again in the backward).
-  int weight_operand(const Linear& lin, int layer, bool replay, bool backward) {
-    if (lin.quant.empty()) return lin.w.w;
-    const Name name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
-    const int w = tensor(replay ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_,
-                         Role::transient, MemoryComponent::dequant_transient);
-    for (const QuantModule& q : lin.quant) {
-      TensorIds in{q.codes, q.absmax};
-      if (q.absmax2 >= 0) in.push_back(q.absmax2);
-      if (q.offset >= 0) in.push_back(q.offset);
-      TensorIds out{w};
-      // Dequantising a double-quantised weight first rebuilds its fp32 absmax.
-      if (q.absmax2 >= 0)
-        out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
-                             DType::f32, Role::workspace, MemoryComponent::dequant_transient));
-      Op& o = op(OpKind::dequantize, q.name + ".dequantize" + (backward ? ".bwd" : ""),
-                 std::move(in), std::move(out), layer, replay);
-      o.quant = quant_;
-      o.double_quant = q.absmax2 >= 0;
-      o.row_offset = q.row_offset;
-      o.rows = q.rows;
-    }
-    return w;
-  }
-
-  // y = x w^T + b, then each adapter adds its share; returns what the adapters' backward reads.
-  LinearSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass) {
-    const int w = weight_operand(lin, layer, pass.replay, false);
-    TensorIds in{x, w};
-    push_if(in, lin.b);
-    gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.replay);
-    LinearSaved saved_by;
-    const Role role = saved(pass);
-    const Dims x_shape = dims_of(x);
-    for (const Adapter& ad : lin.lora) {
-      int x_in = x, mask = -1;
-      if (cfg_.lora_dropout > 0.0) {
-        x_in = tensor(suffixed(pass, ad.name + ".lora_dropout.out"), x_shape, act_, role);
-        mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), x_shape, DType::u8, role);
-        lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {x}, {x_in, mask},
-                              layer, pass.replay),
-                           layer, ad);
-      }
-      const int xa =
-          tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, act_, role);
-      Op& o = gemm(OpKind::lora_fwd, ad.name + ".lora", {x_in, ad.a.w, ad.b.w, y}, {xa, y}, layer,
-                   pass.replay);
-      o.col_offset = ad.col_offset;
-      o.lora_scale = lora_scale_;
-      saved_by.x.push_back(x_in);
-      saved_by.mask.push_back(mask);
-      saved_by.xa.push_back(xa);
-    }
-    return saved_by;
-  }
-
-  // The backward of a linear from dy: its weight's and bias's gradients when it trains, its
-  // adapters' gradients, and dx (the gradient of its input x) into `dx` when dx >= 0. Returns
-  // the tensor that holds dx in the end (LoRA dropout sums into a new one), or -1.
-  int linear_bwd(const Linear& lin, const LinearSaved& saved_by, int dy, int x, int dx, int layer) {
-    if (lin.trainable()) {
-      TensorIds grads{dx, lin.w.grad};
-      push_grad_if(grads, lin.b);
-      gemm(OpKind::linear_bwd, lin.name + ".bwd", {dy, x, lin.w.w}, std::move(grads), layer);
-      return dx;
-    }
-    if (dx >= 0) {
-      const int w = weight_operand(lin, layer, false, true);
-      gemm(OpKind::linear_dgrad, lin.name + ".dgrad", {dy, w}, {dx}, layer);
-    }
-    for (std::size_t k = 0; k < lin.lora.size(); ++k) {
-      const Adapter& ad = lin.lora[k];
-      const int dxa =
-          tensor(ad.name + ".lora_xa.grad", {B_, S_, cfg_.lora_rank}, act_, Role::transient);
-      TensorIds out{ad.a.grad, ad.b.grad, dxa};
-      const bool dropped = saved_by.mask[k] >= 0;
-      int dx_in = -1;
-      if (dx >= 0) {
-        dx_in = dropped ? grad_of(saved_by.x[k]) : dx;
-        out.push_back(dx_in);
-      }
-      Op& o = gemm(OpKind::lora_bwd, ad.name + ".lora.bwd",
-                   {dy, saved_by.x[k], saved_by.xa[k], ad.a.w, ad.b.w}, std::move(out), layer);
-      o.col_offset = ad.col_offset;
-      o.lora_scale = lora_scale_;
-      o.accumulate = dx >= 0 && !dropped;  // added into the frozen base's dx
-      if (dx >= 0 && dropped) {
-        const int dx_lora = grad_named(ad.name + ".lora.in.grad", x);
-        lora_dropout_attrs(op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd",
-                              {dx_in, saved_by.mask[k]}, {dx_lora}, layer),
-                           layer, ad);
-        const int sum = grad_named(ad.name + ".in.grad.sum", x);
-        op(OpKind::add, ad.name + ".lora.grad_sum.bwd", {dx, dx_lora}, {sum}, layer);
-        dx = sum;
-      }
-    }
-    return dx;
-  }
-
-  // ---- ops (op, gemm, row_sum: build_common::ProgramWriter) --------------------------------
-
-  static void push_if(TensorIds& list, const Param& p) {
-    if (p.present()) list.push_back(p.w);
-  }
-  static void push_grad_if(TensorIds& list, const Param& p) {
-    if (p.trainable()) list.push_back(p.grad);
-  }
-
-  // ---- naming and roles of a pass -----------------------------------------------------------
-
-  static Name suffixed(const Pass& pass, Name name) {
-    if (pass.replay) name += kRecomputeSuffix;
-    return name;
-  }
-  // Role of a tensor the backward reads.
-  static Role saved(const Pass& pass) {
-    return pass.replay || !pass.keep_block ? Role::transient : Role::activation;
-  }
+  // Role of the S x S tensors the backward reads (saved for it unless recompute replays them).
   static Role saved_probs(const Pass& pass) {
     return pass.keep_probs ? saved(pass) : Role::transient;
-  }
-
-  Dims bsh() const { return {B_, S_, H_}; }
-  Dims bass() const { return {B_, A_, S_, S_}; }
-
-  Pass forward_pass() const {
-    Pass pass;
-    pass.keep_block = cfg_.recompute != Recompute::full;
-    pass.keep_probs = cfg_.recompute == Recompute::none;
-    return pass;
-  }
-  static Pass replay_pass() {
-    Pass pass;
-    pass.replay = true;
-    return pass;
   }
 
   // ---- forward ------------------------------------------------------------------------------
@@ -541,38 +174,33 @@ class Builder : private build_common::StepShape,
     Mlp mlp;
     const Role role = saved(pass);
     if (gpt_) {
-      mlp.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), {B_, S_, F_}, act_, role);
+      mlp.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.fc_out, layer, pass);
-      mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), {B_, S_, F_}, act_, role);
+      mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), act_, role);
       op(OpKind::gelu_fwd, pre + "mlp.gelu", {mlp.fc_out}, {mlp.gelu_out}, layer, pass.replay);
       mlp.out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.gelu_out, mlp.out, layer, pass);
     } else {
-      mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), {B_, S_, F_}, act_, role);
+      mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.gate_out, layer, pass);
-      mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), {B_, S_, F_}, act_, role);
+      mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), act_, role);
       mlp.up_saved = linear_fwd(w.up, x, mlp.up_out, layer, pass);
-      mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), {B_, S_, F_}, act_, role);
+      mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act_, role);
       op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {mlp.gate_out, mlp.up_out}, {mlp.swiglu_out},
          layer, pass.replay);
       mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
-    if (dropout_) {
-      const Name site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
-      mlp.drop = tensor(suffixed(pass, site + ".drop"), bsh(), act_, Role::transient);
-      mlp.mask = tensor(suffixed(pass, site + ".mask"), bsh(), DType::u8, role);
-      dropout_attrs(op(OpKind::dropout_fwd, site + "_dropout", {mlp.out}, {mlp.drop, mlp.mask},
-                       layer, pass.replay),
-                    layer, DropoutSite::mlp_proj);
-    }
+    if (dropout_)
+      mlp.drop = dropout_fwd(pre + (gpt_ ? "mlp.proj" : "mlp.down"), mlp.out, layer,
+                             DropoutSite::mlp_proj, pass, DType::u8, mlp.mask);
     return mlp;
   }
 
-  Block block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
+  BlockTensors block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
     const Name pre = block_prefix(l);
     const Role role = saved(pass);
-    Block b;
+    BlockTensors b;
     b.layer = l;
     b.x_in = x_in;
     // Under fine-tuning the embedding is frozen: the first block's input needs no gradient, every
@@ -598,14 +226,9 @@ class Builder : private build_common::StepShape,
     b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), act_, Role::transient);
     b.proj_saved = linear_fwd(w.proj, b.core.y, b.proj_out, l, pass);
     int residual = b.proj_out;
-    if (dropout_) {
-      b.proj_drop = tensor(suffixed(pass, proj + ".drop"), bsh(), act_, Role::transient);
-      b.proj_mask = tensor(suffixed(pass, proj + ".mask"), bsh(), DType::u8, role);
-      dropout_attrs(op(OpKind::dropout_fwd, proj + "_dropout", {b.proj_out},
-                       {b.proj_drop, b.proj_mask}, l, pass.replay),
-                    l, DropoutSite::attn_proj);
-      residual = b.proj_drop;
-    }
+    if (dropout_)
+      residual = b.proj_drop =
+          dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, DType::u8, b.proj_mask);
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), act_, role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
@@ -617,14 +240,6 @@ class Builder : private build_common::StepShape,
                      pass.replay ? Role::transient : Role::activation);
     op(OpKind::add, pre + "mlp.residual", {b.x_mid, b.mlp.y()}, {b.x_out}, l, pass.replay);
     return b;
-  }
-
-  // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
-  void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
-    o.dropout_p = cfg_.lora_dropout;
-    o.seed =
-        dropout_seed(layer, static_cast<DropoutSite>(static_cast<std::uint64_t>(DropoutSite::lora) +
-                                                     static_cast<std::uint64_t>(ad.index)));
   }
 
   // ---- backward -----------------------------------------------------------------------------
@@ -654,12 +269,9 @@ class Builder : private build_common::StepShape,
     attention_attrs(gemm(OpKind::attn_values_bwd, pre + "attn.values.bwd", {dy, values_in, qkv},
                          {dvalues_in, dqkv}, layer));
     int dprobs = dvalues_in;
-    if (dropout_) {
-      dprobs = grad_of(core.probs);
-      dropout_attrs(op(OpKind::dropout_bwd, pre + "attn.probs_dropout.bwd",
-                       {dvalues_in, core.probs_mask}, {dprobs}, layer),
-                    layer, DropoutSite::attn_probs);
-    }
+    if (dropout_)
+      dprobs = dropout_bwd(pre + "attn.probs", dvalues_in, core.probs_mask, core.probs, layer,
+                           DropoutSite::attn_probs);
     const int dscores = grad_of(core.scores);
     op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dscores}, layer);
     // The q and k parts of dqkv are written in place, next to the v part attn_values_bwd wrote.
@@ -673,12 +285,9 @@ class Builder : private build_common::StepShape,
   int mlp_bwd(const Name& pre, int layer, int x, const Mlp& mlp, const BlockWeights& w, int dy,
               const BlockGrad& g) {
     int dout = dy;
-    if (dropout_) {
-      dout = grad_of(mlp.out);
-      const Name site = pre + (gpt_ ? "mlp.proj" : "mlp.down");
-      dropout_attrs(op(OpKind::dropout_bwd, site + "_dropout.bwd", {dy, mlp.mask}, {dout}, layer),
-                    layer, DropoutSite::mlp_proj);
-    }
+    if (dropout_)
+      dout = dropout_bwd(pre + (gpt_ ? "mlp.proj" : "mlp.down"), dy, mlp.mask, mlp.out, layer,
+                         DropoutSite::mlp_proj);
     if (gpt_) {
       const int dgelu = g.fc ? grad_of(mlp.gelu_out) : -1;
       linear_bwd(w.out, mlp.out_saved, dout, mlp.gelu_out, dgelu, layer);
@@ -720,7 +329,7 @@ class Builder : private build_common::StepShape,
   }
 
   // Gradient of the block input from the gradient of its output; -1 when the input needs none.
-  int block_bwd(const Block& b, const BlockWeights& w, int dx_out) {
+  int block_bwd(const BlockTensors& b, const BlockWeights& w, int dx_out) {
     const int l = b.layer;
     const BlockGrad& g = b.grad;
     const Name pre = block_prefix(l);
@@ -737,12 +346,8 @@ class Builder : private build_common::StepShape,
 
     const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     int dproj = dx_mid;
-    if (dropout_) {
-      dproj = grad_of(b.proj_out);
-      dropout_attrs(
-          op(OpKind::dropout_bwd, proj + "_dropout.bwd", {dx_mid, b.proj_mask}, {dproj}, l), l,
-          DropoutSite::attn_proj);
-    }
+    if (dropout_)
+      dproj = dropout_bwd(proj, dx_mid, b.proj_mask, b.proj_out, l, DropoutSite::attn_proj);
     const int dy = g.qkv ? grad_of(b.core.y) : -1;
     linear_bwd(w.proj, b.proj_saved, dproj, b.core.y, dy, l);
     if (!g.qkv) return g.x_in ? dx_mid : -1;
@@ -822,7 +427,7 @@ class Builder : private build_common::StepShape,
                     DropoutSite::embedding);
 
     const Pass pass = forward_pass();
-    std::vector<Block> blocks;
+    std::vector<BlockTensors> blocks;
     int x = x0;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) {
       blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass));
@@ -860,7 +465,7 @@ class Builder : private build_common::StepShape,
 
     for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
       const BlockWeights& w = weights[static_cast<std::size_t>(l)];
-      Block b = blocks[static_cast<std::size_t>(l)];
+      BlockTensors b = blocks[static_cast<std::size_t>(l)];
       if (cfg_.recompute == Recompute::full) b = block_fwd(l, b.x_in, w, replay_pass());
       dx = block_bwd(b, w, dx);
       if (dx < 0) break;  // nothing below needs a gradient
@@ -903,7 +508,7 @@ class Builder : private build_common::StepShape,
   void build_layer() {
     const int x_in = scope_input("layer0.x_in", bsh());
     const BlockWeights w = block_weights(0);
-    Block b = block_fwd(0, x_in, w, forward_pass());
+    BlockTensors b = block_fwd(0, x_in, w, forward_pass());
     const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
     if (cfg_.recompute == Recompute::full) b = block_fwd(0, x_in, w, replay_pass());
@@ -953,18 +558,13 @@ class Builder : private build_common::StepShape,
     }
   }
 
-  const RunConfig& cfg_;
-  DType act_ = DType::f32;
-  bool gpt_ = true, eager_ = false, dropout_ = false, finetune_ = false;
-  QuantKind quant_ = QuantKind::none;  // of the frozen block linears
-  float lora_scale_ = 0.0f;
-  int adapters_in_layer_ = 0;
+  bool eager_ = false, dropout_ = false;
   int backward_start_ = 0;   // index of the first backward op (model scope)
   float loss_scale_ = 1.0f;  // model scope: static_loss_scale; other scopes have no loss
-  std::vector<Param> params_;
 };
 
 }  // namespace
+}  // namespace build_lean
 
 int structure_key(const RunConfig& cfg, std::int64_t batch) {
   if (framework_of(cfg) != Framework::hf) return 0;
@@ -977,7 +577,7 @@ Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
   if (gemm_workspace < 0)
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
   if (framework_of(cfg) == Framework::hf) return build_hf_program(cfg, gemm_workspace, HfOptions{});
-  Program program = Builder(cfg, gemm_workspace).build();
+  Program program = build_lean::LeanBuilder(cfg, gemm_workspace).build();
   for (const Op& op : program.ops) check_op(program, op);
   return program;
 }

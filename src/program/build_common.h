@@ -1,5 +1,6 @@
-// What the step program builders (build.cpp: lean, build_hf.cpp: hf) share: tensor naming of
-// replays and the dropout seeds, so that both frameworks draw the same masks at the same sites.
+// What the step program builders (build.cpp: lean, build_hf.cpp: hf) share: the step's sizes, a
+// parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
+// that both frameworks draw the same masks at the same sites.
 #pragma once
 
 #include <algorithm>
@@ -47,6 +48,22 @@ inline std::uint64_t dropout_seed(int layer, DropoutSite site) {
   return z ^ (z >> 31);
 }
 
+// A parameter and what the optimizer keeps for it; -1 where the recipe has none. lean: an fp32
+// master copy of a 16-bit weight, AdamW's m and v (fp32, or 8-bit codes with their block absmax),
+// SGD's momentum; hf: torch's exp_avg, exp_avg_sq and momentum_buffer in the parameter's dtype.
+struct Param {
+  int w = -1;
+  int grad = -1;                     // -1: frozen (fine-tuning's base)
+  int master = -1;                   // lean: fp32 master copy (16-bit recipes with an optimizer)
+  int m = -1, v = -1;                // adamw
+  int m_absmax = -1, v_absmax = -1;  // lean: 8-bit adamw
+  int momentum = -1;                 // sgd
+  int layer = -1;
+  std::int64_t numel = 0;
+  bool present() const { return w >= 0; }
+  bool trainable() const { return grad >= 0; }
+};
+
 // The step's sizes, as both builders name them (a builder derives from it): batch B, sequence S,
 // hidden H, heads A, key/value heads K, head size D, q|k|v width Q, MLP width F, vocabulary V,
 // and M = B * S tokens. B and M are dimensions that hold the batch (program.h, Dim): a shape
@@ -64,9 +81,22 @@ struct StepShape {
         V_(cfg.model.vocab),
         M_(checked_mul(cfg.batch, S_, "batch x seq"), S_) {}
 
+  Dims bsh() const { return {B_, S_, H_}; }
+  Dims bsf() const { return {B_, S_, F_}; }
+  Dims bass() const { return {B_, A_, S_, S_}; }
+
   Dim B_;
   std::int64_t S_, H_, A_, K_, D_, Q_, F_, V_;
   Dim M_;
+};
+
+// How a forward pass treats what it makes.
+struct Pass {
+  bool replay = false;     // a recompute in backward: names get ".recompute", everything transient
+  bool keep_block = true;  // false under full recompute (hf: checkpointing): only block inputs and
+                           // outputs survive the forward
+  bool keep_probs = true;  // false unless recompute is none: lean's selective recompute replays
+                           // the softmax outputs and mask
 };
 
 // The flash attention backward's scratch (flash_bwd_scratch_bytes) as a dimension: its bytes at
@@ -78,37 +108,16 @@ inline Dim flash_bwd_scratch(Dim B, std::int64_t S, std::int64_t A, std::int64_t
           flash_bwd_scratch_bytes(1, S, A, K, D, storage) - none};
 }
 
-// The attributes both builders set on an op the same way (a builder derives from it): the heads
-// of an op that reads q|k|v, and a dropout site's probability and seed.
-class OpAttributes {
- protected:
-  explicit OpAttributes(const RunConfig& cfg)
-      : heads_(cfg.model.heads), kv_heads_(cfg.model.kv_heads), dropout_p_(cfg.dropout) {}
-
-  void attention_attrs(Op& o) const {
-    o.heads = heads_;
-    o.kv_heads = kv_heads_;
-  }
-  // Nothing without dropout.
-  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
-    if (dropout_p_ <= 0.0) return;
-    o.dropout_p = dropout_p_;
-    o.seed = dropout_seed(layer, site);
-  }
-
- private:
-  std::int64_t heads_, kv_heads_;
-  double dropout_p_;
-};
-
-// What both builders write with: the program, its tensors and ops, and the one GEMM workspace.
+// What both builders write with: the program of `cfg`, its tensors and ops, the attributes both
+// set on an op the same way, and the one GEMM workspace.
 class ProgramWriter {
  protected:
-  // `layers`: room for that many blocks' tensors and ops, so that the program's lists are not
-  // copied as they grow. A block of hf with full recompute makes up to 87 tensors and 47 ops
-  // (llama, counting the embedding, head and loss as four more blocks).
-  ProgramWriter(Bytes gemm_workspace, std::int64_t layers) : gemm_workspace_(gemm_workspace) {
-    const auto blocks = static_cast<std::size_t>(std::max<std::int64_t>(layers, 0) + 4);
+  // Room for the blocks' tensors and ops, so that the program's lists are not copied as they
+  // grow. A block of hf with full recompute makes up to 87 tensors and 47 ops (llama, counting
+  // the embedding, head and loss as four more blocks).
+  ProgramWriter(const RunConfig& cfg, Bytes gemm_workspace) : gemm_workspace_(gemm_workspace) {
+    p_.config = cfg;
+    const auto blocks = static_cast<std::size_t>(std::max<std::int64_t>(cfg.model.layers, 0) + 4);
     p_.tensors.reserve(96 * blocks);
     p_.ops.reserve(64 * blocks);
   }
@@ -139,6 +148,34 @@ class ProgramWriter {
       dims[static_cast<std::size_t>(d->dim)].per_sample = d->per_sample;
     return dims;
   }
+  // The gradient of `id`: same shape and dtype, transient, named after the forward tensor (a
+  // replayed tensor's gradient is the gradient of the original).
+  int grad_of(int id) {
+    Name name = p_.tensor(id).name;
+    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
+    return grad_named(name + ".grad", id);
+  }
+  int grad_named(Name name, int like) {
+    return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
+  }
+  DType dtype_of(int id) const { return p_.tensor(id).dtype; }
+  // The step's forward pass under the configuration's recompute, and a recompute's replay.
+  Pass forward_pass() const {
+    Pass pass;
+    pass.keep_block = p_.config.recompute != Recompute::full;
+    pass.keep_probs = p_.config.recompute == Recompute::none;
+    return pass;
+  }
+  static Pass replay_pass() { return {.replay = true}; }
+  // A tensor's name in `pass`: a replay's tensors end in the recompute suffix.
+  static Name suffixed(const Pass& pass, Name name) {
+    if (pass.replay) name += kRecomputeSuffix;
+    return name;
+  }
+  // The role of what the backward reads: an activation of a kept forward; a replay's are transient.
+  static Role saved(const Pass& pass) {
+    return pass.keep_block && !pass.replay ? Role::activation : Role::transient;
+  }
   // A shape no batch changes (a parameter's) as dimensions.
   static Dims fixed(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
   Op& op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs, int layer,
@@ -148,6 +185,34 @@ class ProgramWriter {
     o.layer = layer;
     o.recompute = recompute;
     return o;
+  }
+  // The heads of an op that reads q|k|v.
+  void attention_attrs(Op& o) const {
+    o.heads = p_.config.model.heads;
+    o.kv_heads = p_.config.model.kv_heads;
+  }
+  // A dropout site's probability and seed; nothing without dropout.
+  void dropout_attrs(Op& o, int layer, DropoutSite site) const {
+    if (p_.config.dropout <= 0.0) return;
+    o.dropout_p = p_.config.dropout;
+    o.seed = dropout_seed(layer, site);
+  }
+  // Dropout of x at `site` (ops `name`_dropout, tensors `name`.drop and its `mask`, saved for the
+  // backward); returns the dropped tensor.
+  int dropout_fwd(const Name& name, int x, int layer, DropoutSite site, const Pass& pass,
+                  DType mask_dtype, int& mask) {
+    const int y = tensor(suffixed(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
+    mask = tensor(suffixed(pass, name + ".mask"), dims_of(x), mask_dtype, saved(pass));
+    dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
+                  layer, site);
+    return y;
+  }
+  // Its backward from dy into the gradient of `like` (the dropout's input), which it returns.
+  int dropout_bwd(const Name& name, int dy, int mask, int like, int layer, DropoutSite site) {
+    const int dx = grad_of(like);
+    dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
+                  site);
+    return dx;
   }
   // One GEMM workspace for the whole step (cuBLASLt's scratch, and the row sums' partials),
   // created by the first op that lists it, so that a program without such ops (the flash

@@ -14,46 +14,32 @@
 #include <fmt/format.h>
 
 #include <cstdint>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "program/build_common.h"
+#include "program/hf_linears.h"
 #include "program/program.h"
 #include "program/signature.h"
 
 namespace vrambench {
+
+// gpt2's eager attention: matmul folds a batch-1 query into its batches without a copy, so it
+// saves a view of c_attn's output; from batch 2 it saves a copy. The fused kernel reads the
+// query in place, and llama's query is a tensor of its own either way.
+bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) {
+  return cfg.model.arch != Arch::gpt || cfg.attention != Attention::eager || batch == 1;
+}
+
+namespace build_hf {
 namespace {
 
-using build_common::block_prefix;
-using build_common::dropout_seed;
 using build_common::DropoutSite;
-using build_common::kRecomputeSuffix;
 using build_common::stats_component;
-// A parameter and what torch keeps for it: its gradient (param.grad), AdamW's exp_avg and
-// exp_avg_sq in the parameter's dtype, SGD's momentum buffer.
-struct Param {
-  int w = -1, grad = -1, m = -1, v = -1, momentum = -1;
-  int layer = -1;
-  std::int64_t numel = 0;
-};
 
-// How a forward pass treats what it makes.
-struct Pass {
-  bool replay = false;  // a checkpointed layer recomputed in backward
-  bool keep = true;     // false: checkpointed forward, nothing of the layer is saved
-};
-
-// What a linear's forward leaves for its backward.
-struct LinearSaved {
-  int x = -1;       // the GEMM's input (autocast: its 16-bit copy)
-  int x_orig = -1;  // the input before autocast cast it, -1 when not cast
-  int w = -1;       // the weight operand (autocast: the cached 16-bit copy)
-  int b = -1;
-};
-
-struct Block {
+// What a decoder layer's forward made that its backward reads, and what autograd holds beside.
+struct HfBlockTensors {
   int layer = 0;
   int x_in = -1;
   int norm1_x = -1, norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
@@ -75,40 +61,14 @@ struct Block {
   TensorIds norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
 };
 
-}  // namespace
-
-// gpt2's eager attention: matmul folds a batch-1 query into its batches without a copy, so it
-// saves a view of c_attn's output; from batch 2 it saves a copy. The fused kernel reads the
-// query in place, and llama's query is a tensor of its own either way.
-bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) {
-  return cfg.model.arch != Arch::gpt || cfg.attention != Attention::eager || batch == 1;
-}
-
-namespace {
-
-class HfBuilder : private build_common::StepShape,
-                  private build_common::ProgramWriter,
-                  private build_common::OpAttributes {
+class HfBuilder : private HfLinears {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : StepShape(cfg),
-        ProgramWriter(gemm_workspace, cfg.model.layers),
-        OpAttributes(cfg),
-        cfg_(cfg),
-        options_(options) {
-    const ModelConfig& m = cfg.model;
-    amp_ = is_autocast(cfg.dtype);
+      : HfLinears(cfg, gemm_workspace), options_(options) {
     cpu_ = options.device == HfOptions::Device::cpu;
-    // The model's own dtype: fp32 under autocast; the 16-bit type of a model loaded in 16 bits.
-    wdt_ = amp_ || cfg.dtype == Precision::fp32 || cfg.dtype == Precision::tf32
-               ? DType::f32
-               : activation_dtype(cfg.dtype);
-    cdt_ = activation_dtype(cfg.dtype);  // what the GEMMs produce
-    gpt_ = m.arch == Arch::gpt;
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
     ckpt_ = cfg.recompute == Recompute::full;
-    p_.config = cfg;
   }
 
   Program build() {
@@ -119,158 +79,15 @@ class HfBuilder : private build_common::StepShape,
   }
 
  private:
-  // ---- tensors and ops ----------------------------------------------------------------------
+  // ---- dtypes on the device -----------------------------------------------------------------
 
-  DType dtype_of(int id) const { return p_.tensor(id).dtype; }
-
-  static Name named(const Pass& pass, Name name) {
-    if (pass.replay) name += kRecomputeSuffix;
-    return name;
-  }
-  // Role of what the backward reads: an activation of a kept forward; a replay's are transient.
-  static Role saved(const Pass& pass) {
-    return pass.keep && !pass.replay ? Role::activation : Role::transient;
-  }
-  int grad_of(int id) {
-    const Tensor& t = p_.tensor(id);
-    Name name = t.name;
-    if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
-    return tensor(name + ".grad", dims_of(id), t.dtype, Role::transient);
-  }
-  int grad_named(Name name, int like) {
-    return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
-  }
-
-  // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
-  int cast(int x, DType dtype, const Name& name, Role role, int layer, bool replay) {
-    if (dtype_of(x) == dtype) return x;
-    const int y = tensor(replay ? name + kRecomputeSuffix : name, dims_of(x), dtype, role);
-    op(OpKind::cast, name + ".cast", {x}, {y}, layer, replay);
-    return y;
-  }
   // Dropout noise: CUDA's fused dropout keeps a byte mask; on the CPU, dropout multiplies by a
   // noise tensor of the input's dtype and keeps that.
   DType mask_dtype(int x) const { return cpu_ ? dtype_of(x) : DType::u8; }
   // Norm statistics: fp32 on CUDA; on the CPU, layer_norm returns them in the input's dtype.
   DType stats_dtype(int x) const { return cpu_ ? dtype_of(x) : DType::f32; }
 
-  Dims bsh() const { return {B_, S_, H_}; }
-  Dims bsf() const { return {B_, S_, F_}; }
-  Dims bass() const { return {B_, A_, S_, S_}; }
-
-  // ---- parameters ---------------------------------------------------------------------------
-
-  Param weight(const Name& name, Shape shape, int layer) {
-    Param param;
-    param.layer = layer;
-    std::int64_t numel = 1;
-    for (std::int64_t d : shape) numel *= d;
-    param.numel = numel;
-    const Dims dims = fixed(shape);
-    param.w = tensor(name, dims, wdt_, Role::weight);
-    if (cfg_.optimizer == Optimizer::adamw) {
-      param.m = tensor(name + ".exp_avg", dims, wdt_, Role::optimizer_state);
-      param.v = tensor(name + ".exp_avg_sq", dims, wdt_, Role::optimizer_state);
-      // AdamW's `step` counter: one fp32 scalar per parameter tensor.
-      tensor(name + ".step", {1}, DType::f32, Role::optimizer_state);
-    } else if (cfg_.optimizer == Optimizer::sgd) {
-      param.momentum = tensor(name + ".momentum_buffer", dims, wdt_, Role::optimizer_state);
-    }
-    param.grad = tensor(name + ".grad", dims, wdt_, Role::grad);
-    params_.push_back(param);
-    return param;
-  }
-
-  // The operand a GEMM reads for weight `w` in this pass: the weight, or under autocast its
-  // 16-bit copy, which autocast caches through the forward (one copy per weight and pass) and the
-  // GEMM saves for its backward.
-  int weight_operand(const Param& w, const Pass& pass) {
-    if (!amp_) return w.w;
-    const int c =
-        cast(w.w, cdt_, p_.tensor(w.w).name + ".autocast", saved(pass), w.layer, pass.replay);
-    if (!pass.replay) autocast_cache_.push_back(c);
-    return c;
-  }
-
-  // y = x w^T + b; autocast casts x and the weights to 16 bits first.
-  LinearSaved linear_fwd(const Name& name, const Param& w, const Param& b, int x, int y, int layer,
-                         const Pass& pass) {
-    LinearSaved s;
-    s.x = x;
-    if (amp_ && dtype_of(x) != cdt_) {
-      s.x_orig = x;
-      s.x = cast(x, cdt_, name + ".in.autocast", saved(pass), layer, pass.replay);
-    }
-    s.w = weight_operand(w, pass);
-    TensorIds in{s.x, s.w};
-    if (b.w >= 0) {
-      s.b = weight_operand(b, pass);
-      in.push_back(s.b);
-    }
-    gemm(OpKind::linear_fwd, name, std::move(in), {y}, layer, pass.replay);
-    return s;
-  }
-
-  // Backward of a linear from dy: its weight's (and bias's) gradient, and dx (the gradient of
-  // the linear's input before autocast's cast). Returns dx.
-  int linear_bwd(const Name& name, const Param& w, const Param& b, const LinearSaved& s, int dy,
-                 int layer) {
-    const int dx = grad_of(s.x);
-    TensorIds out{dx};
-    // Autocast: the GEMM's weight gradient is the 16-bit copy's, cast to the fp32 .grad.
-    const int dw = amp_ ? grad_named(p_.tensor(w.w).name + ".autocast.grad", s.w) : w.grad;
-    out.push_back(dw);
-    int db = -1;
-    if (b.w >= 0) {
-      db = amp_ ? grad_named(p_.tensor(b.w).name + ".autocast.grad", s.b) : b.grad;
-      out.push_back(db);
-    }
-    gemm(OpKind::linear_bwd, name + ".bwd", {dy, s.x, s.w}, std::move(out), layer);
-    if (amp_) {
-      op(OpKind::cast, p_.tensor(w.w).name + ".grad.cast", {dw}, {w.grad}, layer);
-      if (b.w >= 0) op(OpKind::cast, p_.tensor(b.w).name + ".grad.cast", {db}, {b.grad}, layer);
-    }
-    if (s.x_orig < 0) return dx;
-    const int dx_orig = grad_of(s.x_orig);
-    op(OpKind::cast, name + ".in.grad.cast", {dx}, {dx_orig}, layer);
-    return dx_orig;
-  }
-
   // ---- forward ------------------------------------------------------------------------------
-
-  struct Weights {
-    Param norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b;
-    Param fc_w, fc_b, up_w, out_w, out_b;
-  };
-
-  Weights block_weights(int l) {
-    const Name pre = block_prefix(l);
-    Weights w;
-    if (gpt_) {
-      w.norm1_w = weight(pre + "ln1.w", {H_}, l);
-      w.norm1_b = weight(pre + "ln1.b", {H_}, l);
-      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
-      w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
-      w.proj_w = weight(pre + "attn.proj.w", {H_, H_}, l);
-      w.proj_b = weight(pre + "attn.proj.b", {H_}, l);
-      w.norm2_w = weight(pre + "ln2.w", {H_}, l);
-      w.norm2_b = weight(pre + "ln2.b", {H_}, l);
-      w.fc_w = weight(pre + "mlp.fc.w", {F_, H_}, l);
-      w.fc_b = weight(pre + "mlp.fc.b", {F_}, l);
-      w.out_w = weight(pre + "mlp.proj.w", {H_, F_}, l);
-      w.out_b = weight(pre + "mlp.proj.b", {H_}, l);
-    } else {
-      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l);
-      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
-      if (cfg_.model.qkv_bias) w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
-      w.proj_w = weight(pre + "attn.o.w", {H_, H_}, l);
-      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l);
-      w.fc_w = weight(pre + "mlp.gate.w", {F_, H_}, l);
-      w.up_w = weight(pre + "mlp.up.w", {F_, H_}, l);
-      w.out_w = weight(pre + "mlp.down.w", {H_, F_}, l);
-    }
-    return w;
-  }
 
   // gpt: nn.LayerNorm (saves x, mean, rstd). llama: LlamaRMSNorm, which upcasts x to fp32 (saved),
   // normalises in fp32, casts back (saved by the weight's multiply) and multiplies by the weight.
@@ -280,33 +97,34 @@ class HfBuilder : private build_common::StepShape,
     const DType x_dtype = dtype_of(x);
     if (gpt_) {
       norm_x = x;
-      out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
-      mean = tensor(named(pass, name + ".mean"), {M_}, stats_dtype(x), role,
+      out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, role);
+      mean = tensor(suffixed(pass, name + ".mean"), {M_}, stats_dtype(x), role,
                     stats_component(pass.replay));
-      rstd = tensor(named(pass, name + ".rstd"), {M_}, stats_dtype(x), role,
+      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, stats_dtype(x), role,
                     stats_component(pass.replay));
       op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
       return;
     }
     norm_x = cast(x, DType::f32, name + ".x_f32", role, layer, pass.replay);
-    out = tensor(named(pass, name + ".out"), bsh(), x_dtype, role);
+    out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, role);
     mean = -1;
-    rstd =
-        tensor(named(pass, name + ".rstd"), {M_}, DType::f32, role, stats_component(pass.replay));
+    rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
+                  stats_component(pass.replay));
     Op& o = op(OpKind::rmsnorm_fwd, name, {norm_x, w.w}, {out, rstd}, layer, pass.replay);
     // x.pow(2) and the fp32 normalised x (cast back unless the model is fp32) are temporaries;
     // the normalised x in the input's dtype is saved by the multiply with the weight.
-    o.held.push_back(tensor(named(pass, name + ".x_squared"), bsh(), DType::f32, Role::transient));
+    o.held.push_back(
+        tensor(suffixed(pass, name + ".x_squared"), bsh(), DType::f32, Role::transient));
     if (x_dtype != DType::f32)
       o.held.push_back(
-          tensor(named(pass, name + ".normed_f32"), bsh(), DType::f32, Role::transient));
-    const int normed = tensor(named(pass, name + ".normed"), bsh(), x_dtype, role);
+          tensor(suffixed(pass, name + ".normed_f32"), bsh(), DType::f32, Role::transient));
+    const int normed = tensor(suffixed(pass, name + ".normed"), bsh(), x_dtype, role);
     o.held.push_back(normed);
     held.push_back(normed);
   }
 
   // The attention core from the q|k|v tensor the kernels read, into b.y.
-  void attention_fwd(const Name& pre, int l, int qkv, const Pass& pass, Block& b) {
+  void attention_fwd(const Name& pre, int l, int qkv, const Pass& pass, HfBlockTensors& b) {
     const Role role = saved(pass);
     const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
     // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
@@ -318,32 +136,32 @@ class HfBuilder : private build_common::StepShape,
       // reads them and saves them. The packed q|k|v operand stands for the query storage and them
       // where the query is a copy; a viewed query keeps all of c_attn's output besides.
       if (cache && query_view) {
-        const int kv = tensor(named(pass, pre + "attn.kv_cache"), {2, B_, S_, H_}, cdt_, role);
+        const int kv = tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, H_}, cdt_, role);
         b.attn_held.push_back(kv);
         fwd_held.push_back(kv);
       }
       if (!query_view)
         fwd_held.push_back(
-            tensor(named(pass, pre + "attn.qkv_copies"), {B_, S_, Q_}, cdt_, Role::transient));
+            tensor(suffixed(pass, pre + "attn.qkv_copies"), {B_, S_, Q_}, cdt_, Role::transient));
     } else {
       // Llama: the cache's copies of k and v live through the forward; attention reads its
       // operand's q (rotated), k and v. Eager attention repeats grouped-query heads to A
       // (repeat_kv), each copy saved by its product: the heads beyond the first K are held, the
       // first K are the operand's. The fused kernel keeps the K heads as they are.
       if (cache)
-        fwd_held.push_back(tensor(named(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_}, cdt_,
+        fwd_held.push_back(tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_}, cdt_,
                                   Role::transient));
       if (A_ > K_ && eager_) {
         const int rep =
-            tensor(named(pass, pre + "attn.kv_repeat"), {2, B_, S_, (A_ - K_) * D_}, cdt_, role);
+            tensor(suffixed(pass, pre + "attn.kv_repeat"), {2, B_, S_, (A_ - K_) * D_}, cdt_, role);
         b.attn_held.push_back(rep);
         fwd_held.push_back(rep);
       }
     }
-    b.y = tensor(named(pass, pre + "attn.y"), bsh(), cdt_, role);
+    b.y = tensor(suffixed(pass, pre + "attn.y"), bsh(), cdt_, role);
     if (!eager_) {
-      b.lse = tensor(named(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
-      const int scratch = tensor(named(pass, pre + "attn.flash.scratch"),
+      b.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
+      const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
                                  {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
       Op& o =
           op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {b.y, b.lse, scratch}, l, pass.replay);
@@ -356,23 +174,23 @@ class HfBuilder : private build_common::StepShape,
     // scores = q k^T, scaled (a second S x S tensor), plus the causal mask (in the model's dtype:
     // fp32 under autocast, which promotes the sum).
     const DType score_dtype = dtype_of(mask_) == DType::f32 ? DType::f32 : cdt_;
-    b.scores = tensor(named(pass, pre + "attn.scores"), bass(), score_dtype, Role::transient);
+    b.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), score_dtype, Role::transient);
     Op& scores = gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {b.scores}, l, pass.replay);
     attention_attrs(scores);
     scores.held = fwd_held;
     scores.held.push_back(
-        tensor(named(pass, pre + "attn.scores.unscaled"), bass(), cdt_, Role::transient));
+        tensor(suffixed(pass, pre + "attn.scores.unscaled"), bass(), cdt_, Role::transient));
     scores.held.push_back(mask_);
     // Softmax: gpt2 in the scores' dtype; llama asks for fp32 (an fp32 copy of 16-bit scores
     // first). Autocast on CUDA computes softmax in fp32 too.
     const bool f32_softmax = !gpt_ || (amp_ && !cpu_);
     const DType probs_dtype = f32_softmax ? DType::f32 : score_dtype;
-    b.probs = tensor(named(pass, pre + "attn.probs"), bass(), probs_dtype, role);
+    b.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), probs_dtype, role);
     Op& softmax =
         op(OpKind::softmax_fwd, pre + "attn.softmax", {b.scores}, {b.probs}, l, pass.replay);
     if (score_dtype != probs_dtype)
       softmax.held.push_back(
-          tensor(named(pass, pre + "attn.scores.f32"), bass(), DType::f32, Role::transient));
+          tensor(suffixed(pass, pre + "attn.scores.f32"), bass(), DType::f32, Role::transient));
     // .type(value.dtype) (gpt2) / .to(query.dtype) (llama): a 16-bit copy that the product with
     // V saves. Under autocast llama's query is fp32 (RoPE multiplies by fp32 cos and sin), so the
     // probabilities stay fp32 through dropout and the product's autocast makes the copy.
@@ -381,10 +199,10 @@ class HfBuilder : private build_common::StepShape,
         cast_late ? b.probs : cast(b.probs, cdt_, pre + "attn.probs_c", role, l, pass.replay);
     int values_in = b.probs_c;
     if (dropout_) {
-      b.probs_drop = tensor(named(pass, pre + "attn.probs_drop"), bass(), dtype_of(b.probs_c),
+      b.probs_drop = tensor(suffixed(pass, pre + "attn.probs_drop"), bass(), dtype_of(b.probs_c),
                             cast_late ? Role::transient : role);
       b.probs_mask =
-          tensor(named(pass, pre + "attn.probs_mask"), bass(), mask_dtype(b.probs_c), role);
+          tensor(suffixed(pass, pre + "attn.probs_mask"), bass(), mask_dtype(b.probs_c), role);
       dropout_attrs(op(OpKind::dropout_fwd, pre + "attn.probs_dropout", {b.probs_c},
                        {b.probs_drop, b.probs_mask}, l, pass.replay),
                     l, DropoutSite::attn_probs);
@@ -397,48 +215,40 @@ class HfBuilder : private build_common::StepShape,
     attention_attrs(values);
     // The product's [B, A, S, D] output before transpose(1, 2).contiguous() makes b.y.
     values.held = fwd_held;
-    values.held.push_back(tensor(named(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
-  }
-
-  int dropout_fwd(const Name& name, int x, int layer, DropoutSite site, const Pass& pass,
-                  int& mask) {
-    const int y = tensor(named(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
-    mask = tensor(named(pass, name + ".mask"), dims_of(x), mask_dtype(x), saved(pass));
-    dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
-                  layer, site);
-    return y;
+    values.held.push_back(
+        tensor(suffixed(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
   }
 
   DType promoted(DType a, DType b) const {
     return a == DType::f32 || b == DType::f32 ? DType::f32 : a;
   }
 
-  Block block_fwd(int l, int x_in, const Weights& w, const Pass& pass) {
+  HfBlockTensors block_fwd(int l, int x_in, const HfBlockWeights& w, const Pass& pass) {
     const Name pre = block_prefix(l);
     const Role role = saved(pass);
-    Block b;
+    HfBlockTensors b;
     b.layer = l;
     b.x_in = x_in;
     norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, b.norm1_x,
              b.norm1_out, b.norm1_mean, b.norm1_rstd, b.norm1_held);
     b.qkv =
-        tensor(named(pass, pre + "attn.qkv"), {B_, S_, Q_}, cdt_, gpt_ ? role : Role::transient);
+        tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, cdt_, gpt_ ? role : Role::transient);
     b.qkv_saved = linear_fwd(pre + "attn.qkv", w.qkv_w, w.qkv_b, b.norm1_out, b.qkv, l, pass);
     if (!gpt_ && amp_) {
       // q_proj, k_proj and v_proj each cast the norm's fp32 output (autocast caches only
       // weights): two more 16-bit copies, each saved by its projection.
       const int more =
-          tensor(named(pass, pre + "attn.qkv.in.autocast.kv"), {2, B_, S_, H_}, cdt_, role);
+          tensor(suffixed(pass, pre + "attn.qkv.in.autocast.kv"), {2, B_, S_, H_}, cdt_, role);
       p_.ops.back().held.push_back(more);
       b.qkv_held.push_back(more);
     }
     int attn_in = b.qkv;
     if (!gpt_) {
       // RoPE: q * cos + rotate_half(q) * sin (and k): new tensors; only cos and sin are saved.
-      b.qkv_rot = tensor(named(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, role);
+      b.qkv_rot = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, role);
       Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv}, {b.qkv_rot}, l, pass.replay);
       attention_attrs(rope);
-      rope.held.push_back(tensor(named(pass, pre + "attn.rope.products"),
+      rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.products"),
                                  {2, B_, S_, (A_ + K_) * D_}, amp_ ? DType::f32 : cdt_,
                                  Role::transient));
       rope.held.push_back(cos_sin_);
@@ -447,19 +257,19 @@ class HfBuilder : private build_common::StepShape,
     attention_fwd(pre, l, attn_in, pass, b);
 
     const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
-    b.proj_out = tensor(named(pass, proj + ".out"), bsh(), cdt_, Role::transient);
+    b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), cdt_, Role::transient);
     b.proj_saved = linear_fwd(proj, w.proj_w, w.proj_b, b.y, b.proj_out, l, pass);
     int residual = b.proj_out;
     if (dropout_ && gpt_)
-      residual = b.proj_drop =
-          dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, b.proj_mask);
-    b.x_mid = tensor(named(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
+      residual = b.proj_drop = dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass,
+                                           mask_dtype(b.proj_out), b.proj_mask);
+    b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
     norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l, b.norm2_x,
              b.norm2_out, b.norm2_mean, b.norm2_rstd, b.norm2_held);
     if (gpt_) {
-      b.fc_out = tensor(named(pass, pre + "mlp.fc.out"), bsf(), cdt_, role);
+      b.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), cdt_, role);
       b.fc_saved = linear_fwd(pre + "mlp.fc", w.fc_w, w.fc_b, b.norm2_out, b.fc_out, l, pass);
       // gelu_new, a python composite: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Autograd
       // saves x (by pow), tanh's output, 0.5 x and 1 + tanh (by the last product). Autocast on
@@ -469,38 +279,39 @@ class HfBuilder : private build_common::StepShape,
                       ? cast(b.fc_out, DType::f32, pre + "mlp.fc.out.f32", role, l, pass.replay)
                       : b.fc_out;
       const DType branch = dtype_of(b.gelu_in);
-      b.gelu_out = tensor(named(pass, pre + "mlp.gelu.out"), bsf(), branch, role);
+      b.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), branch, role);
       Op& gelu = op(OpKind::gelu_fwd, pre + "mlp.gelu", {b.gelu_in}, {b.gelu_out}, l, pass.replay);
       for (const char* piece : {"tanh", "one_plus_tanh"})
-        b.gelu_held.push_back(tensor(named(pass, pre + "mlp.gelu." + piece), bsf(), branch, role));
-      b.gelu_held.push_back(tensor(named(pass, pre + "mlp.gelu.half_x"), bsf(), cdt_, role));
+        b.gelu_held.push_back(
+            tensor(suffixed(pass, pre + "mlp.gelu." + piece), bsf(), branch, role));
+      b.gelu_held.push_back(tensor(suffixed(pass, pre + "mlp.gelu.half_x"), bsf(), cdt_, role));
       gelu.held = b.gelu_held;
       // x^3 and the sums before tanh: two alive at a time.
-      gelu.held.push_back(
-          tensor(named(pass, pre + "mlp.gelu.scratch"), {2, B_, S_, F_}, branch, Role::transient));
-      b.mlp_out = tensor(named(pass, pre + "mlp.proj.out"), bsh(), cdt_, Role::transient);
+      gelu.held.push_back(tensor(suffixed(pass, pre + "mlp.gelu.scratch"), {2, B_, S_, F_}, branch,
+                                 Role::transient));
+      b.mlp_out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), cdt_, Role::transient);
       b.out_saved = linear_fwd(pre + "mlp.proj", w.out_w, w.out_b, b.gelu_out, b.mlp_out, l, pass);
     } else {
-      b.fc_out = tensor(named(pass, pre + "mlp.gate.out"), bsf(), cdt_, role);
+      b.fc_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), cdt_, role);
       b.fc_saved = linear_fwd(pre + "mlp.gate", w.fc_w, Param{}, b.norm2_out, b.fc_out, l, pass);
-      b.up_out = tensor(named(pass, pre + "mlp.up.out"), bsf(), cdt_, role);
+      b.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), cdt_, role);
       b.up_saved = linear_fwd(pre + "mlp.up", w.up_w, Param{}, b.norm2_out, b.up_out, l, pass);
       // act_fn(gate) * up: SiLU saves its input, the product saves both factors.
-      b.swiglu_out = tensor(named(pass, pre + "mlp.swiglu.out"), bsf(), cdt_, role);
+      b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), cdt_, role);
       Op& swiglu = op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {b.fc_out, b.up_out}, {b.swiglu_out},
                       l, pass.replay);
-      b.swiglu_held.push_back(tensor(named(pass, pre + "mlp.silu.out"), bsf(), cdt_, role));
+      b.swiglu_held.push_back(tensor(suffixed(pass, pre + "mlp.silu.out"), bsf(), cdt_, role));
       swiglu.held = b.swiglu_held;
-      b.mlp_out = tensor(named(pass, pre + "mlp.down.out"), bsh(), cdt_, Role::transient);
+      b.mlp_out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), cdt_, Role::transient);
       b.out_saved =
           linear_fwd(pre + "mlp.down", w.out_w, Param{}, b.swiglu_out, b.mlp_out, l, pass);
     }
     int mlp_y = b.mlp_out;
     if (dropout_ && gpt_)
-      mlp_y = b.mlp_drop =
-          dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass, b.mlp_mask);
+      mlp_y = b.mlp_drop = dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass,
+                                       mask_dtype(b.mlp_out), b.mlp_mask);
     // The block output is the next block's input: kept even when checkpointed.
-    b.x_out = tensor(named(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
+    b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
                      pass.replay ? Role::transient : Role::activation);
     op(OpKind::add, pre + "mlp.residual", {b.x_mid, mlp_y}, {b.x_out}, l, pass.replay);
     return b;
@@ -525,7 +336,7 @@ class HfBuilder : private build_common::StepShape,
     if (dx_f32 != dx) op(OpKind::cast, name + ".x_f32.grad.cast", {dx_f32}, {dx}, layer);
   }
 
-  int attention_bwd(const Name& pre, int l, int qkv, const Block& b, int dy) {
+  int attention_bwd(const Name& pre, int l, int qkv, const HfBlockTensors& b, int dy) {
     const int dqkv = grad_of(qkv);
     if (!eager_) {
       const int scratch = tensor(pre + "attn.flash_bwd.scratch",
@@ -551,10 +362,8 @@ class HfBuilder : private build_common::StepShape,
     }
     int dprobs_c = ddropped;
     if (dropout_) {
-      dprobs_c = grad_of(b.probs_c);
-      dropout_attrs(op(OpKind::dropout_bwd, pre + "attn.probs_dropout.bwd",
-                       {ddropped, b.probs_mask}, {dprobs_c}, l),
-                    l, DropoutSite::attn_probs);
+      dprobs_c = dropout_bwd(pre + "attn.probs", ddropped, b.probs_mask, b.probs_c, l,
+                             DropoutSite::attn_probs);
     }
     int dprobs = dprobs_c;
     if (b.probs_c != b.probs) {
@@ -566,13 +375,6 @@ class HfBuilder : private build_common::StepShape,
     attention_attrs(
         gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv}, {dqkv}, l));
     return dqkv;
-  }
-
-  int dropout_bwd(const Name& name, int dy, int mask, int like, int layer, DropoutSite site) {
-    const int dx = grad_of(like);
-    dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
-                  site);
-    return dx;
   }
 
   // The residual's gradient entering a branch whose output projection is `site`: in the branch's
@@ -589,7 +391,7 @@ class HfBuilder : private build_common::StepShape,
   }
 
   // The gradient of the block's input from the gradient of its output.
-  int block_bwd(const Block& b, const Weights& w, int dx_out) {
+  int block_bwd(const HfBlockTensors& b, const HfBlockWeights& w, int dx_out) {
     const int l = b.layer;
     const Name pre = block_prefix(l);
     const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
@@ -661,7 +463,7 @@ class HfBuilder : private build_common::StepShape,
     const Param wte = weight("wte", {V_, H_}, -1);
     Param wpe;
     if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1);
-    std::vector<Weights> weights;
+    std::vector<HfBlockWeights> weights;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
     Param final_w, final_b;
     if (gpt_) {
@@ -698,9 +500,8 @@ class HfBuilder : private build_common::StepShape,
                     DropoutSite::embedding);
     }
 
-    Pass pass;
-    pass.keep = !ckpt_;
-    std::vector<Block> blocks;
+    const Pass pass = forward_pass();
+    std::vector<HfBlockTensors> blocks;
     int x = x0;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) {
       blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass));
@@ -758,13 +559,9 @@ class HfBuilder : private build_common::StepShape,
              final_held, dx, -1);
 
     for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
-      const Weights& w = weights[static_cast<std::size_t>(l)];
-      Block b = blocks[static_cast<std::size_t>(l)];
-      if (ckpt_) {
-        Pass replay;
-        replay.replay = true;
-        b = block_fwd(l, b.x_in, w, replay);
-      }
+      const HfBlockWeights& w = weights[static_cast<std::size_t>(l)];
+      HfBlockTensors b = blocks[static_cast<std::size_t>(l)];
+      if (ckpt_) b = block_fwd(l, b.x_in, w, replay_pass());
       dx = block_bwd(b, w, dx);
     }
 
@@ -814,17 +611,14 @@ class HfBuilder : private build_common::StepShape,
     }
   }
 
-  const RunConfig& cfg_;
   HfOptions options_;
-  DType wdt_ = DType::f32, cdt_ = DType::f32;
-  bool amp_ = false, cpu_ = false, gpt_ = true, eager_ = false, dropout_ = false, ckpt_ = false;
+  bool cpu_ = false, eager_ = false, dropout_ = false, ckpt_ = false;
   float loss_scale_ = 1.0f;
   int mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
-  TensorIds autocast_cache_;
-  std::vector<Param> params_;
 };
 
 }  // namespace
+}  // namespace build_hf
 
 Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options) {
   if (gemm_workspace < 0)
@@ -832,7 +626,7 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
         fmt::format("build_hf_program: negative GEMM workspace {}", gemm_workspace));
   if (framework_of(cfg) != Framework::hf || cfg.scope != Scope::model || is_finetune(cfg))
     throw InternalError("build_hf_program: a validated --framework hf whole-model configuration");
-  Program program = HfBuilder(cfg, gemm_workspace, options).build();
+  Program program = build_hf::HfBuilder(cfg, gemm_workspace, options).build();
   // Accumulating over micro-steps, the .grad tensors are there before the step (liveness keeps
   // them whole-step), and autograd's AccumulateGrad adds each new gradient into its .grad in place
   // (torch/csrc/autograd/functions/accumulate_grad.h: `variable_grad += new_grad`): the new

@@ -1,0 +1,353 @@
+// The lean builder's parameters and linears (LeanLinears, the base of build.cpp's LeanBuilder): a
+// parameter with its optimizer state, a block linear stored whole or quantised with its LoRA
+// adapters, and a linear's forward and backward.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "core/quant.h"
+#include "program/build_common.h"
+#include "program/program.h"
+
+namespace vrambench::build_lean {
+
+using build_common::block_prefix;
+using build_common::dropout_seed;
+using build_common::DropoutSite;
+using build_common::kRecomputeSuffix;
+using build_common::Param;
+using build_common::Pass;
+
+// One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
+// as the tensors bitsandbytes allocates (core/quant.h).
+struct QuantModule {
+  Name name;  // "layer0.attn.q"
+  int codes = -1, absmax = -1, absmax2 = -1, offset = -1;
+  std::int64_t row_offset = 0, rows = 0, blocks = 0;
+};
+
+// One LoRA adapter on columns [col_offset, +out) of a linear's output.
+struct Adapter {
+  Name name;   // "layer0.attn.q"
+  Param a, b;  // A [r, In], B [out, r]
+  std::int64_t col_offset = 0, out = 0;
+  int index = 0;  // in its layer: the dropout seed
+};
+
+// A block linear: its weight (or the quantised modules standing for it), bias and adapters.
+struct Linear {
+  Name name;   // "layer0.attn.qkv"
+  Param w, b;  // w.w is -1 when the weight is stored quantised
+  std::vector<QuantModule> quant;
+  std::vector<Adapter> lora;
+  std::int64_t out = 0, in = 0;
+  bool trainable() const { return w.trainable(); }
+};
+
+// What a linear's forward keeps for the backward of its adapters.
+struct LoraSaved {
+  TensorIds x, mask, xa;  // per adapter: its input (x, or x after LoRA dropout), mask, x A^T
+};
+
+// A block's parameters and linears.
+struct BlockWeights {
+  Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
+  Linear qkv;              // [Q,H], [Q]
+  Linear proj;             // attention output projection [H,H], [H]
+  Param norm2_w, norm2_b;  // gpt: ln2; llama: mlp_norm
+  Linear fc;               // gpt: fc [F,H], [F]; llama: gate [F,H]
+  Linear up;               // llama: up [F,H]
+  Linear out;              // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+};
+
+// The lean builder's base: makes the parameters and block linears, writes a linear's forward and
+// backward.
+class LeanLinears : protected build_common::StepShape, protected build_common::ProgramWriter {
+ protected:
+  LeanLinears(const RunConfig& cfg, Bytes gemm_workspace)
+      : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg) {
+    act_ = activation_dtype(cfg.dtype);
+    gpt_ = cfg.model.arch == Arch::gpt;
+    finetune_ = is_finetune(cfg);
+    quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
+    lora_scale_ = static_cast<float>(cfg.lora_alpha / static_cast<double>(cfg.lora_rank));
+  }
+
+  // ---- parameters ---------------------------------------------------------------------------
+
+  // A parameter; under fine-tuning the base's are frozen (`trainable` false): the weight alone.
+  Param weight(Name name, Shape shape, int layer, bool trainable = true) {
+    Param param;
+    param.layer = layer;
+    const Dims dims = fixed(shape);
+    // Under fine-tuning the trainable parameters are the adapters, the rest the frozen base.
+    param.w = tensor(name, dims, act_, Role::weight,
+                     !finetune_  ? MemoryComponent::weights
+                     : trainable ? MemoryComponent::adapters
+                                 : MemoryComponent::frozen_weights);
+    if (!trainable) return param;
+    // The master copy follows its weight: executors initialise persistent tensors in id order and
+    // the master starts as the fp32 copy of the weight.
+    const bool step = cfg_.optimizer != Optimizer::none;
+    if (step && has_master_weights(cfg_.dtype))
+      param.master = tensor(name + ".master", dims, DType::f32, Role::master_weight);
+    std::int64_t numel = 1;
+    for (std::int64_t d : shape) numel *= d;
+    param.numel = numel;
+    if (is_adamw(cfg_.optimizer)) {
+      // bitsandbytes (core/quant.h): 8-bit moments from kMin8bitSize elements, each with an fp32
+      // absmax per kOptimizer8bitBlock; a paged optimizer pages m and v from kPagedMinNumel.
+      const bool eight_bit = is_8bit(cfg_.optimizer) && optimizer_state_is_8bit(numel);
+      const Role where = is_paged(cfg_.optimizer) && numel >= kPagedMinNumel
+                             ? Role::paged_optimizer_state
+                             : Role::optimizer_state;
+      const DType moment = eight_bit ? DType::u8 : DType::f32;
+      param.m = tensor(name + ".m", dims, moment, where);
+      param.v = tensor(name + ".v", dims, moment, where);
+      if (eight_bit) {
+        const std::int64_t blocks = quant_blocks(numel, kOptimizer8bitBlock);
+        param.m_absmax = tensor(name + ".m.absmax", {blocks}, DType::f32, Role::optimizer_state);
+        param.v_absmax = tensor(name + ".v.absmax", {blocks}, DType::f32, Role::optimizer_state);
+      }
+    } else if (cfg_.optimizer == Optimizer::sgd) {
+      param.momentum = tensor(name + ".momentum", dims, DType::f32, Role::optimizer_state);
+    }
+    param.grad = tensor(name + ".grad", dims, act_, Role::grad,
+                        finetune_ ? MemoryComponent::adapter_grads : MemoryComponent::gradients);
+    params_.push_back(param);
+    return param;
+  }
+
+  // A block linear of `modules` (each a LoRA target name and its rows, in row order) from `in`
+  // columns: trainable under full training; else frozen, stored quantised under --quant, with
+  // an adapter on each targeted module.
+  Linear linear(const Name& name, std::int64_t in,
+                const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
+                int layer) {
+    Linear lin;
+    lin.name = name;
+    lin.in = in;
+    for (const auto& [module, rows] : modules) lin.out += rows;
+    const bool train = !finetune_;
+    if (quant_ == QuantKind::none) {
+      lin.w = weight(name + ".w", {lin.out, in}, layer, train);
+    } else {
+      std::int64_t row = 0;
+      for (const auto& [module, rows] : modules) {
+        QuantModule q;
+        q.name = module_name(name, module, modules.size());
+        q.row_offset = row;
+        q.rows = rows;
+        q.blocks = quant_blocks(rows * in, kQuant4bitBlock);
+        const bool nested = is_4bit(quant_) && cfg_.double_quant == Toggle::on;
+        for (const QuantizedTensor& t : quantized_weight_tensors(rows * in, rows, quant_, nested)) {
+          const Name part = q.name + ".w." + t.name;
+          // Codes and 8-bit absmax are bytes; every other part is fp32.
+          const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
+          const int id =
+              tensor(part, {bytes ? t.bytes : t.bytes / 4}, bytes ? DType::u8 : DType::f32,
+                     Role::weight, MemoryComponent::quantized_weights);
+          if (t.name == "weight") q.codes = id;
+          if (t.name == "absmax" || t.name == "row_absmax") q.absmax = id;
+          if (t.name == "nested_absmax") q.absmax2 = id;
+          if (t.name == "offset") q.offset = id;
+        }
+        lin.quant.push_back(std::move(q));
+        row += rows;
+      }
+    }
+    if (bias) lin.b = weight(name + ".b", {lin.out}, layer, train);
+    if (finetune_) {
+      std::int64_t col = 0;
+      for (const auto& [module, rows] : modules) {
+        if (lora_targets_module(cfg_.lora_targets, cfg_.model.arch, module)) {
+          Adapter ad;
+          ad.name = module_name(name, module, modules.size());
+          ad.index = adapters_in_layer_++;
+          ad.a = weight(ad.name + ".lora_A", {cfg_.lora_rank, in}, layer);
+          ad.b = weight(ad.name + ".lora_B", {rows, cfg_.lora_rank}, layer);
+          ad.col_offset = col;
+          ad.out = rows;
+          lin.lora.push_back(std::move(ad));
+        }
+        col += rows;
+      }
+    }
+    return lin;
+  }
+
+  // A module's own name inside a packed linear ("layer0.attn.q"), or the linear's.
+  static Name module_name(const Name& linear, LoraModule module, std::size_t count) {
+    if (count == 1) return linear;
+    const std::string_view peft = lora_module_name(module);  // "q_proj"
+    return linear.substr(0, linear.rfind('.') + 1) + Name(peft.substr(0, 1));
+  }
+
+  BlockWeights block_weights(int l) {
+    const Name pre = block_prefix(l);
+    const bool train = !finetune_;
+    adapters_in_layer_ = 0;
+    BlockWeights w;
+    if (gpt_) {
+      w.norm1_w = weight(pre + "ln1.w", {H_}, l, train);
+      w.norm1_b = weight(pre + "ln1.b", {H_}, l, train);
+      w.qkv = linear(pre + "attn.qkv", H_, {{LoraModule::c_attn, Q_}}, true, l);
+      w.proj = linear(pre + "attn.proj", H_, {{LoraModule::attn_c_proj, H_}}, true, l);
+      w.norm2_w = weight(pre + "ln2.w", {H_}, l, train);
+      w.norm2_b = weight(pre + "ln2.b", {H_}, l, train);
+    } else {
+      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l, train);
+      w.qkv = linear(pre + "attn.qkv", H_,
+                     {{LoraModule::q, A_ * D_}, {LoraModule::k, K_ * D_}, {LoraModule::v, K_ * D_}},
+                     cfg_.model.qkv_bias, l);
+      w.proj = linear(pre + "attn.o", H_, {{LoraModule::o, H_}}, false, l);
+      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l, train);
+    }
+    mlp_weights(l, w);
+    return w;
+  }
+
+  void mlp_weights(int l, BlockWeights& w) {
+    const Name pre = block_prefix(l);
+    if (gpt_) {
+      w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
+      w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
+    } else {
+      w.fc = linear(pre + "mlp.gate", H_, {{LoraModule::gate, F_}}, false, l);
+      w.up = linear(pre + "mlp.up", H_, {{LoraModule::up, F_}}, false, l);
+      w.out = linear(pre + "mlp.down", F_, {{LoraModule::down, H_}}, false, l);
+    }
+  }
+  // ---- linears of the fine-tuning recipes ---------------------------------------------------
+
+  // The weight operand of a linear's GEMM: the weight, or under --quant its dequantised copy in
+  // the compute dtype, a transient made by one dequantize op per module (in the forward, and
+  // again in the backward).
+  int weight_operand(const Linear& lin, int layer, bool replay, bool backward) {
+    if (lin.quant.empty()) return lin.w.w;
+    const Name name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
+    const int w = tensor(replay ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_,
+                         Role::transient, MemoryComponent::dequant_transient);
+    for (const QuantModule& q : lin.quant) {
+      TensorIds in{q.codes, q.absmax};
+      if (q.absmax2 >= 0) in.push_back(q.absmax2);
+      if (q.offset >= 0) in.push_back(q.offset);
+      TensorIds out{w};
+      // Dequantising a double-quantised weight first rebuilds its fp32 absmax.
+      if (q.absmax2 >= 0)
+        out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
+                             DType::f32, Role::workspace, MemoryComponent::dequant_transient));
+      Op& o = op(OpKind::dequantize, q.name + ".dequantize" + (backward ? ".bwd" : ""),
+                 std::move(in), std::move(out), layer, replay);
+      o.quant = quant_;
+      o.double_quant = q.absmax2 >= 0;
+      o.row_offset = q.row_offset;
+      o.rows = q.rows;
+    }
+    return w;
+  }
+
+  // y = x w^T + b, then each adapter adds its share; returns what the adapters' backward reads.
+  LoraSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass) {
+    const int w = weight_operand(lin, layer, pass.replay, false);
+    TensorIds in{x, w};
+    push_if(in, lin.b);
+    gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.replay);
+    LoraSaved saved_by;
+    const Role role = saved(pass);
+    const Dims x_shape = dims_of(x);
+    for (const Adapter& ad : lin.lora) {
+      int x_in = x, mask = -1;
+      if (cfg_.lora_dropout > 0.0) {
+        x_in = tensor(suffixed(pass, ad.name + ".lora_dropout.out"), x_shape, act_, role);
+        mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), x_shape, DType::u8, role);
+        lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {x}, {x_in, mask},
+                              layer, pass.replay),
+                           layer, ad);
+      }
+      const int xa =
+          tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, act_, role);
+      Op& o = gemm(OpKind::lora_fwd, ad.name + ".lora", {x_in, ad.a.w, ad.b.w, y}, {xa, y}, layer,
+                   pass.replay);
+      o.col_offset = ad.col_offset;
+      o.lora_scale = lora_scale_;
+      saved_by.x.push_back(x_in);
+      saved_by.mask.push_back(mask);
+      saved_by.xa.push_back(xa);
+    }
+    return saved_by;
+  }
+
+  // The backward of a linear from dy: its weight's and bias's gradients when it trains, its
+  // adapters' gradients, and dx (the gradient of its input x) into `dx` when dx >= 0. Returns
+  // the tensor that holds dx in the end (LoRA dropout sums into a new one), or -1.
+  int linear_bwd(const Linear& lin, const LoraSaved& saved_by, int dy, int x, int dx, int layer) {
+    if (lin.trainable()) {
+      TensorIds grads{dx, lin.w.grad};
+      push_grad_if(grads, lin.b);
+      gemm(OpKind::linear_bwd, lin.name + ".bwd", {dy, x, lin.w.w}, std::move(grads), layer);
+      return dx;
+    }
+    if (dx >= 0) {
+      const int w = weight_operand(lin, layer, false, true);
+      gemm(OpKind::linear_dgrad, lin.name + ".dgrad", {dy, w}, {dx}, layer);
+    }
+    for (std::size_t k = 0; k < lin.lora.size(); ++k) {
+      const Adapter& ad = lin.lora[k];
+      const int dxa =
+          tensor(ad.name + ".lora_xa.grad", {B_, S_, cfg_.lora_rank}, act_, Role::transient);
+      TensorIds out{ad.a.grad, ad.b.grad, dxa};
+      const bool dropped = saved_by.mask[k] >= 0;
+      int dx_in = -1;
+      if (dx >= 0) {
+        dx_in = dropped ? grad_of(saved_by.x[k]) : dx;
+        out.push_back(dx_in);
+      }
+      Op& o = gemm(OpKind::lora_bwd, ad.name + ".lora.bwd",
+                   {dy, saved_by.x[k], saved_by.xa[k], ad.a.w, ad.b.w}, std::move(out), layer);
+      o.col_offset = ad.col_offset;
+      o.lora_scale = lora_scale_;
+      o.accumulate = dx >= 0 && !dropped;  // added into the frozen base's dx
+      if (dx >= 0 && dropped) {
+        const int dx_lora = grad_named(ad.name + ".lora.in.grad", x);
+        lora_dropout_attrs(op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd",
+                              {dx_in, saved_by.mask[k]}, {dx_lora}, layer),
+                           layer, ad);
+        const int sum = grad_named(ad.name + ".in.grad.sum", x);
+        op(OpKind::add, ad.name + ".lora.grad_sum.bwd", {dx, dx_lora}, {sum}, layer);
+        dx = sum;
+      }
+    }
+    return dx;
+  }
+
+  // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
+  void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
+    o.dropout_p = cfg_.lora_dropout;
+    o.seed =
+        dropout_seed(layer, static_cast<DropoutSite>(static_cast<std::uint64_t>(DropoutSite::lora) +
+                                                     static_cast<std::uint64_t>(ad.index)));
+  }
+
+  // A parameter's weight (gradient) appended to an op's list when it has one.
+  static void push_if(TensorIds& list, const Param& p) {
+    if (p.present()) list.push_back(p.w);
+  }
+  static void push_grad_if(TensorIds& list, const Param& p) {
+    if (p.trainable()) list.push_back(p.grad);
+  }
+
+  const RunConfig& cfg_;
+  DType act_ = DType::f32;
+  bool gpt_ = true, finetune_ = false;
+  QuantKind quant_ = QuantKind::none;  // of the frozen block linears
+  float lora_scale_ = 0.0f;
+  int adapters_in_layer_ = 0;
+  std::vector<Param> params_;
+};
+
+}  // namespace vrambench::build_lean
