@@ -15,7 +15,7 @@
 
 #include "core/config.h"
 #include "core/presets.h"
-#include "program/print.h"
+#include "report/program_table.h"
 #include "program/program.h"
 
 namespace vrambench {

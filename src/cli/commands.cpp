@@ -18,7 +18,7 @@
 #include "device/device.h"
 #include "device/gpu.h"
 #include "estimate/estimate.h"
-#include "program/print.h"
+#include "report/program_table.h"
 #include "program/program.h"
 #include "report/compare.h"
 #include "report/merge.h"

@@ -26,14 +26,14 @@ Bytes bytes_at(const TensorEvent& e, std::int64_t batch) {
 }
 
 // One caching replay in progress: the allocator, its source and the blocks of the live slots.
-struct Replay {
+struct CachingReplay {
   VirtualSource source;
   CachingAllocator allocator;
   std::vector<Block> blocks;
 
-  explicit Replay(Bytes capacity) : source(capacity), allocator(source) {}
+  explicit CachingReplay(Bytes capacity) : source(capacity), allocator(source) {}
   // `other`'s state, handed segments up to `capacity` from now on.
-  Replay(const Replay& other, Bytes capacity)
+  CachingReplay(const CachingReplay& other, Bytes capacity)
       : source(other.source, capacity), allocator(other.allocator, source), blocks(other.blocks) {}
 
   // Runs events[from..] and returns the index of the first allocation that failed (the events'
@@ -58,7 +58,7 @@ struct Replay {
 };
 
 ReplayedPeak caching_peak(const TensorEvents& events, std::int64_t batch, Bytes capacity) {
-  Replay replay(capacity);
+  CachingReplay replay(capacity);
   std::int32_t slots = 0;
   for (const TensorEvent& e : events) slots = std::max(slots, e.slot + 1);
   replay.blocks.resize(static_cast<std::size_t>(slots));
@@ -66,7 +66,7 @@ ReplayedPeak caching_peak(const TensorEvents& events, std::int64_t batch, Bytes 
   // are the same; from there the first frees its cache and retries, the second goes on.
   const std::size_t refused = replay.run(events, 0, batch, false);
   if (refused == events.size()) return {replay.allocator.stats().reserved_peak, true};
-  Replay unlimited(replay, std::numeric_limits<Bytes>::max());
+  CachingReplay unlimited(replay, std::numeric_limits<Bytes>::max());
   if (replay.run(events, refused, batch, true) == events.size())
     return {replay.allocator.stats().reserved_peak, true};
   if (unlimited.run(events, refused, batch, true) != events.size())

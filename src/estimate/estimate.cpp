@@ -22,7 +22,7 @@ using Line = BatchScaledProgram::Line;
 
 // What is live on the device while op `op` runs (its outputs allocated, nothing freed yet: where a
 // trial's tensor peak is taken), the context included.
-struct Point {
+struct LiveLine {
   std::size_t op = 0;
   Bytes fixed = 0;
   Bytes per_sample = 0;
@@ -33,8 +33,8 @@ bool on_device(const Tensor& t) {
 }
 
 // The device's live bytes at every op.
-std::vector<Point> points_of(const Program& p, const Liveness& live, const std::vector<Line>& lines,
-                             Bytes context) {
+std::vector<LiveLine> points_of(const Program& p, const Liveness& live,
+                                const std::vector<Line>& lines, Bytes context) {
   Bytes fixed = context, per_sample = 0;
   auto add = [&](int id, Bytes sign) {
     if (!on_device(p.tensor(id))) return;
@@ -43,7 +43,7 @@ std::vector<Point> points_of(const Program& p, const Liveness& live, const std::
     per_sample = checked_add(per_sample, sign * l.slope, "live bytes");
   };
   for (int id : live.persistent) add(id, 1);
-  std::vector<Point> points;
+  std::vector<LiveLine> points;
   points.reserve(p.ops.size());
   for (std::size_t i = 0; i < p.ops.size(); ++i) {
     for (int id : live.allocs_before[i]) add(id, 1);
@@ -55,14 +55,14 @@ std::vector<Point> points_of(const Program& p, const Liveness& live, const std::
 
 // The points that are the peak for some batch B >= 1: the upper envelope of the lines
 // fixed + B * per_sample, from B = 1 upwards. The last one has the most bytes per sample.
-std::vector<std::size_t> envelope(const std::vector<Point>& points) {
+std::vector<std::size_t> envelope(const std::vector<LiveLine>& points) {
   std::vector<std::size_t> order;
   if (points.empty()) return order;
   // The highest line at B = 1, the steepest among equals.
   std::size_t current = 0;
   for (std::size_t i = 1; i < points.size(); ++i) {
-    const Point& a = points[i];
-    const Point& b = points[current];
+    const LiveLine& a = points[i];
+    const LiveLine& b = points[current];
     const Bytes va = a.fixed + a.per_sample, vb = b.fixed + b.per_sample;
     if (va > vb || (va == vb && a.per_sample > b.per_sample)) current = i;
   }
@@ -190,21 +190,21 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
   if (lines.size() != program.tensors.size() || program.ops.empty())
     throw InternalError("estimate: the step program's sizes are no lines in the batch");
 
-  const std::vector<Point> points = points_of(program, live, lines, overhead.context);
+  const std::vector<LiveLine> points = points_of(program, live, lines, overhead.context);
   const std::vector<std::size_t> order = envelope(points);
-  const Point& main = points[order.back()];
+  const LiveLine& main = points[order.back()];
   Breakdown out;
   out.moment = program.ops[main.op].name.str();
   const ByComponent at_peak = components_at(program, live, lines, main.op, overhead.context);
   out.fixed = listed(at_peak.fixed);
   out.per_sample = listed(at_peak.per_sample);
   for (std::size_t k = 0; k + 1 < order.size(); ++k) {
-    const Point& p = points[order[k]];
+    const LiveLine& p = points[order[k]];
     out.other_moments.push_back({program.ops[p.op].name.str(), p.fixed, p.per_sample});
   }
   // The end of the step holds the whole model state; listed so that it can be read off even when
   // it is never the peak (it cannot raise the peak above the envelope).
-  const Point& last = points.back();
+  const LiveLine& last = points.back();
   if (std::find(order.begin(), order.end(), points.size() - 1) == order.end())
     out.other_moments.push_back({program.ops[last.op].name.str(), last.fixed, last.per_sample});
   const ByComponent at_end = components_at(program, live, lines, last.op, 0);

@@ -1,5 +1,5 @@
-// Formats a step program for people (`vrambench program`): one Markdown row per op with the bytes
-// allocated before it, freed after it and live after it, the peak op marked, and a summary line.
+// The listing of a step program for people (`vrambench program`): one Markdown row per op with the
+// bytes allocated before it, freed after it and live after it, the peak op marked, a summary line.
 #pragma once
 
 #include <string>
