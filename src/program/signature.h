@@ -1,8 +1,8 @@
 // The op signature table: for every OpKind its name, the tensors it reads and writes in order, and
 // the Op attributes it uses. The builder checks every op against it (Program::add_op the operand
-// counts, build_program each op whole), the program listing (report/program_table.h) names kinds by it, and both executors read
-// each op through it (device/operands.h checks the op and finds its operands by their names here);
-// no executor keeps arity rules of its own.
+// counts, build_program each op whole), the program listing (report/program_table.h) names kinds
+// by it, and both executors read each op through it (device/operands.h checks the op and finds its
+// operands by their names here); no executor keeps arity rules of its own.
 //
 // Operands are listed as "name[shape] dtype"; "[...]" around one marks it optional (present only
 // when the model has it: biases, positions, master weights), and optional operands come last.
