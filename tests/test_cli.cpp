@@ -175,6 +175,41 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
   }
 }
 
+// Options that would write elsewhere or be ignored are refused, and a bound is said in words: a
+// name with a folder in it (it would write outside --out), the LoRA options without LoRA,
+// --double-quant without a 4-bit base, numbers out of their range (CLI11's own message printed the
+// largest double, 309 digits).
+TEST(Cli, UnsafeOrIgnoredOptionsAreRefusedInOneShortLine) {
+  const fs::path dir = scratch("unsafe");
+  const fs::path outside = dir.parent_path() / ("vrambench-escaped-" + std::to_string(::getpid()));
+  for (const std::string& args : std::vector<std::string>{
+           "estimate --name ../" + outside.filename().string(), "--name a/b", "--name ..",
+           "estimate --name 'a\\b'", "--lora-rank 8", "estimate --lora-targets attn",
+           "estimate --lora-alpha 8", "estimate --lora-dropout 0.1", "--sweep lora-rank=8,16",
+           "estimate --finetune lora --double-quant off", "estimate --double-quant on",
+           "estimate --lora-alpha -1", "--trial-timeout -5", "--trial-timeout 0"}) {
+    const CommandResult run = vrambench(args + " --out " + dir.string());
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_LT(run.err.size(), 200u) << args << ": " << run.err;
+    EXPECT_FALSE(fs::exists(dir)) << args;
+    EXPECT_FALSE(fs::exists(outside.string() + ".csv")) << args;
+    EXPECT_TRUE(run.out.empty()) << args << ": " << run.out;
+  }
+  const CommandResult tolerance = vrambench("compare a.csv b.csv --tolerance -1");
+  EXPECT_EQ(tolerance.exit_code, 2);
+  EXPECT_NE(tolerance.err.find("0 or more"), std::string::npos) << tolerance.err;
+  const CommandResult lora = vrambench("estimate --lora-rank 8 --out " + dir.string());
+  EXPECT_NE(lora.err.find("--finetune lora or qlora"), std::string::npos) << lora.err;
+  // With LoRA in the grid the options apply: no refusal.
+  EXPECT_EQ(vrambench("estimate --preset tiny --sweep finetune=full,lora --lora-rank 8 --format md")
+                .exit_code,
+            0);
+  EXPECT_EQ(
+      vrambench("estimate --preset tiny --finetune qlora --double-quant off --format md").exit_code,
+      0);
+}
+
 // Every table states whose allocations its step reproduces: the summary line and the JSON's
 // provenance name the framework, or say "per row" when the sweep varies it (a column then) or
 // when auto picks hf for some rows and lean for others (lora, which hf does not model yet).
