@@ -509,6 +509,25 @@ TEST(Cli, TwoShardsMergedEqualTheUnshardedRunRowForRow) {
     EXPECT_FALSE(fs::exists(dir / "refused.csv"));
   }
   EXPECT_EQ(vrambench(sweep + " --shard 2/2" + out).exit_code, 2);
+
+  // The merged table never replaces a part, however OUT names it; the part is left as it was.
+  const std::string part0 = slurp(dir / "part0.json");
+  const std::string part1 = (dir / "part1.json").string();
+  for (const std::string& target : {(dir / "part0").string(), (dir / "part0.json").string(),
+                                    (dir / ".." / dir.filename() / "part0").string()}) {
+    const CommandResult run =
+        vrambench("merge " + target + " " + (dir / "part0.json").string() + " " + part1);
+    EXPECT_EQ(run.exit_code, 2) << target << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << run.err;
+    EXPECT_NE(run.err.find("overwrite"), std::string::npos) << run.err;
+    EXPECT_EQ(slurp(dir / "part0.json"), part0) << target;
+  }
+  fs::create_hard_link(dir / "part0.json", dir / "linked.json");
+  EXPECT_EQ(vrambench("merge " + (dir / "linked").string() + " " + (dir / "part0.json").string() +
+                      " " + part1)
+                .exit_code,
+            2);
+  EXPECT_EQ(slurp(dir / "part0.json"), part0);
   fs::remove_all(dir);
 }
 

@@ -163,6 +163,17 @@ Table gpu_table() {
   return t;
 }
 
+// Whether two paths name one file: the same path once resolved, or one file under two names (a
+// link).
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec)) return true;
+  std::error_code ec_a, ec_b;
+  const auto resolved_a = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ec_a);
+  const auto resolved_b = std::filesystem::weakly_canonical(std::filesystem::absolute(b), ec_b);
+  return !ec_a && !ec_b && resolved_a == resolved_b;
+}
+
 void print_written(const ResultWriter& writer) {
   for (const std::string& path : writer.written_files()) fmt::print("wrote {}\n", path);
 }
@@ -400,6 +411,17 @@ int run_merge_command(const CliOptions& options) {
   if (out.filename().empty())
     throw UsageError(
         fmt::format("merge: '{}' names no file: give OUT as FOLDER/NAME", options.merge_out));
+  // The merged files never replace a part: `merge p0 p0.json p1.json` would overwrite a shard.
+  std::vector<std::string> outputs;
+  if (options.formats.csv) outputs.push_back(out.string() + ".csv");
+  if (options.formats.json) outputs.push_back(out.string() + ".json");
+  for (const std::string& part : options.parts)
+    for (const std::string& output : outputs)
+      if (same_file(output, part))
+        throw UsageError(fmt::format(
+            "merge: OUT '{}' would overwrite the part '{}': give the merged table another name",
+            options.merge_out, part));
+  // Every part is read and checked before anything is written.
   std::vector<ResultFile> parts;
   for (const std::string& part : options.parts) parts.push_back(read_result_file(part));
   MergedResult merged = merge_shards(parts);
