@@ -469,6 +469,41 @@ TEST(Cli, CompareBadInputExitsTwoWithOneLine) {
   fs::remove_all(dir);
 }
 
+// Tables of two devices join on seq alone (the key columns are what the sweep varied): compare
+// says on its first line that the provenance differs and fails; a figure column one file lacks
+// is named and fails too (it was skipped, and the files were "same").
+TEST(Cli, CompareSaysWhatDiffersBeyondTheKeyColumns) {
+  const fs::path dir = scratch("compare-provenance");
+  const std::string sweep = "--preset tiny --sweep seq=512,1024 --quiet --out " + dir.string();
+  ASSERT_EQ(vrambench("--device sim:rtx4090 " + sweep + " --name a").exit_code, 0);
+  ASSERT_EQ(vrambench("--device sim:h100-80gb " + sweep + " --name b").exit_code, 0);
+  const CommandResult devices =
+      vrambench("compare " + (dir / "a.json").string() + " " + (dir / "b.json").string());
+  EXPECT_EQ(devices.exit_code, 1) << devices.out;
+  const std::string first = lines_of(devices.out).at(0);
+  EXPECT_NE(first.find("differ in provenance"), std::string::npos) << first;
+  EXPECT_NE(first.find("device sim:rtx4090"), std::string::npos) << first;
+
+  // The same table without its sim peak column.
+  std::vector<std::vector<std::string>> csv = csv_of(dir / "a.csv");
+  const std::size_t peak = column(csv[0], "sim_peak_bytes");
+  std::ofstream less(dir / "less.csv");
+  for (auto& row : csv) {
+    row.erase(row.begin() + static_cast<std::ptrdiff_t>(peak));
+    for (std::size_t c = 0; c < row.size(); ++c) less << (c ? "," : "") << row[c];
+    less << "\n";
+  }
+  less.close();
+  const CommandResult missing =
+      vrambench("compare " + (dir / "a.csv").string() + " " + (dir / "less.csv").string());
+  EXPECT_EQ(missing.exit_code, 1) << missing.out;
+  EXPECT_NE(missing.out.find("sim_peak_bytes"), std::string::npos) << missing.out;
+  EXPECT_EQ(
+      vrambench("compare " + (dir / "a.csv").string() + " " + (dir / "a.csv").string()).exit_code,
+      0);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, TwoShardsMergedEqualTheUnshardedRunRowForRow) {
   const fs::path dir = scratch("shards");
   const std::string sweep =

@@ -430,7 +430,9 @@ int run(int argc, char** argv) {
   CLI::App* compare = app.add_subcommand(
       "compare",
       "join two result files (CSV or JSON) on their configuration columns and show what moved; "
-      "exit 0 when every row is within tolerance, 1 when not, 2 on bad input");
+      "exit 0 when every row is within tolerance, 1 when not (or when a peak or max batch "
+      "column is in one file only, or the JSON are of another command, device or framework: "
+      "the first line says), 2 on bad input");
   compare->add_option("BASE", options.base, "the reference: NAME.csv or NAME.json")->required();
   compare->add_option("NEW", options.fresh, "the table to check against it")->required();
   compare
