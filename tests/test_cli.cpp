@@ -614,6 +614,61 @@ TEST(Cli, ResumeAfterAKillFinishesWithEveryRowExactlyOnce) {
   fs::remove_all(dir);
 }
 
+// --resume finishes the run it names, never another: a run whose command differs in anything but
+// where and how it writes (the rule merge reads) is refused in one line, its files left as they
+// were. Before, a bf16 sim:rtx4090 run resumed with --dtype fp32, another device or QLoRA gave the
+// old rows, and a cpu run resumed with another --vram mixed both capacities in one table.
+TEST(Cli, ResumeRefusesARunOfAnotherCommand) {
+  const fs::path dir = scratch("resume-other");
+  const std::string out = " --out " + dir.string() + " --quiet";
+  const std::string gpu = "--device sim:rtx4090 --preset tiny --sweep seq=32,64";
+  ASSERT_EQ(vrambench(gpu + out + " --name gpu").exit_code, 0);
+  const std::string cpu = "--device cpu --preset tiny";
+  ASSERT_EQ(vrambench(cpu + " --sweep seq=32,64 --vram 128MiB" + out + " --name cpu").exit_code, 0);
+  // A partial, as a killed run leaves it: the finished rows and the provenance of the run.
+  ASSERT_EQ(vrambench(gpu + out + " --name partial").exit_code, 0);
+  const auto doc = nlohmann::json::parse(slurp(dir / "partial.json"));
+  {
+    std::ofstream partial(dir / "partial.jsonl.partial");
+    partial << nlohmann::json{{"provenance", doc["provenance"]}}.dump() << "\n"
+            << nlohmann::ordered_json(doc["rows"][0]).dump() << "\n";
+  }
+  fs::remove(dir / "partial.json");
+  fs::remove(dir / "partial.csv");
+  const auto snapshot = [&] {
+    std::string all;
+    for (const auto& entry : fs::directory_iterator(dir))
+      all += entry.path().filename().string() + "\n" + slurp(entry.path());
+    return all;
+  };
+  const std::string before = snapshot();
+  for (const std::string& args : std::vector<std::string>{
+           gpu + " --dtype fp32 --name gpu",
+           "--device sim:h100-80gb --preset tiny --sweep "
+           "seq=32,64 --name gpu",
+           gpu + " --finetune qlora --name gpu", gpu + " --dtype fp32 --name partial",
+           cpu + " --sweep seq=32,64 --vram 256MiB --name cpu",
+           cpu + " --vram 256MiB --sweep seq=32,64,128 --name cpu"}) {
+    const CommandResult run = vrambench(args + out + " --resume");
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_NE(run.err.find("another run"), std::string::npos) << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args << ": " << run.out;
+    EXPECT_EQ(snapshot(), before) << args;
+  }
+  // Only where and how the run writes may differ: the partial is finished.
+  const CommandResult same =
+      vrambench(gpu + " --format md,csv,json --out " + dir.string() + " --name partial --resume");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(slurp(dir / "partial.csv"), slurp(dir / "gpu.csv"));
+  // A CSV alone does not say which command wrote it: its rows cannot be checked.
+  fs::remove(dir / "gpu.json");
+  const CommandResult unknown = vrambench(gpu + out + " --name gpu --resume");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("does not say which command"), std::string::npos) << unknown.err;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, EveryCommandTakesQuiet) {
   const fs::path dir = scratch("quiet");
   const std::string out = " --out " + dir.string();

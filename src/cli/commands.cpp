@@ -111,10 +111,11 @@ std::string describe_point(const RunConfig& cfg, const std::vector<std::string>&
 
 // --resume: the rows an earlier run of this command (--out, --name) finished, kept by the writer
 // at their configuration's index with their details (the point added); true for each index kept.
-// Every row must be one of its configurations: a UsageError otherwise, before anything is
-// written.
+// The run must be this one (run_differences, the rule merge reads: the command but for where and
+// how it writes, the tool, the device), and every row one of its configurations: a UsageError
+// otherwise, before anything is written.
 std::vector<bool> resume_rows(const Grid& grid, ResultWriter& writer,
-                              const std::vector<Column>& columns) {
+                              const std::vector<Column>& columns, const Provenance& provenance) {
   std::vector<bool> kept(grid.configs.size(), false);
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
@@ -125,11 +126,28 @@ std::vector<bool> resume_rows(const Grid& grid, ResultWriter& writer,
   const std::size_t key_width = key_columns(grid.varying).size();
   Table header;
   header.columns = columns;
+  const auto check = [&](const std::string& path, const nlohmann::json& stored) {
+    if (stored.is_null())
+      throw UsageError(fmt::format(
+          "--resume: '{}' does not say which command wrote it (a CSV alone, or an older "
+          "vrambench's partial), so its rows cannot be checked: run without --resume, or give "
+          "another --name",
+          path));
+    if (const auto differences = run_differences(stored, nlohmann::json(provenance));
+        !differences.empty())
+      throw UsageError(fmt::format(
+          "--resume: '{}' is of another run ({}): its rows are not this command's; run the "
+          "command that wrote it, or give another --name",
+          path, describe(differences)));
+  };
   writer.resume([&](const ResultWriter::Keep& keep) {
     std::string path;
     read_finished_rows(
         writer.path(""), header,
-        [&](const std::string& found, const nlohmann::json&) { path = found; },
+        [&](const std::string& found, const nlohmann::json& stored) {
+          path = found;
+          check(found, stored);
+        },
         [&](FinishedRow&& row) {
           std::string key;
           for (std::size_t c = 0; c < key_width; ++c) key += cell_text(row.cells[c]) + '\n';
@@ -332,8 +350,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
                       provenance, formats.csv, formats.json);
   // Rows and their details go to the writer as they finish and are not held here: a sweep's
   // memory stays flat in its length.
-  const std::vector<bool> kept = options.resume ? resume_rows(grid, writer, header.columns)
-                                                : std::vector<bool>(grid.configs.size(), false);
+  const std::vector<bool> kept = options.resume
+                                     ? resume_rows(grid, writer, header.columns, provenance)
+                                     : std::vector<bool>(grid.configs.size(), false);
 
   // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
   Progress progress(!options.quiet && stderr_is_terminal(),

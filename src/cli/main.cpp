@@ -356,7 +356,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   search->add_flag("--resume", options.resume,
                    "keep the rows a run of the same command, --out and --name finished (final or "
-                   "partial files) and run only the rest");
+                   "partial files) and run only the rest; a run of another command, device or "
+                   "version is refused");
   add_shard_option(search, options);
   add_safety_margin_option(search, options);
   search
