@@ -210,6 +210,29 @@ TEST(Cli, UnsafeOrIgnoredOptionsAreRefusedInOneShortLine) {
       0);
 }
 
+// A model no GPU holds, or deeper than the tool answers for in seconds, is refused in one line
+// before anything is built; at the bound the estimate answers.
+TEST(Cli, AModelPastTheLimitsIsRefusedBeforeAnythingIsBuilt) {
+  const fs::path dir = scratch("limits");
+  const std::string out = " --out " + dir.string();
+  for (const std::string& args : std::vector<std::string>{
+           "estimate --layers 100000" + out, "--layers 100000" + out, "plan --layers 100000",
+           "program --layers 100000 --batch 1",
+           "estimate --hidden 65536 --heads 64 --kv-heads 64 --ffn 262144 --layers 2048" + out}) {
+    const CommandResult run = vrambench(args);
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_TRUE(run.err.find("at most 2048") != std::string::npos ||
+                run.err.find("no GPU holds it") != std::string::npos)
+        << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args;
+    EXPECT_FALSE(fs::exists(dir)) << args;
+  }
+  const CommandResult deepest = vrambench("estimate --layers 2048 --format md --quiet");
+  EXPECT_EQ(deepest.exit_code, 0) << deepest.err;
+  EXPECT_NE(deepest.out.find("estimated max batch"), std::string::npos) << deepest.out;
+}
+
 // Every table states whose allocations its step reproduces: the summary line and the JSON's
 // provenance name the framework, or say "per row" when the sweep varies it (a column then) or
 // when auto picks hf for some rows and lean for others (lora, which hf does not model yet).
