@@ -713,7 +713,7 @@ TEST(Cli, EveryCommandTakesQuiet) {
   const CommandResult plan_help = vrambench("plan --help");
   EXPECT_EQ(plan_help.exit_code, 0);
   for (const char* taught : {"--target-batch", "--safety-margin", "--emit", "SIZE|auto", "N|max",
-                             "grad-accum = ceil(target / m0)", "--emit hf"})
+                             "grad-accum = target / micro-batch", "--emit hf"})
     EXPECT_NE(plan_help.out.find(taught), std::string::npos) << taught;
   fs::remove_all(dir);
 }
@@ -783,6 +783,36 @@ TEST(Cli, PlanQloraOnSixGibPrintsTheBudgetAndASummary) {
 }
 
 // A recipe short of its target gets the ranked alternatives, each with its max micro-batch.
+// The plan keeps the batch asked for: gpt2 on 6 GiB fits micro-batch 3 in the 5 GiB planned, and
+// for 16 it planned 3 x 6 = 18 (said only in a comment of --emit hf). Now 2 x 8 = 16, with 3 x 5 =
+// 15 listed as a near alternative, never substituted; micro x accum is the target in every form.
+TEST(Cli, PlanKeepsTheEffectiveBatchAskedFor) {
+  const std::string args = "plan --preset gpt2 --vram 6GiB --target-batch 16";
+  const CommandResult text = vrambench(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("near alternative (not planned)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("micro-batch 2 x grad-accum 8 = 16"), std::string::npos) << text.out;
+  const CommandResult hf = vrambench(args + " --emit hf");
+  EXPECT_NE(hf.out.find("per_device_train_batch_size=2,"), std::string::npos) << hf.out;
+  EXPECT_NE(hf.out.find("gradient_accumulation_steps=8,"), std::string::npos) << hf.out;
+  const CommandResult axolotl = vrambench(args + " --emit axolotl");
+  EXPECT_NE(axolotl.out.find("micro_batch_size: 2\n"), std::string::npos) << axolotl.out;
+  const auto plan = nlohmann::json::parse(vrambench(args + " --emit json").out).at("plan");
+  EXPECT_EQ(plan.at("max_micro_batch"), 3);
+  EXPECT_EQ(plan.at("effective_batch"), 16);
+  EXPECT_EQ(plan.at("near"),
+            (nlohmann::json{{"micro_batch", 3}, {"grad_accum", 5}, {"effective_batch", 15}}));
+  // Over a sweep of capacities and targets, micro x accum is the target wherever something fits.
+  const auto plans = nlohmann::json::parse(
+      vrambench("plan --preset gpt2 --sweep vram=5GiB,6GiB,7GiB,9GiB --target-batch 17 --emit json")
+          .out);
+  for (const auto& p : plans.at("plans")) {
+    const auto& c = p.at("plan");
+    if (c.at("max_micro_batch") == 0) continue;
+    EXPECT_EQ(c.at("micro_batch").get<int>() * c.at("grad_accum").get<int>(), 17) << c;
+  }
+}
+
 TEST(Cli, PlanShortOfTheTargetShowsRankedAlternatives) {
   const CommandResult run = vrambench(
       "plan --preset qwen2.5-7b --finetune lora --vram 24GiB --seq 2048 --target-batch 16");

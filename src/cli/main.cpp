@@ -72,9 +72,10 @@ constexpr const char* kPlanExamples = R"(Examples:
   vrambench plan --preset mistral-7b --finetune qlora --vram auto --seq max --emit axolotl
       the longest sequence at micro-batch 1 on this GPU's free memory, as Axolotl keys
 
-The micro-batch: the largest that fits in capacity - safety margin (never above the target), m0;
-grad-accum = ceil(target / m0). A smaller micro-batch that divides the target is taken instead when
-it costs at most one more step of accumulation (then micro x accum is exactly the target).
+The micro-batch: the largest that fits in capacity - safety margin and divides the target;
+grad-accum = target / micro-batch, so micro x accum is the target, always. Where the largest that
+fits would run much more per step and reaches an effective batch near the target, that is listed
+as a near alternative (give its effective batch as --target-batch to plan it), never substituted.
 Trials are sim replays of the device; see docs/plan.md.)";
 
 // The value a field has when it is not given, for --help.
