@@ -186,9 +186,11 @@ std::string read_finished_rows(
         announced = true;
         continue;
       }
+      // No provenance line: an older vrambench's partial when its first line is a row.
+      FinishedRow row = partial_row(header.columns, line, where);
       if (!announced) found(path, nullptr);
       announced = true;
-      visit(partial_row(header.columns, line, where));
+      visit(std::move(row));
     }
     if (!announced) found(path, nullptr);
     return path;
