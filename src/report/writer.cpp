@@ -186,8 +186,8 @@ void ResultWriter::lock() {
     }
     // The run before may have removed the file between our open and our lock: the lock must be
     // on the file the path names now.
-    struct stat held {
-    }, named{};
+    struct stat held = {};
+    struct stat named = {};
     if (::fstat(fd, &held) != 0 || ::stat(lock_path.c_str(), &named) != 0 ||
         held.st_ino != named.st_ino || held.st_dev != named.st_dev) {
       ::close(fd);
