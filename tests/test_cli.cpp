@@ -204,6 +204,64 @@ TEST(Cli, MistakesExitTwoWithOneLineAndWriteNothing) {
   }
 }
 
+// Options that would write elsewhere or be ignored are refused, and a bound is said in words: a
+// name with a folder in it (it would write outside --out), the LoRA options without LoRA,
+// --double-quant without a 4-bit base, numbers out of their range (CLI11's own message printed the
+// largest double, 309 digits).
+TEST(Cli, UnsafeOrIgnoredOptionsAreRefusedInOneShortLine) {
+  const fs::path dir = scratch("unsafe");
+  const fs::path outside = dir.parent_path() / ("vrambench-escaped-" + std::to_string(::getpid()));
+  for (const std::string& args : std::vector<std::string>{
+           "estimate --name ../" + outside.filename().string(), "--name a/b", "--name ..",
+           "estimate --name 'a\\b'", "--lora-rank 8", "estimate --lora-targets attn",
+           "estimate --lora-alpha 8", "estimate --lora-dropout 0.1", "--sweep lora-rank=8,16",
+           "estimate --finetune lora --double-quant off", "estimate --double-quant on",
+           "estimate --lora-alpha -1", "--trial-timeout -5", "--trial-timeout 0"}) {
+    const CommandResult run = vrambench(args + " --out " + dir.string());
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_LT(run.err.size(), 200u) << args << ": " << run.err;
+    EXPECT_FALSE(fs::exists(dir)) << args;
+    EXPECT_FALSE(fs::exists(outside.string() + ".csv")) << args;
+    EXPECT_TRUE(run.out.empty()) << args << ": " << run.out;
+  }
+  const CommandResult tolerance = vrambench("compare a.csv b.csv --tolerance -1");
+  EXPECT_EQ(tolerance.exit_code, 2);
+  EXPECT_NE(tolerance.err.find("0 or more"), std::string::npos) << tolerance.err;
+  const CommandResult lora = vrambench("estimate --lora-rank 8 --out " + dir.string());
+  EXPECT_NE(lora.err.find("--finetune lora or qlora"), std::string::npos) << lora.err;
+  // With LoRA in the grid the options apply: no refusal.
+  EXPECT_EQ(vrambench("estimate --preset tiny --sweep finetune=full,lora --lora-rank 8 --format md")
+                .exit_code,
+            0);
+  EXPECT_EQ(
+      vrambench("estimate --preset tiny --finetune qlora --double-quant off --format md").exit_code,
+      0);
+}
+
+// A model no GPU holds, or deeper than the tool answers for in seconds, is refused in one line
+// before anything is built; at the bound the estimate answers.
+TEST(Cli, AModelPastTheLimitsIsRefusedBeforeAnythingIsBuilt) {
+  const fs::path dir = scratch("limits");
+  const std::string out = " --out " + dir.string();
+  for (const std::string& args : std::vector<std::string>{
+           "estimate --layers 100000" + out, "--layers 100000" + out, "plan --layers 100000",
+           "program --layers 100000 --batch 1",
+           "estimate --hidden 65536 --heads 64 --kv-heads 64 --ffn 262144 --layers 2048" + out}) {
+    const CommandResult run = vrambench(args);
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_TRUE(run.err.find("at most 2048") != std::string::npos ||
+                run.err.find("no GPU holds it") != std::string::npos)
+        << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args;
+    EXPECT_FALSE(fs::exists(dir)) << args;
+  }
+  const CommandResult deepest = vrambench("estimate --layers 2048 --format md --quiet");
+  EXPECT_EQ(deepest.exit_code, 0) << deepest.err;
+  EXPECT_NE(deepest.out.find("estimated max batch"), std::string::npos) << deepest.out;
+}
+
 // Every table states whose allocations its step reproduces and the recipe: the summary line and
 // the JSON's provenance name the framework, or say "per row" when the sweep varies it (a column
 // then) or when auto picks hf for some rows and lean for others (lora, which hf does not model
@@ -289,9 +347,10 @@ TEST(Cli, ModelStateLargerThanTheCardIsMaxBatchZeroWithTheReason) {
 // model's.
 TEST(Cli, HfRowsEstimateTheHfStep) {
   const fs::path dir = scratch("hf-est");
-  const CommandResult run = vrambench("--device sim:rtx4090 --preset gpt2 --seq 512 "
-                                      "--sweep framework=lean,hf --allocator direct --out " +
-                                      dir.string() + " --name h");
+  const CommandResult run = vrambench(
+      "--device sim:rtx4090 --preset gpt2 --seq 512 "
+      "--sweep framework=lean,hf --allocator direct --out " +
+      dir.string() + " --name h");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   // A sim row shows the peak once, as the sim's; the estimate's is in the details.
   const auto doc = nlohmann::json::parse(slurp(dir / "h.json"));
@@ -481,6 +540,41 @@ TEST(Cli, CompareBadInputExitsTwoWithOneLine) {
   fs::remove_all(dir);
 }
 
+// Tables of two devices join on seq alone (the key columns are what the sweep varied): compare
+// says on its first line that the provenance differs and fails; a figure column one file lacks
+// is named and fails too (it was skipped, and the files were "same").
+TEST(Cli, CompareSaysWhatDiffersBeyondTheKeyColumns) {
+  const fs::path dir = scratch("compare-provenance");
+  const std::string sweep = "--preset tiny --sweep seq=512,1024 --quiet --out " + dir.string();
+  ASSERT_EQ(vrambench("--device sim:rtx4090 " + sweep + " --name a").exit_code, 0);
+  ASSERT_EQ(vrambench("--device sim:h100-80gb " + sweep + " --name b").exit_code, 0);
+  const CommandResult devices =
+      vrambench("compare " + (dir / "a.json").string() + " " + (dir / "b.json").string());
+  EXPECT_EQ(devices.exit_code, 1) << devices.out;
+  const std::string first = lines_of(devices.out).at(0);
+  EXPECT_NE(first.find("differ in provenance"), std::string::npos) << first;
+  EXPECT_NE(first.find("device sim:rtx4090"), std::string::npos) << first;
+
+  // The same table without its reserved peak column.
+  std::vector<std::vector<std::string>> csv = csv_of(dir / "a.csv");
+  const std::size_t peak = column(csv[0], "reserved_peak_bytes");
+  std::ofstream less(dir / "less.csv");
+  for (auto& row : csv) {
+    row.erase(row.begin() + static_cast<std::ptrdiff_t>(peak));
+    for (std::size_t c = 0; c < row.size(); ++c) less << (c ? "," : "") << row[c];
+    less << "\n";
+  }
+  less.close();
+  const CommandResult missing =
+      vrambench("compare " + (dir / "a.csv").string() + " " + (dir / "less.csv").string());
+  EXPECT_EQ(missing.exit_code, 1) << missing.out;
+  EXPECT_NE(missing.out.find("reserved_peak_bytes"), std::string::npos) << missing.out;
+  EXPECT_EQ(
+      vrambench("compare " + (dir / "a.csv").string() + " " + (dir / "a.csv").string()).exit_code,
+      0);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, TwoShardsMergedEqualTheUnshardedRunRowForRow) {
   const fs::path dir = scratch("shards");
   const std::string sweep =
@@ -521,6 +615,25 @@ TEST(Cli, TwoShardsMergedEqualTheUnshardedRunRowForRow) {
     EXPECT_FALSE(fs::exists(dir / "refused.csv"));
   }
   EXPECT_EQ(vrambench(sweep + " --shard 2/2" + out).exit_code, 2);
+
+  // The merged table never replaces a part, however OUT names it; the part is left as it was.
+  const std::string part0 = slurp(dir / "part0.json");
+  const std::string part1 = (dir / "part1.json").string();
+  for (const std::string& target : {(dir / "part0").string(), (dir / "part0.json").string(),
+                                    (dir / ".." / dir.filename() / "part0").string()}) {
+    const CommandResult run =
+        vrambench("merge " + target + " " + (dir / "part0.json").string() + " " + part1);
+    EXPECT_EQ(run.exit_code, 2) << target << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << run.err;
+    EXPECT_NE(run.err.find("overwrite"), std::string::npos) << run.err;
+    EXPECT_EQ(slurp(dir / "part0.json"), part0) << target;
+  }
+  fs::create_hard_link(dir / "part0.json", dir / "linked.json");
+  EXPECT_EQ(vrambench("merge " + (dir / "linked").string() + " " + (dir / "part0.json").string() +
+                      " " + part1)
+                .exit_code,
+            2);
+  EXPECT_EQ(slurp(dir / "part0.json"), part0);
   fs::remove_all(dir);
 }
 
@@ -572,6 +685,61 @@ TEST(Cli, ResumeAfterAKillFinishesWithEveryRowExactlyOnce) {
   fs::remove_all(dir);
 }
 
+// --resume finishes the run it names, never another: a run whose command differs in anything but
+// where and how it writes (the rule merge reads) is refused in one line, its files left as they
+// were. Before, a bf16 sim:rtx4090 run resumed with --dtype fp32, another device or QLoRA gave the
+// old rows, and a cpu run resumed with another --vram mixed both capacities in one table.
+TEST(Cli, ResumeRefusesARunOfAnotherCommand) {
+  const fs::path dir = scratch("resume-other");
+  const std::string out = " --out " + dir.string() + " --quiet";
+  const std::string gpu = "--device sim:rtx4090 --preset tiny --sweep seq=32,64";
+  ASSERT_EQ(vrambench(gpu + out + " --name gpu").exit_code, 0);
+  const std::string cpu = "--device cpu --preset tiny";
+  ASSERT_EQ(vrambench(cpu + " --sweep seq=32,64 --vram 128MiB" + out + " --name cpu").exit_code, 0);
+  // A partial, as a killed run leaves it: the finished rows and the provenance of the run.
+  ASSERT_EQ(vrambench(gpu + out + " --name partial").exit_code, 0);
+  const auto doc = nlohmann::json::parse(slurp(dir / "partial.json"));
+  {
+    std::ofstream partial(dir / "partial.jsonl.partial");
+    partial << nlohmann::json{{"provenance", doc["provenance"]}}.dump() << "\n"
+            << nlohmann::ordered_json(doc["rows"][0]).dump() << "\n";
+  }
+  fs::remove(dir / "partial.json");
+  fs::remove(dir / "partial.csv");
+  const auto snapshot = [&] {
+    std::string all;
+    for (const auto& entry : fs::directory_iterator(dir))
+      all += entry.path().filename().string() + "\n" + slurp(entry.path());
+    return all;
+  };
+  const std::string before = snapshot();
+  for (const std::string& args : std::vector<std::string>{
+           gpu + " --dtype fp32 --name gpu",
+           "--device sim:h100-80gb --preset tiny --sweep "
+           "seq=32,64 --name gpu",
+           gpu + " --finetune qlora --name gpu", gpu + " --dtype fp32 --name partial",
+           cpu + " --sweep seq=32,64 --vram 256MiB --name cpu",
+           cpu + " --vram 256MiB --sweep seq=32,64,128 --name cpu"}) {
+    const CommandResult run = vrambench(args + out + " --resume");
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.out;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_NE(run.err.find("another run"), std::string::npos) << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args << ": " << run.out;
+    EXPECT_EQ(snapshot(), before) << args;
+  }
+  // Only where and how the run writes may differ: the partial is finished.
+  const CommandResult same =
+      vrambench(gpu + " --format md,csv,json --out " + dir.string() + " --name partial --resume");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(slurp(dir / "partial.csv"), slurp(dir / "gpu.csv"));
+  // A CSV alone does not say which command wrote it: its rows cannot be checked.
+  fs::remove(dir / "gpu.json");
+  const CommandResult unknown = vrambench(gpu + out + " --name gpu --resume");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("does not say which command"), std::string::npos) << unknown.err;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, EveryCommandTakesQuiet) {
   const fs::path dir = scratch("quiet");
   const std::string out = " --out " + dir.string();
@@ -593,7 +761,7 @@ TEST(Cli, EveryCommandTakesQuiet) {
   const CommandResult plan_help = vrambench("plan --help");
   EXPECT_EQ(plan_help.exit_code, 0);
   for (const char* taught : {"--target-batch", "--safety-margin", "--emit", "SIZE|auto", "N|max",
-                             "grad-accum = ceil(target / m0)", "--emit hf"})
+                             "grad-accum = target / micro-batch", "--emit hf"})
     EXPECT_NE(plan_help.out.find(taught), std::string::npos) << taught;
   fs::remove_all(dir);
 }
@@ -663,6 +831,36 @@ TEST(Cli, PlanQloraOnSixGibPrintsTheBudgetAndASummary) {
 }
 
 // A recipe short of its target gets the ranked alternatives, each with its max micro-batch.
+// The plan keeps the batch asked for: gpt2 on 6 GiB fits micro-batch 3 in the 5 GiB planned, and
+// for 16 it planned 3 x 6 = 18 (said only in a comment of --emit hf). Now 2 x 8 = 16, with 3 x 5 =
+// 15 listed as a near alternative, never substituted; micro x accum is the target in every form.
+TEST(Cli, PlanKeepsTheEffectiveBatchAskedFor) {
+  const std::string args = "plan --preset gpt2 --vram 6GiB --target-batch 16";
+  const CommandResult text = vrambench(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("near alternative (not planned)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("micro-batch 2 x grad-accum 8 = 16"), std::string::npos) << text.out;
+  const CommandResult hf = vrambench(args + " --emit hf");
+  EXPECT_NE(hf.out.find("per_device_train_batch_size=2,"), std::string::npos) << hf.out;
+  EXPECT_NE(hf.out.find("gradient_accumulation_steps=8,"), std::string::npos) << hf.out;
+  const CommandResult axolotl = vrambench(args + " --emit axolotl");
+  EXPECT_NE(axolotl.out.find("micro_batch_size: 2\n"), std::string::npos) << axolotl.out;
+  const auto plan = nlohmann::json::parse(vrambench(args + " --emit json").out).at("plan");
+  EXPECT_EQ(plan.at("max_micro_batch"), 3);
+  EXPECT_EQ(plan.at("effective_batch"), 16);
+  EXPECT_EQ(plan.at("near"),
+            (nlohmann::json{{"micro_batch", 3}, {"grad_accum", 5}, {"effective_batch", 15}}));
+  // Over a sweep of capacities and targets, micro x accum is the target wherever something fits.
+  const auto plans = nlohmann::json::parse(
+      vrambench("plan --preset gpt2 --sweep vram=5GiB,6GiB,7GiB,9GiB --target-batch 17 --emit json")
+          .out);
+  for (const auto& p : plans.at("plans")) {
+    const auto& c = p.at("plan");
+    if (c.at("max_micro_batch") == 0) continue;
+    EXPECT_EQ(c.at("micro_batch").get<int>() * c.at("grad_accum").get<int>(), 17) << c;
+  }
+}
+
 TEST(Cli, PlanShortOfTheTargetShowsRankedAlternatives) {
   const CommandResult run = vrambench(
       "plan --preset qwen2.5-7b --finetune lora --vram 24GiB --seq 2048 --target-batch 16");

@@ -121,6 +121,77 @@ TEST(Compare, AValueGoneOrRowsInOneFileOnlyFail) {
   EXPECT_NE(text.find("Only in base.csv:\n  seq=1024 dtype=bf16"), std::string::npos) << text;
 }
 
+// A figure one file has and the other lacks is named and fails the comparison: it was skipped,
+// and two tables that could not be compared on it were "same".
+TEST(Compare, AFigureColumnInOneFileOnlyIsNamedAndFails) {
+  const ResultFile fresh = table_of(
+      "new.csv", {{"512", "bf16", "40", ""}, {"1024", "bf16", "20", ""}, {"512", "fp16", "40", ""}},
+      {"seq", "dtype", "sim_max_batch", "note"});
+  const Comparison c = compare_results(kBase, fresh, {});
+  EXPECT_EQ(c.compared, (std::vector<std::string>{"sim_max_batch"}));
+  EXPECT_EQ(c.columns_only_in_base, (std::vector<std::string>{"sim_peak_bytes"}));
+  EXPECT_TRUE(c.columns_only_in_new.empty());
+  EXPECT_FALSE(c.passed());
+  const std::string text = format_comparison(c, kBase, fresh, {});
+  EXPECT_NE(text.find("not compared, only in base.csv: sim_peak_bytes"), std::string::npos) << text;
+  EXPECT_NE(text.find("DIFFERENT"), std::string::npos) << text;
+  const Comparison reversed = compare_results(fresh, kBase, {});
+  EXPECT_EQ(reversed.columns_only_in_new, (std::vector<std::string>{"sim_peak_bytes"}));
+  EXPECT_FALSE(reversed.passed());
+}
+
+// Key columns are only those the sweep varied: tables of another preset, device or recipe join on
+// seq alone. Their provenances say so, on the first line; another command, device or framework
+// fails, another tool version (what a regression check compares) is only said.
+TEST(Compare, ProvenanceThatDiffersIsTheFirstLine) {
+  const auto with = [](ResultFile file, const std::string& command, const std::string& device,
+                       const std::string& version) {
+    file.provenance = Provenance{version,
+                                 "abc",
+                                 device,
+                                 "2026-01-01T00:00:00Z",
+                                 "vrambench search --device " + command + " --out x --name y",
+                                 {{"framework", "hf"}}};
+    return file;
+  };
+  const ResultFile base =
+      with(kBase, "sim:rtx4090", "sim:rtx4090 (GeForce RTX 4090 24GB)", "0.1.0");
+  ResultFile same = with(kBase, "sim:rtx4090", "sim:rtx4090 (GeForce RTX 4090 24GB)", "0.1.0");
+  same.path = "new.json";
+  same.provenance["git_commit"] = "def";
+  same.provenance["command_line"] = "vrambench search --device sim:rtx4090 --out z --name w";
+  EXPECT_TRUE(compare_results(base, same, {}).passed());
+  EXPECT_TRUE(compare_results(base, same, {}).provenance.empty());
+
+  ResultFile newer = same;
+  newer.provenance["tool_version"] = "0.2.0";
+  const Comparison version = compare_results(base, newer, {});
+  EXPECT_TRUE(version.passed());
+  const std::string version_text = format_comparison(version, base, newer, {});
+  EXPECT_EQ(version_text.substr(0, version_text.find('\n')),
+            "base.csv and new.json differ in provenance: tool_version 0.1.0 vs 0.2.0");
+
+  const ResultFile h100 = with(kBase, "sim:h100-80gb", "sim:h100-80gb (H100 SXM 80GB)", "0.1.0");
+  const Comparison device = compare_results(base, h100, {});
+  EXPECT_FALSE(device.passed());
+  const std::string text = format_comparison(device, base, h100, {});
+  const std::string first = text.substr(0, text.find('\n'));
+  EXPECT_NE(first.find("command `vrambench search --device sim:rtx4090` vs `vrambench search "
+                       "--device sim:h100-80gb`"),
+            std::string::npos)
+      << first;
+  EXPECT_NE(first.find("device sim:rtx4090 (GeForce RTX 4090 24GB) vs sim:h100-80gb"),
+            std::string::npos)
+      << first;
+  EXPECT_NE(text.find("rows of other configurations"), std::string::npos) << text;
+
+  ResultFile lean = same;
+  lean.provenance["extra"]["framework"] = "lean";
+  EXPECT_FALSE(compare_results(base, lean, {}).passed());
+  // A CSV has no provenance: nothing to say.
+  EXPECT_TRUE(compare_results(kBase, same, {}).provenance.empty());
+}
+
 TEST(Compare, BadInputIsAUsageError) {
   // Other configuration columns.
   EXPECT_THROW(compare_results(kBase,

@@ -19,58 +19,64 @@
 namespace vrambench {
 namespace {
 
-MicroBatchChoice choice(std::int64_t max, std::int64_t micro, std::int64_t accum) {
-  return {max, micro, accum, micro * accum, false};
-}
+// A choice whose effective batch is micro x accum, with no near alternative, or with one.
 MicroBatchChoice exact(std::int64_t max, std::int64_t micro, std::int64_t accum) {
-  return {max, micro, accum, micro * accum, true};
+  return {max, micro, accum, micro * accum, 0, 0};
+}
+MicroBatchChoice with_near(std::int64_t max, std::int64_t micro, std::int64_t accum,
+                           std::int64_t near_micro, std::int64_t near_accum) {
+  return {max, micro, accum, micro * accum, near_micro, near_accum};
 }
 
-// Each case worked by hand from the rule in plan.h (m0 = min(max, N), a0 = ceil(N / m0), the
-// largest divisor d <= m0 of N with N / d <= a0 + 1 when there is one).
+// Each case worked by hand from the rule in plan.h (m0 = min(max, N), the largest divisor d <= m0
+// of N, N / d steps; m0 x a listed when d < 3/4 m0 and m0 x a is within N / 8 of N).
 TEST(PlanMicroBatch, HandWorkedCases) {
-  // max 5, N 16: m0 5, a0 4; 4 divides 16 with 4 steps (<= 5): 4 x 4.
+  // max 3, N 16 (the plan that asked for 16 and planned 3 x 6 = 18): 2 x 8 = 16; 3 x 5 = 15 is
+  // 1 off (<= 2), and 2 < 9/4: listed.
+  EXPECT_EQ(choose_micro_batch(3, 16), with_near(3, 2, 8, 3, 5));
+  // max 5, N 16: 4 x 4; 4 is not below 15/4.
   EXPECT_EQ(choose_micro_batch(5, 16), exact(5, 4, 4));
-  // max 7, N 32: m0 7, a0 5; the largest divisor <= 7 is 4, 8 steps > 6: keep 7 x 5 = 35.
-  EXPECT_EQ(choose_micro_batch(7, 32), choice(7, 7, 5));
-  // max 9, N 20: m0 9, a0 3; 5 divides 20 with 4 steps = a0 + 1: 5 x 4, one more step.
-  EXPECT_EQ(choose_micro_batch(9, 20), exact(9, 5, 4));
-  // max 7, N 24: m0 7, a0 4; 6 divides 24 with 4 steps: 6 x 4, no extra step.
+  // max 7, N 32: 4 x 8; 7 x 5 = 35 is 3 off (<= 4), 7 x 4 = 28 4 off: 35 listed.
+  EXPECT_EQ(choose_micro_batch(7, 32), with_near(7, 4, 8, 7, 5));
+  // max 9, N 20: 5 x 4; 9 x 2 = 18 is 2 off (<= 2.5): listed.
+  EXPECT_EQ(choose_micro_batch(9, 20), with_near(9, 5, 4, 9, 2));
+  // max 7, N 24: 6 x 4, no cost.
   EXPECT_EQ(choose_micro_batch(7, 24), exact(7, 6, 4));
-  // max 4, N 10: m0 4, a0 3; 2 divides 10 but needs 5 steps = a0 + 2: keep 4 x 3 = 12.
-  EXPECT_EQ(choose_micro_batch(4, 10), choice(4, 4, 3));
-  // max 3, N 7 (prime): only 1 divides, 7 steps > 4: 3 x 3 = 9.
-  EXPECT_EQ(choose_micro_batch(3, 7), choice(3, 3, 3));
-  // max 11, N 12: m0 11, a0 2; 6 divides with 2 steps: 6 x 2.
-  EXPECT_EQ(choose_micro_batch(11, 12), exact(11, 6, 2));
+  // max 4, N 10: 2 x 5; 4 x 2 = 8 and 4 x 3 = 12 are both 2 off, more than 10 / 8: none listed.
+  EXPECT_EQ(choose_micro_batch(4, 10), exact(4, 2, 5));
+  // max 3, N 7 (prime): 1 x 7; 3 x 2 = 6 is 1 off, more than 7 / 8: none listed.
+  EXPECT_EQ(choose_micro_batch(3, 7), exact(3, 1, 7));
+  // max 16, N 17 (prime): 1 x 17; 16 x 1 = 16 is 1 off (<= 2.1): listed.
+  EXPECT_EQ(choose_micro_batch(16, 17), with_near(16, 1, 17, 16, 1));
+  // max 11, N 12: 6 x 2, 6 < 33/4 and 11 x 1 = 11 is 1 off (<= 1.5): listed.
+  EXPECT_EQ(choose_micro_batch(11, 12), with_near(11, 6, 2, 11, 1));
   // At or above the target: one micro-batch of the target.
   EXPECT_EQ(choose_micro_batch(100, 16), exact(100, 16, 1));
   EXPECT_EQ(choose_micro_batch(16, 16), exact(16, 16, 1));
   EXPECT_EQ(choose_micro_batch(1, 16), exact(1, 1, 16));
   EXPECT_EQ(choose_micro_batch(4, 1), exact(4, 1, 1));
   // Nothing fits.
-  EXPECT_EQ(choose_micro_batch(0, 16), (MicroBatchChoice{0, 0, 0, 0, false}));
+  EXPECT_EQ(choose_micro_batch(0, 16), (MicroBatchChoice{0, 0, 0, 0, 0, 0}));
   EXPECT_THROW(choose_micro_batch(4, 0), InternalError);
 }
 
-// Over a grid: the effective batch reaches the target, the micro-batch fits, and accumulation is
-// never more than one step above ceil(N / min(max, N)).
+// Over a grid: micro x accum is the target, always; the micro-batch is the largest divisor that
+// fits; a near alternative is at the largest micro-batch, near the target and never it, and only
+// where the chosen micro-batch is well below the largest.
 TEST(PlanMicroBatch, PropertiesOverAGrid) {
   for (std::int64_t max = 1; max <= 40; ++max)
     for (std::int64_t n = 1; n <= 130; ++n) {
       const MicroBatchChoice c = choose_micro_batch(max, n);
       const std::int64_t m0 = std::min(max, n);
-      const std::int64_t a0 = (n + m0 - 1) / m0;
-      ASSERT_LE(c.micro_batch, max) << max << " " << n;
-      ASSERT_GE(c.effective_batch, n) << max << " " << n;
-      ASSERT_LE(c.grad_accum, a0 + 1) << max << " " << n;
-      ASSERT_EQ(c.divides, n % c.micro_batch == 0) << max << " " << n;
-      if (!c.divides) {
-        ASSERT_EQ(c.micro_batch, m0) << max << " " << n;
-      }
-      if (c.grad_accum == a0 + 1) {
-        ASSERT_TRUE(c.divides) << max << " " << n;
-      }
+      ASSERT_EQ(c.micro_batch * c.grad_accum, n) << max << " " << n;
+      ASSERT_EQ(c.effective_batch, n) << max << " " << n;
+      ASSERT_LE(c.micro_batch, m0) << max << " " << n;
+      for (std::int64_t d = c.micro_batch + 1; d <= m0; ++d) ASSERT_NE(n % d, 0) << max << " " << n;
+      if (c.near_micro_batch == 0) continue;
+      ASSERT_EQ(c.near_micro_batch, m0) << max << " " << n;
+      ASSERT_NE(c.near_effective_batch(), n) << max << " " << n;
+      ASSERT_LE(8 * std::llabs(c.near_effective_batch() - n), n) << max << " " << n;
+      ASSERT_LT(4 * c.micro_batch, 3 * m0) << max << " " << n;
     }
 }
 

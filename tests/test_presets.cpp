@@ -78,5 +78,47 @@ TEST(FinetuneOptions, ValidateRefusesRecipesThatCannotBe) {
   EXPECT_THROW(validate(cfg), UsageError);
 }
 
+// Models past the bounds of docs/memory-model.md ("Limits") are refused when they are validated,
+// before anything is built: 100,000 layers ran the estimate for over 8 minutes.
+TEST(Limits, ModelsPastTheBoundsAreRefusedOnValidation) {
+  RunConfig cfg;
+  cfg.model.layers = kMaxLayers;
+  EXPECT_NO_THROW(validate(cfg));
+  for (const std::int64_t layers : {kMaxLayers + 1, std::int64_t{100'000}}) {
+    cfg.model.layers = layers;
+    try {
+      validate(cfg);
+      FAIL() << layers << " layers were accepted";
+    } catch (const UsageError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("--layers " + std::to_string(layers)), std::string::npos) << message;
+      EXPECT_NE(message.find("at most 2048"), std::string::npos) << message;
+    }
+  }
+  // 12 H^2 parameters a block: at H = 32768 and 2048 blocks 26.4 trillion, under the bound; at
+  // H = 65536 four times that, 48 TiB of weights even at 4 bits.
+  cfg.model.layers = kMaxLayers;
+  cfg.model.heads = cfg.model.kv_heads = 64;
+  cfg.model.hidden = 32768;
+  cfg.model.ffn = 4 * cfg.model.hidden;
+  EXPECT_LT(parameter_count(cfg.model), kMaxParameters);
+  EXPECT_NO_THROW(validate(cfg));
+  cfg.model.hidden = 65536;
+  cfg.model.ffn = 4 * cfg.model.hidden;
+  EXPECT_GT(parameter_count(cfg.model), kMaxParameters);
+  try {
+    validate(cfg);
+    FAIL() << "106 trillion parameters were accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no GPU holds it"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(kMaxParameters / 2, std::int64_t{16} * 1024 * GiB);  // 16 TiB at 4 bits a weight
+  for (const Preset& p : presets()) {
+    RunConfig preset;
+    preset.model = p.model;
+    EXPECT_NO_THROW(validate(preset)) << p.name;
+  }
+}
+
 }  // namespace
 }  // namespace vrambench

@@ -1,11 +1,7 @@
-// Result tables: Markdown alignment, CSV quoting, JSON types, provenance and the result writer.
-#include <fmt/format.h>
+// Result tables: Markdown alignment, CSV quoting, JSON types and provenance.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -16,8 +12,6 @@
 
 namespace vrambench {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Five columns, one of each kind, and two rows that exercise every printed form.
 Table sample_table() {
@@ -95,6 +89,17 @@ TEST(ReportMarkdown, WidthCountsCharactersNotBytes) {
   t.columns = {{"shape", "shape", CellKind::text}};
   t.add_row({Cell::of_text("2×4")});  // 3 characters, 4 bytes
   EXPECT_EQ(to_markdown(t), "| shape |\n| ----- |\n| 2×4   |\n");
+}
+
+// A table printed a row at a time, from rows that are not held together, is to_markdown's.
+TEST(ReportMarkdown, ALayoutWidenedRowByRowPrintsTheSameTable) {
+  const Table t = sample_table();
+  MarkdownLayout layout(t.columns);
+  for (const auto& row : t.rows) layout.widen(row);
+  std::string printed = layout.header();
+  for (const auto& row : t.rows) printed += layout.line(row);
+  EXPECT_EQ(printed, to_markdown(t));
+  EXPECT_THROW(layout.widen({Cell::of_int(1)}), InternalError);
 }
 
 TEST(ReportCsv, RawValues) {
@@ -203,174 +208,6 @@ TEST(ReportProvenance, ToJsonHoldsEveryField) {
   EXPECT_EQ(j["command_line"], "vrambench run");
   EXPECT_EQ(j["extra"]["cuda"], "12.4");
   EXPECT_EQ(j["extra"]["driver"], "550.54");
-}
-
-// A fresh folder per test under the system temp directory, removed afterwards.
-class ReportWriter : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            fmt::format("vrambench-report-{}-{}", ::getpid(),
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  static Provenance provenance() {
-    return {"1.2.3",           "abc123", "sim:test", "2026-11-22T10:00:00Z", "vrambench run 'a b'",
-            {{"cuda", "12.4"}}};
-  }
-  static std::string read(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-  static Table header_only() {
-    Table t = sample_table();
-    t.rows.clear();
-    return t;
-  }
-
-  fs::path root_;
-};
-
-// The CSV is the header and the rows, nothing else: provenance lives in the JSON.
-constexpr std::string_view kCsvHeader = "model,seq,peak_bytes,err,under\n";
-
-TEST_F(ReportWriter, NothingIsCreatedBeforeTheFirstRow) {
-  const fs::path folder = root_ / "out" / "nested";
-  ResultWriter writer(folder.string(), "sweep", header_only(), provenance(), true, true);
-  EXPECT_FALSE(fs::exists(root_ / "out"));
-  writer.append(sample_table().rows[0]);
-  EXPECT_TRUE(fs::exists(folder / "sweep.csv.partial"));
-  EXPECT_TRUE(fs::exists(folder / "sweep.jsonl.partial"));
-}
-
-TEST_F(ReportWriter, PartialFilesHoldEveryAppendedRow) {
-  const Table rows = sample_table();
-  ResultWriter writer(root_.string(), "sweep", header_only(), provenance(), true, true);
-  writer.append(rows.rows[0]);
-  EXPECT_EQ(read(root_ / "sweep.csv.partial"),
-            std::string(kCsvHeader) + "gpt2,1024,1572864,0.031,1\n");
-  writer.append(rows.rows[1]);
-  EXPECT_EQ(read(root_ / "sweep.csv.partial"), std::string(kCsvHeader) +
-                                                   "gpt2,1024,1572864,0.031,1\n"
-                                                   "llama2-7b,,85899345920,-0.12,0\n");
-  const std::vector<std::string> json_lines = lines_of(read(root_ / "sweep.jsonl.partial"));
-  ASSERT_EQ(json_lines.size(), 2u);
-  // Keys in column order, one object per line.
-  EXPECT_EQ(json_lines[0],
-            R"({"model":"gpt2","seq":1024,"peak_bytes":1572864,"err":0.031,"under":true})");
-  const nlohmann::json second = nlohmann::json::parse(json_lines[1]);
-  EXPECT_EQ(second["model"], "llama2-7b");
-  EXPECT_TRUE(second["seq"].is_null());
-  EXPECT_FALSE(fs::exists(root_ / "sweep.csv"));
-  EXPECT_FALSE(fs::exists(root_ / "sweep.json"));
-}
-
-TEST_F(ReportWriter, FinishWritesFinalFilesAndRemovesPartials) {
-  const Table rows = sample_table();
-  ResultWriter writer(root_.string(), "sweep", header_only(), provenance(), true, true);
-  writer.append(rows.rows[0]);
-  writer.append(rows.rows[1]);
-  const std::string partial_csv = read(root_ / "sweep.csv.partial");
-  writer.finish(rows, {{"capacity_bytes", 1024}});
-
-  EXPECT_EQ(writer.written_files(), (std::vector<std::string>{(root_ / "sweep.csv").string(),
-                                                              (root_ / "sweep.json").string()}));
-  EXPECT_EQ(read(root_ / "sweep.csv"), partial_csv);
-  for (const char* gone :
-       {"sweep.csv.partial", "sweep.jsonl.partial", "sweep.csv.tmp", "sweep.json.tmp"})
-    EXPECT_FALSE(fs::exists(root_ / gone)) << gone;
-
-  const nlohmann::json doc = nlohmann::json::parse(read(root_ / "sweep.json"));
-  EXPECT_EQ(doc["provenance"]["tool_version"], "1.2.3");
-  EXPECT_EQ(doc["provenance"]["extra"]["cuda"], "12.4");
-  EXPECT_EQ(doc["summary"]["capacity_bytes"], 1024);
-  ASSERT_EQ(doc["columns"].size(), 5u);
-  EXPECT_EQ(doc["columns"][2],
-            (nlohmann::json{{"key", "peak_bytes"}, {"title", "peak"}, {"kind", "bytes"}}));
-  EXPECT_EQ(doc["columns"][3]["kind"], "percent");
-  ASSERT_EQ(doc["rows"].size(), 2u);
-  EXPECT_EQ(doc["rows"][0], json_row(rows, rows.rows[0]));
-  EXPECT_EQ(doc["rows"][1], json_row(rows, rows.rows[1]));
-  EXPECT_THROW(writer.append(rows.rows[0]), InternalError);
-}
-
-TEST_F(ReportWriter, OnlyTheFormatsAskedFor) {
-  ResultWriter writer(root_.string(), "csv_only", header_only(), provenance(), true, false);
-  writer.append(sample_table().rows[0]);
-  EXPECT_FALSE(fs::exists(root_ / "csv_only.jsonl.partial"));
-  writer.finish(sample_table(), {});
-  EXPECT_TRUE(fs::exists(root_ / "csv_only.csv"));
-  EXPECT_FALSE(fs::exists(root_ / "csv_only.json"));
-  EXPECT_EQ(writer.written_files().size(), 1u);
-
-  const fs::path unused = root_ / "none";
-  ResultWriter silent(unused.string(), "x", header_only(), provenance(), false, false);
-  silent.append(sample_table().rows[0]);
-  silent.finish(sample_table(), {});
-  EXPECT_FALSE(fs::exists(unused));
-  EXPECT_TRUE(silent.written_files().empty());
-}
-
-TEST_F(ReportWriter, FinishWithoutRowsWritesTheHeader) {
-  const fs::path folder = root_ / "empty";
-  ResultWriter writer(folder.string(), "sweep", header_only(), provenance(), true, true);
-  writer.finish(header_only(), nlohmann::json());
-  EXPECT_EQ(read(folder / "sweep.csv"), std::string(kCsvHeader));
-  const nlohmann::json doc = nlohmann::json::parse(read(folder / "sweep.json"));
-  EXPECT_EQ(doc["summary"], nlohmann::json::object());
-  EXPECT_TRUE(doc["rows"].is_array());
-  EXPECT_TRUE(doc["rows"].empty());
-  EXPECT_FALSE(fs::exists(folder / "sweep.csv.partial"));
-}
-
-TEST_F(ReportWriter, ResumeStartsThePartialsWithTheKeptRowsAndFinishTakesTheFinalOrder) {
-  const Table rows = sample_table();
-  {
-    ResultWriter first(root_.string(), "sweep", header_only(), provenance(), true, true);
-    first.append(rows.rows[1]);  // then the run is killed
-  }
-  ResultWriter writer(root_.string(), "sweep", header_only(), provenance(), true, true);
-  writer.resume({rows.rows[1]});
-  EXPECT_EQ(read(root_ / "sweep.csv.partial"),
-            std::string(kCsvHeader) + "llama2-7b,,85899345920,-0.12,0\n");
-  EXPECT_EQ(lines_of(read(root_ / "sweep.jsonl.partial")).size(), 1u);
-  writer.append(rows.rows[0]);
-  EXPECT_EQ(lines_of(read(root_ / "sweep.csv.partial")).size(), 3u);
-  EXPECT_THROW(writer.resume({}), InternalError);
-  writer.finish(rows, {});
-  // The final file has the rows in the order of the table given, not in the order they finished.
-  EXPECT_EQ(read(root_ / "sweep.csv"), std::string(kCsvHeader) +
-                                           "gpt2,1024,1572864,0.031,1\n"
-                                           "llama2-7b,,85899345920,-0.12,0\n");
-  EXPECT_FALSE(fs::exists(root_ / "sweep.csv.partial"));
-}
-
-TEST_F(ReportWriter, AFileInPlaceOfTheFolderIsAUsageError) {
-  const fs::path file = root_ / "taken";
-  std::ofstream(file) << "not a folder";
-  for (const fs::path& folder : {file, file / "sub"}) {
-    ResultWriter writer(folder.string(), "sweep", header_only(), provenance(), true, true);
-    try {
-      writer.append(sample_table().rows[0]);
-      FAIL() << "no UsageError for " << folder;
-    } catch (const UsageError& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find(folder.string()), std::string::npos) << message;
-      EXPECT_NE(message.find("Not a directory"), std::string::npos) << message;
-      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    }
-  }
-}
-
-TEST_F(ReportWriter, WrongRowWidthIsAnInternalError) {
-  ResultWriter writer(root_.string(), "sweep", header_only(), provenance(), true, true);
-  EXPECT_THROW(writer.append({Cell::of_int(1)}), InternalError);
-  EXPECT_FALSE(fs::exists(root_ / "sweep.csv.partial"));
 }
 
 }  // namespace

@@ -18,38 +18,49 @@
 #include "device/device.h"
 #include "device/gpu.h"
 #include "estimate/estimate.h"
-#include "report/program_table.h"
 #include "program/program.h"
 #include "report/compare.h"
 #include "report/merge.h"
+#include "report/program_table.h"
 #include "report/read.h"
 #include "report/result_tables.h"
 #include "report/table.h"
+#include "report/writer.h"
 #include "search/isolate.h"
 #include "search/measure.h"
 
 namespace vrambench {
 namespace {
 
-// Makes the device of every grid point up front, so a bad device fails before any output. Each
-// distinct (device, vram) is made once: on a GPU that takes a child process and a context.
-std::vector<Device> make_devices(const Grid& grid, const DeviceOptions& options) {
-  std::vector<Device> devices;
-  std::map<std::pair<DeviceChoice, Bytes>, Device> made;
-  std::string note;
-  for (const RunConfig& cfg : grid.configs) {
-    const std::pair<DeviceChoice, Bytes> key{cfg.device, cfg.vram};
-    auto it = made.find(key);
-    if (it == made.end()) {
-      std::string this_note;
-      it = made.emplace(key, make_device(cfg, options, &this_note)).first;
-      if (note.empty()) note = this_note;
+// The device of every grid point, made up front so a bad device fails before any output. Each
+// distinct (device, vram) is made once (on a GPU that takes a child process and a context) and
+// held once: a sweep's configurations point at it.
+class GridDevices {
+ public:
+  GridDevices(const Grid& grid, const DeviceOptions& options) {
+    std::map<std::pair<DeviceChoice, Bytes>, std::uint32_t> made;
+    std::string note;
+    for (const RunConfig& cfg : grid.configs) {
+      const std::pair<DeviceChoice, Bytes> key{cfg.device, cfg.vram};
+      auto it = made.find(key);
+      if (it == made.end()) {
+        std::string this_note;
+        it = made.emplace(key, static_cast<std::uint32_t>(distinct_.size())).first;
+        distinct_.push_back(make_device(cfg, options, &this_note));
+        if (note.empty()) note = this_note;
+      }
+      of_config_.push_back(it->second);
     }
-    devices.push_back(it->second);
+    if (!note.empty()) fmt::print(stderr, "{}\n", note);
   }
-  if (!note.empty()) fmt::print(stderr, "{}\n", note);
-  return devices;
-}
+  const Device& operator[](std::size_t config) const { return distinct_[of_config_[config]]; }
+  // Every distinct device, in the order the grid first names them.
+  const std::vector<Device>& distinct() const { return distinct_; }
+
+ private:
+  std::vector<Device> distinct_;
+  std::vector<std::uint32_t> of_config_;
+};
 
 std::string device_label(const std::vector<Device>& devices) {
   for (const Device& d : devices)
@@ -65,7 +76,8 @@ struct RunDevice {
   DeviceKind kind;
   std::string label;
 };
-RunDevice run_device(const std::vector<Device>& devices, const CliOptions& options) {
+RunDevice run_device(const GridDevices& grid_devices, const CliOptions& options) {
+  const std::vector<Device>& devices = grid_devices.distinct();
   if (devices.empty()) {
     const Device base = make_device(base_config(options), options.device);
     return {base.info.kind, base.info.label};
@@ -102,19 +114,14 @@ std::string describe_point(const RunConfig& cfg, const std::vector<std::string>&
   return out;
 }
 
-// The rows of the configurations an earlier run of this command (--name, --out) finished, by
-// their index in the grid.
-struct ResumedRows {
-  explicit ResumedRows(std::size_t n) : rows(n), details(n) {}
-  std::vector<std::optional<std::vector<Cell>>> rows;
-  std::vector<nlohmann::json> details;
-};
-
-// Reads what an earlier run finished and starts the partials with it. A row of a configuration
-// this command does not run means another command: a UsageError, before anything is written.
-ResumedRows resume_rows(const Grid& grid, ResultWriter& writer, const Table& header) {
-  ResumedRows resumed(grid.configs.size());
-  FinishedRows finished = read_finished_rows(writer.path(""), header);
+// --resume: the rows an earlier run of this command (--out, --name) finished, kept by the writer
+// at their configuration's index with their details (the point added); true for each index kept.
+// The run must be this one (run_differences, the rule merge reads: the command but for where and
+// how it writes, the tool, the device), and every row one of its configurations: a UsageError
+// otherwise, before anything is written.
+std::vector<bool> resume_rows(const Grid& grid, ResultWriter& writer,
+                              const std::vector<Column>& columns, const Provenance& provenance) {
+  std::vector<bool> kept(grid.configs.size(), false);
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     std::string key;
@@ -122,24 +129,49 @@ ResumedRows resume_rows(const Grid& grid, ResultWriter& writer, const Table& hea
     index.emplace(std::move(key), i);
   }
   const std::size_t key_width = key_columns(grid.varying).size();
-  std::vector<std::vector<Cell>> kept;
-  for (std::size_t r = 0; r < finished.rows.size(); ++r) {
-    std::string key;
-    for (std::size_t c = 0; c < key_width; ++c) key += cell_text(finished.rows[r][c]) + '\n';
-    const auto it = index.find(key);
-    if (it == index.end()) {
-      std::replace(key.begin(), key.end(), '\n', ' ');
+  Table header;
+  header.columns = columns;
+  const auto check = [&](const std::string& path, const nlohmann::json& stored) {
+    if (stored.is_null())
       throw UsageError(fmt::format(
-          "--resume: '{}' has a row ({}) that this command does not run: another sweep?",
-          finished.path, key.substr(0, key.size() - 1)));
-    }
-    if (resumed.rows[it->second]) continue;  // a row twice: the first is the one kept
-    resumed.rows[it->second] = finished.rows[r];
-    resumed.details[it->second] = std::move(finished.details[r]);
-    kept.push_back(std::move(finished.rows[r]));
-  }
-  writer.resume(kept);
-  return resumed;
+          "--resume: '{}' does not say which command wrote it (a CSV alone, or an older "
+          "vrambench's partial), so its rows cannot be checked: run without --resume, or give "
+          "another --name",
+          path));
+    if (const auto differences = run_differences(stored, nlohmann::json(provenance));
+        !differences.empty())
+      throw UsageError(fmt::format(
+          "--resume: '{}' is of another run ({}): its rows are not this command's; run the "
+          "command that wrote it, or give another --name",
+          path, describe(differences)));
+  };
+  writer.resume([&](const ResultWriter::Keep& keep) {
+    std::string path;
+    read_finished_rows(
+        writer.path(""), header,
+        [&](const std::string& found, const nlohmann::json& stored) {
+          path = found;
+          check(found, stored);
+        },
+        [&](FinishedRow&& row) {
+          std::string key;
+          for (std::size_t c = 0; c < key_width; ++c) key += cell_text(row.cells[c]) + '\n';
+          const auto it = index.find(key);
+          if (it == index.end()) {
+            std::replace(key.begin(), key.end(), '\n', ' ');
+            throw UsageError(fmt::format(
+                "--resume: '{}' has a row ({}) that this command does not run: another sweep?",
+                path, key.substr(0, key.size() - 1)));
+          }
+          if (kept[it->second]) return;  // a row twice: the first is the one kept
+          kept[it->second] = true;
+          nlohmann::json details =
+              row.details.is_object() ? std::move(row.details) : nlohmann::json::object();
+          details["point"] = describe_point(grid.configs[it->second], grid.varying);
+          keep(it->second, row.cells, details);
+        });
+  });
+  return kept;
 }
 
 bool stderr_is_terminal() {
@@ -168,6 +200,28 @@ Table gpu_table() {
   return t;
 }
 
+// Whether two paths name one file: the same path once resolved, or one file under two names (a
+// link).
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec)) return true;
+  std::error_code ec_a, ec_b;
+  const auto resolved_a = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ec_a);
+  const auto resolved_b = std::filesystem::weakly_canonical(std::filesystem::absolute(b), ec_b);
+  return !ec_a && !ec_b && resolved_a == resolved_b;
+}
+
+// The aligned Markdown table of the writer's rows, read back a row at a time.
+void print_markdown(const ResultWriter& writer) {
+  fmt::print("{}", writer.markdown().header());
+  writer.for_each_row(
+      [&](const std::vector<Cell>& row) { fmt::print("{}", writer.markdown().line(row)); });
+}
+
+RowSource rows_of(const ResultWriter& writer) {
+  return [&writer](const RowVisitor& visit) { writer.for_each_row(visit); };
+}
+
 void print_written(const ResultWriter& writer) {
   for (const std::string& path : writer.written_files()) fmt::print("wrote {}\n", path);
 }
@@ -177,17 +231,17 @@ void print_written(const ResultWriter& writer) {
 int run_estimate_command(const CliOptions& options, int argc, const char* const* argv) {
   const Formats& formats = options.formats;
   const Grid grid = make_grid(options);
-  const std::vector<Device> devices = make_devices(grid, {});
+  const GridDevices devices(grid, {});
   const std::string device_name = run_device(devices, options).label;
   // A batch given or swept: each row is the peak at its batch.
   const bool at_batch = options.fields.count("batch") > 0 ||
                         std::any_of(grid.axes.begin(), grid.axes.end(),
                                     [](const Axis& a) { return a.field == "batch"; });
 
-  Table table = estimate_table(grid.varying, at_batch);
   const Provenance provenance = provenance_of(grid, argc, argv, device_name);
+  const Table header = estimate_table(grid.varying, at_batch);
   ResultWriter writer(options.out,
-                      options.name.empty() ? default_output_name("estimate") : options.name, table,
+                      options.name.empty() ? default_output_name("estimate") : options.name, header,
                       provenance, formats.csv, formats.json);
   std::int64_t smallest = INT64_MAX, largest = 0;
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
@@ -196,24 +250,23 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
     const Breakdown breakdown = analyze(cfg, estimate_overhead(device));
     // At a batch, the allocator's share is taken there, so that the row's peak is that batch's
     // replay and not a point of the line fitted where the largest batch is decided.
-    std::vector<Cell> row =
-        estimate_row(cfg, at_batch ? analyze(cfg, estimate_overhead(device, true)) : breakdown,
-                     grid.varying, device, at_batch);
-    writer.append(row);
-    table.add_row(std::move(row));
+    writer.append(
+        i, estimate_row(cfg, at_batch ? analyze(cfg, estimate_overhead(device, true)) : breakdown,
+                        grid.varying, device, at_batch));
     const std::int64_t max_batch = breakdown.max_batch(device.total);
     smallest = std::min(smallest, max_batch);
     largest = std::max(largest, max_batch);
   }
   if (grid.configs.empty()) smallest = largest = 0;  // an empty shard
-  if (formats.markdown) fmt::print("{}", to_markdown(table));
-  const std::string summary_line =
-      estimate_summary_line(table, on_device(device_name, provenance), smallest, largest);
+  if (formats.markdown) print_markdown(writer);
+  const std::string summary_line = estimate_summary_line(
+      header.columns, rows_of(writer), on_device(device_name, provenance), smallest, largest);
   fmt::print("\n{}\n", summary_line);
-  writer.finish(table, {{"configurations", grid.configs.size()},
-                        {"min_est_max_batch", smallest},
-                        {"max_est_max_batch", largest},
-                        {"summary", summary_line}});
+  writer.finish({{"configurations", grid.configs.size()},
+                 {"min_est_max_batch", smallest},
+                 {"max_est_max_batch", largest},
+                 {"summary", summary_line}},
+                false);
   print_written(writer);
   return 0;
 }
@@ -229,18 +282,18 @@ int run_seq_search(const CliOptions& options, const Grid& grid, int argc, const 
     throw UsageError("--over seq: the sequence is what the search finds; drop --seq and its sweep");
   if (options.resume)
     throw UsageError("--over seq: --resume finishes searches over the batch only");
-  const std::vector<Device> devices = make_devices(grid, options.device);
+  const GridDevices devices(grid, options.device);
   const RunDevice run = run_device(devices, options);
   if (run.kind == DeviceKind::cuda)
     throw UsageError(
         "--over seq runs on sim and cpu devices; on a GPU, `vrambench plan --seq max` gives the "
         "sim replay's answer, or sweep --sweep seq=... over the batch search");
   const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
-  Table table = seq_search_table(grid.varying, measured);
+  const Table header = seq_search_table(grid.varying, measured);
   const Provenance provenance = provenance_of(grid, argc, argv, run.label);
-  ResultWriter writer(
-      options.out, options.name.empty() ? default_output_name("search-seq") : options.name, table,
-      provenance, options.formats.csv, options.formats.json);
+  ResultWriter writer(options.out,
+                      options.name.empty() ? default_output_name("search-seq") : options.name,
+                      header, provenance, options.formats.csv, options.formats.json);
   Progress progress(!options.quiet && stderr_is_terminal(),
                     static_cast<std::int64_t>(grid.configs.size()));
   const auto start = std::chrono::steady_clock::now();
@@ -251,20 +304,19 @@ int run_seq_search(const CliOptions& options, const Grid& grid, int argc, const 
     };
     const SeqMeasurement m = measure_max_seq(grid.configs[i], devices[i], SeqLimits{},
                                              progress.enabled() ? observe : TrialObserver{});
-    std::vector<Cell> row = seq_search_row(m, grid.varying, devices[i].info.total);
-    writer.append(row);
-    table.add_row(std::move(row));
+    writer.append(i, seq_search_row(m, grid.varying, devices[i].info.total));
     progress.finished(true);
   }
   progress.clear();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (options.formats.markdown) fmt::print("{}", to_markdown(table));
-  const std::string summary_line = seq_search_summary_line(table, on_device(run.label, provenance), seconds);
+  if (options.formats.markdown) print_markdown(writer);
+  const std::string summary_line = seq_search_summary_line(
+      header.columns, rows_of(writer), on_device(run.label, provenance), seconds);
   fmt::print("\n{}\n", summary_line);
   writer.finish(
-      table,
-      {{"configurations", grid.configs.size()}, {"seconds", seconds}, {"summary", summary_line}});
+      {{"configurations", grid.configs.size()}, {"seconds", seconds}, {"summary", summary_line}},
+      false);
   print_written(writer);
   return 0;
 }
@@ -287,7 +339,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     throw UsageError(
         "--resume: give the --name of the run to finish (and the same --out), e.g. --name grid "
         "--resume");
-  const std::vector<Device> devices = make_devices(grid, options.device);
+  const GridDevices devices(grid, options.device);
   const RunDevice run = run_device(devices, options);
   const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
   const SearchLimits limits{options.max_batch};
@@ -296,32 +348,29 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const bool with_sim = measured != "sim";
   const bool with_paged = std::any_of(grid.configs.begin(), grid.configs.end(),
                                       [](const RunConfig& c) { return is_paged(c.optimizer); });
-  Table table = search_table(grid.varying, measured, with_paged);
+  const Table header = search_table(grid.varying, measured, with_paged);
   const Provenance provenance = provenance_of(grid, argc, argv, run.label);
   ResultWriter writer(options.out,
-                      options.name.empty() ? default_output_name("search") : options.name, table,
+                      options.name.empty() ? default_output_name("search") : options.name, header,
                       provenance, formats.csv, formats.json);
-  const ResumedRows resumed =
-      options.resume ? resume_rows(grid, writer, table) : ResumedRows(grid.configs.size());
+  // Rows and their details go to the writer as they finish and are not held here: a sweep's
+  // memory stays flat in its length.
+  const std::vector<bool> kept = options.resume
+                                     ? resume_rows(grid, writer, header.columns, provenance)
+                                     : std::vector<bool>(grid.configs.size(), false);
 
   // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
   Progress progress(!options.quiet && stderr_is_terminal(),
                     static_cast<std::int64_t>(grid.configs.size()));
-  nlohmann::json details = nlohmann::json::array();
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
-    const RunConfig& cfg = grid.configs[i];
-    const Device& device = devices[i];
-    const std::string point = describe_point(cfg, grid.varying);
-    if (resumed.rows[i]) {
-      table.add_row(*resumed.rows[i]);
-      nlohmann::json d =
-          resumed.details[i].is_object() ? resumed.details[i] : nlohmann::json::object();
-      d["point"] = point;
-      details.push_back(std::move(d));
+    if (kept[i]) {
       progress.finished(false);
       continue;
     }
+    const RunConfig& cfg = grid.configs[i];
+    const Device& device = devices[i];
+    const std::string point = describe_point(cfg, grid.varying);
     progress.starting(point);
     const TrialObserver observe = [&](std::int64_t batch, const TrialResult& result) {
       progress.trial(batch, result.fit);
@@ -356,26 +405,23 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
             m.compared_batch(),
             run_trial(cfg, replayed, m.compared_batch(), replayed.info.tensor_capacity(), nullptr));
     }
-    std::vector<Cell> row =
-        search_row(m, grid.varying, device.info.total, sim ? &*sim : nullptr, with_paged);
-    writer.append(row);
-    table.add_row(std::move(row));
-    nlohmann::json d = search_details(m, device.info);
-    d["point"] = point;
-    details.push_back(std::move(d));
+    nlohmann::json details = search_details(m, device.info);
+    details["point"] = point;
+    writer.append(i,
+                  search_row(m, grid.varying, device.info.total, sim ? &*sim : nullptr, with_paged),
+                  details);
     progress.finished(true);
   }
   progress.clear();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (formats.markdown) fmt::print("{}", to_markdown(table));
-  const SearchSummary summary = summarize_search(table);
-  const std::string summary_line = search_summary_line(summary, on_device(run.label, provenance), seconds);
+  if (formats.markdown) print_markdown(writer);
+  const SearchSummary summary = summarize_search(header.columns, rows_of(writer));
+  const std::string summary_line =
+      search_summary_line(summary, on_device(run.label, provenance), seconds);
   fmt::print("\n{}\n", summary_line);
-  nlohmann::json summary_json = search_summary_json(summary, summary_line, seconds);
-  summary_json["details"] = std::move(details);
-  writer.finish(table, summary_json);
+  writer.finish(search_summary_json(summary, summary_line, seconds), true);
   print_written(writer);
   return 0;
 }
@@ -405,6 +451,17 @@ int run_merge_command(const CliOptions& options) {
   if (out.filename().empty())
     throw UsageError(
         fmt::format("merge: '{}' names no file: give OUT as FOLDER/NAME", options.merge_out));
+  // The merged files never replace a part: `merge p0 p0.json p1.json` would overwrite a shard.
+  std::vector<std::string> outputs;
+  if (options.formats.csv) outputs.push_back(out.string() + ".csv");
+  if (options.formats.json) outputs.push_back(out.string() + ".json");
+  for (const std::string& part : options.parts)
+    for (const std::string& output : outputs)
+      if (same_file(output, part))
+        throw UsageError(fmt::format(
+            "merge: OUT '{}' would overwrite the part '{}': give the merged table another name",
+            options.merge_out, part));
+  // Every part is read and checked before anything is written.
   std::vector<ResultFile> parts;
   for (const std::string& part : options.parts) parts.push_back(read_result_file(part));
   MergedResult merged = merge_shards(parts);
@@ -421,10 +478,10 @@ int run_merge_command(const CliOptions& options) {
     summary_line = search_summary_line(s, on_device(merged.provenance.device, merged.provenance),
                                        merged.seconds);
     summary = search_summary_json(s, summary_line, merged.seconds);
-    if (!merged.details.is_null()) summary["details"] = merged.details;
   } else {
     summary_line =
-        estimate_summary_line(merged.table, on_device(merged.provenance.device, merged.provenance),
+        estimate_summary_line(merged.table.columns, rows_of(merged.table),
+                              on_device(merged.provenance.device, merged.provenance),
                               merged.smallest_est_max_batch, merged.largest_est_max_batch);
     summary = {{"configurations", configurations},
                {"min_est_max_batch", merged.smallest_est_max_batch},
@@ -434,9 +491,13 @@ int run_merge_command(const CliOptions& options) {
   summary_line += fmt::format(" (merged from {} shards)", merged.shards);
   summary["shards"] = merged.shards;
   summary["summary"] = summary_line;
+  // The merged rows go through the writer as a sweep's do (the JSON's details with them).
+  const bool with_details = is_search_table(merged.table) && !merged.details.is_null();
+  for (std::size_t r = 0; r < merged.table.rows.size(); ++r)
+    writer.append(r, merged.table.rows[r], with_details ? merged.details[r] : nlohmann::json());
   if (options.formats.markdown) fmt::print("{}", to_markdown(merged.table));
   fmt::print("\n{}\n", summary_line);
-  writer.finish(merged.table, summary);
+  writer.finish(summary, with_details);
   print_written(writer);
   return 0;
 }

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,9 +72,10 @@ constexpr const char* kPlanExamples = R"(Examples:
   vrambench plan --preset mistral-7b --finetune qlora --vram auto --seq max --emit axolotl
       the longest sequence at micro-batch 1 on this GPU's free memory, as Axolotl keys
 
-The micro-batch: the largest that fits in capacity - safety margin (never above the target), m0;
-grad-accum = ceil(target / m0). A smaller micro-batch that divides the target is taken instead when
-it costs at most one more step of accumulation (then micro x accum is exactly the target).
+The micro-batch: the largest that fits in capacity - safety margin and divides the target;
+grad-accum = target / micro-batch, so micro x accum is the target, always. Where the largest that
+fits would run much more per step and reaches an effective batch near the target, that is listed
+as a near alternative (give its effective batch as --target-batch to plan it), never substituted.
 Trials are sim replays of the device; see docs/plan.md.)";
 
 // The value a field has when it is not given, for --help.
@@ -152,6 +154,36 @@ const CLI::Validator kPositive(
     },
     "POSITIVE");
 
+// A number above 0 (or at least 0), its bound said in words: CLI11's own range checks print the
+// largest double in full.
+CLI::Validator number_at_least_zero(bool zero_allowed) {
+  return CLI::Validator(
+      [zero_allowed](std::string& text) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(text, x) || !std::isfinite(x))
+          return fmt::format("invalid '{}': expected a number", text);
+        if (zero_allowed ? x < 0.0 : x <= 0.0)
+          return fmt::format("invalid {}: must be {}", text,
+                             zero_allowed ? "0 or more" : "a positive number");
+        return {};
+      },
+      zero_allowed ? "NONNEGATIVE" : "POSITIVE");
+}
+const CLI::Validator kPositiveNumber = number_at_least_zero(false);
+const CLI::Validator kNonNegativeNumber = number_at_least_zero(true);
+
+// --name is a file name under --out, never a path: a separator (or "..") would write elsewhere.
+const CLI::Validator kFileName(
+    [](std::string& text) -> std::string {
+      if (text.empty() || text == "." || text == "..")
+        return fmt::format("invalid '{}': give a file name, e.g. --name grid", text);
+      if (text.find_first_of("/\\") != std::string::npos)
+        return fmt::format("invalid '{}': a file name, without '/' or '\\' (the folder is --out)",
+                           text);
+      return {};
+    },
+    "NAME");
+
 // [0, 1), for probabilities.
 const CLI::Validator kProbability(
     [](std::string& text) -> std::string {
@@ -181,7 +213,7 @@ void add_field_option(CLI::App* app, CliOptions& options, const FieldInfo& info,
           return app->add_option_function<T>(flag, store, help)->check(kPositive);
         } else if constexpr (std::is_same_v<T, double>) {
           if (info.kind == FieldKind::number)
-            return app->add_option_function<T>(flag, store, help)->check(CLI::PositiveNumber);
+            return app->add_option_function<T>(flag, store, help)->check(kPositiveNumber);
           return app->add_option_function<T>(flag, store, help)->check(kProbability);
         } else if constexpr (std::is_same_v<T, LoraTargets>) {
           return app->add_option_function<std::string>(
@@ -261,7 +293,9 @@ void add_output_options(CLI::App* app, CliOptions& options) {
   app->add_option("--out", options.out, "folder for the CSV and JSON files")
       ->capture_default_str()
       ->group("Output");
-  app->add_option("--name", options.name, "base name of the output files (default: command-time)")
+  app->add_option("--name", options.name,
+                  "base name of the output files under --out, no folder (default: command-time)")
+      ->check(kFileName)
       ->group("Output");
   add_format_option(app, options);
 }
@@ -323,7 +357,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   search->add_flag("--resume", options.resume,
                    "keep the rows a run of the same command, --out and --name finished (final or "
-                   "partial files) and run only the rest");
+                   "partial files) and run only the rest; a run of another command, device or "
+                   "version is refused");
   add_shard_option(search, options);
   add_safety_margin_option(search, options);
   search
@@ -351,7 +386,7 @@ int run(int argc, char** argv) {
       ->add_option("--trial-timeout", options.trial_timeout,
                    "seconds: an isolated trial (cuda, or --isolate) that runs longer is stopped "
                    "and its row says timeout")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   search->add_flag_callback(
       "--no-execute", [&options] { options.device.execute = false; },
@@ -397,19 +432,21 @@ int run(int argc, char** argv) {
   CLI::App* compare = app.add_subcommand(
       "compare",
       "join two result files (CSV or JSON) on their configuration columns and show what moved; "
-      "exit 0 when every row is within tolerance, 1 when not, 2 on bad input");
+      "exit 0 when every row is within tolerance, 1 when not (or when a peak or max batch "
+      "column is in one file only, or the JSON are of another command, device or framework: "
+      "the first line says), 2 on bad input");
   compare->add_option("BASE", options.base, "the reference: NAME.csv or NAME.json")->required();
   compare->add_option("NEW", options.fresh, "the table to check against it")->required();
   compare
       ->add_option("--tolerance", options.compare.tolerance_percent,
                    "percent a peak may move, relative to BASE")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->type_name("PCT")
       ->capture_default_str();
   compare
       ->add_option("--batch-tolerance", options.compare.batch_tolerance,
                    "how many a max batch may move")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->type_name("N")
       ->capture_default_str();
   compare->add_flag("--all", options.compare.all,

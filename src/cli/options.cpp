@@ -4,6 +4,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <sstream>
@@ -46,6 +47,36 @@ RunConfig base_config(const CliOptions& options) {
   return cfg;
 }
 
+namespace {
+
+// An option that only a recipe the grid never runs reads would be ignored without a word: the
+// LoRA options without LoRA, --double-quant without a 4-bit base. Given (or swept) where no
+// configuration uses it, it is refused, naming what it needs.
+void check_recipe_options(const CliOptions& options, const Grid& grid) {
+  const auto given = [&](std::string_view field) {
+    return options.fields.count(std::string(field)) > 0 ||
+           std::any_of(grid.axes.begin(), grid.axes.end(),
+                       [&](const Axis& a) { return a.field == field; });
+  };
+  const auto any = [&](bool (*uses)(const RunConfig&)) {
+    return std::any_of(grid.configs.begin(), grid.configs.end(), uses);
+  };
+  for (std::string_view field : {"lora-rank", "lora-alpha", "lora-dropout", "lora-targets"})
+    if (given(field) && !any([](const RunConfig& c) { return is_finetune(c); }))
+      throw UsageError(fmt::format(
+          "--{} sets the LoRA adapters: it needs --finetune lora or qlora (the recipe is full "
+          "training, which has none)",
+          field));
+  if (given("double-quant") && !any([](const RunConfig& c) {
+        return base_quant(c) == QuantKind::nf4 || base_quant(c) == QuantKind::fp4;
+      }))
+    throw UsageError(
+        "--double-quant quantises the absmax of a 4-bit base: it needs --quant nf4|fp4 or "
+        "--finetune qlora");
+}
+
+}  // namespace
+
 Grid make_grid(const CliOptions& options) {
   Grid grid;
   const RunConfig base = base_config(options);
@@ -65,6 +96,7 @@ Grid make_grid(const CliOptions& options) {
       throw UsageError(fmt::format("{} (at grid point{})", e.what(), where));
     }
   }
+  check_recipe_options(options, grid);
   std::set<Framework> frameworks;
   for (const RunConfig& cfg : grid.configs) frameworks.insert(framework_of(cfg));
   if (frameworks.empty()) frameworks.insert(framework_of(base));

@@ -377,6 +377,11 @@ void validate(const RunConfig& cfg) {
   require_positive(m.heads, "heads");
   require_positive(m.kv_heads, "kv-heads");
   require_positive(m.layers, "layers");
+  if (m.layers > kMaxLayers)
+    throw UsageError(fmt::format(
+        "invalid --layers {}: at most {} (the deepest transformers trained have about 1,000; the "
+        "step program and its estimate grow with every layer)",
+        m.layers, kMaxLayers));
   require_positive(m.ffn, "ffn");
   require_positive(m.vocab, "vocab");
   require_positive(m.max_positions, "max-positions");
@@ -447,6 +452,15 @@ void validate(const RunConfig& cfg) {
               "mlp weights");
   // All parameter terms are now known to fit; the total with optimizer state must too.
   checked_mul(parameter_count(m), 20, "model state bytes");
+  constexpr Bytes TiB = 1024 * GiB;
+  if (const std::int64_t parameters = parameter_count(m); parameters > kMaxParameters)
+    throw UsageError(fmt::format(
+        "{} has {:.3g} trillion parameters: its weights alone, even at 4 bits, are {:.0f} TiB, "
+        "over {} TiB, a hundred times the largest GPU's memory: no GPU holds it (at most {:.1f} "
+        "trillion parameters)",
+        m.name, static_cast<double>(parameters) / 1e12,
+        static_cast<double>(parameters) / 2 / static_cast<double>(TiB), kMaxParameters / 2 / TiB,
+        static_cast<double>(kMaxParameters) / 1e12));
 }
 
 }  // namespace vrambench

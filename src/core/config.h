@@ -227,10 +227,20 @@ constexpr QuantKind base_quant(const RunConfig& c) {
   return c.finetune == Finetune::qlora && c.quant == QuantKind::none ? QuantKind::nf4 : c.quant;
 }
 
+// What a configuration may ask for (docs/memory-model.md, "Limits"). A model above either is
+// refused when the grid is made, before anything is built. The step program, its estimate and
+// every trial grow with the layers (the hf estimate as their square): up to kMaxLayers each answers
+// in seconds, and the deepest transformers trained have about 1,000 layers. kMaxParameters is
+// 16 TiB of weights even at 4 bits a weight, the least any recipe here stores (over a hundred
+// times the largest GPU profile): no GPU holds such a model, whatever its batch.
+inline constexpr std::int64_t kMaxLayers = 2048;
+inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 45;  // 35.2 trillion
+
 // Checks every field and how they fit together; throws UsageError with one line naming the value
 // and what is allowed. Also rejects configurations whose largest tensor or total parameter bytes
-// overflow 64 bits. Runs once per configuration, when the grid is made; everything after it (the
-// estimate, the program builder, the trials) takes a validated configuration.
+// overflow 64 bits, and models past kMaxLayers or kMaxParameters. Runs once per configuration, when
+// the grid is made; everything after it (the estimate, the program builder, the trials) takes a
+// validated configuration.
 void validate(const RunConfig& cfg);
 
 // Why the hf profile does not model cfg's recipe yet, as a sentence for the user ("--framework hf

@@ -34,6 +34,12 @@ std::string accumulation_text(const Plan& plan) {
                      c.effective_batch);
 }
 
+// The near alternative of a choice, listed and never planned: "3 x 5 = 15".
+std::string near_text(const MicroBatchChoice& c) {
+  return fmt::format("{} x {} = {}", c.near_micro_batch, c.near_grad_accum,
+                     c.near_effective_batch());
+}
+
 Table settings_table(const Plan& plan) {
   Table t;
   t.columns = {{"setting", "setting", CellKind::text}, {"value", "value", CellKind::text}};
@@ -49,16 +55,18 @@ Table settings_table(const Plan& plan) {
     row("grad-accum (gradient_accumulation_steps)", std::to_string(c.grad_accum));
   }
   if (plan.target_batch && plan.fits()) {
-    std::string effective = std::to_string(c.effective_batch);
-    if (c.effective_batch > *plan.target_batch)
-      effective += fmt::format(
-          " (target {}: no micro-batch that fits divides it within one more "
-          "step of accumulation)",
-          *plan.target_batch);
-    else if (c.micro_batch < std::min(c.max_micro_batch, *plan.target_batch))
-      effective += fmt::format(" (micro-batch {} rather than {}: it divides the target)",
-                               c.micro_batch, std::min(c.max_micro_batch, *plan.target_batch));
-    row("effective batch", effective);
+    const std::int64_t largest = std::min(c.max_micro_batch, *plan.target_batch);
+    row("effective batch",
+        c.micro_batch < largest
+            ? fmt::format("{} (micro-batch {} rather than {}: it divides the target)",
+                          c.effective_batch, c.micro_batch, largest)
+            : std::to_string(c.effective_batch));
+    if (c.near_micro_batch > 0)
+      row("near alternative (not planned)",
+          fmt::format("{}: the largest micro-batch, {} micro-steps instead of {}, but an "
+                      "effective batch of {}, not {} (--target-batch {} plans it)",
+                      near_text(c), c.near_grad_accum, c.grad_accum, c.near_effective_batch(),
+                      c.effective_batch, c.near_effective_batch()));
   }
   const std::string limit =
       plan.target_batch ? fmt::format(" (searched up to {})", *plan.target_batch) : "";
@@ -182,6 +190,10 @@ std::string header_comment(const Plan& plan, std::string_view mark) {
   if (plan.fits())
     out += fmt::format("{} {}; peak {} (sim replay)\n", mark, accumulation_text(plan),
                        format_bytes(plan.budget.device_peak));
+  if (plan.fits() && plan.choice.near_micro_batch > 0)
+    out += fmt::format(
+        "{} near alternative, not planned: {} (fewer micro-steps, another effective batch)\n", mark,
+        near_text(plan.choice));
   else
     out += fmt::format(
         "{} NOTHING FITS: micro-batch 1 needs {}; see `vrambench plan` for what "
@@ -191,11 +203,16 @@ std::string header_comment(const Plan& plan, std::string_view mark) {
 }
 
 nlohmann::json choice_json(const MicroBatchChoice& c) {
+  nlohmann::json near = nullptr;
+  if (c.near_micro_batch > 0)
+    near = {{"micro_batch", c.near_micro_batch},
+            {"grad_accum", c.near_grad_accum},
+            {"effective_batch", c.near_effective_batch()}};
   return {{"max_micro_batch", c.max_micro_batch},
           {"micro_batch", c.micro_batch},
           {"grad_accum", c.grad_accum},
           {"effective_batch", c.effective_batch},
-          {"divides_target", c.divides}};
+          {"near", near}};
 }
 
 nlohmann::json config_json(const RunConfig& cfg) {
@@ -271,10 +288,10 @@ std::string plan_markdown(const Plan& plan) {
       out += fmt::format(
           "\nWhat to change ({}; each measured on sim, ranked by memory saved at micro-batch "
           "{}, where the plan needs {}):\n\n",
-          plan.fits() ? fmt::format("micro-batch {} needs grad-accum {} for {}",
-                                    plan.planned.search.max_batch, plan.choice.grad_accum,
-                                    plan.target_batch.value_or(0))
-                      : "not even micro-batch 1 fits",
+          plan.fits()
+              ? fmt::format("micro-batch {} needs grad-accum {} for {}", plan.choice.micro_batch,
+                            plan.choice.grad_accum, plan.target_batch.value_or(0))
+              : "not even micro-batch 1 fits",
           plan.compared_batch, format_bytes(plan.compared_peak));
       out += to_markdown(alternatives_table(plan));
     }
@@ -463,6 +480,7 @@ std::string plans_markdown(const std::vector<Plan>& plans,
     t.columns.push_back({"micro_batch", "micro-batch", CellKind::integer});
     t.columns.push_back({"grad_accum", "grad-accum", CellKind::integer});
     t.columns.push_back({"effective_batch", "effective", CellKind::integer});
+    t.columns.push_back({"near", "near (not planned)", CellKind::text});
   }
   t.columns.push_back({"max_seq", "longest seq at 1", CellKind::integer});
   t.columns.push_back({"peak_bytes", "peak", CellKind::bytes});
@@ -486,6 +504,8 @@ std::string plans_markdown(const std::vector<Plan>& plans,
       row.push_back(Cell::of_int(p.choice.micro_batch));
       row.push_back(Cell::of_int(p.choice.grad_accum));
       row.push_back(Cell::of_int(p.choice.effective_batch));
+      row.push_back(p.choice.near_micro_batch > 0 ? Cell::of_text(near_text(p.choice))
+                                                  : Cell::none(CellKind::text));
     }
     row.push_back(Cell::of_int(p.longest_seq.search.max_seq));
     row.push_back(Cell::of_bytes(p.budget.device_peak));

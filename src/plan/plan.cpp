@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 
@@ -60,20 +61,20 @@ MicroBatchChoice choose_micro_batch(std::int64_t max_micro_batch, std::int64_t t
   c.max_micro_batch = std::max<std::int64_t>(max_micro_batch, 0);
   if (c.max_micro_batch == 0) return c;
   const std::int64_t m0 = std::min(c.max_micro_batch, target);
-  const std::int64_t a0 = (target + m0 - 1) / m0;
   c.micro_batch = m0;
-  c.grad_accum = a0;
-  // The largest divisor of the target not above m0 whose accumulation is at most one more step.
-  for (std::int64_t d = m0; d >= 1; --d) {
-    if (target % d != 0) continue;
-    if (target / d <= a0 + 1) {
-      c.micro_batch = d;
-      c.grad_accum = target / d;
+  while (target % c.micro_batch != 0) --c.micro_batch;  // 1 divides every target
+  c.grad_accum = target / c.micro_batch;
+  c.effective_batch = target;
+  // A micro-batch well below the largest that fits: the nearest effective batch the largest
+  // reaches, when it is near, is listed.
+  if (4 * c.micro_batch < 3 * m0) {
+    const std::int64_t below = target / m0, above = (target + m0 - 1) / m0;
+    const std::int64_t accum = target - below * m0 < above * m0 - target ? below : above;
+    if (8 * std::llabs(accum * m0 - target) <= target) {
+      c.near_micro_batch = m0;
+      c.near_grad_accum = accum;
     }
-    break;  // smaller divisors only need more steps
   }
-  c.effective_batch = c.micro_batch * c.grad_accum;
-  c.divides = c.effective_batch == target;
   return c;
 }
 
@@ -270,8 +271,8 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
     plan.choice = choose_micro_batch(max_micro, target);
     if (max_micro > 0) plan.config.grad_accum = plan.choice.grad_accum;
   } else {
-    plan.choice = {max_micro, max_micro, max_micro > 0 ? cfg.grad_accum : 0,
-                   max_micro * cfg.grad_accum, false};
+    plan.choice = {
+        max_micro, max_micro, max_micro > 0 ? cfg.grad_accum : 0, max_micro * cfg.grad_accum, 0, 0};
   }
   plan.whole = measure(plan.config, whole, SearchLimits{limit});
 

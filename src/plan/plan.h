@@ -31,18 +31,22 @@ struct SafetyMargin {
 SafetyMargin parse_safety_margin(std::string_view text);
 
 // The micro-batch and gradient accumulation for an effective (global) batch of `target`, given the
-// largest micro-batch that fits. The rule (docs/plan.md):
-//   m0 = min(max_micro_batch, target), a0 = ceil(target / m0);
-//   the largest divisor d of target with d <= m0 and target / d <= a0 + 1 is taken when there is
-//   one (the effective batch is then exactly the target, at the cost of at most one more step of
-//   accumulation); otherwise m0 with a0 (effective batch m0 * a0 >= target).
+// largest micro-batch that fits. The effective batch is the target, always (docs/plan.md):
+//   m0 = min(max_micro_batch, target); the micro-batch is the largest divisor d of the target
+//   with d <= m0, and the accumulation target / d.
+// Where that costs much throughput (d below 3/4 of m0: every micro-step carries at least a quarter
+// fewer samples than the card holds) and the largest micro-batch reaches a near effective batch
+// (m0 x a, a = floor or ceil of target / m0, whichever is nearer, the larger on a tie, within 1/8
+// of the target), that is listed as `near`: another effective batch, never substituted.
 // max_micro_batch 0 (nothing fits) gives all zeros. target must be at least 1.
 struct MicroBatchChoice {
   std::int64_t max_micro_batch = 0;
   std::int64_t micro_batch = 0;
   std::int64_t grad_accum = 0;
-  std::int64_t effective_batch = 0;  // micro_batch * grad_accum
-  bool divides = false;              // micro_batch divides the target (effective batch == target)
+  std::int64_t effective_batch = 0;  // micro_batch * grad_accum: the target
+  // The near alternative at the largest micro-batch, with its own effective batch; 0 x 0 if none.
+  std::int64_t near_micro_batch = 0, near_grad_accum = 0;
+  std::int64_t near_effective_batch() const { return near_micro_batch * near_grad_accum; }
   bool operator==(const MicroBatchChoice&) const = default;
 };
 MicroBatchChoice choose_micro_batch(std::int64_t max_micro_batch, std::int64_t target);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -102,11 +103,20 @@ Comparison compare_results(const ResultFile& base, const ResultFile& fresh,
         out.config_columns.empty() ? "none" : fmt::format("{}", fmt::join(out.config_columns, ",")),
         fresh.path,
         fresh_config.empty() ? "none" : fmt::format("{}", fmt::join(fresh_config, ","))));
-  for (std::string_view key : kCompared)
-    if (index_of(base.table, key) && index_of(fresh.table, key)) out.compared.emplace_back(key);
+  for (std::string_view key : kCompared) {
+    const bool in_base = index_of(base.table, key).has_value();
+    const bool in_new = index_of(fresh.table, key).has_value();
+    if (in_base && in_new) out.compared.emplace_back(key);
+    if (in_base && !in_new) out.columns_only_in_base.emplace_back(key);
+    if (!in_base && in_new) out.columns_only_in_new.emplace_back(key);
+  }
   if (out.compared.empty())
     throw UsageError(
         fmt::format("'{}' and '{}' share no peak or max batch column", base.path, fresh.path));
+
+  if (base.provenance.is_object() && fresh.provenance.is_object())
+    for (RunDifference& d : run_differences(base.provenance, fresh.provenance))
+      if (d.what != "git_commit") out.provenance.push_back(std::move(d));
 
   std::vector<std::size_t> base_config, fresh_config_index;
   for (const std::string& key : out.config_columns) {
@@ -170,9 +180,18 @@ Comparison compare_results(const ResultFile& base, const ResultFile& fresh,
   return out;
 }
 
+bool Comparison::other_configurations() const {
+  return std::any_of(provenance.begin(), provenance.end(), [](const RunDifference& d) {
+    return d.what == "command" || d.what == "device" || d.what == "framework";
+  });
+}
+
 std::string format_comparison(const Comparison& comparison, const ResultFile& base,
                               const ResultFile& fresh, const CompareOptions& options) {
   std::string out;
+  if (!comparison.provenance.empty())
+    out += fmt::format("{} and {} differ in provenance: {}\n\n", base.path, fresh.path,
+                       describe(comparison.provenance));
   if (!comparison.table.rows.empty()) out += to_markdown(comparison.table) + "\n";
   for (const auto& [rows, path] : {std::pair{&comparison.only_in_base, &base.path},
                                    std::pair{&comparison.only_in_new, &fresh.path}}) {
@@ -181,12 +200,20 @@ std::string format_comparison(const Comparison& comparison, const ResultFile& ba
     for (const std::string& name : *rows) out += fmt::format("  {}\n", name);
     out += "\n";
   }
+  std::string columns;
+  for (const auto& [keys, path] : {std::pair{&comparison.columns_only_in_base, &base.path},
+                                   std::pair{&comparison.columns_only_in_new, &fresh.path}})
+    if (!keys->empty())
+      columns += fmt::format("; not compared, only in {}: {}", *path, fmt::join(*keys, ", "));
   out += fmt::format(
       "{} of {} matched row{} out of tolerance (peaks ±{:g}%, max batches ±{}); {} only in {}, {} "
-      "only in {}: {}\n",
+      "only in {}{}{}: {}\n",
       comparison.out_of_tolerance, comparison.matched, comparison.matched == 1 ? "" : "s",
       options.tolerance_percent, options.batch_tolerance, comparison.only_in_base.size(), base.path,
-      comparison.only_in_new.size(), fresh.path, comparison.passed() ? "same" : "DIFFERENT");
+      comparison.only_in_new.size(), fresh.path, columns,
+      comparison.other_configurations() ? "; rows of other configurations (see the first line)"
+                                        : "",
+      comparison.passed() ? "same" : "DIFFERENT");
   return out;
 }
 

@@ -5,7 +5,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <optional>
 
 #include "core/error.h"
 
@@ -17,34 +16,7 @@ std::string text_in(const ResultFile& part, const char* key) {
   return value.is_string() ? value.get<std::string>() : value.dump();
 }
 
-std::string quoted_command(const std::vector<std::string>& words) {
-  std::vector<const char*> argv{"vrambench"};
-  for (const std::string& w : words) argv.push_back(w.c_str());
-  return make_provenance(static_cast<int>(argv.size()), argv.data(), "").command_line;
-}
-
 }  // namespace
-
-std::vector<std::string> command_words(const std::string& command_line, Shard* shard) {
-  const std::vector<std::string> words = shell_words(command_line);
-  std::vector<std::string> kept;
-  for (std::size_t i = 1; i < words.size(); ++i) {
-    const std::string& w = words[i];
-    const auto value_of = [&](std::string_view flag) -> std::optional<std::string> {
-      if (w == flag && i + 1 < words.size()) return words[++i];
-      if (w.starts_with(std::string(flag) + "=")) return w.substr(flag.size() + 1);
-      return std::nullopt;
-    };
-    if (const auto value = value_of("--shard")) {
-      if (shard) *shard = parse_shard(*value);
-      continue;
-    }
-    if (value_of("--out") || value_of("--name") || value_of("--format")) continue;
-    if (w == "--quiet" || w == "--resume") continue;
-    kept.push_back(w);
-  }
-  return kept;
-}
 
 MergedResult merge_shards(const std::vector<ResultFile>& parts) {
   if (parts.empty()) throw UsageError("merge: no parts");
@@ -66,16 +38,11 @@ MergedResult merge_shards(const std::vector<ResultFile>& parts) {
       throw UsageError(
           fmt::format("'{}' is not a shard: its command has no --shard K/N", file.path));
     const ResultFile& first = sorted.empty() ? file : *sorted.front().file;
-    if (sorted.empty()) {
-      command = words;
-    } else if (words != command) {
-      throw UsageError(fmt::format("'{}' is from another command: `{}`, not `{}`", file.path,
-                                   quoted_command(words), quoted_command(command)));
-    }
-    for (const char* key : {"tool_version", "git_commit", "device"})
-      if (text_in(file, key) != text_in(first, key))
-        throw UsageError(fmt::format("'{}' has {} {}, '{}' has {}", file.path, key,
-                                     text_in(file, key), first.path, text_in(first, key)));
+    if (sorted.empty()) command = words;
+    if (const auto differences = run_differences(file.provenance, first.provenance);
+        !differences.empty())
+      throw UsageError(fmt::format("'{}' is not a part of the run of '{}': {}", file.path,
+                                   first.path, describe(differences)));
     if (!sorted.empty() && shard.count != sorted.front().shard.count)
       throw UsageError(fmt::format("'{}' is shard {}/{}, '{}' one of {}", file.path, shard.index,
                                    shard.count, first.path, sorted.front().shard.count));

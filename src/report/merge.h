@@ -8,14 +8,11 @@
 #include <vector>
 
 #include "report/read.h"
+#include "report/same_run.h"
 #include "report/table.h"
 #include "sweep/shard.h"
 
 namespace vrambench {
-
-// A command line without what only says where and how a run writes (--out, --name, --format,
-// --quiet, --resume) and without its --shard, which `shard` receives when given; argv[0] dropped.
-std::vector<std::string> command_words(const std::string& command_line, Shard* shard = nullptr);
 
 struct MergedResult {
   Table table;              // every row, in the order of the unsharded sweep
@@ -26,9 +23,9 @@ struct MergedResult {
   std::int64_t smallest_est_max_batch = 0, largest_est_max_batch = 0;  // estimate tables
 };
 
-// The parts must be the JSON of every shard K/N, K = 0..N-1, of one command, written by one
-// version and commit on one device, with the same columns. Throws UsageError naming the part and
-// what differs.
+// The parts must be the JSON of every shard K/N, K = 0..N-1, of one run (run_differences: one
+// command, version, commit and device), with the same columns. Throws UsageError naming the part
+// and what differs.
 MergedResult merge_shards(const std::vector<ResultFile>& parts);
 
 }  // namespace vrambench

@@ -38,20 +38,21 @@ nlohmann::json parse_json(const std::string& text, const std::string& path) {
   }
 }
 
-// The row of JSON object `row` in the order of `columns`, typed by their kinds.
+// The row of JSON object `row` in the order of `columns`, typed by their kinds; `where` names it
+// in errors ("'x.json'", "'x.jsonl.partial' line 4").
 std::vector<Cell> json_cells(const std::vector<Column>& columns, const nlohmann::json& row,
-                             const std::string& path) {
+                             const std::string& where) {
   if (!row.is_object() || row.size() != columns.size())
     throw UsageError(
-        fmt::format("'{}': a row is not an object of its {} columns", path, columns.size()));
+        fmt::format("{}: a row is not an object of its {} columns", where, columns.size()));
   std::vector<Cell> cells;
   for (const Column& column : columns) {
     if (!row.contains(column.key))
-      throw UsageError(fmt::format("'{}': a row has no '{}'", path, column.key));
+      throw UsageError(fmt::format("{}: a row has no '{}'", where, column.key));
     try {
       cells.push_back(cell_from_json(column.kind, row.at(column.key)));
     } catch (const UsageError& e) {
-      throw UsageError(fmt::format("'{}', column {}: {}", path, column.key, e.what()));
+      throw UsageError(fmt::format("{}, column {}: {}", where, column.key, e.what()));
     }
   }
   return cells;
@@ -73,7 +74,7 @@ ResultFile read_json_document(const std::string& path) {
                                   kind_from_name(column.value("kind", "text"))});
   }
   for (const nlohmann::json& row : doc["rows"])
-    file.table.add_row(json_cells(file.table.columns, row, path));
+    file.table.add_row(json_cells(file.table.columns, row, fmt::format("'{}'", path)));
   file.provenance = doc.value("provenance", nlohmann::json());
   file.summary = doc.value("summary", nlohmann::json());
   return file;
@@ -112,6 +113,18 @@ std::vector<std::string> keys_of(const std::vector<Column>& columns) {
   return keys;
 }
 
+// Line 1 of a JSON Lines partial: {"provenance": {...}}.
+nlohmann::json partial_provenance(const std::string& line, const std::string& where) {
+  try {
+    const nlohmann::json head = nlohmann::json::parse(line);
+    if (head.is_object() && head.size() == 1 && head["provenance"].is_object())
+      return head["provenance"];
+  } catch (const nlohmann::json::exception&) {
+  }
+  throw UsageError(fmt::format(
+      "{} is not the provenance of a run (a damaged partial: remove it to run again)", where));
+}
+
 void check_columns(const std::vector<Column>& found, const Table& header, const std::string& path) {
   if (keys_of(found) != keys_of(header.columns))
     throw UsageError(
@@ -127,45 +140,85 @@ ResultFile read_result_file(const std::string& path) {
   throw UsageError(fmt::format("'{}': a result file is NAME.csv or NAME.json", path));
 }
 
-FinishedRows read_finished_rows(const std::string& base, const Table& header) {
-  FinishedRows finished;
+FinishedRow partial_row(const std::vector<Column>& columns, std::string_view line,
+                        const std::string& where) {
+  nlohmann::json row;
+  try {
+    row = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{} is not a row: {} (a damaged partial: remove it to run again)",
+                                 where, e.what()));
+  }
+  FinishedRow finished;
+  if (row.is_object() && row.contains("details")) {
+    finished.details = std::move(row["details"]);
+    row.erase("details");
+  }
+  try {
+    finished.cells = json_cells(columns, row, where);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format(
+        "{} (a damaged partial, or another table's: remove it to run again)", e.what()));
+  }
+  return finished;
+}
+
+std::string read_finished_rows(
+    const std::string& base, const Table& header,
+    const std::function<void(const std::string& path, const nlohmann::json& provenance)>& found,
+    const std::function<void(FinishedRow&&)>& visit) {
   const auto exists = [](const std::string& path) {
     std::error_code ec;
     return fs::exists(path, ec);
   };
-  // A kill can cut the last line of a partial: only whole lines are finished rows.
-  const auto whole_lines = [](std::string text) {
-    text.erase(text.find_last_of('\n') == std::string::npos ? 0 : text.find_last_of('\n') + 1);
-    return text;
-  };
   if (const std::string path = base + ".jsonl.partial"; exists(path)) {
-    finished.path = path;
-    std::istringstream lines(whole_lines(read_text(path)));
-    for (std::string line; std::getline(lines, line);)
-      if (!line.empty())
-        finished.rows.push_back(json_cells(header.columns, parse_json(line, path), path));
-  } else if (const std::string json = base + ".json"; exists(json)) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UsageError(fmt::format("cannot read '{}': permission denied", path));
+    std::size_t number = 0;
+    bool announced = false;
+    // A line is a row only once its newline is there: a kill can cut the last one.
+    for (std::string line; std::getline(in, line) && !in.eof();) {
+      ++number;
+      if (line.empty()) continue;
+      const std::string where = fmt::format("'{}' line {}", path, number);
+      if (number == 1 && line.starts_with("{\"provenance\":")) {
+        found(path, partial_provenance(line, where));
+        announced = true;
+        continue;
+      }
+      // No provenance line: an older vrambench's partial when its first line is a row.
+      FinishedRow row = partial_row(header.columns, line, where);
+      if (!announced) found(path, nullptr);
+      announced = true;
+      visit(std::move(row));
+    }
+    if (!announced) found(path, nullptr);
+    return path;
+  }
+  if (const std::string json = base + ".json"; exists(json)) {
     ResultFile file = read_json_document(json);
     check_columns(file.table.columns, header, json);
-    finished.path = json;
-    finished.rows = std::move(file.table.rows);
-    const nlohmann::json details = file.summary.value("details", nlohmann::json());
-    for (std::size_t i = 0; i < finished.rows.size(); ++i)
-      finished.details.push_back(details.is_array() && i < details.size() ? details[i]
-                                                                          : nlohmann::json());
-  } else {
-    for (const char* ext : {".csv.partial", ".csv"}) {
-      const std::string csv = base + ext;
-      if (!exists(csv)) continue;
-      ResultFile file = csv_result(whole_lines(read_text(csv)), csv, header.columns);
-      check_columns(file.table.columns, header, csv);
-      finished.path = csv;
-      finished.rows = std::move(file.table.rows);
-      break;
-    }
+    found(json, file.provenance);
+    const nlohmann::json details = file.summary.is_object()
+                                       ? file.summary.value("details", nlohmann::json())
+                                       : nlohmann::json();
+    for (std::size_t i = 0; i < file.table.rows.size(); ++i)
+      visit({0, std::move(file.table.rows[i]),
+             details.is_array() && i < details.size() ? details[i] : nlohmann::json()});
+    return json;
   }
-  finished.details.resize(finished.rows.size());
-  return finished;
+  for (const char* ext : {".csv.partial", ".csv"}) {
+    const std::string csv = base + ext;
+    if (!exists(csv)) continue;
+    std::string text = read_text(csv);
+    text.erase(text.find_last_of('\n') == std::string::npos ? 0 : text.find_last_of('\n') + 1);
+    ResultFile file = csv_result(text, csv, header.columns);
+    check_columns(file.table.columns, header, csv);
+    found(csv, nullptr);
+    for (auto& row : file.table.rows) visit({0, std::move(row), nullptr});
+    return csv;
+  }
+  return "";
 }
 
 }  // namespace vrambench

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/fields.h"
 #include "estimate/formula.h"
@@ -175,23 +176,25 @@ std::vector<Cell> seq_search_row(const SeqMeasurement& m, const std::vector<std:
   return row;
 }
 
-std::string seq_search_summary_line(const Table& table, const std::string& device, double seconds) {
-  std::int64_t trials = 0, shortest = INT64_MAX, longest = 0;
+std::string seq_search_summary_line(const std::vector<Column>& columns, const RowSource& rows,
+                                    const std::string& device, double seconds) {
+  std::int64_t configurations = 0, trials = 0, shortest = INT64_MAX, longest = 0;
   std::size_t max_col = 0, trials_col = 0;
-  for (std::size_t c = 0; c < table.columns.size(); ++c) {
-    const std::string& key = table.columns[c].key;
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    const std::string& key = columns[c].key;
     if (key.size() > 8 && key.ends_with("_max_seq") && key != "est_max_seq") max_col = c;
     if (key == "trials") trials_col = c;
   }
-  for (const auto& row : table.rows) {
+  rows([&](const std::vector<Cell>& row) {
+    ++configurations;
     trials += row[trials_col].integer;
     shortest = std::min(shortest, row[max_col].integer);
     longest = std::max(longest, row[max_col].integer);
-  }
-  if (table.rows.empty()) shortest = 0;
+  });
+  if (configurations == 0) shortest = 0;
   return fmt::format(
-      "{} configuration{} on {}, {} trials in {:.2f} s: longest sequence {}", table.rows.size(),
-      table.rows.size() == 1 ? "" : "s", device, trials, seconds,
+      "{} configuration{} on {}, {} trials in {:.2f} s: longest sequence {}", configurations,
+      configurations == 1 ? "" : "s", device, trials, seconds,
       shortest == longest ? std::to_string(longest) : fmt::format("{}..{}", shortest, longest));
 }
 
@@ -356,25 +359,15 @@ ErrorSummary error_summary(const std::vector<double>& errors) {
   return {static_cast<int>(errors.size()), spread.median_abs, spread.max_abs, spread.max_signed};
 }
 
-// The cells of column `key`, or nothing when the table has no such column.
-std::vector<const Cell*> column_cells(const Table& table, std::string_view key) {
-  std::vector<const Cell*> cells;
-  for (std::size_t c = 0; c < table.columns.size(); ++c)
-    if (table.columns[c].key == key)
-      for (const auto& row : table.rows) cells.push_back(&row[c]);
-  return cells;
+// The place of column `key`, or none when the table has no such column.
+std::optional<std::size_t> column_index(const std::vector<Column>& columns, std::string_view key) {
+  for (std::size_t c = 0; c < columns.size(); ++c)
+    if (columns[c].key == key) return c;
+  return std::nullopt;
 }
 
 bool has_value(const Cell& cell) {
   return !cell.empty && (cell.kind != CellKind::percent || std::isfinite(cell.real));
-}
-
-// The spread of the errors in column `key` (a percent column), over the rows that have one.
-ErrorSummary column_errors(const Table& table, std::string_view key) {
-  std::vector<double> errors;
-  for (const Cell* cell : column_cells(table, key))
-    if (has_value(*cell)) errors.push_back(cell->real);
-  return error_summary(errors);
 }
 
 // "; formula vs est peak: median |err| 30.1%, max |err| 41.0% (+41.0%)", or "" without errors.
@@ -386,14 +379,22 @@ std::string formula_errors_text(const ErrorSummary& e, std::string_view against)
 
 }  // namespace
 
-std::string estimate_summary_line(const Table& table, const std::string& device,
-                                  std::int64_t smallest, std::int64_t largest) {
-  const std::size_t configurations = table.rows.size();
+std::string estimate_summary_line(const std::vector<Column>& columns, const RowSource& rows,
+                                  const std::string& device, std::int64_t smallest,
+                                  std::int64_t largest) {
+  std::int64_t configurations = 0;
+  std::vector<double> formula;
+  const auto formula_column = column_index(columns, "formula_vs_est");
+  rows([&](const std::vector<Cell>& row) {
+    ++configurations;
+    if (formula_column && has_value(row[*formula_column]))
+      formula.push_back(row[*formula_column].real);
+  });
   return fmt::format(
       "{} configuration{} on {}: estimated max batch {}{}", configurations,
       configurations == 1 ? "" : "s", device,
       smallest == largest ? std::to_string(largest) : fmt::format("{}..{}", smallest, largest),
-      formula_errors_text(column_errors(table, "formula_vs_est"), "est"));
+      formula_errors_text(error_summary(formula), "est"));
 }
 
 std::string recipe_text(const std::vector<RunConfig>& configs) {
@@ -419,36 +420,43 @@ bool is_search_table(const Table& table) {
 }
 
 SearchSummary summarize_search(const Table& table) {
+  return summarize_search(table.columns, rows_of(table));
+}
+
+SearchSummary summarize_search(const std::vector<Column>& columns, const RowSource& rows) {
   SearchSummary s;
-  s.measured = std::any_of(table.columns.begin(), table.columns.end(),
-                           [](const Column& c) { return c.key == "meas_max_batch"; })
-                   ? "meas"
-                   : "sim";
-  s.configurations = static_cast<std::int64_t>(table.rows.size());
-  for (const Cell* cell : column_cells(table, "trials"))
-    if (has_value(*cell)) s.trials += cell->integer;
-  std::vector<double> errors, vs_sim;
-  for (const Cell* cell : column_cells(table, "rel_error"))
-    if (has_value(*cell)) errors.push_back(cell->real);
-  for (const Cell* cell : column_cells(table, "under_estimate"))
-    if (has_value(*cell) && cell->integer != 0) ++s.under_estimates;
-  for (const Cell* cell : column_cells(table, s.measured + "_vs_sim"))
-    if (has_value(*cell)) vs_sim.push_back(cell->real);
-  s.errors = error_summary(errors);
-  s.vs_sim = error_summary(vs_sim);
-  s.formula = column_errors(table, s.measured == "sim" ? "formula_vs_est" : "formula_vs_meas");
+  s.measured = column_index(columns, "meas_max_batch") ? "meas" : "sim";
+  const auto trials = column_index(columns, "trials");
+  const auto rel_error = column_index(columns, "rel_error");
+  const auto under = column_index(columns, "under_estimate");
+  const auto vs_sim_column = column_index(columns, s.measured + "_vs_sim");
+  const auto note = column_index(columns, "note");
+  const auto formula_column =
+      column_index(columns, s.measured == "sim" ? "formula_vs_est" : "formula_vs_meas");
+  std::vector<double> errors, vs_sim, formula;
   // The note starts with the failure's name ("crashed: signal 6 (Aborted)"), see
   // Measurement::note().
-  const auto starts = [](const Cell* cell, std::string_view prefix) {
-    return cell->kind == CellKind::text && cell->text.starts_with(prefix);
+  const auto starts = [](const Cell& cell, std::string_view prefix) {
+    return cell.kind == CellKind::text && cell.text.starts_with(prefix);
   };
-  for (const Cell* note : column_cells(table, "note")) {
-    if (starts(note, "non-monotone:")) ++s.non_monotone;
-    if (starts(note, to_string(Failure::failed) + ":") ||
-        starts(note, to_string(Failure::crashed) + ":"))
+  rows([&](const std::vector<Cell>& row) {
+    ++s.configurations;
+    if (trials && has_value(row[*trials])) s.trials += row[*trials].integer;
+    if (rel_error && has_value(row[*rel_error])) errors.push_back(row[*rel_error].real);
+    if (under && has_value(row[*under]) && row[*under].integer != 0) ++s.under_estimates;
+    if (vs_sim_column && has_value(row[*vs_sim_column])) vs_sim.push_back(row[*vs_sim_column].real);
+    if (formula_column && has_value(row[*formula_column]))
+      formula.push_back(row[*formula_column].real);
+    if (!note) return;
+    if (starts(row[*note], "non-monotone:")) ++s.non_monotone;
+    if (starts(row[*note], to_string(Failure::failed) + ":") ||
+        starts(row[*note], to_string(Failure::crashed) + ":"))
       ++s.failed;
-    if (starts(note, to_string(Failure::timeout) + ":")) ++s.timed_out;
-  }
+    if (starts(row[*note], to_string(Failure::timeout) + ":")) ++s.timed_out;
+  });
+  s.errors = error_summary(errors);
+  s.vs_sim = error_summary(vs_sim);
+  s.formula = error_summary(formula);
   return s;
 }
 

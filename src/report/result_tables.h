@@ -52,7 +52,9 @@ Table seq_search_table(const std::vector<std::string>& varying, const std::strin
 std::vector<Cell> seq_search_row(const SeqMeasurement& m, const std::vector<std::string>& varying,
                                  Bytes capacity);
 // "3 configurations on DEVICE, 40 trials in 0.5 s: longest sequence 1024..8192 at batch 1".
-std::string seq_search_summary_line(const Table& table, const std::string& device, double seconds);
+// The rows are read once, one at a time: a sweep's need not be held.
+std::string seq_search_summary_line(const std::vector<Column>& columns, const RowSource& rows,
+                                    const std::string& device, double seconds);
 
 // Extra JSON per row: capacity, peaks at max and max + 1 by role, the trial log, the reason.
 nlohmann::json search_details(const Measurement& m, const DeviceInfo& device);
@@ -79,6 +81,8 @@ struct SearchSummary {
   int timed_out = 0;     // rows whose trial timed out
 };
 SearchSummary summarize_search(const Table& table);
+// The same over rows read once, one at a time (a sweep's, from its partial).
+SearchSummary summarize_search(const std::vector<Column>& columns, const RowSource& rows);
 // "5 configurations on DEVICE, 15 trials (3.0 per configuration) in 0.12 s; formula vs est
 // peak: median |err| ..." (on a real device: "est vs meas peak: ...; formula vs meas peak: ...").
 std::string search_summary_line(const SearchSummary& s, const std::string& device, double seconds);
@@ -93,8 +97,9 @@ std::vector<std::string> key_columns(const std::vector<std::string>& varying);
 std::vector<Cell> key_cells(const RunConfig& cfg, const std::vector<std::string>& varying);
 // "5 configurations on DEVICE: estimated max batch 12..40; formula vs est peak: median |err|
 // ...", the formula's errors from the table's rows.
-std::string estimate_summary_line(const Table& table, const std::string& device,
-                                  std::int64_t smallest, std::int64_t largest);
+std::string estimate_summary_line(const std::vector<Column>& columns, const RowSource& rows,
+                                  const std::string& device, std::int64_t smallest,
+                                  std::int64_t largest);
 
 // The recipe of a grid's configurations as the summary lines name it: "finetune full, quant none,
 // optimizer adamw, recompute none"; a field that varies lists its values in grid order

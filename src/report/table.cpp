@@ -227,51 +227,67 @@ void Table::add_row(std::vector<Cell> row) {
   rows.push_back(std::move(row));
 }
 
-std::string to_markdown(const Table& table) {
-  if (table.columns.empty()) return "";
-  const std::size_t n = table.columns.size();
-  std::vector<std::string> titles;
-  std::vector<std::vector<std::string>> cells;
-  // A separator needs at least "---" (and "---:" for numbers).
-  std::vector<std::size_t> widths(n, 3);
-  for (std::size_t c = 0; c < n; ++c) {
-    titles.push_back(markdown_text(table.columns[c].title));
-    if (is_numeric(table.columns[c].kind)) widths[c] = 4;
-    widths[c] = std::max(widths[c], display_width(titles[c]));
-  }
-  for (const auto& row : table.rows) {
-    check_width(table, row);
-    auto& line = cells.emplace_back();
-    for (std::size_t c = 0; c < n; ++c) {
-      line.push_back(markdown_cell(row[c]));
-      widths[c] = std::max(widths[c], display_width(line.back()));
-    }
-  }
-
-  auto print_line = [&](const std::vector<std::string>& line) {
-    std::string out = "|";
-    for (std::size_t c = 0; c < n; ++c) {
-      const std::string pad(widths[c] - display_width(line[c]), ' ');
-      const bool right = is_numeric(table.columns[c].kind);
-      out += ' ';
-      if (right) out += pad;
-      out += line[c];
-      if (!right) out += pad;
-      out += " |";
-    }
-    return out + '\n';
+RowSource rows_of(const Table& table) {
+  return [&table](const RowVisitor& visit) {
+    for (const auto& row : table.rows) visit(row);
   };
+}
 
-  std::string out = print_line(titles);
-  out += '|';
-  for (std::size_t c = 0; c < n; ++c) {
-    const bool right = is_numeric(table.columns[c].kind);
+MarkdownLayout::MarkdownLayout(std::vector<Column> columns) : columns_(std::move(columns)) {
+  // A separator needs at least "---" (and "---:" for numbers).
+  for (const Column& column : columns_)
+    widths_.push_back(std::max<std::size_t>(is_numeric(column.kind) ? 4 : 3,
+                                            display_width(markdown_text(column.title))));
+}
+
+void MarkdownLayout::widen(const std::vector<Cell>& row) {
+  if (row.size() != columns_.size())
+    throw InternalError(fmt::format("table row has {} cells but the table has {} columns",
+                                    row.size(), columns_.size()));
+  for (std::size_t c = 0; c < row.size(); ++c)
+    widths_[c] = std::max(widths_[c], display_width(markdown_cell(row[c])));
+}
+
+std::string MarkdownLayout::aligned(const std::vector<std::string>& texts) const {
+  std::string out = "|";
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    const std::string pad(widths_[c] - std::min(widths_[c], display_width(texts[c])), ' ');
+    const bool right = is_numeric(columns_[c].kind);
     out += ' ';
-    out.append(widths[c] - (right ? 1 : 0), '-');
+    if (right) out += pad;
+    out += texts[c];
+    if (!right) out += pad;
+    out += " |";
+  }
+  return out + '\n';
+}
+
+std::string MarkdownLayout::line(const std::vector<Cell>& row) const {
+  std::vector<std::string> texts;
+  for (const Cell& cell : row) texts.push_back(markdown_cell(cell));
+  texts.resize(columns_.size());
+  return aligned(texts);
+}
+
+std::string MarkdownLayout::header() const {
+  std::vector<std::string> titles;
+  for (const Column& column : columns_) titles.push_back(markdown_text(column.title));
+  std::string out = aligned(titles) + '|';
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    const bool right = is_numeric(columns_[c].kind);
+    out += ' ';
+    out.append(widths_[c] - (right ? 1 : 0), '-');
     out += right ? ": |" : " |";
   }
-  out += '\n';
-  for (const auto& line : cells) out += print_line(line);
+  return out + '\n';
+}
+
+std::string to_markdown(const Table& table) {
+  if (table.columns.empty()) return "";
+  MarkdownLayout layout(table.columns);
+  for (const auto& row : table.rows) layout.widen(row);
+  std::string out = layout.header();
+  for (const auto& row : table.rows) out += layout.line(row);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -46,8 +47,28 @@ struct Table {
   void add_row(std::vector<Cell> row);  // throws InternalError when the width is wrong
 };
 
+// Rows handed one at a time to a visitor, wherever they live: a Table's, or a sweep's read back
+// from its partial file (ResultWriter::for_each_row).
+using RowVisitor = std::function<void(const std::vector<Cell>&)>;
+using RowSource = std::function<void(const RowVisitor&)>;
+RowSource rows_of(const Table& table);
+
 // An aligned Markdown table: header, separator (numbers right-aligned), one line per row.
 std::string to_markdown(const Table& table);
+// The same table printed a row at a time, for rows that are not held together (a sweep's rows live
+// in its partial file): every row widens the layout first, then header() and line(row) print it.
+class MarkdownLayout {
+ public:
+  explicit MarkdownLayout(std::vector<Column> columns);
+  void widen(const std::vector<Cell>& row);
+  std::string header() const;  // the titles and the separator line
+  std::string line(const std::vector<Cell>& row) const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::size_t> widths_;
+  std::string aligned(const std::vector<std::string>& texts) const;  // one line, padded
+};
 // CSV: header line of keys, then one line per row; text fields quoted when they need it.
 std::string csv_header(const Table& table);
 std::string csv_row(const Table& table, const std::vector<Cell>& row);
@@ -80,35 +101,5 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Provenance, tool_version, git_commit, device,
 Provenance make_provenance(int argc, const char* const* argv, std::string device);
 // The words of a command line as make_provenance quotes it (single quotes, '\'' for a quote).
 std::vector<std::string> shell_words(std::string_view command_line);
-
-// Writes a table's CSV and JSON under a folder as rows complete: each row is appended and flushed
-// to NAME.csv.partial and NAME.jsonl.partial, so a killed run keeps its finished rows; finish()
-// writes NAME.csv and NAME.json through a temporary file and rename, then removes the partials.
-// Only the formats asked for are written. Nothing is created until the first row, resume() with a
-// row, or finish().
-class ResultWriter {
- public:
-  ResultWriter(std::string folder, std::string name, Table header_only, Provenance provenance,
-               bool write_csv, bool write_json);
-  // Before any append: rows an earlier run finished (--resume). The partials start with them,
-  // each replaced whole (through a temporary file), so that a kill at any point leaves them.
-  void resume(const std::vector<std::vector<Cell>>& kept);
-  void append(const std::vector<Cell>& row);
-  // Writes `table` (this writer's columns, the rows in their final order); `summary` goes into the
-  // JSON document beside "provenance" and "rows" (capacity, medians ...).
-  void finish(const Table& table, const nlohmann::json& summary);
-  std::vector<std::string> written_files() const;  // paths of the final files
-  // FOLDER/NAME + extension: path(".csv"), path(".jsonl.partial").
-  std::string path(std::string_view extension) const;
-
- private:
-  std::string folder_, name_;
-  Table table_;
-  Provenance provenance_;
-  bool write_csv_, write_json_;
-  bool opened_ = false;
-  std::vector<std::string> written_;
-  void open_partials();
-};
 
 }  // namespace vrambench
