@@ -80,8 +80,8 @@ struct Tensor {
   DType dtype = DType::f32;
   Role role = Role::transient;
   Bytes bytes = 0;  // product(shape) * dtype_size, or a library's stated size
-  MemoryComponent component =
-      MemoryComponent::backward_transient;  // what the estimate files it under
+  // What the estimate files its bytes under: set by its builder, its role's by default.
+  MemoryComponent component = MemoryComponent::backward_transient;
   std::int64_t elements() const;
   bool operator==(const Tensor&) const = default;
 };
