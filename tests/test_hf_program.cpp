@@ -1,4 +1,5 @@
-// The hf step program's structure where no measurement covers it: gradient accumulation.
+// The hf step program's structure where no measurement covers it: gradient accumulation, and the
+// training loop around the step (--loop).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -115,6 +116,45 @@ TEST(HfProgram, AutoPicksHfWhereItModelsTheRecipeAndLeanElsewhere) {
   const Liveness hf_live = compute_liveness(build_program(cfg, 0));
   EXPECT_GT(live_profile(build_program(cfg, 0), hf_live).peak,
             live_profile(build_program(lean, 0), compute_liveness(build_program(lean, 0))).peak);
+}
+
+// --loop native keeps the model's output object, and with it the logits in the model's dtype,
+// through backward to the end of the step; Trainer (the default) drops them after the loss. A
+// lean step has no output object: the option is refused there, auto's lean choice included.
+TEST(HfProgram, NativeLoopKeepsTheLogitsToTheEndOfTheStep) {
+  for (Precision dtype : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(to_string(dtype));
+    RunConfig cfg = hf_config("tiny", dtype, 1);
+    const Program trainer = build_program(cfg, 0);
+    cfg.loop = Loop::native;
+    validate(cfg);
+    const Program native = build_program(cfg, 0);
+    auto logits_live_until = [](const Program& p) {
+      const Liveness live = compute_liveness(p);
+      for (const Tensor& t : p.tensors)
+        if (t.name.str() == "logits") return live.free_after[static_cast<std::size_t>(t.id)];
+      return -1;
+    };
+    const int last = static_cast<int>(native.ops.size()) - 1;
+    EXPECT_EQ(logits_live_until(native), last);
+    EXPECT_LT(logits_live_until(trainer), last);
+    const Bytes logits = cfg.batch * cfg.seq * cfg.model.vocab *
+                         static_cast<Bytes>(dtype_size(activation_dtype(dtype)));
+    // At the end of the step the logits are all that is added.
+    const LiveProfile a = live_profile(trainer, compute_liveness(trainer));
+    const LiveProfile b = live_profile(native, compute_liveness(native));
+    EXPECT_EQ(b.live_after.at(static_cast<std::size_t>(last) - 1) -
+                  a.live_after.at(static_cast<std::size_t>(last) - 1),
+              logits);
+    EXPECT_GE(b.peak, a.peak);
+  }
+  RunConfig lean = hf_config("tiny", Precision::bf16, 1);
+  lean.loop = Loop::native;
+  lean.framework = Framework::lean;
+  EXPECT_THROW(validate(lean), UsageError);
+  lean.framework = Framework::automatic;
+  lean.finetune = Finetune::lora;  // auto runs lean for LoRA
+  EXPECT_THROW(validate(lean), UsageError);
 }
 
 }  // namespace

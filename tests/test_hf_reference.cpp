@@ -83,7 +83,7 @@ std::vector<Row> rows_in_scope() {
     row.batch = r.at("batch");
     cfg.batch = row.batch;
     row.options.device = HfOptions::Device::cpu;
-    row.options.keep_outputs = r.at("loop") == "outputs";
+    row.cfg.loop = r.at("loop") == "outputs" ? Loop::native : Loop::trainer;
     row.measured = r.at("peak_bytes");
     row.phase = r.at("phase");
     row.key =

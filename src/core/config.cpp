@@ -36,14 +36,15 @@ constexpr NameTable<Optimizer, 6> kOptimizer{{{Optimizer::adamw, "adamw"},
                                               {Optimizer::sgd, "sgd"},
                                               {Optimizer::none, "none"}}};
 // Hugging Face TrainingArguments.optim spellings (transformers' OptimizerNames).
-constexpr NameTable<Optimizer, 8> kOptimizerAliases{{{Optimizer::adamw, "adamw_torch"},
-                                                     {Optimizer::adamw, "adamw_torch_fused"},
-                                                     {Optimizer::adamw_8bit, "adamw_bnb_8bit"},
-                                                     {Optimizer::adamw_8bit, "adamw_8bit"},
-                                                     {Optimizer::paged_adamw, "paged_adamw_32bit"},
-                                                     {Optimizer::paged_adamw_8bit, "paged_adamw_8bit"},
-                                                     {Optimizer::sgd, "sgd"},
-                                                     {Optimizer::none, "none"}}};
+constexpr NameTable<Optimizer, 8> kOptimizerAliases{
+    {{Optimizer::adamw, "adamw_torch"},
+     {Optimizer::adamw, "adamw_torch_fused"},
+     {Optimizer::adamw_8bit, "adamw_bnb_8bit"},
+     {Optimizer::adamw_8bit, "adamw_8bit"},
+     {Optimizer::paged_adamw, "paged_adamw_32bit"},
+     {Optimizer::paged_adamw_8bit, "paged_adamw_8bit"},
+     {Optimizer::sgd, "sgd"},
+     {Optimizer::none, "none"}}};
 constexpr NameTable<Finetune, 3> kFinetune{
     {{Finetune::full, "full"}, {Finetune::lora, "lora"}, {Finetune::qlora, "qlora"}}};
 constexpr NameTable<QuantKind, 4> kQuant{{{QuantKind::none, "none"},
@@ -51,13 +52,14 @@ constexpr NameTable<QuantKind, 4> kQuant{{{QuantKind::none, "none"},
                                           {QuantKind::fp4, "fp4"},
                                           {QuantKind::int8, "int8"}}};
 constexpr NameTable<Toggle, 2> kToggle{{{Toggle::off, "off"}, {Toggle::on, "on"}}};
+constexpr NameTable<Loop, 2> kLoop{{{Loop::trainer, "trainer"}, {Loop::native, "native"}}};
 
 constexpr std::array<std::string_view, kLoraModuleCount> kLoraModuleNames{
-    "q_proj", "k_proj",    "v_proj", "o_proj", "gate_proj", "up_proj",
+    "q_proj",    "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
     "down_proj", "c_attn", "c_proj", "c_fc",   "c_proj"};
-constexpr std::array<LoraModule, 7> kLlamaModules{LoraModule::q,    LoraModule::k,  LoraModule::v,
-                                                  LoraModule::o,    LoraModule::gate,
-                                                  LoraModule::up,   LoraModule::down};
+constexpr std::array<LoraModule, 7> kLlamaModules{LoraModule::q,   LoraModule::k,    LoraModule::v,
+                                                  LoraModule::o,   LoraModule::gate, LoraModule::up,
+                                                  LoraModule::down};
 constexpr std::array<LoraModule, 4> kGptModules{LoraModule::c_attn, LoraModule::attn_c_proj,
                                                 LoraModule::c_fc, LoraModule::mlp_c_proj};
 constexpr NameTable<LoraTargets::Shorthand, 3> kLoraShorthands{
@@ -122,6 +124,9 @@ std::string_view to_string(QuantKind v) {
 std::string_view to_string(Toggle v) {
   return name_of(kToggle, v);
 }
+std::string_view to_string(Loop v) {
+  return name_of(kLoop, v);
+}
 
 template <>
 EnumNames<Arch> enum_names<Arch>() {
@@ -168,6 +173,10 @@ EnumNames<Toggle> enum_names<Toggle>() {
   return kToggle;
 }
 template <>
+EnumNames<Loop> enum_names<Loop>() {
+  return kLoop;
+}
+template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>() {
   return kOptimizerAliases;
 }
@@ -201,6 +210,7 @@ template AllocatorKind parse_enum<AllocatorKind>(std::string_view, std::string_v
 template Finetune parse_enum<Finetune>(std::string_view, std::string_view);
 template QuantKind parse_enum<QuantKind>(std::string_view, std::string_view);
 template Toggle parse_enum<Toggle>(std::string_view, std::string_view);
+template Loop parse_enum<Loop>(std::string_view, std::string_view);
 
 LoraTargets parse_lora_targets(std::string_view text) {
   LoraTargets t;
@@ -326,12 +336,12 @@ std::int64_t layer_parameter_count(const ModelConfig& m) {
            + F * H + F              // fc
            + H * F + H;             // mlp projection
   }
-  return H                                // attention rms norm
-         + qkv_out * H                    // q, k, v
-         + (m.qkv_bias ? qkv_out : 0)     // their biases (Qwen2)
-         + H * H        // output projection
-         + H            // mlp rms norm
-         + 3 * F * H;   // gate, up, down
+  return H                             // attention rms norm
+         + qkv_out * H                 // q, k, v
+         + (m.qkv_bias ? qkv_out : 0)  // their biases (Qwen2)
+         + H * H                       // output projection
+         + H                           // mlp rms norm
+         + 3 * F * H;                  // gate, up, down
 }
 
 std::int64_t parameter_count(const ModelConfig& m) {
@@ -348,21 +358,24 @@ std::int64_t parameter_count(const ModelConfig& m) {
 std::string hf_gap(const RunConfig& cfg) {
   // What the hf step program covers so far (docs/memory-model.md, "Frameworks").
   if (cfg.scope != Scope::model)
-    return fmt::format("--framework hf builds whole training steps: use --scope model (got --scope "
-                       "{})",
-                       to_string(cfg.scope));
+    return fmt::format(
+        "--framework hf builds whole training steps: use --scope model (got --scope "
+        "{})",
+        to_string(cfg.scope));
   if (is_finetune(cfg))
-    return fmt::format("--framework hf does not model --finetune {} yet: use --finetune full, or "
-                       "--framework lean",
-                       to_string(cfg.finetune));
+    return fmt::format(
+        "--framework hf does not model --finetune {} yet: use --finetune full, or "
+        "--framework lean",
+        to_string(cfg.finetune));
   if (cfg.recompute == Recompute::selective)
     return "--framework hf: transformers checkpoints whole decoder layers; use --recompute none or "
            "full";
   if (cfg.optimizer != Optimizer::adamw && cfg.optimizer != Optimizer::sgd &&
       cfg.optimizer != Optimizer::none)
-    return fmt::format("--framework hf models torch's own optimizers: use --optimizer adamw, sgd "
-                       "or none (got {})",
-                       to_string(cfg.optimizer));
+    return fmt::format(
+        "--framework hf models torch's own optimizers: use --optimizer adamw, sgd "
+        "or none (got {})",
+        to_string(cfg.optimizer));
   return "";
 }
 
@@ -428,15 +441,22 @@ void validate(const RunConfig& cfg) {
   if (const std::string gap = hf_gap(cfg); cfg.framework == Framework::hf && !gap.empty())
     throw UsageError(gap);
   if (framework_of(cfg) == Framework::lean && is_autocast(cfg.dtype))
-    throw UsageError(fmt::format("--dtype {} is autocast over fp32 weights, a --framework hf recipe; "
-                                 "--framework lean takes fp32, tf32, fp16 or bf16{}",
-                                 to_string(cfg.dtype),
-                                 cfg.framework == Framework::automatic
-                                     ? fmt::format(" (auto chose lean: {})", hf_gap(cfg))
-                                     : ""));
+    throw UsageError(fmt::format(
+        "--dtype {} is autocast over fp32 weights, a --framework hf recipe; "
+        "--framework lean takes fp32, tf32, fp16 or bf16{}",
+        to_string(cfg.dtype),
+        cfg.framework == Framework::automatic ? fmt::format(" (auto chose lean: {})", hf_gap(cfg))
+                                              : ""));
+  if (cfg.loop == Loop::native && framework_of(cfg) != Framework::hf)
+    throw UsageError(fmt::format(
+        "--loop native keeps the output object of a transformers model, a --framework hf step; "
+        "--framework lean has none{}",
+        cfg.framework == Framework::automatic ? fmt::format(" (auto chose lean: {})", hf_gap(cfg))
+                                              : ""));
   if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
-    throw UsageError("--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "
-                     "lora --quant int8)");
+    throw UsageError(
+        "--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "
+        "lora --quant int8)");
 
   // The largest byte counts the program and the estimate form; each must fit in 64 bits.
   const std::int64_t tokens = checked_mul(cfg.batch, cfg.seq, "batch x seq");

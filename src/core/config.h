@@ -38,6 +38,10 @@ enum class Optimizer { adamw, adamw_8bit, paged_adamw, paged_adamw_8bit, sgd, no
 // lora over a base stored in 4 bits (--quant nf4 unless given).
 enum class Finetune { full, lora, qlora };
 enum class Toggle { off, on };
+// The training loop around an hf step: trainer (transformers' Trainer, which drops the output
+// object after the loss) or native ("train in native PyTorch": `outputs = model(**batch);
+// outputs.loss.backward()`, the output object and its logits alive through backward).
+enum class Loop { trainer, native };
 enum class Scope { model, layer, attention, mlp };
 enum class AllocatorKind { direct, caching };
 
@@ -52,6 +56,7 @@ std::string_view to_string(AllocatorKind v);
 std::string_view to_string(Finetune v);
 std::string_view to_string(QuantKind v);
 std::string_view to_string(Toggle v);
+std::string_view to_string(Loop v);
 
 // Every value of an enum above with its name, in declaration order: the one table the command
 // line, the sweep and the tables read names from.
@@ -81,6 +86,8 @@ template <>
 EnumNames<QuantKind> enum_names<QuantKind>();
 template <>
 EnumNames<Toggle> enum_names<Toggle>();
+template <>
+EnumNames<Loop> enum_names<Loop>();
 // Other spellings an enum accepts (not listed as its names): the Hugging Face `optim` names of
 // the optimizers ("adamw_torch", "paged_adamw_8bit"). Empty for most enums.
 template <typename E>
@@ -135,7 +142,19 @@ constexpr bool is_paged(Optimizer o) {
 // The linear modules of a block that LoRA can target, by the names PEFT's target_modules use.
 // llama-style blocks have q, k, v, o, gate, up, down (q_proj ...); gpt-style blocks have the packed
 // c_attn, the attention's c_proj, c_fc and the MLP's c_proj ("c_proj" names both, as in PEFT).
-enum class LoraModule : std::uint8_t { q, k, v, o, gate, up, down, c_attn, attn_c_proj, c_fc, mlp_c_proj };
+enum class LoraModule : std::uint8_t {
+  q,
+  k,
+  v,
+  o,
+  gate,
+  up,
+  down,
+  c_attn,
+  attn_c_proj,
+  c_fc,
+  mlp_c_proj
+};
 inline constexpr int kLoraModuleCount = 11;
 
 // What --lora-targets names: modules, or a shorthand resolved per architecture.
@@ -215,6 +234,7 @@ struct RunConfig {
   QuantKind quant = QuantKind::none;  // of the frozen block linears; qlora without it means nf4
   Toggle double_quant = Toggle::on;   // nf4 / fp4 only
   std::int64_t grad_accum = 1;        // micro-steps per optimizer step; B is the micro-batch
+  Loop loop = Loop::trainer;          // hf: the loop around the step
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -229,7 +249,7 @@ constexpr QuantKind base_quant(const RunConfig& c) {
 
 // What a configuration may ask for (docs/memory-model.md, "Limits"). A model above either is
 // refused when the grid is made, before anything is built. The step program, its estimate and
-// every trial grow with the layers (the hf estimate as their square): up to kMaxLayers each answers
+// every trial grow with the layers: up to kMaxLayers each answers
 // in seconds, and the deepest transformers trained have about 1,000 layers. kMaxParameters is
 // 16 TiB of weights even at 4 bits a weight, the least any recipe here stores (over a hundred
 // times the largest GPU profile): no GPU holds such a model, whatever its batch.

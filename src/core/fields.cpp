@@ -14,7 +14,7 @@
 namespace vrambench {
 namespace {
 
-constexpr std::array<FieldInfo, 29> kFields{{
+constexpr std::array<FieldInfo, 30> kFields{{
     {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
     {"arch", FieldKind::choice, "gpt|llama"},
     {"hidden", FieldKind::integer, "hidden size H"},
@@ -52,6 +52,9 @@ constexpr std::array<FieldInfo, 29> kFields{{
     {"quant", FieldKind::choice, "none|nf4|fp4|int8: storage of the frozen block linears"},
     {"double-quant", FieldKind::choice, "on|off: 8-bit absmax of 4-bit weights"},
     {"grad-accum", FieldKind::integer, "micro-steps per optimizer step (gradients stay live)"},
+    {"loop", FieldKind::choice,
+     "trainer|native (--framework hf): Trainer drops the model's output after the loss; a native "
+     "PyTorch loop (outputs = model(**batch)) keeps it, and its logits, through backward"},
 }};
 
 // How each field of kFields (same order) is parsed, read and written.
@@ -171,6 +174,7 @@ const std::array<Access, kFields.size()> kAccess{{
     run_value<QuantKind, &RunConfig::quant>(parse_choice<QuantKind>),
     run_value<Toggle, &RunConfig::double_quant>(parse_choice<Toggle>),
     run_value<std::int64_t, &RunConfig::grad_accum>(parse_integer),
+    run_value<Loop, &RunConfig::loop>(parse_choice<Loop>),
 }};
 
 const Access& access(const FieldInfo& field) {

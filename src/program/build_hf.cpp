@@ -74,7 +74,7 @@ class HfBuilder : private HfLinears {
   Program build() {
     build_model();
     add_optimizer();
-    if (options_.keep_outputs && logits_ >= 0) p_.ops.back().held.push_back(logits_);
+    if (cfg_.loop == Loop::native && logits_ >= 0) p_.ops.back().held.push_back(logits_);
     return std::move(p_);
   }
 
@@ -529,7 +529,7 @@ class HfBuilder : private HfLinears {
     // log-softmax output is made beside the fp32 logits.
     if (logits_f32 != logits_) ce.held.push_back(logits_);
     ce.held.push_back(tensor("ce.log_softmax", {M_, V_}, DType::f32, Role::transient, kLoss));
-    if (options_.keep_outputs && logits_f32 == logits_)
+    if (cfg_.loop == Loop::native && logits_f32 == logits_)
       ce.held.push_back(log_probs_ =
                             tensor("ce.log_probs", {M_, V_}, DType::f32, Role::activation, kLoss));
     p_.loss_tensor = loss;

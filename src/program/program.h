@@ -267,10 +267,6 @@ Program build_program(const RunConfig& cfg, Bytes gemm_workspace);
 struct HfOptions {
   enum class Device { cuda, cpu };
   Device device = Device::cuda;
-  // The training loop of transformers' "train in native PyTorch" guide, which keeps the output
-  // object (the logits in the model's dtype) through backward; false: Trainer's, which keeps only
-  // the loss.
-  bool keep_outputs = false;
 };
 
 // The hf step program: what PyTorch eager autograd running transformers' GPT-2 or Llama model code
