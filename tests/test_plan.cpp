@@ -303,5 +303,21 @@ TEST(PlanEmitNames, HuggingFaceOptimizerNamesComeFromTheAliasTable) {
   EXPECT_THROW(parse_plan_emit("yaml"), UsageError);
 }
 
+// The plan names whose step it is for: hf (transformers on PyTorch), or lean, with the reason where
+// auto fell back to it (a transformers run of that recipe keeps more than the plan holds).
+TEST(PlanEmitNames, TheRecipeNamesTheFrameworkAndWhyAutoChoseLean) {
+  RunConfig cfg;
+  cfg.model = find_preset("gpt2").model;
+  EXPECT_NE(describe_recipe(cfg).find("framework hf"), std::string::npos) << describe_recipe(cfg);
+  cfg.finetune = Finetune::lora;
+  const std::string lora = describe_recipe(cfg);
+  EXPECT_NE(lora.find("framework lean (a hand-written trainer"), std::string::npos) << lora;
+  EXPECT_NE(lora.find("does not model --finetune lora"), std::string::npos) << lora;
+  cfg.framework = Framework::lean;
+  const std::string lean = describe_recipe(cfg);
+  EXPECT_NE(lean.find("framework lean"), std::string::npos) << lean;
+  EXPECT_EQ(lean.find("does not model"), std::string::npos) << lean;
+}
+
 }  // namespace
 }  // namespace vrambench

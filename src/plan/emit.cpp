@@ -251,6 +251,16 @@ std::string describe_recipe(const RunConfig& cfg) {
   else
     out += ", full training";
   if (cfg.scope != Scope::model) out += fmt::format(", scope {}", to_string(cfg.scope));
+  // Whose step the plan is for: where auto fell back to a hand-written trainer's, the plan says
+  // why, since a transformers run keeps more.
+  if (framework_of(cfg) == Framework::hf)
+    out += ", framework hf (Hugging Face transformers on PyTorch)";
+  else if (cfg.framework == Framework::automatic)
+    out += fmt::format(
+        ", framework lean (a hand-written trainer, which keeps less than a transformers run; {})",
+        hf_gap(cfg));
+  else
+    out += ", framework lean (a hand-written trainer)";
   return out;
 }
 
@@ -408,6 +418,7 @@ nlohmann::json plan_json(const Plan& plan) {
   nlohmann::json j;
   j["config"] = config_json(plan.config);
   j["recipe"] = describe_recipe(plan.config);
+  j["framework"] = to_string(framework_of(plan.config));
   j["device"] = plan.device.label;
   j["capacity_bytes"] = plan.capacity;
   j["safety_margin_bytes"] = plan.margin;
