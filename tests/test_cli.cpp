@@ -112,6 +112,15 @@ TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
     EXPECT_GT(std::stoll(csv[r][seq]), std::stoll(csv[r - 1][seq]));
     EXPECT_LE(std::stoll(csv[r][max_batch]), std::stoll(csv[r - 1][max_batch]));
   }
+  // Both peaks users see: allocated (the tensors) below reserved (est peak: the allocator's
+  // segments and the context), on every row that fits a batch.
+  const std::size_t allocated = column(csv[0], "allocated_peak_bytes"),
+                    reserved = column(csv[0], "est_peak_bytes");
+  for (std::size_t r = 1; r < csv.size(); ++r) {
+    if (csv[r][max_batch] == "0") continue;
+    EXPECT_GT(std::stoll(csv[r][allocated]), 0) << r;
+    EXPECT_LT(std::stoll(csv[r][allocated]), std::stoll(csv[r][reserved])) << r;
+  }
   EXPECT_TRUE(fs::exists(dir / "est.json"));
   EXPECT_FALSE(fs::exists(dir / "est.csv.partial"));
   const auto doc = nlohmann::json::parse(slurp(dir / "est.json"));

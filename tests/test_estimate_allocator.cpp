@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,24 @@ TEST(EstimateAtABatch, PeakIsWhatASimTrialAtThatBatchReserves) {
     }
   }
   EXPECT_GE(compared, 25);
+}
+
+// The allocated peak (the tensors alone, as torch.cuda.max_memory_allocated counts them) at a batch
+// is a sim trial's tensor peak there, to the byte: at batch 1, where hf gpt2's eager attention has
+// a structure of its own, and with paged optimizer state, which is not on the device.
+TEST(EstimateAtABatch, AllocatedPeakIsASimTrialsTensorPeak) {
+  for (RunConfig cfg : at_batch_configurations()) {
+    validate(cfg);
+    const Device device = make_device(cfg);
+    BatchScaledProgram step(cfg, device.info.gemm_workspace);
+    for (std::int64_t batch : {1, 2, 9}) {
+      SCOPED_TRACE(label(cfg) + " B=" + std::to_string(batch));
+      const TrialResult trial =
+          run_trial(cfg, device, batch, std::numeric_limits<Bytes>::max() / 4, nullptr);
+      ASSERT_TRUE(trial.fit);
+      EXPECT_EQ(allocated_peak(step, batch), trial.tensor_peak);
+    }
+  }
 }
 
 // The longest sequence the estimate gives at a batch is the one the sim search finds.

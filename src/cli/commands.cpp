@@ -247,12 +247,14 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   for (std::size_t i = 0; i < grid.configs.size(); ++i) {
     const RunConfig& cfg = grid.configs[i];
     const DeviceInfo& device = devices[i].info;
-    const Breakdown breakdown = analyze(cfg, estimate_overhead(device));
+    BatchScaledProgram step(cfg, device.gemm_workspace);
+    const Breakdown breakdown = analyze(step, estimate_overhead(device));
     // At a batch, the allocator's share is taken there, so that the row's peak is that batch's
     // replay and not a point of the line fitted where the largest batch is decided.
     writer.append(
-        i, estimate_row(cfg, at_batch ? analyze(cfg, estimate_overhead(device, true)) : breakdown,
-                        grid.varying, device, at_batch));
+        i, estimate_row(cfg, at_batch ? analyze(step, estimate_overhead(device, true)) : breakdown,
+                        grid.varying, device, at_batch,
+                        [&](std::int64_t batch) { return allocated_peak(step, batch); }));
     const std::int64_t max_batch = breakdown.max_batch(device.total);
     smallest = std::min(smallest, max_batch);
     largest = std::max(largest, max_batch);

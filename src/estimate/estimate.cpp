@@ -227,6 +227,16 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
   return out;
 }
 
+Bytes allocated_peak(BatchScaledProgram& step, std::int64_t batch) {
+  const Program& program = step.at(batch);
+  std::vector<Line> bytes(program.tensors.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i].intercept = program.tensors[i].bytes;
+  Bytes peak = 0;
+  for (const LiveLine& p : points_of(program, step.liveness(), bytes, 0))
+    peak = std::max(peak, p.fixed);
+  return peak;
+}
+
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead) {
   BatchScaledProgram step(cfg, overhead.gemm_workspace);
   return analyze(step, overhead);

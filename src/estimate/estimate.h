@@ -84,4 +84,9 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead);
 // The same for `cfg` (validated), its program built here.
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead);
 
+// The tensors' own peak at `batch`, without the allocator's share or the context: allocated bytes,
+// as torch.cuda.max_memory_allocated counts them and a sim trial's tensor_peak is (paged optimizer
+// state, in managed memory, left out), read off `step`'s program at that batch.
+Bytes allocated_peak(BatchScaledProgram& step, std::int64_t batch);
+
 }  // namespace vrambench

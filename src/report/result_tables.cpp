@@ -88,10 +88,12 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
   if (at_batch) {
     if (!has_batch_key(varying)) t.columns.push_back({"batch", "batch", CellKind::integer});
     t.columns.push_back({"est_peak_bytes", "est peak", CellKind::bytes});
+    t.columns.push_back({"allocated_peak_bytes", "allocated", CellKind::bytes});
     t.columns.push_back({"fits", "fits", CellKind::flag});
   } else {
     t.columns.push_back({"est_max_batch", "est max batch", CellKind::integer});
     t.columns.push_back({"est_peak_bytes", "est peak at max", CellKind::bytes});
+    t.columns.push_back({"allocated_peak_bytes", "allocated", CellKind::bytes});
     t.columns.push_back({"formula_max_batch", "formula max batch", CellKind::integer});
   }
   t.columns.push_back({"formula_peak_bytes", "formula", CellKind::bytes});
@@ -105,8 +107,13 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
 
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
                                const std::vector<std::string>& varying, const DeviceInfo& device,
-                               bool at_batch) {
+                               bool at_batch,
+                               const std::function<Bytes(std::int64_t)>& allocated_at) {
   std::vector<Cell> row = key_cells(cfg, varying);
+  auto allocated = [&](std::int64_t batch) {
+    return allocated_at && batch > 0 ? Cell::of_bytes(allocated_at(batch))
+                                     : Cell::none(CellKind::bytes);
+  };
   // The batch the row's peak is of, and that peak.
   std::int64_t batch = cfg.batch;
   Bytes peak = 0;
@@ -114,12 +121,14 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
     peak = breakdown.peak(batch);
     if (!has_batch_key(varying)) row.push_back(Cell::of_int(batch));
     row.push_back(Cell::of_bytes(peak));
+    row.push_back(allocated(batch));
     row.push_back(Cell::of_flag(peak <= device.total));
   } else {
     batch = breakdown.max_batch(device.total);
     peak = batch > 0 ? breakdown.peak(batch) : 0;
     row.push_back(Cell::of_int(batch));
     row.push_back(bytes_cell(peak));
+    row.push_back(allocated(batch));
     row.push_back(formula_max_batch_cell(cfg, device.fixed_overhead, device.total));
   }
   const Bytes formula = formula_peak_at(cfg, batch, device.fixed_overhead);

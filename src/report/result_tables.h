@@ -2,6 +2,7 @@
 // alone (`vrambench estimate`) and for the search (estimate versus the device).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,9 +21,12 @@ namespace vrambench {
 // batch (estimate/formula.h, with the device's context) and its error against the estimate's;
 // without a batch also the formula's max batch.
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
+// `allocated_at`: the tensors' own peak at a batch (estimate.h, allocated_peak), the row's
+// `allocated` beside its peak as reserved; without it that cell is empty.
 std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
                                const std::vector<std::string>& varying, const DeviceInfo& device,
-                               bool at_batch);
+                               bool at_batch,
+                               const std::function<Bytes(std::int64_t)>& allocated_at = {});
 
 // `measured`: the column prefix of the device's figures, "sim" or "meas".
 //
