@@ -97,6 +97,23 @@ std::size_t column(const std::vector<std::string>& header, const std::string& ke
   return static_cast<std::size_t>(it - header.begin());
 }
 
+#ifdef VRAMBENCH_HAVE_CUDA
+// The tool opens cuBLASLt and NVRTC when a GPU first needs them (kernels/cuda/library_loader.cpp):
+// loading them at start cost every run about 180 MB of resident memory, a sim sweep's too.
+TEST(Cli, TheToolDoesNotLoadCublasLtOrNvrtcAtStart) {
+  FILE* pipe = ::popen(("readelf -d " + std::string(VRAMBENCH_BINARY) + " 2>&1").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string needed;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+    needed.append(buffer, n);
+  ASSERT_EQ(::pclose(pipe), 0) << needed;
+  EXPECT_NE(needed.find("(NEEDED)"), std::string::npos) << needed;
+  EXPECT_EQ(needed.find("libcublasLt"), std::string::npos) << needed;
+  EXPECT_EQ(needed.find("libnvrtc"), std::string::npos) << needed;
+}
+#endif
+
 TEST(Cli, EstimateSweepPrintsAndWritesFiveNonIncreasingRows) {
   const fs::path dir = scratch("estimate");
   const CommandResult run = vrambench(
