@@ -158,8 +158,8 @@ class StorageTracker(TorchDispatchMode):
     """Counts live tensor storage bytes: every storage an operator returns is followed by a weak
     reference until it is freed, and tagged with what made it.
 
-    Tags: the tensors alive when tracking starts are sorted by what holds them (param_trainable,
-    param_frozen, buffer, quant_state, opt_state, other); every storage made later is tagged by
+    Tags: the model state alive when tracking starts is sorted by what holds it (param_trainable,
+    param_frozen, buffer, quant_state, opt_state); every storage made later is tagged by
     the phase it was made in (act: forward; backward: backward, the recomputation of
     checkpointed layers included; opt: the optimizer step). A parameter's gradient is retagged
     grad when autograd accumulates it, and the optimizer state made in the first step is retagged
@@ -255,7 +255,9 @@ def _quant_state_tensors(model):
 
 
 def track_existing(tracker, model, optimizer):
-    """Tags every tensor alive now, by what holds it."""
+    """Tags the model state alive now, by what holds it. Other tensors alive in the process (a
+    library's constant tables, what an earlier row left) are not counted: which of them exist
+    depends on what the process ran before, and the rows must not."""
     for p in model.parameters():
         tracker.track(p, "param_trainable" if p.requires_grad else "param_frozen")
         if p.grad is not None:
@@ -267,13 +269,6 @@ def track_existing(tracker, model, optimizer):
     if optimizer is not None:
         for t in _tensors_of(list(optimizer.state.values())):
             tracker.track(t, "opt_state")
-    gc.collect()
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, torch.Tensor):
-                tracker.track(obj, "other")
-        except Exception:
-            pass
 
 
 # ---------------------------------------------------------------------------------------------
