@@ -367,7 +367,10 @@ def measure(row):
             optimizer.zero_grad(set_to_none=True)
             del loss, ids
             if iteration == 0:
+                # track, not only retag: bitsandbytes' 8-bit optimizers share their quantisation
+                # maps (2 KB) between instances in a process, made by whichever came first
                 for t in _tensors_of(list(optimizer.state.values())):
+                    tracker.track(t, "opt_state")
                     tracker.retag(t, "opt_state")
                 steady_bytes = tracker.total
                 tracker.reset_peak()
