@@ -441,8 +441,7 @@ Bytes live_at(const Program& program, const std::string& name) {
   EXPECT_GE(at, 0) << name;
   Bytes total = 0;
   for (const Tensor& t : program.tensors)
-    if (t.role != Role::paged_optimizer_state &&
-        live.alloc_at[static_cast<std::size_t>(t.id)] <= at &&
+    if (t.on_device() && live.alloc_at[static_cast<std::size_t>(t.id)] <= at &&
         live.free_after[static_cast<std::size_t>(t.id)] >= at)
       total += t.bytes;
   return total;

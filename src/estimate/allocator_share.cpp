@@ -115,9 +115,8 @@ TensorEvents step_events(const Program& program, const Liveness& liveness,
                          const std::vector<BatchScaledProgram::Line>& lines) {
   TensorEvents events;
   events.reserve(2 * program.tensors.size());
-  auto on_device = [&](int id) { return program.tensor(id).role != Role::paged_optimizer_state; };
   auto alloc = [&](int id) {
-    if (!on_device(id)) return;
+    if (!program.tensor(id).on_device()) return;
     const auto i = static_cast<std::size_t>(id);
     const BatchScaledProgram::Line line =
         lines.empty() ? BatchScaledProgram::Line{program.tensors[i].bytes, 0} : lines[i];
@@ -129,7 +128,7 @@ TensorEvents step_events(const Program& program, const Liveness& liveness,
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     for (int id : liveness.allocs_before[i]) alloc(id);
     for (int id : liveness.frees_after[i])
-      if (on_device(id)) events.push_back({id, false, 0, 0});
+      if (program.tensor(id).on_device()) events.push_back({id, false, 0, 0});
   }
   return events;
 }

@@ -28,16 +28,12 @@ struct LiveLine {
   Bytes per_sample = 0;
 };
 
-bool on_device(const Tensor& t) {
-  return t.role != Role::paged_optimizer_state;
-}
-
 // The device's live bytes at every op.
 std::vector<LiveLine> points_of(const Program& p, const Liveness& live,
                                 const std::vector<Line>& lines, Bytes context) {
   Bytes fixed = context, per_sample = 0;
   auto add = [&](int id, Bytes sign) {
-    if (!on_device(p.tensor(id))) return;
+    if (!p.tensor(id).on_device()) return;
     const Line& l = lines[static_cast<std::size_t>(id)];
     fixed = checked_add(fixed, sign * l.intercept, "live bytes");
     per_sample = checked_add(per_sample, sign * l.slope, "live bytes");

@@ -83,6 +83,8 @@ struct Tensor {
   // What the estimate files its bytes under: set by its builder, its role's by default.
   MemoryComponent component = MemoryComponent::backward_transient;
   std::int64_t elements() const;
+  // False for paged optimizer state, which lives in managed memory outside the device's capacity.
+  bool on_device() const { return role != Role::paged_optimizer_state; }
   bool operator==(const Tensor&) const = default;
 };
 

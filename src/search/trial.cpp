@@ -42,7 +42,7 @@ class Replay {
     auto& slot = blocks_.at(static_cast<std::size_t>(id));
     if (slot)
       throw InternalError(fmt::format("trial: tensor '{}' allocated while live", tensor.name));
-    if (tensor.role == Role::paged_optimizer_state) return allocate_paged(id, op_index, result);
+    if (!tensor.on_device()) return allocate_paged(id, op_index, result);
     const std::optional<Block> block = allocator_.allocate(tensor.bytes);
     if (!block) {
       result.oom =
@@ -70,7 +70,7 @@ class Replay {
       throw InternalError(
           fmt::format("trial: tensor '{}' freed while not live", program_.tensor(id).name));
     const Tensor& tensor = program_.tensor(id);
-    if (tensor.role == Role::paged_optimizer_state) {
+    if (!tensor.on_device()) {
       paged_->free(*slot);
       slot.reset();
       data_[static_cast<std::size_t>(id)] = nullptr;
@@ -107,8 +107,8 @@ class Replay {
   bool allocate_paged(int id, int op_index, TrialResult& result) {
     const Tensor& tensor = program_.tensor(id);
     if (paged_ == nullptr)
-      throw InternalError(
-          fmt::format("trial: tensor '{}' is paged and the trial has no paged memory", tensor.name));
+      throw InternalError(fmt::format(
+          "trial: tensor '{}' is paged and the trial has no paged memory", tensor.name));
     const std::optional<Block> block = paged_->allocate(tensor.bytes);
     if (!block) {
       result.oom =
