@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/quant.h"
 #include "core/units.h"
 #include "program/program.h"
 
@@ -63,6 +64,30 @@ struct Param {
   bool present() const { return w >= 0; }
   bool trainable() const { return grad >= 0; }
 };
+
+// One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
+// as the tensors bitsandbytes allocates (core/quant.h).
+struct QuantModule {
+  Name name;  // "layer0.attn.q"
+  int codes = -1, absmax = -1, absmax2 = -1, offset = -1;
+  std::int64_t row_offset = 0, rows = 0, blocks = 0;
+};
+
+// One LoRA adapter on columns [col_offset, +out) of a linear's output.
+struct Adapter {
+  Name name;   // "layer0.attn.q"
+  Param a, b;  // A [r, In], B [out, r]
+  std::int64_t col_offset = 0, out = 0;
+  int index = 0;  // in its layer: the dropout seed
+};
+
+// A module's own name inside a packed linear ("layer0.attn.q" in "layer0.attn.qkv"), or the
+// linear's when it is one module.
+inline Name module_name(const Name& linear, LoraModule module, std::size_t count) {
+  if (count == 1) return linear;
+  const std::string_view peft = lora_module_name(module);  // "q_proj"
+  return linear.substr(0, linear.rfind('.') + 1) + Name(peft.substr(0, 1));
+}
 
 // The step's sizes, as both builders name them (a builder derives from it): batch B, sequence S,
 // hidden H, heads A, key/value heads K, head size D, q|k|v width Q, MLP width F, vocabulary V,
@@ -213,6 +238,57 @@ class ProgramWriter {
     dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
                   site);
     return dx;
+  }
+  // The tensors bitsandbytes stores for rows [row_offset, +rows) of a frozen linear of `in`
+  // columns under `quant`: codes and, per block, absmax (nested under double quantisation).
+  QuantModule quantized_module(Name name, std::int64_t row_offset, std::int64_t rows,
+                               std::int64_t in, QuantKind quant, bool double_quant) {
+    QuantModule q;
+    q.name = std::move(name);
+    q.row_offset = row_offset;
+    q.rows = rows;
+    q.blocks = quant_blocks(rows * in, kQuant4bitBlock);
+    const bool nested = is_4bit(quant) && double_quant;
+    for (const QuantizedTensor& t : quantized_weight_tensors(rows * in, rows, quant, nested)) {
+      const Name part = q.name + ".w." + t.name;
+      // Codes and 8-bit absmax are bytes; every other part is fp32.
+      const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
+      const int id = tensor(part, {bytes ? t.bytes : t.bytes / 4}, bytes ? DType::u8 : DType::f32,
+                            Role::weight, MemoryComponent::quantized_weights);
+      if (t.name == "weight") q.codes = id;
+      if (t.name == "absmax" || t.name == "row_absmax") q.absmax = id;
+      if (t.name == "nested_absmax") q.absmax2 = id;
+      if (t.name == "offset") q.offset = id;
+    }
+    return q;
+  }
+  // Dequantises `modules` (quantised under `quant`) into their rows of `w`, the compute-dtype
+  // copy a GEMM reads: one op per module, in the forward (`backward` false, `replay` in a
+  // recompute) or the backward; a double-quantised module first rebuilds its fp32 absmax.
+  void dequantize(const std::vector<QuantModule>& modules, int w, QuantKind quant, int layer,
+                  bool replay, bool backward) {
+    for (const QuantModule& q : modules) {
+      TensorIds in{q.codes, q.absmax};
+      if (q.absmax2 >= 0) in.push_back(q.absmax2);
+      if (q.offset >= 0) in.push_back(q.offset);
+      TensorIds out{w};
+      if (q.absmax2 >= 0)
+        out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
+                             DType::f32, Role::workspace, MemoryComponent::dequant_transient));
+      Op& o = op(OpKind::dequantize, q.name + ".dequantize" + (backward ? ".bwd" : ""),
+                 std::move(in), std::move(out), layer, replay);
+      o.quant = quant;
+      o.double_quant = q.absmax2 >= 0;
+      o.row_offset = q.row_offset;
+      o.rows = q.rows;
+    }
+  }
+  // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
+  void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
+    o.dropout_p = p_.config.lora_dropout;
+    o.seed =
+        dropout_seed(layer, static_cast<DropoutSite>(static_cast<std::uint64_t>(DropoutSite::lora) +
+                                                     static_cast<std::uint64_t>(ad.index)));
   }
   // One GEMM workspace for the whole step (cuBLASLt's scratch, and the row sums' partials),
   // created by the first op that lists it, so that a program without such ops (the flash

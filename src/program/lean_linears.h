@@ -16,27 +16,12 @@
 namespace vrambench::build_lean {
 
 using build_common::block_prefix;
-using build_common::dropout_seed;
+using build_common::Adapter;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Param;
 using build_common::Pass;
-
-// One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
-// as the tensors bitsandbytes allocates (core/quant.h).
-struct QuantModule {
-  Name name;  // "layer0.attn.q"
-  int codes = -1, absmax = -1, absmax2 = -1, offset = -1;
-  std::int64_t row_offset = 0, rows = 0, blocks = 0;
-};
-
-// One LoRA adapter on columns [col_offset, +out) of a linear's output.
-struct Adapter {
-  Name name;   // "layer0.attn.q"
-  Param a, b;  // A [r, In], B [out, r]
-  std::int64_t col_offset = 0, out = 0;
-  int index = 0;  // in its layer: the dropout seed
-};
+using build_common::QuantModule;
 
 // A block linear: its weight (or the quantised modules standing for it), bias and adapters.
 struct Linear {
@@ -138,25 +123,9 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
     } else {
       std::int64_t row = 0;
       for (const auto& [module, rows] : modules) {
-        QuantModule q;
-        q.name = module_name(name, module, modules.size());
-        q.row_offset = row;
-        q.rows = rows;
-        q.blocks = quant_blocks(rows * in, kQuant4bitBlock);
-        const bool nested = is_4bit(quant_) && cfg_.double_quant == Toggle::on;
-        for (const QuantizedTensor& t : quantized_weight_tensors(rows * in, rows, quant_, nested)) {
-          const Name part = q.name + ".w." + t.name;
-          // Codes and 8-bit absmax are bytes; every other part is fp32.
-          const bool bytes = t.name == "weight" || (t.name == "absmax" && nested);
-          const int id =
-              tensor(part, {bytes ? t.bytes : t.bytes / 4}, bytes ? DType::u8 : DType::f32,
-                     Role::weight, MemoryComponent::quantized_weights);
-          if (t.name == "weight") q.codes = id;
-          if (t.name == "absmax" || t.name == "row_absmax") q.absmax = id;
-          if (t.name == "nested_absmax") q.absmax2 = id;
-          if (t.name == "offset") q.offset = id;
-        }
-        lin.quant.push_back(std::move(q));
+        lin.quant.push_back(quantized_module(build_common::module_name(name, module, modules.size()),
+                                             row, rows, in, quant_,
+                                             cfg_.double_quant == Toggle::on));
         row += rows;
       }
     }
@@ -166,7 +135,7 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
       for (const auto& [module, rows] : modules) {
         if (lora_targets_module(cfg_.lora_targets, cfg_.model.arch, module)) {
           Adapter ad;
-          ad.name = module_name(name, module, modules.size());
+          ad.name = build_common::module_name(name, module, modules.size());
           ad.index = adapters_in_layer_++;
           ad.a = weight(ad.name + ".lora_A", {cfg_.lora_rank, in}, layer);
           ad.b = weight(ad.name + ".lora_B", {rows, cfg_.lora_rank}, layer);
@@ -178,13 +147,6 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
       }
     }
     return lin;
-  }
-
-  // A module's own name inside a packed linear ("layer0.attn.q"), or the linear's.
-  static Name module_name(const Name& linear, LoraModule module, std::size_t count) {
-    if (count == 1) return linear;
-    const std::string_view peft = lora_module_name(module);  // "q_proj"
-    return linear.substr(0, linear.rfind('.') + 1) + Name(peft.substr(0, 1));
   }
 
   BlockWeights block_weights(int l) {
@@ -232,22 +194,7 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
     const Name name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
     const int w = tensor(replay ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_,
                          Role::transient, MemoryComponent::dequant_transient);
-    for (const QuantModule& q : lin.quant) {
-      TensorIds in{q.codes, q.absmax};
-      if (q.absmax2 >= 0) in.push_back(q.absmax2);
-      if (q.offset >= 0) in.push_back(q.offset);
-      TensorIds out{w};
-      // Dequantising a double-quantised weight first rebuilds its fp32 absmax.
-      if (q.absmax2 >= 0)
-        out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
-                             DType::f32, Role::workspace, MemoryComponent::dequant_transient));
-      Op& o = op(OpKind::dequantize, q.name + ".dequantize" + (backward ? ".bwd" : ""),
-                 std::move(in), std::move(out), layer, replay);
-      o.quant = quant_;
-      o.double_quant = q.absmax2 >= 0;
-      o.row_offset = q.row_offset;
-      o.rows = q.rows;
-    }
+    dequantize(lin.quant, w, quant_, layer, replay, backward);
     return w;
   }
 
@@ -323,14 +270,6 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
       }
     }
     return dx;
-  }
-
-  // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
-  void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {
-    o.dropout_p = cfg_.lora_dropout;
-    o.seed =
-        dropout_seed(layer, static_cast<DropoutSite>(static_cast<std::uint64_t>(DropoutSite::lora) +
-                                                     static_cast<std::uint64_t>(ad.index)));
   }
 
   // A parameter's weight (gradient) appended to an op's list when it has one.
