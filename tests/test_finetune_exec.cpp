@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -73,7 +74,23 @@ bool is_adapter(const Tensor& t) {
 struct LoraCase {
   std::string_view preset;
   Finetune finetune;
+  Framework framework = Framework::hf;
+  // hf: checkpointing (replayed layers, an embedding output that requires grad), LoRA dropout,
+  // and targets that leave the first layer's input without a gradient.
+  Recompute recompute = Recompute::none;
+  double lora_dropout = 0.0;
+  std::string_view targets = "all-linear";
 };
+
+RunConfig lora_case_config(const LoraCase& c) {
+  RunConfig cfg = finetune_config(c.preset, c.finetune);
+  cfg.framework = c.framework;
+  cfg.recompute = c.recompute;
+  cfg.lora_dropout = c.lora_dropout;
+  cfg.lora_targets = parse_lora_targets(c.targets);
+  validate(cfg);
+  return cfg;
+}
 
 class LoraGrad : public testing::TestWithParam<LoraCase> {};
 
@@ -82,7 +99,7 @@ class LoraGrad : public testing::TestWithParam<LoraCase> {};
 // non-zero here so that A's gradient (through B) is not zero.
 TEST_P(LoraGrad, AdapterGradientsMatchFiniteDifferences) {
   const LoraCase c = GetParam();
-  const Program program = build_program(finetune_config(c.preset, c.finetune), kWorkspaceBytes);
+  const Program program = build_program(lora_case_config(c), kWorkspaceBytes);
   auto exec = make_cpu_executor(kSeed);
   HostRunner run(program, *exec);
   run.keep_alive(find_tensor(program, "logits"));
@@ -168,17 +185,30 @@ TEST_P(LoraGrad, AdapterGradientsMatchFiniteDifferences) {
   expect_match(along_all, derivative(adapters, directions), "all adapters, random direction");
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, LoraGrad,
-                         testing::Values(LoraCase{"tiny", Finetune::lora},
-                                         LoraCase{"tiny-llama", Finetune::lora},
-                                         LoraCase{"tiny-llama", Finetune::qlora}),
-                         [](const testing::TestParamInfo<LoraCase>& param_info) {
-                           const LoraCase& c = param_info.param;
-                           std::string name = std::string(c.preset) + "_" +
-                                              (c.finetune == Finetune::qlora ? "qlora" : "lora");
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, LoraGrad,
+    testing::Values(
+        LoraCase{"tiny", Finetune::lora, Framework::lean},
+        LoraCase{"tiny-llama", Finetune::lora, Framework::lean},
+        LoraCase{"tiny-llama", Finetune::qlora, Framework::lean},
+        LoraCase{"tiny", Finetune::lora}, LoraCase{"tiny-llama", Finetune::lora},
+        LoraCase{"tiny-llama", Finetune::qlora},
+        LoraCase{"tiny", Finetune::lora, Framework::hf, Recompute::full, 0.1},
+        LoraCase{"tiny-llama", Finetune::qlora, Framework::hf, Recompute::full, 0.1},
+        LoraCase{"tiny", Finetune::lora, Framework::hf, Recompute::none, 0.1, "c_proj"},
+        LoraCase{"tiny-llama", Finetune::lora, Framework::hf, Recompute::none, 0.0, "v_proj,up_proj"},
+        LoraCase{"tiny-llama", Finetune::qlora, Framework::hf, Recompute::none, 0.0, "o_proj"}),
+    [](const testing::TestParamInfo<LoraCase>& param_info) {
+      const LoraCase& c = param_info.param;
+      std::string name(to_string(c.framework));
+      name.append("_").append(c.preset).append(c.finetune == Finetune::qlora ? "_qlora" : "_lora");
+      if (c.recompute == Recompute::full) name.append("_checkpointed");
+      if (c.lora_dropout > 0) name.append("_dropout");
+      if (c.targets != "all-linear") name.append("_").append(c.targets);
+      for (char& ch : name)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return name;
+    });
 
 // The packed q|k|v weight of a qlora step, dequantised by three ops into their rows: equal to
 // cpu::dequantize_weight of each module's stored parts, which are the quantisation of the dense

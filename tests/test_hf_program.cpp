@@ -86,10 +86,35 @@ TEST(HfProgram, AutoPicksHfWhereItModelsTheRecipeAndLeanElsewhere) {
     const char* what;
     void (*apply)(RunConfig&);
   };
+  // Every fine-tuning recipe and optimizer is hf's: PEFT LoRA, bitsandbytes' 4-bit QLoRA and its
+  // 8-bit and paged optimizers.
   for (const Change& c : std::initializer_list<Change>{
            {"lora", [](RunConfig& x) { x.finetune = Finetune::lora; }},
-           {"selective", [](RunConfig& x) { x.recompute = Recompute::selective; }},
+           {"qlora", [](RunConfig& x) { x.finetune = Finetune::qlora; }},
+           {"qlora fp4", [](RunConfig& x) {
+              x.finetune = Finetune::qlora;
+              x.quant = QuantKind::fp4;
+            }},
            {"8-bit", [](RunConfig& x) { x.optimizer = Optimizer::adamw_8bit; }},
+           {"paged 8-bit", [](RunConfig& x) { x.optimizer = Optimizer::paged_adamw_8bit; }},
+           {"paged 32-bit", [](RunConfig& x) { x.optimizer = Optimizer::paged_adamw; }}}) {
+    SCOPED_TRACE(c.what);
+    RunConfig x = cfg;
+    c.apply(x);
+    EXPECT_EQ(hf_gap(x), "");
+    EXPECT_EQ(framework_of(x), Framework::hf);
+    EXPECT_NO_THROW(validate(x));
+    x.framework = Framework::hf;
+    EXPECT_NO_THROW(validate(x));
+    EXPECT_NO_THROW(build_program(x, 0));
+  }
+  // What transformers does not do, or hf does not model yet: lean, and an explicit hf refuses.
+  for (const Change& c : std::initializer_list<Change>{
+           {"int8 base", [](RunConfig& x) {
+              x.finetune = Finetune::lora;
+              x.quant = QuantKind::int8;
+            }},
+           {"selective", [](RunConfig& x) { x.recompute = Recompute::selective; }},
            {"layer scope", [](RunConfig& x) { x.scope = Scope::layer; }}}) {
     SCOPED_TRACE(c.what);
     RunConfig x = cfg;
@@ -153,7 +178,7 @@ TEST(HfProgram, NativeLoopKeepsTheLogitsToTheEndOfTheStep) {
   lean.framework = Framework::lean;
   EXPECT_THROW(validate(lean), UsageError);
   lean.framework = Framework::automatic;
-  lean.finetune = Finetune::lora;  // auto runs lean for LoRA
+  lean.recompute = Recompute::selective;  // auto runs lean for selective recomputation
   EXPECT_THROW(validate(lean), UsageError);
 }
 

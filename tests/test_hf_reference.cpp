@@ -1,7 +1,9 @@
 // The hf step program against PyTorch's own count: every row of tests/data/torch_reference.json in
-// scope (full training; attention that ran a fused kernel) is rebuilt at its configuration and
-// batch, replayed on the sim device, and its tensor peak compared with the measured peak, and
-// per-sample bytes (peak at batch 2 - peak at batch 1) with the measured ones.
+// scope (full training; attention that ran a fused kernel) and every row of
+// tests/data/torch_finetune_reference.json (PEFT LoRA, bitsandbytes QLoRA, 8-bit AdamW) is rebuilt
+// at its configuration and batch, replayed on the sim device, and its tensor peak compared with
+// the measured peak, and per-sample bytes (peak at batch 2 - peak at batch 1) with the measured
+// ones.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -30,7 +32,7 @@ constexpr double kTolerance = 0.03;
 
 // Rows whose error is known to exceed kTolerance, with the error measured when they were listed
 // (a row may not get worse than that; fix the model and delete the line). Keys are row keys
-// without the batch ("per-sample") or with " peak B=<batch>". None at present.
+// without the batch ("per-sample") or with " peak B=<batch>". None at present, in either file.
 const std::map<std::string, double> kKnownErrors = {};
 
 struct Row {
@@ -56,12 +58,16 @@ ModelConfig llama_small() {
   return m;
 }
 
-std::vector<Row> rows_in_scope() {
+nlohmann::json read_reference(const char* file) {
   const std::filesystem::path path =
-      std::filesystem::path(VRAMBENCH_SOURCE_DIR) / "tests" / "data" / "torch_reference.json";
+      std::filesystem::path(VRAMBENCH_SOURCE_DIR) / "tests" / "data" / file;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path.string());
-  const nlohmann::json doc = nlohmann::json::parse(in);
+  return nlohmann::json::parse(in);
+}
+
+std::vector<Row> rows_in_scope() {
+  const nlohmann::json doc = read_reference("torch_reference.json");
   std::vector<Row> rows;
   for (const nlohmann::json& r : doc.at("rows")) {
     // LoRA is a later profile; sdpa with dropout fell back to the math path on the CPU, where a
@@ -96,6 +102,53 @@ std::vector<Row> rows_in_scope() {
   return rows;
 }
 
+// The fine-tuning rows: PEFT's LoRA over a bf16 model or an fp32 one under autocast, and QLoRA
+// (NF4 with double quantisation through prepare_model_for_kbit_training, under autocast as
+// Trainer runs it with bf16=True), sdpa attention, no model dropout.
+std::vector<Row> finetune_rows() {
+  const nlohmann::json doc = read_reference("torch_finetune_reference.json");
+  std::vector<Row> rows;
+  for (const nlohmann::json& r : doc.at("rows")) {
+    Row row;
+    RunConfig& cfg = row.cfg;
+    cfg.framework = Framework::hf;
+    const bool gpt2 = r.at("model") == "gpt2";
+    cfg.model = gpt2 ? find_preset("gpt2").model : llama_small();
+    const std::string base = r.at("base");
+    cfg.finetune = base == "nf4" ? Finetune::qlora : Finetune::lora;
+    cfg.dtype = base == "autocast-bf16" ? Precision::amp_bf16 : Precision::bf16;
+    if (base == "nf4") {
+      cfg.quant = QuantKind::nf4;
+      cfg.double_quant = Toggle::on;
+    }
+    cfg.lora_rank = r.at("lora_r");
+    cfg.lora_alpha = r.at("lora_alpha");
+    cfg.lora_dropout = r.at("lora_dropout");
+    // PEFT's default targets for the model type (target_modules=None), or every linear.
+    const std::string targets = r.at("targets");
+    cfg.lora_targets = parse_lora_targets(targets == "all-linear" ? "all-linear"
+                                          : gpt2                  ? "c_attn"
+                                                                  : "q_proj,v_proj");
+    cfg.attention = Attention::flash;
+    cfg.dropout = 0.0;
+    cfg.recompute = r.at("checkpointing") == "off" ? Recompute::none : Recompute::full;
+    cfg.optimizer = r.at("optimizer") == "adamw8bit" ? Optimizer::adamw_8bit : Optimizer::adamw;
+    cfg.seq = r.at("seq");
+    row.batch = r.at("batch");
+    cfg.batch = row.batch;
+    row.options.device = HfOptions::Device::cpu;
+    row.measured = r.at("peak_bytes");
+    row.phase = r.at("phase");
+    row.key = fmt::format("{} {} r={} p={} {} ckpt={} {} S={}", std::string(r.at("model")), base,
+                          cfg.lora_rank, cfg.lora_dropout, targets,
+                          std::string(r.at("checkpointing")), std::string(r.at("optimizer")),
+                          cfg.seq);
+    validate(cfg);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 Bytes sim_tensor_peak(const Row& row) {
   const Program program = build_hf_program(row.cfg, 0, row.options);
   auto source = make_virtual_source(Bytes{1} << 50);
@@ -111,9 +164,9 @@ struct Check {
   double error() const { return (simulated - measured) / measured; }
 };
 
-TEST(HfReference, PeaksAndPerSampleBytesWithinTolerance) {
-  const std::vector<Row> rows = rows_in_scope();
-  ASSERT_GT(rows.size(), 300u);
+// Every row's peak, and every configuration's per-sample bytes, within kTolerance (or its known
+// error); the worst listed on failure (all with VRAMBENCH_HF_REFERENCE_ALL set).
+void expect_within_tolerance(const std::vector<Row>& rows) {
   struct Peaks {
     Bytes measured = 0, sim = 0;
     std::string phase;
@@ -159,6 +212,19 @@ TEST(HfReference, PeaksAndPerSampleBytesWithinTolerance) {
                          all[i]->simulated);
   if (verbose) std::cout << table;
   EXPECT_TRUE(failed.empty()) << failed.size() << " checks beyond their tolerance\n" << table;
+}
+
+TEST(HfReference, PeaksAndPerSampleBytesWithinTolerance) {
+  const std::vector<Row> rows = rows_in_scope();
+  ASSERT_GT(rows.size(), 300u);
+  expect_within_tolerance(rows);
+}
+
+// PEFT LoRA and bitsandbytes QLoRA: all 210 rows measured on real CPU tensors.
+TEST(HfReference, FinetunePeaksAndPerSampleBytesWithinTolerance) {
+  const std::vector<Row> rows = finetune_rows();
+  ASSERT_EQ(rows.size(), 210u);
+  expect_within_tolerance(rows);
 }
 
 }  // namespace

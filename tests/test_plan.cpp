@@ -310,9 +310,11 @@ TEST(PlanEmitNames, TheRecipeNamesTheFrameworkAndWhyAutoChoseLean) {
   cfg.model = find_preset("gpt2").model;
   EXPECT_NE(describe_recipe(cfg).find("framework hf"), std::string::npos) << describe_recipe(cfg);
   cfg.finetune = Finetune::lora;
-  const std::string lora = describe_recipe(cfg);
-  EXPECT_NE(lora.find("framework lean (a hand-written trainer"), std::string::npos) << lora;
-  EXPECT_NE(lora.find("does not model --finetune lora"), std::string::npos) << lora;
+  EXPECT_NE(describe_recipe(cfg).find("framework hf"), std::string::npos) << describe_recipe(cfg);
+  cfg.quant = QuantKind::int8;  // bitsandbytes' 8-bit layers: not modelled by hf yet
+  const std::string int8 = describe_recipe(cfg);
+  EXPECT_NE(int8.find("framework lean (a hand-written trainer"), std::string::npos) << int8;
+  EXPECT_NE(int8.find("does not model bitsandbytes' 8-bit layers"), std::string::npos) << int8;
   cfg.framework = Framework::lean;
   const std::string lean = describe_recipe(cfg);
   EXPECT_NE(lean.find("framework lean"), std::string::npos) << lean;

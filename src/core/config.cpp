@@ -362,20 +362,12 @@ std::string hf_gap(const RunConfig& cfg) {
         "--framework hf builds whole training steps: use --scope model (got --scope "
         "{})",
         to_string(cfg.scope));
-  if (is_finetune(cfg))
-    return fmt::format(
-        "--framework hf does not model --finetune {} yet: use --finetune full, or "
-        "--framework lean",
-        to_string(cfg.finetune));
+  if (base_quant(cfg) == QuantKind::int8)
+    return "--framework hf does not model bitsandbytes' 8-bit layers (Linear8bitLt) yet: use "
+           "--quant nf4 or fp4, or --framework lean";
   if (cfg.recompute == Recompute::selective)
     return "--framework hf: transformers checkpoints whole decoder layers; use --recompute none or "
            "full";
-  if (cfg.optimizer != Optimizer::adamw && cfg.optimizer != Optimizer::sgd &&
-      cfg.optimizer != Optimizer::none)
-    return fmt::format(
-        "--framework hf models torch's own optimizers: use --optimizer adamw, sgd "
-        "or none (got {})",
-        to_string(cfg.optimizer));
   return "";
 }
 

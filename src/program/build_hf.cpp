@@ -1,7 +1,9 @@
 // Builds the hf step program: what PyTorch eager autograd allocates when it runs Hugging Face
 // transformers' GPT-2 (GPT2LMHeadModel) or Llama (LlamaForCausalLM) model code for one training
 // step, with the loss the model computes from `labels`, optional gradient checkpointing
-// (non-reentrant, per decoder layer) and torch's AdamW. docs/memory-model.md ("Frameworks") lists
+// (non-reentrant, per decoder layer) and the optimizer; under fine-tuning, PEFT's LoRA adapters over
+// a frozen base (bitsandbytes' 4-bit layers under QLoRA), where only what requires grad keeps what
+// its backward reads (hf_linears.h). docs/memory-model.md ("Frameworks") lists
 // what each op keeps and where that comes from; tests/test_hf_reference.cpp checks the tensor peak
 // against PyTorch's own count (tests/data/torch_reference.json).
 //
@@ -46,6 +48,7 @@ struct HfBlockTensors {
   LinearSaved qkv_saved;
   int qkv = -1;      // c_attn / q|k|v projection output
   int qkv_rot = -1;  // llama: after rope
+  int attn_qkv = -1;  // what attention reads: qkv (gpt) or qkv_rot (llama), or autocast's copy
   int scores = -1, probs = -1, probs_c = -1, probs_drop = -1, probs_mask = -1, values_in = -1;
   int y = -1, lse = -1;
   LinearSaved proj_saved;
@@ -57,6 +60,11 @@ struct HfBlockTensors {
   int up_out = -1, swiglu_out = -1;              // llama (fc_out is the gate's output)
   int mlp_out = -1, mlp_drop = -1, mlp_mask = -1;
   int x_out = -1;
+  // Which of them require grad (all under full training; under fine-tuning what an adapter or a
+  // checkpointed input reaches): the input, q|k|v, the attention's output projection, the
+  // block's middle, the MLP's first linears (gate / fc, up), its activation and its output.
+  bool x_in_grad = true, qkv_grad = true, proj_grad = true, x_mid_grad = true, fc_grad = true,
+       up_grad = true, act_grad = true, mlp_grad = true;
   // Held by the backward ops that release them.
   TensorIds norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
 };
@@ -64,8 +72,7 @@ struct HfBlockTensors {
 class HfBuilder : private HfLinears {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : HfLinears(cfg, gemm_workspace), options_(options) {
-    cpu_ = options.device == HfOptions::Device::cpu;
+      : HfLinears(cfg, gemm_workspace, options.device == HfOptions::Device::cpu) {
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
     ckpt_ = cfg.recompute == Recompute::full;
@@ -91,24 +98,29 @@ class HfBuilder : private HfLinears {
 
   // gpt: nn.LayerNorm (saves x, mean, rstd). llama: LlamaRMSNorm, which upcasts x to fp32 (saved),
   // normalises in fp32, casts back (saved by the weight's multiply) and multiplies by the weight.
+  // Under fine-tuning the weight is frozen: what its gradient reads is not kept, and nothing is
+  // when x does not require grad (`x_grad`); the output is saved by whoever reads it.
   void norm_fwd(const Name& name, int x, const Param& w, const Param& b, const Pass& pass,
-                int layer, int& norm_x, int& out, int& mean, int& rstd, TensorIds& held) {
+                int layer, bool x_grad, int& norm_x, int& out, int& mean, int& rstd,
+                TensorIds& held) {
     const Role role = saved(pass);
+    const Role x_role = x_grad ? role : Role::transient;
+    const Role out_role = w.trainable() ? role : Role::transient;
     const DType x_dtype = dtype_of(x);
     if (gpt_) {
       norm_x = x;
-      out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, role);
-      mean = tensor(suffixed(pass, name + ".mean"), {M_}, stats_dtype(x), role,
+      out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, out_role);
+      mean = tensor(suffixed(pass, name + ".mean"), {M_}, stats_dtype(x), x_role,
                     stats_component(pass.replay));
-      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, stats_dtype(x), role,
+      rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, stats_dtype(x), x_role,
                     stats_component(pass.replay));
       op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
       return;
     }
-    norm_x = cast(x, DType::f32, name + ".x_f32", role, layer, pass.replay);
-    out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, role);
+    norm_x = cast(x, DType::f32, name + ".x_f32", x_role, layer, pass.replay);
+    out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, out_role);
     mean = -1;
-    rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
+    rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, x_role,
                   stats_component(pass.replay));
     Op& o = op(OpKind::rmsnorm_fwd, name, {norm_x, w.w}, {out, rstd}, layer, pass.replay);
     // x.pow(2) and the fp32 normalised x (cast back unless the model is fp32) are temporaries;
@@ -118,15 +130,22 @@ class HfBuilder : private HfLinears {
     if (x_dtype != DType::f32)
       o.held.push_back(
           tensor(suffixed(pass, name + ".normed_f32"), bsh(), DType::f32, Role::transient));
-    const int normed = tensor(suffixed(pass, name + ".normed"), bsh(), x_dtype, role);
+    const int normed = tensor(suffixed(pass, name + ".normed"), bsh(), x_dtype, out_role);
     o.held.push_back(normed);
-    held.push_back(normed);
+    if (w.trainable()) held.push_back(normed);
   }
 
   // The attention core from the q|k|v tensor the kernels read, into b.y.
+  // `pass` keeps nothing when q|k|v do not require grad.
   void attention_fwd(const Name& pre, int l, int qkv, const Pass& pass, HfBlockTensors& b) {
     const Role role = saved(pass);
     const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
+    // Under autocast attention casts fp32 q|k|v (QLoRA's Linear4bit keeps its input's dtype) to
+    // 16 bits and saves the copies; the cache keeps the fp32 keys and values through the forward.
+    const DType cache_dtype = dtype_of(qkv);
+    const bool cast_in = amp_ && dtype_of(qkv) != cdt_;
+    if (cast_in) qkv = cast(qkv, cdt_, pre + "attn.qkv.autocast", role, l, pass.replay);
+    b.attn_qkv = qkv;
     // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
     // kernel reads in place is saved as a view of c_attn's output; else matmul saves a copy.
     const bool query_view = build_common::hf_query_is_a_view(cfg_, B_.size);
@@ -136,8 +155,9 @@ class HfBuilder : private HfLinears {
       // reads them and saves them. The packed q|k|v operand stands for the query storage and them
       // where the query is a copy; a viewed query keeps all of c_attn's output besides.
       if (cache && query_view) {
-        const int kv = tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, H_}, cdt_, role);
-        b.attn_held.push_back(kv);
+        const int kv = tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, H_}, cache_dtype,
+                              cast_in ? Role::transient : role);
+        if (!cast_in) b.attn_held.push_back(kv);
         fwd_held.push_back(kv);
       }
       if (!query_view)
@@ -149,8 +169,8 @@ class HfBuilder : private HfLinears {
       // (repeat_kv), each copy saved by its product: the heads beyond the first K are held, the
       // first K are the operand's. The fused kernel keeps the K heads as they are.
       if (cache)
-        fwd_held.push_back(tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_}, cdt_,
-                                  Role::transient));
+        fwd_held.push_back(tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_},
+                                  cache_dtype, Role::transient));
       if (A_ > K_ && eager_) {
         const int rep =
             tensor(suffixed(pass, pre + "attn.kv_repeat"), {2, B_, S_, (A_ - K_) * D_}, cdt_, role);
@@ -219,22 +239,37 @@ class HfBuilder : private HfLinears {
         tensor(suffixed(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
   }
 
-  DType promoted(DType a, DType b) const {
-    return a == DType::f32 || b == DType::f32 ? DType::f32 : a;
+  // A pass that keeps nothing (what does not require grad saves nothing), or `pass`.
+  static Pass keeping(const Pass& pass, bool grad) {
+    Pass p = pass;
+    p.keep_block = p.keep_block && grad;
+    return p;
   }
 
-  HfBlockTensors block_fwd(int l, int x_in, const HfBlockWeights& w, const Pass& pass) {
+  // Decoder layer l from x_in (`x_in_grad`: whether it requires grad).
+  HfBlockTensors block_fwd(int l, int x_in, const HfBlockWeights& w, const Pass& pass,
+                           bool x_in_grad) {
     const Name pre = block_prefix(l);
-    const Role role = saved(pass);
     HfBlockTensors b;
     b.layer = l;
     b.x_in = x_in;
-    norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, b.norm1_x,
-             b.norm1_out, b.norm1_mean, b.norm1_rstd, b.norm1_held);
-    b.qkv =
-        tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, cdt_, gpt_ ? role : Role::transient);
-    b.qkv_saved = linear_fwd(pre + "attn.qkv", w.qkv_w, w.qkv_b, b.norm1_out, b.qkv, l, pass);
-    if (!gpt_ && amp_) {
+    b.x_in_grad = x_in_grad;
+    b.qkv_grad = x_in_grad || !w.qkv.lora.empty() || w.qkv.trainable();
+    b.proj_grad = b.qkv_grad || !w.proj.lora.empty() || w.proj.trainable();
+    b.x_mid_grad = x_in_grad || b.proj_grad;
+    b.fc_grad = b.x_mid_grad || !w.fc.lora.empty() || w.fc.trainable();
+    b.up_grad = gpt_ ? b.fc_grad : b.x_mid_grad || !w.up.lora.empty() || w.up.trainable();
+    b.act_grad = b.fc_grad || b.up_grad;
+    b.mlp_grad = b.act_grad || !w.out.lora.empty() || w.out.trainable();
+    const Role role = saved(pass);
+    const Pass attn_pass = keeping(pass, b.qkv_grad);
+    norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, x_in_grad,
+             b.norm1_x, b.norm1_out, b.norm1_mean, b.norm1_rstd, b.norm1_held);
+    const DType qkv_dtype = out_dtype(w.qkv, b.norm1_out);
+    b.qkv = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, qkv_dtype,
+                   gpt_ && qkv_dtype == cdt_ ? saved(attn_pass) : Role::transient);
+    b.qkv_saved = linear_fwd(w.qkv, b.norm1_out, b.qkv, l, pass, x_in_grad);
+    if (!gpt_ && amp_ && w.qkv.trainable()) {
       // q_proj, k_proj and v_proj each cast the norm's fp32 output (autocast caches only
       // weights): two more 16-bit copies, each saved by its projection.
       const int more =
@@ -245,7 +280,7 @@ class HfBuilder : private HfLinears {
     int attn_in = b.qkv;
     if (!gpt_) {
       // RoPE: q * cos + rotate_half(q) * sin (and k): new tensors; only cos and sin are saved.
-      b.qkv_rot = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, role);
+      b.qkv_rot = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, saved(attn_pass));
       Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv}, {b.qkv_rot}, l, pass.replay);
       attention_attrs(rope);
       rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.products"),
@@ -254,11 +289,12 @@ class HfBuilder : private HfLinears {
       rope.held.push_back(cos_sin_);
       attn_in = b.qkv_rot;
     }
-    attention_fwd(pre, l, attn_in, pass, b);
+    attention_fwd(pre, l, attn_in, attn_pass, b);
 
-    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
-    b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), cdt_, Role::transient);
-    b.proj_saved = linear_fwd(proj, w.proj_w, w.proj_b, b.y, b.proj_out, l, pass);
+    const Name& proj = w.proj.name;
+    b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), out_dtype(w.proj, b.y),
+                        Role::transient);
+    b.proj_saved = linear_fwd(w.proj, b.y, b.proj_out, l, pass, b.qkv_grad);
     int residual = b.proj_out;
     if (dropout_ && gpt_)
       residual = b.proj_drop = dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass,
@@ -266,45 +302,60 @@ class HfBuilder : private HfLinears {
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
-    norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l, b.norm2_x,
-             b.norm2_out, b.norm2_mean, b.norm2_rstd, b.norm2_held);
+    norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l,
+             b.x_mid_grad, b.norm2_x, b.norm2_out, b.norm2_mean, b.norm2_rstd, b.norm2_held);
+    const Pass act_pass = keeping(pass, b.fc_grad);
+    const Role act_role = saved(act_pass);
     if (gpt_) {
-      b.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), cdt_, role);
-      b.fc_saved = linear_fwd(pre + "mlp.fc", w.fc_w, w.fc_b, b.norm2_out, b.fc_out, l, pass);
+      b.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), out_dtype(w.fc, b.norm2_out),
+                        act_role);
+      b.fc_saved = linear_fwd(w.fc, b.norm2_out, b.fc_out, l, pass, b.x_mid_grad);
       // gelu_new, a python composite: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Autograd
       // saves x (by pow), tanh's output, 0.5 x and 1 + tanh (by the last product). Autocast on
       // CUDA runs pow in fp32: x's fp32 copy is saved and the tanh branch is fp32.
       const bool f32_branch = amp_ && !cpu_;
       b.gelu_in = f32_branch
-                      ? cast(b.fc_out, DType::f32, pre + "mlp.fc.out.f32", role, l, pass.replay)
+                      ? cast(b.fc_out, DType::f32, pre + "mlp.fc.out.f32", act_role, l, pass.replay)
                       : b.fc_out;
       const DType branch = dtype_of(b.gelu_in);
-      b.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), branch, role);
+      // The activation's output is saved by a proj that trains (or an adapter's copy of it).
+      b.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), branch,
+                          w.out.trainable() ? role : Role::transient);
       Op& gelu = op(OpKind::gelu_fwd, pre + "mlp.gelu", {b.gelu_in}, {b.gelu_out}, l, pass.replay);
       for (const char* piece : {"tanh", "one_plus_tanh"})
         b.gelu_held.push_back(
-            tensor(suffixed(pass, pre + "mlp.gelu." + piece), bsf(), branch, role));
-      b.gelu_held.push_back(tensor(suffixed(pass, pre + "mlp.gelu.half_x"), bsf(), cdt_, role));
+            tensor(suffixed(pass, pre + "mlp.gelu." + piece), bsf(), branch, act_role));
+      b.gelu_held.push_back(
+          tensor(suffixed(pass, pre + "mlp.gelu.half_x"), bsf(), dtype_of(b.fc_out), act_role));
       gelu.held = b.gelu_held;
       // x^3 and the sums before tanh: two alive at a time.
       gelu.held.push_back(tensor(suffixed(pass, pre + "mlp.gelu.scratch"), {2, B_, S_, F_}, branch,
                                  Role::transient));
-      b.mlp_out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), cdt_, Role::transient);
-      b.out_saved = linear_fwd(pre + "mlp.proj", w.out_w, w.out_b, b.gelu_out, b.mlp_out, l, pass);
+      b.mlp_out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), out_dtype(w.out, b.gelu_out),
+                         Role::transient);
+      b.out_saved = linear_fwd(w.out, b.gelu_out, b.mlp_out, l, pass, b.act_grad);
     } else {
-      b.fc_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), cdt_, role);
-      b.fc_saved = linear_fwd(pre + "mlp.gate", w.fc_w, Param{}, b.norm2_out, b.fc_out, l, pass);
-      b.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), cdt_, role);
-      b.up_saved = linear_fwd(pre + "mlp.up", w.up_w, Param{}, b.norm2_out, b.up_out, l, pass);
-      // act_fn(gate) * up: SiLU saves its input, the product saves both factors.
-      b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), cdt_, role);
+      // act_fn(gate) * up: SiLU saves its input, the product saves each factor when the other
+      // requires grad; the product is saved by a down that trains (or an adapter's copy of it).
+      const Role up_role = saved(keeping(pass, b.fc_grad));
+      const Role silu_role = saved(keeping(pass, b.up_grad));
+      b.fc_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), out_dtype(w.fc, b.norm2_out),
+                        act_role);
+      b.fc_saved = linear_fwd(w.fc, b.norm2_out, b.fc_out, l, pass, b.x_mid_grad);
+      b.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), out_dtype(w.up, b.norm2_out),
+                        up_role);
+      b.up_saved = linear_fwd(w.up, b.norm2_out, b.up_out, l, pass, b.x_mid_grad);
+      const DType act = dtype_of(b.fc_out);
+      b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act,
+                            w.out.trainable() ? role : Role::transient);
       Op& swiglu = op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {b.fc_out, b.up_out}, {b.swiglu_out},
                       l, pass.replay);
-      b.swiglu_held.push_back(tensor(suffixed(pass, pre + "mlp.silu.out"), bsf(), cdt_, role));
-      swiglu.held = b.swiglu_held;
-      b.mlp_out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), cdt_, Role::transient);
-      b.out_saved =
-          linear_fwd(pre + "mlp.down", w.out_w, Param{}, b.swiglu_out, b.mlp_out, l, pass);
+      const int silu = tensor(suffixed(pass, pre + "mlp.silu.out"), bsf(), act, silu_role);
+      swiglu.held.push_back(silu);
+      if (b.up_grad) b.swiglu_held.push_back(silu);
+      b.mlp_out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(),
+                         out_dtype(w.out, b.swiglu_out), Role::transient);
+      b.out_saved = linear_fwd(w.out, b.swiglu_out, b.mlp_out, l, pass, b.act_grad);
     }
     int mlp_y = b.mlp_out;
     if (dropout_ && gpt_)
@@ -322,14 +373,17 @@ class HfBuilder : private HfLinears {
   void norm_bwd(const Name& name, int dy, int norm_x, int x, const Param& w, const Param& b,
                 int mean, int rstd, const TensorIds& held, int dx, int layer) {
     if (gpt_) {
-      row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, {dx, w.grad, b.grad},
-              layer)
+      TensorIds out{dx};
+      if (w.trainable()) out.insert(out.end(), {w.grad, b.grad});
+      row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, std::move(out), layer)
           .held = held;
       return;
     }
     // RMSNorm's backward runs in fp32 on the upcast input, then casts dx back.
     const int dx_f32 = norm_x == x ? dx : grad_of(norm_x);
-    Op& o = row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, {dx_f32, w.grad},
+    TensorIds out{dx_f32};
+    if (w.trainable()) out.push_back(w.grad);
+    Op& o = row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, std::move(out),
                     layer);
     o.held = held;
     o.held.push_back(tensor(name + ".bwd.scratch", {2, B_, S_, H_}, DType::f32, Role::transient));
@@ -390,66 +444,88 @@ class HfBuilder : private HfLinears {
     return d;
   }
 
-  // The gradient of the block's input from the gradient of its output.
+  // The gradient of the block's input from the gradient of its output; under fine-tuning only
+  // what requires grad gets a gradient, and where the input does not, the backward of the layer
+  // ends below its first adapter (-1).
   int block_bwd(const HfBlockTensors& b, const HfBlockWeights& w, int dx_out) {
     const int l = b.layer;
     const Name pre = block_prefix(l);
     const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
     const Name norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
-    const int dmlp =
-        branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
-                    pre + "mlp.proj", l, DropoutSite::mlp_proj);
     int dnorm2_out = -1;
-    if (gpt_) {
-      const int dgelu_out = linear_bwd(pre + "mlp.proj", w.out_w, w.out_b, b.out_saved, dmlp, l);
-      const int dgelu_in = grad_of(b.gelu_in);
-      Op& gelu = op(OpKind::gelu_bwd, pre + "mlp.gelu.bwd", {dgelu_out, b.gelu_in}, {dgelu_in}, l);
-      gelu.held = b.gelu_held;
-      gelu.held.push_back(tensor(pre + "mlp.gelu.bwd.scratch", {2, B_, S_, F_}, dtype_of(b.gelu_in),
-                                 Role::transient));
-      int dfc = dgelu_in;
-      if (b.gelu_in != b.fc_out) {
-        dfc = grad_of(b.fc_out);
-        op(OpKind::cast, pre + "mlp.fc.out.f32.grad.cast", {dgelu_in}, {dfc}, l);
+    if (b.mlp_grad) {
+      const int dmlp =
+          branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
+                      w.out.name, l, DropoutSite::mlp_proj);
+      const int dact = linear_bwd(w.out, b.out_saved, dmlp, l);
+      if (gpt_ && dact >= 0) {
+        const int dgelu_in = grad_of(b.gelu_in);
+        Op& gelu = op(OpKind::gelu_bwd, pre + "mlp.gelu.bwd", {dact, b.gelu_in}, {dgelu_in}, l);
+        gelu.held = b.gelu_held;
+        gelu.held.push_back(tensor(pre + "mlp.gelu.bwd.scratch", {2, B_, S_, F_},
+                                   dtype_of(b.gelu_in), Role::transient));
+        int dfc = dgelu_in;
+        if (b.gelu_in != b.fc_out) {
+          dfc = grad_of(b.fc_out);
+          op(OpKind::cast, pre + "mlp.fc.out.f32.grad.cast", {dgelu_in}, {dfc}, l);
+        }
+        dnorm2_out = linear_bwd(w.fc, b.fc_saved, dfc, l);
+      } else if (dact >= 0) {
+        const int dgate = grad_of(b.fc_out), dup = grad_of(b.up_out);
+        op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dact, b.fc_out, b.up_out}, {dgate, dup}, l)
+            .held = b.swiglu_held;
+        const int dx_up = linear_bwd(w.up, b.up_saved, dup, l);
+        const int dx_gate = linear_bwd(w.fc, b.fc_saved, dgate, l);
+        if (dx_up >= 0 && dx_gate >= 0) {
+          dnorm2_out = grad_of(b.norm2_out);
+          op(OpKind::add, pre + "mlp.grad_sum.bwd", {dx_gate, dx_up}, {dnorm2_out}, l);
+        }
       }
-      dnorm2_out = linear_bwd(pre + "mlp.fc", w.fc_w, w.fc_b, b.fc_saved, dfc, l);
-    } else {
-      const int dswiglu = linear_bwd(pre + "mlp.down", w.out_w, Param{}, b.out_saved, dmlp, l);
-      const int dgate = grad_of(b.fc_out), dup = grad_of(b.up_out);
-      op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, b.fc_out, b.up_out}, {dgate, dup}, l)
-          .held = b.swiglu_held;
-      const int dx_up = linear_bwd(pre + "mlp.up", w.up_w, Param{}, b.up_saved, dup, l);
-      const int dx_gate = linear_bwd(pre + "mlp.gate", w.fc_w, Param{}, b.fc_saved, dgate, l);
-      dnorm2_out = grad_of(b.norm2_out);
-      op(OpKind::add, pre + "mlp.grad_sum.bwd", {dx_gate, dx_up}, {dnorm2_out}, l);
     }
-    const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
-    norm_bwd(norm2, dnorm2_out, b.norm2_x, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean,
-             b.norm2_rstd, b.norm2_held, dnorm2_in, l);
-    const int dx_mid = grad_of(b.x_mid);
-    op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
+    if (!b.x_mid_grad) return -1;
+    int dx_mid = dx_out;
+    if (dnorm2_out >= 0) {
+      const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
+      norm_bwd(norm2, dnorm2_out, b.norm2_x, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean,
+               b.norm2_rstd, b.norm2_held, dnorm2_in, l);
+      dx_mid = grad_of(b.x_mid);
+      op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
+    }
 
-    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
-    const int dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask,
-                                  proj + ".out.grad.cast", proj, l, DropoutSite::attn_proj);
-    const int dy = linear_bwd(proj, w.proj_w, w.proj_b, b.proj_saved, dproj, l);
-    int dqkv = attention_bwd(pre, l, gpt_ ? b.qkv : b.qkv_rot, b, dy);
-    if (!gpt_) {
-      const int dqkv_linear = grad_of(b.qkv);
-      Op& rope = op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {dqkv_linear}, l);
-      attention_attrs(rope);
-      rope.held.push_back(cos_sin_);
-      dqkv = dqkv_linear;
+    if (b.proj_grad) {
+      const Name& proj = w.proj.name;
+      const int dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask,
+                                    proj + ".out.grad.cast", proj, l, DropoutSite::attn_proj);
+      const int dy = linear_bwd(w.proj, b.proj_saved, dproj, l);
+      if (dy >= 0) {
+        int dqkv = attention_bwd(pre, l, b.attn_qkv, b, dy);
+        const int rotated = gpt_ ? b.qkv : b.qkv_rot;
+        if (b.attn_qkv != rotated) {  // autocast's copy of fp32 q|k|v
+          const int d = grad_of(rotated);
+          op(OpKind::cast, pre + "attn.qkv.autocast.grad.cast", {dqkv}, {d}, l);
+          dqkv = d;
+        }
+        if (!gpt_) {
+          const int dqkv_linear = grad_of(b.qkv);
+          Op& rope = op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {dqkv_linear}, l);
+          attention_attrs(rope);
+          rope.held.push_back(cos_sin_);
+          dqkv = dqkv_linear;
+        }
+        const int dnorm1_out = linear_bwd(w.qkv, b.qkv_saved, dqkv, l);
+        if (!b.qkv_held.empty()) p_.ops.back().held = b.qkv_held;
+        if (dnorm1_out >= 0) {
+          const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
+          norm_bwd(norm1, dnorm1_out, b.norm1_x, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean,
+                   b.norm1_rstd, b.norm1_held, dnorm1_in, l);
+          const int dx_in = grad_of(b.x_in);
+          op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
+          return dx_in;
+        }
+      }
     }
-    const int dnorm1_out = linear_bwd(pre + "attn.qkv", w.qkv_w, w.qkv_b, b.qkv_saved, dqkv, l);
-    if (!b.qkv_held.empty()) p_.ops.back().held = b.qkv_held;
-    const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
-    norm_bwd(norm1, dnorm1_out, b.norm1_x, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean, b.norm1_rstd,
-             b.norm1_held, dnorm1_in, l);
-    const int dx_in = grad_of(b.x_in);
-    op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
-    return dx_in;
+    return b.x_in_grad ? dx_mid : -1;
   }
 
   // ---- the model ----------------------------------------------------------------------------
@@ -460,19 +536,30 @@ class HfBuilder : private HfLinears {
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 
-    const Param wte = weight("wte", {V_, H_}, -1);
+    // Under fine-tuning every parameter of the model is frozen (the lm head is never a LoRA
+    // target); the adapters are made with the block linears.
+    const Train train = finetune_ ? Train::frozen : Train::full;
+    const Param wte = weight("wte", {V_, H_}, -1, train);
     Param wpe;
-    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1);
+    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1, train);
     std::vector<HfBlockWeights> weights;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
     Param final_w, final_b;
     if (gpt_) {
-      final_w = weight("ln_f.w", {H_}, -1);
-      final_b = weight("ln_f.b", {H_}, -1);
+      final_w = weight("ln_f.w", {H_}, -1, train);
+      final_b = weight("ln_f.b", {H_}, -1, train);
     } else {
-      final_w = weight("norm.w", {H_}, -1);
+      final_w = weight("norm.w", {H_}, -1, train);
     }
-    const Param lm = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1);
+    HfLinear lm;
+    lm.name = "lm_head";
+    lm.w = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1, train);
+    lm.out = V_;
+    lm.in = H_;
+    // The embedding output requires grad under full training, and under fine-tuning with
+    // checkpointing: transformers' gradient_checkpointing_enable (and PEFT's
+    // prepare_model_for_kbit_training) call enable_input_require_grads.
+    const bool x0_grad = !finetune_ || ckpt_;
 
     // Shared inputs of every layer: the causal mask eager attention adds ([B, 1, S, S] in the
     // model's dtype; a boolean one reaches the fused kernel of a checkpointed layer), llama's
@@ -485,7 +572,7 @@ class HfBuilder : private HfLinears {
     if (!gpt_) cos_sin_ = tensor("rope.cos_sin", {2, S_, D_}, wdt_, Role::activation);
 
     // Embeddings (not autocast: fp32 under autocast), then the embedding dropout.
-    const int x0 = tensor("x0", bsh(), wdt_, Role::activation);
+    const int x0 = tensor("x0", bsh(), wdt_, x0_grad ? Role::activation : Role::transient);
     TensorIds embed_in{tokens, wte.w};
     if (gpt_) embed_in.push_back(wpe.w);
     int embed_out = x0, embed_mask = -1;
@@ -503,19 +590,21 @@ class HfBuilder : private HfLinears {
     const Pass pass = forward_pass();
     std::vector<HfBlockTensors> blocks;
     int x = x0;
+    bool x_grad = x0_grad;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) {
-      blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass));
+      blocks.push_back(block_fwd(l, x, weights[static_cast<std::size_t>(l)], pass, x_grad));
       x = blocks.back().x_out;
+      x_grad = blocks.back().x_mid_grad || blocks.back().mlp_grad;
     }
 
     const Name final_name = gpt_ ? "ln_f" : "norm";
     int final_x = -1, final_out = -1, final_mean = -1, final_rstd = -1;
     TensorIds final_held;
-    norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, final_x, final_out, final_mean,
+    norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, x_grad, final_x, final_out, final_mean,
              final_rstd, final_held);
     constexpr MemoryComponent kLoss = MemoryComponent::logits_and_loss;
     logits_ = tensor("logits", {M_, V_}, cdt_, Role::activation, kLoss);
-    const LinearSaved lm_saved = linear_fwd("lm_head", lm, Param{}, final_out, logits_, -1, Pass{});
+    const LinearSaved lm_saved = linear_fwd(lm, final_out, logits_, -1, Pass{}, x_grad);
     // The loss (transformers' ForCausalLMLoss): logits.float(), then cross entropy, whose
     // log-softmax output (fp32, B S V) is saved. The fp32 logits stand for it.
     const int logits_f32 = cast(logits_, DType::f32, "logits.f32", Role::activation, -1, false);
@@ -550,20 +639,21 @@ class HfBuilder : private HfLinears {
     // A tied weight's two gradients meet in autograd's input buffer of its AccumulateGrad: the lm
     // head's waits there through the whole backward, the embedding's joins it, and their sum
     // (a third [V, H] tensor) becomes .grad.
-    Param lm_target = lm;
-    if (m.tied_embeddings)
-      lm_target.grad = tensor("wte.grad.lm_head", {V_, H_}, wdt_, Role::transient);
-    const int dfinal_out = linear_bwd("lm_head", lm_target, Param{}, lm_saved, dlogits, -1);
+    HfLinear lm_target = lm;
+    if (m.tied_embeddings && lm.trainable())
+      lm_target.w.grad = tensor("wte.grad.lm_head", {V_, H_}, wdt_, Role::transient);
+    const int dfinal_out = linear_bwd(lm_target, lm_saved, dlogits, -1);
     int dx = grad_of(x);
     norm_bwd(final_name, dfinal_out, final_x, x, final_w, final_b, final_mean, final_rstd,
              final_held, dx, -1);
 
-    for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
+    for (int l = static_cast<int>(m.layers) - 1; l >= 0 && dx >= 0; --l) {
       const HfBlockWeights& w = weights[static_cast<std::size_t>(l)];
       HfBlockTensors b = blocks[static_cast<std::size_t>(l)];
-      if (ckpt_) b = block_fwd(l, b.x_in, w, replay_pass());
+      if (ckpt_) b = block_fwd(l, b.x_in, w, replay_pass(), b.x_in_grad);
       dx = block_bwd(b, w, dx);
     }
+    if (!wte.trainable()) return;  // fine-tuning: the embeddings are frozen
 
     int dembed = dx;
     if (embed_mask >= 0)
@@ -575,34 +665,42 @@ class HfBuilder : private HfLinears {
     if (gpt_) embed_grads.push_back(wpe.grad);
     row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
     if (m.tied_embeddings)
-      op(OpKind::add, "wte.grad.sum", {lm_target.grad, dwte_embed}, {wte.grad}, -1);
+      op(OpKind::add, "wte.grad.sum", {lm_target.w.grad, dwte_embed}, {wte.grad}, -1);
   }
 
   // ---- optimizer ----------------------------------------------------------------------------
 
   // torch.optim.AdamW: foreach on CUDA, whose step makes sqrt(exp_avg_sq) for every parameter at
-  // once (one list of temporaries the size of the model); the single-tensor loop (CPU) makes
-  // sqrt(exp_avg_sq) and its quotient for one parameter at a time.
+  // once (one list of temporaries the size of the trainable parameters); the single-tensor loop
+  // (CPU) makes sqrt(exp_avg_sq) and its quotient for one parameter at a time. bitsandbytes'
+  // optimizers update each parameter in one kernel, in place: 8-bit state where the parameter
+  // has it, 32-bit elsewhere.
   void add_optimizer() {
-    if (cfg_.optimizer == Optimizer::none) return;
+    if (cfg_.optimizer == Optimizer::none || params_.empty()) return;
+    // The trainable parameters share a dtype: the model's, or the adapters' fp32.
+    const DType dtype = dtype_of(params_.front().w);
     int foreach_temp = -1;
     if (cfg_.optimizer == Optimizer::adamw && !cpu_) {
       std::int64_t numel = 0;
       for (const Param& p : params_) numel += p.numel;
-      foreach_temp = tensor("adamw.foreach.denom", {numel}, wdt_, Role::transient,
+      foreach_temp = tensor("adamw.foreach.denom", {numel}, dtype, Role::transient,
                             MemoryComponent::optimizer_temporaries);
     }
     for (const Param& param : params_) {
       const Name name = p_.tensor(param.w).name + ".step";
-      if (cfg_.optimizer == Optimizer::adamw) {
-        Op& o =
-            op(OpKind::adamw_step, name, {param.w, param.grad, param.m, param.v}, {}, param.layer);
+      if (is_adamw(cfg_.optimizer)) {
+        const bool eight_bit = param.m_absmax >= 0;
+        TensorIds in{param.w, param.grad, param.m, param.v};
+        if (eight_bit) in.insert(in.end(), {param.m_absmax, param.v_absmax});
+        Op& o = op(eight_bit ? OpKind::adamw8bit_step : OpKind::adamw_step, name, std::move(in), {},
+                   param.layer);
         o.grad_scale = loss_scale_;
-        o.weight_decay = 0.01f;  // torch's AdamW default
+        o.weight_decay = 0.01f;  // torch's AdamW default, and bitsandbytes'
+        if (cfg_.optimizer != Optimizer::adamw) continue;
         if (foreach_temp >= 0)
           o.held.push_back(foreach_temp);
         else
-          o.held.push_back(tensor(name + ".denom", {2, param.numel}, wdt_, Role::transient,
+          o.held.push_back(tensor(name + ".denom", {2, param.numel}, dtype, Role::transient,
                                   MemoryComponent::optimizer_temporaries));
       } else {
         op(OpKind::sgd_step, name, {param.w, param.grad, param.momentum}, {}, param.layer)
@@ -611,8 +709,7 @@ class HfBuilder : private HfLinears {
     }
   }
 
-  HfOptions options_;
-  bool cpu_ = false, eager_ = false, dropout_ = false, ckpt_ = false;
+  bool eager_ = false, dropout_ = false, ckpt_ = false;
   float loss_scale_ = 1.0f;
   int mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
 };
@@ -624,7 +721,7 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
   if (gemm_workspace < 0)
     throw InternalError(
         fmt::format("build_hf_program: negative GEMM workspace {}", gemm_workspace));
-  if (framework_of(cfg) != Framework::hf || cfg.scope != Scope::model || is_finetune(cfg))
+  if (framework_of(cfg) != Framework::hf || cfg.scope != Scope::model)
     throw InternalError("build_hf_program: a validated --framework hf whole-model configuration");
   Program program = build_hf::HfBuilder(cfg, gemm_workspace, options).build();
   // Accumulating over micro-steps, the .grad tensors are there before the step (liveness keeps

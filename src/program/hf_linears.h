@@ -1,5 +1,8 @@
 // The hf builder's parameters and linears (HfLinears, the base of build_hf.cpp's HfBuilder): a
-// parameter with torch's optimizer state, autocast's casts, and a linear's forward and backward.
+// parameter with its optimizer's state (torch's, or bitsandbytes' 8-bit and paged ones), autocast's
+// casts, and a linear's forward and backward as PyTorch runs it: trainable (full training), frozen
+// (fine-tuning's base), stored in 4 bits by bitsandbytes' Linear4bit (QLoRA), with PEFT's LoRA
+// adapters on its modules. docs/memory-model.md ("Fine-tuning under hf") lists what each keeps.
 #pragma once
 
 #include <cstdint>
@@ -7,43 +10,79 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/quant.h"
 #include "program/build_common.h"
 #include "program/program.h"
 
 namespace vrambench::build_hf {
 
+using build_common::Adapter;
 using build_common::block_prefix;
 using build_common::kRecomputeSuffix;
 using build_common::Param;
 using build_common::Pass;
+using build_common::QuantModule;
+
+// A linear (a block's, or the lm head): its weight, stored whole (trainable under full training,
+// frozen under fine-tuning) or as bitsandbytes' quantised modules, its bias, and PEFT's adapters.
+struct HfLinear {
+  Name name;   // "layer0.attn.qkv"
+  Param w, b;  // w.w is -1 when the weight is stored quantised
+  std::vector<QuantModule> quant;
+  std::vector<Adapter> lora;
+  std::int64_t out = 0, in = 0;
+  bool trainable() const { return w.trainable(); }
+  bool quantized() const { return !quant.empty(); }
+};
+
+// What one adapter's forward leaves for its backward. PEFT's lora.Linear hands the layer input,
+// cast to the adapter's fp32 (`_cast_input_dtype`), to the dropout and then to lora_A, whose
+// autocast casts it to 16 bits again.
+struct AdapterSaved {
+  int in = -1;       // the dropout's input: the linear's input, or its fp32 copy
+  int dropped = -1;  // the dropout's output (`in` without LoRA dropout)
+  int mask = -1;     // the dropout's mask (noise on the CPU), -1 without
+  int x = -1;        // what lora_A's GEMM reads: `dropped`, or autocast's 16-bit copy
+  int a = -1, b = -1;  // the weight operands: A and B, or autocast's cached 16-bit copies
+  int xa = -1;         // x A^T, which lora_B saves
+};
 
 // What a linear's forward leaves for its backward.
 struct LinearSaved {
-  int x = -1;       // the GEMM's input (autocast: its 16-bit copy)
-  int x_orig = -1;  // the input before autocast cast it, -1 when not cast
-  int w = -1;       // the weight operand (autocast: the cached 16-bit copy)
+  int x = -1;       // the GEMM's input (autocast's or Linear4bit's 16-bit copy)
+  int x_orig = -1;  // the input before it was cast, -1 when not cast
+  int w = -1;       // the weight operand (autocast: the 16-bit copy); -1 when quantised
   int b = -1;
+  bool x_grad = true;  // the input requires grad: the backward computes its gradient
+  std::vector<AdapterSaved> lora;
 };
 
-// A decoder layer's parameters: fc is gpt's mlp.fc and llama's mlp.gate, out is mlp.proj and
-// mlp.down.
+// A decoder layer's parameters and linears: fc is gpt's mlp.fc and llama's mlp.gate, out is
+// mlp.proj and mlp.down.
 struct HfBlockWeights {
-  Param norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b;
-  Param fc_w, fc_b, up_w, out_w, out_b;
+  Param norm1_w, norm1_b, norm2_w, norm2_b;
+  HfLinear qkv, proj, fc, up, out;
 };
 
-// The hf builder's base: makes the parameters, casts, writes a linear's forward and backward.
+// The hf builder's base: makes the parameters and linears, casts, and writes a linear's forward
+// and backward.
 class HfLinears : protected build_common::StepShape, protected build_common::ProgramWriter {
  protected:
-  HfLinears(const RunConfig& cfg, Bytes gemm_workspace)
-      : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg) {
-    amp_ = is_autocast(cfg.dtype);
+  HfLinears(const RunConfig& cfg, Bytes gemm_workspace, bool cpu)
+      : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg), cpu_(cpu) {
+    finetune_ = is_finetune(cfg);
+    quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
+    // Autocast: asked for, or QLoRA's Trainer with bf16/fp16 (the base's other parameters are
+    // fp32 after prepare_model_for_kbit_training, the 4-bit layers compute in 16 bits).
+    const bool sixteen = cfg.dtype == Precision::bf16 || cfg.dtype == Precision::fp16;
+    amp_ = is_autocast(cfg.dtype) || (quant_ != QuantKind::none && sixteen);
     // The model's own dtype: fp32 under autocast; the 16-bit type of a model loaded in 16 bits.
     wdt_ = amp_ || cfg.dtype == Precision::fp32 || cfg.dtype == Precision::tf32
                ? DType::f32
                : activation_dtype(cfg.dtype);
     cdt_ = activation_dtype(cfg.dtype);  // what the GEMMs produce
     gpt_ = cfg.model.arch == Arch::gpt;
+    lora_scale_ = static_cast<float>(cfg.lora_alpha / static_cast<double>(cfg.lora_rank));
   }
 
   // ---- casts --------------------------------------------------------------------------------
@@ -56,97 +95,357 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     return y;
   }
 
+  // A tensor made before it was known that the backward reads it (a frozen norm's output that an
+  // adapter saves): an activation of a kept forward from now on.
+  void keep_for_backward(int id, const Pass& pass) {
+    Tensor& t = p_.tensors[static_cast<std::size_t>(id)];
+    if (saved(pass) != Role::activation || t.role != Role::transient) return;
+    if (t.component == default_component(Role::transient))
+      t.component = default_component(Role::activation);
+    t.role = Role::activation;
+  }
+
   // ---- parameters ---------------------------------------------------------------------------
 
-  Param weight(const Name& name, Shape shape, int layer) {
+  enum class Train { full, frozen, adapter };
+
+  // A parameter: a full-training weight in the model's dtype, a frozen one (fine-tuning's base:
+  // the weight alone, fp32 after prepare_model_for_kbit_training), or an adapter in fp32 (PEFT's
+  // autocast_adapter_dtype), each trainable one with its gradient and optimizer state.
+  Param weight(const Name& name, Shape shape, int layer, Train train = Train::full,
+               DType dtype = DType::u8) {
     Param param;
     param.layer = layer;
     std::int64_t numel = 1;
     for (std::int64_t d : shape) numel *= d;
     param.numel = numel;
     const Dims dims = fixed(shape);
-    param.w = tensor(name, dims, wdt_, Role::weight);
-    if (cfg_.optimizer == Optimizer::adamw) {
-      param.m = tensor(name + ".exp_avg", dims, wdt_, Role::optimizer_state);
-      param.v = tensor(name + ".exp_avg_sq", dims, wdt_, Role::optimizer_state);
-      // AdamW's `step` counter: one fp32 scalar per parameter tensor.
-      tensor(name + ".step", {1}, DType::f32, Role::optimizer_state);
-    } else if (cfg_.optimizer == Optimizer::sgd) {
-      param.momentum = tensor(name + ".momentum_buffer", dims, wdt_, Role::optimizer_state);
-    }
-    param.grad = tensor(name + ".grad", dims, wdt_, Role::grad);
+    if (dtype == DType::u8) dtype = train == Train::adapter ? DType::f32 : wdt_;
+    const MemoryComponent component = train == Train::full     ? MemoryComponent::weights
+                                      : train == Train::frozen ? MemoryComponent::frozen_weights
+                                                               : MemoryComponent::adapters;
+    param.w = tensor(name, dims, dtype, Role::weight, component);
+    if (train == Train::frozen) return param;
+    optimizer_state(name, dims, dtype, param);
+    param.grad = tensor(name + ".grad", dims, dtype, Role::grad,
+                        train == Train::full ? MemoryComponent::gradients
+                                             : MemoryComponent::adapter_grads);
     params_.push_back(param);
     return param;
   }
 
+  // What the optimizer keeps for a trainable parameter. torch.optim.AdamW: exp_avg and
+  // exp_avg_sq in the parameter's dtype and a `step` scalar; SGD: momentum_buffer. bitsandbytes
+  // (core/quant.h): fp32 moments (PagedAdamW32bit, and the 8-bit ones under kMin8bitSize
+  // elements) or 8-bit codes with an fp32 absmax per block; a paged optimizer keeps the moments
+  // of tensors from kPagedMinNumel elements in managed memory. bitsandbytes counts steps in
+  // Python, not in a tensor.
+  void optimizer_state(const Name& name, const Dims& dims, DType dtype, Param& param) {
+    const Optimizer o = cfg_.optimizer;
+    if (o == Optimizer::adamw) {
+      param.m = tensor(name + ".exp_avg", dims, dtype, Role::optimizer_state);
+      param.v = tensor(name + ".exp_avg_sq", dims, dtype, Role::optimizer_state);
+      tensor(name + ".step", {1}, DType::f32, Role::optimizer_state);
+    } else if (o == Optimizer::sgd) {
+      param.momentum = tensor(name + ".momentum_buffer", dims, dtype, Role::optimizer_state);
+    } else if (is_adamw(o)) {
+      const bool eight_bit = is_8bit(o) && optimizer_state_is_8bit(param.numel);
+      const Role where = is_paged(o) && param.numel >= kPagedMinNumel
+                             ? Role::paged_optimizer_state
+                             : Role::optimizer_state;
+      const DType moment = eight_bit ? DType::u8 : DType::f32;
+      param.m = tensor(name + ".state1", dims, moment, where);
+      param.v = tensor(name + ".state2", dims, moment, where);
+      if (eight_bit) {
+        // The dynamic maps that quantise the two moments: one pair per optimizer.
+        if (qmaps_ < 0)
+          qmaps_ = tensor("optimizer.qmap", {2, kDynamicMapEntries}, DType::f32,
+                          Role::optimizer_state);
+        const std::int64_t blocks = quant_blocks(param.numel, kOptimizer8bitBlock);
+        param.m_absmax = tensor(name + ".absmax1", {blocks}, DType::f32, Role::optimizer_state);
+        param.v_absmax = tensor(name + ".absmax2", {blocks}, DType::f32, Role::optimizer_state);
+      }
+    }
+  }
+
+  // A linear of `modules` (each a LoRA target and its rows, in row order) from `in` columns:
+  // trainable under full training; else frozen, stored quantised under --quant (its bias then
+  // in the compute dtype, as Linear4bit casts it in its first forward), with an adapter on each
+  // targeted module.
+  HfLinear linear(const Name& name, std::int64_t in,
+                  const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
+                  int layer) {
+    HfLinear lin;
+    lin.name = name;
+    lin.in = in;
+    for (const auto& [module, rows] : modules) lin.out += rows;
+    const Train train = finetune_ ? Train::frozen : Train::full;
+    if (quant_ == QuantKind::none) {
+      lin.w = weight(name + ".w", {lin.out, in}, layer, train);
+    } else {
+      std::int64_t row = 0;
+      for (const auto& [module, rows] : modules) {
+        lin.quant.push_back(quantized_module(build_common::module_name(name, module, modules.size()),
+                                             row, rows, in, quant_,
+                                             cfg_.double_quant == Toggle::on));
+        row += rows;
+      }
+    }
+    if (bias)
+      lin.b = weight(name + ".b", {lin.out}, layer, train,
+                     quant_ == QuantKind::none ? DType::u8 : cdt_);
+    if (!finetune_) return lin;
+    std::int64_t col = 0;
+    for (const auto& [module, rows] : modules) {
+      if (lora_targets_module(cfg_.lora_targets, cfg_.model.arch, module)) {
+        Adapter ad;
+        ad.name = build_common::module_name(name, module, modules.size());
+        ad.index = adapters_in_layer_++;
+        ad.a = weight(ad.name + ".lora_A", {cfg_.lora_rank, in}, layer, Train::adapter);
+        ad.b = weight(ad.name + ".lora_B", {rows, cfg_.lora_rank}, layer, Train::adapter);
+        ad.col_offset = col;
+        ad.out = rows;
+        lin.lora.push_back(std::move(ad));
+      }
+      col += rows;
+    }
+    return lin;
+  }
+
   HfBlockWeights block_weights(int l) {
     const Name pre = block_prefix(l);
+    const Train train = finetune_ ? Train::frozen : Train::full;
+    adapters_in_layer_ = 0;
     HfBlockWeights w;
     if (gpt_) {
-      w.norm1_w = weight(pre + "ln1.w", {H_}, l);
-      w.norm1_b = weight(pre + "ln1.b", {H_}, l);
-      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
-      w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
-      w.proj_w = weight(pre + "attn.proj.w", {H_, H_}, l);
-      w.proj_b = weight(pre + "attn.proj.b", {H_}, l);
-      w.norm2_w = weight(pre + "ln2.w", {H_}, l);
-      w.norm2_b = weight(pre + "ln2.b", {H_}, l);
-      w.fc_w = weight(pre + "mlp.fc.w", {F_, H_}, l);
-      w.fc_b = weight(pre + "mlp.fc.b", {F_}, l);
-      w.out_w = weight(pre + "mlp.proj.w", {H_, F_}, l);
-      w.out_b = weight(pre + "mlp.proj.b", {H_}, l);
+      w.norm1_w = weight(pre + "ln1.w", {H_}, l, train);
+      w.norm1_b = weight(pre + "ln1.b", {H_}, l, train);
+      w.qkv = linear(pre + "attn.qkv", H_, {{LoraModule::c_attn, Q_}}, true, l);
+      w.proj = linear(pre + "attn.proj", H_, {{LoraModule::attn_c_proj, H_}}, true, l);
+      w.norm2_w = weight(pre + "ln2.w", {H_}, l, train);
+      w.norm2_b = weight(pre + "ln2.b", {H_}, l, train);
+      w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
+      w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
     } else {
-      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l);
-      w.qkv_w = weight(pre + "attn.qkv.w", {Q_, H_}, l);
-      if (cfg_.model.qkv_bias) w.qkv_b = weight(pre + "attn.qkv.b", {Q_}, l);
-      w.proj_w = weight(pre + "attn.o.w", {H_, H_}, l);
-      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l);
-      w.fc_w = weight(pre + "mlp.gate.w", {F_, H_}, l);
-      w.up_w = weight(pre + "mlp.up.w", {F_, H_}, l);
-      w.out_w = weight(pre + "mlp.down.w", {H_, F_}, l);
+      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l, train);
+      w.qkv = linear(pre + "attn.qkv", H_,
+                     {{LoraModule::q, A_ * D_}, {LoraModule::k, K_ * D_}, {LoraModule::v, K_ * D_}},
+                     cfg_.model.qkv_bias, l);
+      w.proj = linear(pre + "attn.o", H_, {{LoraModule::o, H_}}, false, l);
+      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l, train);
+      w.fc = linear(pre + "mlp.gate", H_, {{LoraModule::gate, F_}}, false, l);
+      w.up = linear(pre + "mlp.up", H_, {{LoraModule::up, F_}}, false, l);
+      w.out = linear(pre + "mlp.down", F_, {{LoraModule::down, H_}}, false, l);
     }
     return w;
   }
 
   // ---- linears ------------------------------------------------------------------------------
 
-  // The operand a GEMM reads for weight `w` in this pass: the weight, or under autocast its
-  // 16-bit copy, which autocast caches through the forward (one copy per weight and pass) and the
-  // GEMM saves for its backward.
-  int weight_operand(const Param& w, const Pass& pass) {
+  // The dtype of a linear's output from input x: autocast's (or the model's) compute dtype;
+  // Linear4bit's output is cast back to its input's dtype (`.to(inp_dtype)`), and PEFT's sum
+  // with the adapters keeps it.
+  DType out_dtype(const HfLinear& lin, int x) const {
+    return lin.quantized() ? dtype_of(x) : cdt_;
+  }
+
+  // Autocast's 16-bit copy of weight `w`, or the weight itself without autocast. Autocast caches
+  // the copies of leaves that require grad (a trainable weight or adapter: one copy per weight
+  // and pass, kept through the forward), and makes a frozen weight's copy anew at every use.
+  int autocast_weight(const Param& w, Role role, const Pass& pass) {
     if (!amp_) return w.w;
-    const int c =
-        cast(w.w, cdt_, p_.tensor(w.w).name + ".autocast", saved(pass), w.layer, pass.replay);
-    if (!pass.replay) autocast_cache_.push_back(c);
+    const int c = cast(w.w, cdt_, p_.tensor(w.w).name + ".autocast", role, w.layer, pass.replay);
+    if (!pass.replay && w.trainable()) autocast_cache_.push_back(c);
     return c;
   }
 
-  // y = x w^T + b; autocast casts x and the weights to 16 bits first.
-  LinearSaved linear_fwd(const Name& name, const Param& w, const Param& b, int x, int y, int layer,
-                         const Pass& pass) {
+  // y = x w^T + b (y made by the caller, in out_dtype), then each adapter adds its share.
+  // `x_grad`: whether x requires grad. Returns what the backward reads.
+  LinearSaved linear_fwd(const HfLinear& lin, int x, int y, int layer, const Pass& pass,
+                         bool x_grad) {
     LinearSaved s;
     s.x = x;
-    if (amp_ && dtype_of(x) != cdt_) {
-      s.x_orig = x;
-      s.x = cast(x, cdt_, name + ".in.autocast", saved(pass), layer, pass.replay);
+    s.x_grad = x_grad;
+    const Name& name = lin.name;
+    if (lin.quantized()) {
+      // Linear4bit: x.to(compute dtype), the weight dequantised for one GEMM, the output cast
+      // back to x's dtype; nothing batch-sized is saved (bitsandbytes' MatMul4Bit keeps the
+      // packed weight alone).
+      if (dtype_of(x) != cdt_) {
+        s.x_orig = x;
+        s.x = cast(x, cdt_, name + ".in.compute", Role::transient, layer, pass.replay);
+      }
+      const int w = tensor(suffixed(pass, name + ".w.dq"), {lin.out, lin.in}, cdt_,
+                           Role::transient, MemoryComponent::dequant_transient);
+      dequantize(lin.quant, w, quant_, layer, pass.replay, false);
+      TensorIds in{s.x, w};
+      if (lin.b.present()) in.push_back(s.b = lin.b.w);
+      int out = y;
+      if (dtype_of(y) != cdt_)
+        out = tensor(suffixed(pass, name + ".out.compute"), dims_of(y), cdt_, Role::transient);
+      gemm(OpKind::linear_fwd, name, std::move(in), {out}, layer, pass.replay);
+      if (out != y) op(OpKind::cast, name + ".out.cast", {out}, {y}, layer, pass.replay);
+    } else {
+      // Autocast casts x to 16 bits; the GEMM saves it when the weight trains. A frozen weight's
+      // 16-bit copy is saved when x requires grad (dx = dy w).
+      const Role x_role = lin.trainable() ? saved(pass) : Role::transient;
+      if (amp_ && dtype_of(x) != cdt_) {
+        s.x_orig = x;
+        s.x = cast(x, cdt_, name + ".in.autocast", x_role, layer, pass.replay);
+      }
+      const Role w_role = lin.trainable() || x_grad ? saved(pass) : Role::transient;
+      s.w = autocast_weight(lin.w, w_role, pass);
+      TensorIds in{s.x, s.w};
+      if (lin.b.present()) {
+        s.b = autocast_weight(lin.b, lin.trainable() ? saved(pass) : Role::transient, pass);
+        in.push_back(s.b);
+      }
+      gemm(OpKind::linear_fwd, name, std::move(in), {y}, layer, pass.replay);
     }
-    s.w = weight_operand(w, pass);
-    TensorIds in{s.x, s.w};
-    if (b.present()) {
-      s.b = weight_operand(b, pass);
-      in.push_back(s.b);
-    }
-    gemm(OpKind::linear_fwd, name, std::move(in), {y}, layer, pass.replay);
+    for (const Adapter& ad : lin.lora)
+      s.lora.push_back(adapter_fwd(lin, ad, x, y, layer, pass, x_grad));
     return s;
   }
 
-  // Backward of a linear from dy: its weight's (and bias's) gradient, and dx (the gradient of
-  // the linear's input before autocast's cast). Returns dx.
-  int linear_bwd(const Name& name, const Param& w, const Param& b, const LinearSaved& s, int dy,
-                 int layer) {
+  // One adapter's forward: lora_B(lora_A(dropout(x))) * scaling added into its columns of y.
+  AdapterSaved adapter_fwd(const HfLinear& lin, const Adapter& ad, int x, int y, int layer,
+                           const Pass& pass, bool x_grad) {
+    AdapterSaved a;
+    const Role role = saved(pass);
+    // PEFT casts the input to the adapter's fp32, except bitsandbytes' layers under CUDA
+    // autocast (`torch.is_autocast_enabled()` asks about CUDA's alone).
+    const bool convert = !lin.quantized() || !amp_ || cpu_;
+    a.in = convert ? cast(x, DType::f32, ad.name + ".lora.in", Role::transient, layer, pass.replay)
+                   : x;
+    a.dropped = a.in;
+    if (cfg_.lora_dropout > 0.0) {
+      a.dropped = tensor(suffixed(pass, ad.name + ".lora_dropout.out"), dims_of(a.in),
+                         dtype_of(a.in), Role::transient);
+      // CUDA's dropout keeps a byte mask, the CPU's a noise tensor of the input's dtype; either
+      // is saved when the input requires grad.
+      a.mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), dims_of(a.in),
+                      cpu_ ? dtype_of(a.in) : DType::u8,
+                      x_grad ? role : Role::transient);
+      lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {a.in},
+                            {a.dropped, a.mask}, layer, pass.replay),
+                         layer, ad);
+    }
+    // lora_A saves its input (A trains): autocast's 16-bit copy, or the fp32 one.
+    a.x = amp_ ? cast(a.dropped, cdt_, ad.name + ".lora_A.in.autocast", role, layer, pass.replay)
+               : a.dropped;
+    keep_for_backward(a.x, pass);
+    // A's copy is saved for dx (when x requires grad), B's for d(xa) (always).
+    a.a = autocast_weight(ad.a, x_grad ? role : Role::transient, pass);
+    a.b = autocast_weight(ad.b, role, pass);
+    const DType xa_dtype = amp_ ? cdt_ : DType::f32;
+    a.xa = tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, xa_dtype, role);
+    Op& o = gemm(OpKind::lora_fwd, ad.name + ".lora", {a.x, a.a, a.b, y}, {a.xa, y}, layer,
+                 pass.replay);
+    o.col_offset = ad.col_offset;
+    o.lora_scale = lora_scale_;
+    // lora_B's output and its product with the scaling, then result + that (promoted) and its
+    // cast back to the result's dtype: temporaries of the adapter's columns.
+    const DType sum = promoted(dtype_of(y), xa_dtype);
+    for (const char* t : {".lora_B.out", ".lora.scaled"})
+      o.held.push_back(tensor(suffixed(pass, ad.name + t), {B_, S_, ad.out}, xa_dtype,
+                              Role::transient));
+    o.held.push_back(
+        tensor(suffixed(pass, ad.name + ".lora.sum"), {B_, S_, ad.out}, sum, Role::transient));
+    if (sum != dtype_of(y))
+      o.held.push_back(tensor(suffixed(pass, ad.name + ".lora.sum.cast"), {B_, S_, ad.out},
+                              dtype_of(y), Role::transient));
+    return a;
+  }
+
+  DType promoted(DType a, DType b) const {
+    return a == DType::f32 || b == DType::f32 ? DType::f32 : a;
+  }
+
+  // Backward of a linear from dy: its weight's (and bias's) gradient when it trains, its
+  // adapters' gradients, and dx (the gradient of its input before any cast) when the input
+  // requires grad. Returns dx, or -1.
+  int linear_bwd(const HfLinear& lin, const LinearSaved& s, int dy, int layer) {
+    if (lin.trainable()) return trainable_bwd(lin, s, dy, layer);
+    const Name& name = lin.name;
+    int dx = -1;
+    if (s.x_grad) {
+      int dy_gemm = dy, w = s.w;
+      if (lin.quantized()) {
+        // MatMul4Bit's backward: the output's gradient in 16 bits, the weight dequantised again.
+        if (dtype_of(dy) != cdt_) {
+          dy_gemm = tensor(name + ".out.compute.grad", dims_of(dy), cdt_, Role::transient);
+          op(OpKind::cast, name + ".out.cast.bwd", {dy}, {dy_gemm}, layer);
+        }
+        w = tensor(name + ".w.dq.bwd", {lin.out, lin.in}, cdt_, Role::transient,
+                   MemoryComponent::dequant_transient);
+        dequantize(lin.quant, w, quant_, layer, false, true);
+      }
+      const int dx_gemm = grad_of(s.x);
+      gemm(OpKind::linear_dgrad, name + ".dgrad", {dy_gemm, w}, {dx_gemm}, layer);
+      dx = dx_gemm;
+      if (s.x_orig >= 0) {
+        dx = grad_of(s.x_orig);
+        op(OpKind::cast, name + ".in.grad.cast", {dx_gemm}, {dx}, layer);
+      }
+    }
+    for (std::size_t k = 0; k < lin.lora.size(); ++k)
+      dx = adapter_bwd(lin.lora[k], s.lora[k], s.x_orig >= 0 ? s.x_orig : s.x, dy, dx, layer,
+                       s.x_grad);
+    return dx;
+  }
+
+  // An adapter's backward from dy: A's and B's gradients, and, when the input x requires grad,
+  // its share of dx added to `dx`. Returns dx.
+  int adapter_bwd(const Adapter& ad, const AdapterSaved& a, int x, int dy, int dx, int layer,
+                  bool x_grad) {
+    const int da = amp_ ? grad_named(p_.tensor(ad.a.w).name + ".autocast.grad", a.a) : ad.a.grad;
+    const int db = amp_ ? grad_named(p_.tensor(ad.b.w).name + ".autocast.grad", a.b) : ad.b.grad;
+    TensorIds out{da, db, grad_named(ad.name + ".lora_xa.grad", a.xa)};
+    int d = -1;
+    if (x_grad) out.push_back(d = grad_named(ad.name + ".lora_A.in.grad", a.x));
+    Op& o = gemm(OpKind::lora_bwd, ad.name + ".lora.bwd", {dy, a.x, a.xa, a.a, a.b},
+                 std::move(out), layer);
+    o.col_offset = ad.col_offset;
+    o.lora_scale = lora_scale_;
+    // The gradient of the adapter's columns in its dtype, and of lora_B's output (the scaling).
+    for (const char* t : {".lora.sum.grad", ".lora_B.out.grad"})
+      o.held.push_back(
+          tensor(ad.name + t, {B_, S_, ad.out}, dtype_of(a.xa), Role::transient));
+    if (amp_) {
+      op(OpKind::cast, p_.tensor(ad.a.w).name + ".grad.cast", {da}, {ad.a.grad}, layer);
+      op(OpKind::cast, p_.tensor(ad.b.w).name + ".grad.cast", {db}, {ad.b.grad}, layer);
+    }
+    if (!x_grad) return dx;
+    if (a.x != a.dropped) {
+      const int next = grad_named(ad.name + ".lora_dropout.out.grad", a.dropped);
+      op(OpKind::cast, ad.name + ".lora_A.in.grad.cast", {d}, {next}, layer);
+      d = next;
+    }
+    if (a.mask >= 0) {
+      const int next = grad_named(ad.name + ".lora.in.grad", a.in);
+      lora_dropout_attrs(
+          op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd", {d, a.mask}, {next}, layer),
+          layer, ad);
+      d = next;
+    }
+    if (a.in != x) {
+      const int next = grad_named(ad.name + ".lora.in.grad.cast", x);
+      op(OpKind::cast, ad.name + ".lora.in.grad.cast", {d}, {next}, layer);
+      d = next;
+    }
+    if (dx < 0) return d;
+    const int sum = grad_named(ad.name + ".in.grad.sum", x);
+    op(OpKind::add, ad.name + ".lora.grad_sum.bwd", {dx, d}, {sum}, layer);
+    return sum;
+  }
+
+  // Full training: the GEMM's dx, dw (and db); autocast's weight gradients are the 16-bit
+  // copies', cast to the fp32 .grad.
+  int trainable_bwd(const HfLinear& lin, const LinearSaved& s, int dy, int layer) {
+    const Param& w = lin.w;
+    const Param& b = lin.b;
     const int dx = grad_of(s.x);
     TensorIds out{dx};
-    // Autocast: the GEMM's weight gradient is the 16-bit copy's, cast to the fp32 .grad.
     const int dw = amp_ ? grad_named(p_.tensor(w.w).name + ".autocast.grad", s.w) : w.grad;
     out.push_back(dw);
     int db = -1;
@@ -154,20 +453,25 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
       db = amp_ ? grad_named(p_.tensor(b.w).name + ".autocast.grad", s.b) : b.grad;
       out.push_back(db);
     }
-    gemm(OpKind::linear_bwd, name + ".bwd", {dy, s.x, s.w}, std::move(out), layer);
+    gemm(OpKind::linear_bwd, lin.name + ".bwd", {dy, s.x, s.w}, std::move(out), layer);
     if (amp_) {
       op(OpKind::cast, p_.tensor(w.w).name + ".grad.cast", {dw}, {w.grad}, layer);
       if (b.present()) op(OpKind::cast, p_.tensor(b.w).name + ".grad.cast", {db}, {b.grad}, layer);
     }
     if (s.x_orig < 0) return dx;
     const int dx_orig = grad_of(s.x_orig);
-    op(OpKind::cast, name + ".in.grad.cast", {dx}, {dx_orig}, layer);
+    op(OpKind::cast, lin.name + ".in.grad.cast", {dx}, {dx_orig}, layer);
     return dx_orig;
   }
 
   const RunConfig& cfg_;
+  bool cpu_ = false;
   DType wdt_ = DType::f32, cdt_ = DType::f32;
-  bool amp_ = false, gpt_ = true;
+  bool amp_ = false, gpt_ = true, finetune_ = false;
+  QuantKind quant_ = QuantKind::none;  // of the frozen block linears
+  float lora_scale_ = 0.0f;
+  int adapters_in_layer_ = 0;
+  int qmaps_ = -1;
   TensorIds autocast_cache_;
   std::vector<Param> params_;
 };
