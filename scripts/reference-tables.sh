@@ -28,3 +28,9 @@ table "$root/sim-h100-80gb" headline-gpt2-hf --device sim:h100-80gb --framework 
 table "$root/sim-rtx4090" llama3.2-1b-hf --device sim:rtx4090 --preset llama3.2-1b --framework hf \
   --sweep dtype=bf16,amp-bf16 --sweep attention=eager,flash --sweep recompute=none,full \
   --sweep seq=512,2048
+# Fine-tuning as transformers + PEFT + bitsandbytes run it (--framework hf): LoRA over a bf16
+# llama3-8b and QLoRA (NF4, double quantisation, prepare_model_for_kbit_training, autocast bf16)
+# with the optimizers people pair with them, with and without gradient checkpointing.
+table "$root/sim-rtx4090" llama3-8b-finetune-hf --device sim:rtx4090 --preset llama3-8b \
+  --framework hf --lora-rank 16 --sweep finetune=lora,qlora \
+  --sweep optimizer=adamw,paged-adamw-8bit --sweep recompute=none,full --sweep seq=512,2048

@@ -562,13 +562,11 @@ class HfBuilder : private HfLinears {
     const bool x0_grad = !finetune_ || ckpt_;
 
     // Shared inputs of every layer: the causal mask eager attention adds ([B, 1, S, S] in the
-    // model's dtype; a boolean one reaches the fused kernel of a checkpointed layer), llama's
-    // rotary cos and sin ([S, D] each, in the residual stream's dtype). They live while a layer
-    // may still run: through the forward, and with checkpointing through the last replay.
-    if (eager_)
-      mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient);
-    else if (ckpt_)
-      mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, DType::u8, Role::transient);
+    // model's dtype; sdpa gets none without padding and runs causal, on real tensors: under
+    // FakeTensorMode transformers cannot read the padding mask and makes one), llama's rotary cos
+    // and sin ([S, D] each, in the residual stream's dtype). They live while a layer may still
+    // run: through the forward, and with checkpointing through the last replay.
+    if (eager_) mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient);
     if (!gpt_) cos_sin_ = tensor("rope.cos_sin", {2, S_, D_}, wdt_, Role::activation);
 
     // Embeddings (not autocast: fp32 under autocast), then the embedding dropout.
