@@ -28,7 +28,10 @@
 namespace vrambench {
 namespace {
 
+// The bound for every row; the fine-tuning rows are held to a tenth of it (all are within
+// 0.01% today), so that a change that moves them shows.
 constexpr double kTolerance = 0.03;
+constexpr double kFinetuneTolerance = 0.003;
 
 // Rows whose error is known to exceed kTolerance, with the error measured when they were listed
 // (a row may not get worse than that; fix the model and delete the line). Keys are row keys
@@ -164,9 +167,9 @@ struct Check {
   double error() const { return (simulated - measured) / measured; }
 };
 
-// Every row's peak, and every configuration's per-sample bytes, within kTolerance (or its known
+// Every row's peak, and every configuration's per-sample bytes, within `tolerance` (or its known
 // error); the worst listed on failure (all with VRAMBENCH_HF_REFERENCE_ALL set).
-void expect_within_tolerance(const std::vector<Row>& rows) {
+void expect_within_tolerance(const std::vector<Row>& rows, double tolerance) {
   struct Peaks {
     Bytes measured = 0, sim = 0;
     std::string phase;
@@ -195,15 +198,15 @@ void expect_within_tolerance(const std::vector<Row>& rows) {
   for (const Check& c : checks) {
     all.push_back(&c);
     const auto known = kKnownErrors.find(c.what == "per-sample" ? c.key : c.key + " " + c.what);
-    const double allowed = known == kKnownErrors.end() ? kTolerance : known->second + 0.005;
-    if (std::abs(c.error()) <= kTolerance) ++within;
+    const double allowed = known == kKnownErrors.end() ? tolerance : known->second + 0.005;
+    if (std::abs(c.error()) <= tolerance) ++within;
     if (std::abs(c.error()) > allowed) failed.push_back(&c);
   }
   std::sort(all.begin(), all.end(), [](const Check* a, const Check* b) {
     return std::abs(a->error()) > std::abs(b->error());
   });
-  std::string table = fmt::format("{} of {} checks within {:.0f}%; worst:\n", within, checks.size(),
-                                  kTolerance * 100);
+  std::string table = fmt::format("{} of {} checks within {:.1f}%; worst:\n", within, checks.size(),
+                                  tolerance * 100);
   const bool verbose = std::getenv("VRAMBENCH_HF_REFERENCE_ALL") != nullptr;
   const std::size_t shown = verbose ? all.size() : std::min<std::size_t>(all.size(), 25);
   for (std::size_t i = 0; i < shown; ++i)
@@ -217,14 +220,14 @@ void expect_within_tolerance(const std::vector<Row>& rows) {
 TEST(HfReference, PeaksAndPerSampleBytesWithinTolerance) {
   const std::vector<Row> rows = rows_in_scope();
   ASSERT_GT(rows.size(), 300u);
-  expect_within_tolerance(rows);
+  expect_within_tolerance(rows, kTolerance);
 }
 
 // PEFT LoRA and bitsandbytes QLoRA: all 210 rows measured on real CPU tensors.
 TEST(HfReference, FinetunePeaksAndPerSampleBytesWithinTolerance) {
   const std::vector<Row> rows = finetune_rows();
   ASSERT_EQ(rows.size(), 210u);
-  expect_within_tolerance(rows);
+  expect_within_tolerance(rows, kFinetuneTolerance);
 }
 
 }  // namespace

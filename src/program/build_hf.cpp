@@ -577,7 +577,13 @@ class HfBuilder : private HfLinears {
     if (dropout_ && gpt_) embed_out = tensor("embed.out", bsh(), wdt_, Role::transient);
     Op& embed = op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1);
     // Token and position embeddings are separate tensors before their sum.
-    if (gpt_) embed.held.push_back(tensor("embed.tokens", bsh(), wdt_, Role::transient));
+    // Under fine-tuning with input gradients the token embeddings are a leaf that requires grad,
+    // which its AccumulateGrad node holds until the backward ends.
+    const bool leaf = finetune_ && x0_grad;
+    int embed_tokens = -1;
+    if (gpt_)
+      embed.held.push_back(embed_tokens = tensor("embed.tokens", bsh(), wdt_,
+                                                 leaf ? Role::activation : Role::transient));
     if (dropout_ && gpt_) {
       embed_mask = tensor("embed.mask", bsh(), mask_dtype(embed_out), Role::activation,
                           MemoryComponent::embedding_dropout_mask);
@@ -651,6 +657,7 @@ class HfBuilder : private HfLinears {
       if (ckpt_) b = block_fwd(l, b.x_in, w, replay_pass(), b.x_in_grad);
       dx = block_bwd(b, w, dx);
     }
+    if (leaf && embed_tokens >= 0) p_.ops.back().held.push_back(embed_tokens);
     if (!wte.trainable()) return;  // fine-tuning: the embeddings are frozen
 
     int dembed = dx;
