@@ -924,17 +924,35 @@ TEST(Cli, PlanEmitHfIsPythonThatCompiles) {
   const CommandResult run = vrambench(
       "plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32 --emit hf");
   ASSERT_EQ(run.exit_code, 0) << run.err;
+  // The stack that was modelled, no other: a LoRA over the model loaded in bf16, without autocast.
   for (const char* part :
        {"TrainingArguments(", "per_device_train_batch_size=", "gradient_accumulation_steps=",
-        "gradient_checkpointing=", "optim=\"adamw_torch\"", "bf16=True", "LoraConfig("})
+        "gradient_checkpointing=False", "optim=\"adamw_torch\"", "LoraConfig(",
+        "# model = get_peft_model(model, lora_config)", "torch_dtype=torch.bfloat16",
+        "# no bf16=True: planned for the model loaded in torch.bfloat16 without autocast"})
     EXPECT_NE(run.out.find(part), std::string::npos) << part << "\n" << run.out;
-  // QLoRA adds the BitsAndBytesConfig; the paged 8-bit optimizer its Hugging Face name.
-  const CommandResult qlora = vrambench(kQloraOnSixGib + " --safety-margin 0 --emit hf");
+  EXPECT_EQ(run.out.find("    bf16=True"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("NOTHING FITS"), std::string::npos) << run.out;
+  // QLoRA adds the BitsAndBytesConfig, prepare_model_for_kbit_training with the checkpointing
+  // modelled, Trainer's autocast; the paged 8-bit optimizer its Hugging Face name.
+  const CommandResult qlora = vrambench(kQloraRecipe + " --vram 12GiB --emit hf");
   ASSERT_EQ(qlora.exit_code, 0) << qlora.err;
   for (const char* part :
        {"BitsAndBytesConfig(", "load_in_4bit=True", "bnb_4bit_quant_type=\"nf4\"",
-        "optim=\"paged_adamw_8bit\"", "gradient_checkpointing=True"})
+        "bnb_4bit_compute_dtype=torch.bfloat16", "optim=\"paged_adamw_8bit\"",
+        "gradient_checkpointing=True", "gradient_checkpointing_kwargs={\"use_reentrant\": False}",
+        "# model = prepare_model_for_kbit_training(", "use_gradient_checkpointing=True",
+        "    bf16=True,"})
     EXPECT_NE(qlora.out.find(part), std::string::npos) << part << "\n" << qlora.out;
+  // A plan of the hand-written trainer's step has no transformers setup to print.
+  for (const char* emit : {"hf", "axolotl"}) {
+    const CommandResult lean =
+        vrambench(std::string("plan --preset gpt2 --framework lean --vram 8GiB --emit ") + emit);
+    EXPECT_EQ(lean.exit_code, 2) << lean.out;
+    EXPECT_EQ(lines_of(lean.err).size(), 1u) << lean.err;
+    EXPECT_NE(lean.err.find("framework lean"), std::string::npos) << lean.err;
+    EXPECT_TRUE(lean.out.empty()) << lean.out;
+  }
   if (std::system("python3 --version >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "python3 is not installed: the snippets were not compiled";
   for (const CommandResult* snippet : {&run, &qlora}) {

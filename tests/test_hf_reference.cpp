@@ -129,9 +129,7 @@ std::vector<Row> finetune_rows() {
     cfg.lora_dropout = r.at("lora_dropout");
     // PEFT's default targets for the model type (target_modules=None), or every linear.
     const std::string targets = r.at("targets");
-    cfg.lora_targets = parse_lora_targets(targets == "all-linear" ? "all-linear"
-                                          : gpt2                  ? "c_attn"
-                                                                  : "q_proj,v_proj");
+    cfg.lora_targets = parse_lora_targets(targets == "all-linear" ? "all-linear" : "peft-default");
     cfg.attention = Attention::flash;
     cfg.dropout = 0.0;
     cfg.recompute = r.at("checkpointing") == "off" ? Recompute::none : Recompute::full;

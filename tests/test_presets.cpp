@@ -53,6 +53,15 @@ TEST(FinetuneOptions, LoraTargetsResolvePerArchitecture) {
   EXPECT_TRUE(lora_targets_module(attn, Arch::llama, LoraModule::o));
   EXPECT_FALSE(lora_targets_module(attn, Arch::llama, LoraModule::up));
   EXPECT_TRUE(lora_targets_module(parse_lora_targets("all-linear"), Arch::llama, LoraModule::down));
+  // PEFT's own targets when target_modules is None: gpt2's c_attn, llama's q_proj and v_proj.
+  const LoraTargets peft = parse_lora_targets("peft-default");
+  for (LoraModule m : lora_modules(Arch::llama))
+    EXPECT_EQ(lora_targets_module(peft, Arch::llama, m), m == LoraModule::q || m == LoraModule::v)
+        << lora_module_name(m);
+  for (LoraModule m : lora_modules(Arch::gpt))
+    EXPECT_EQ(lora_targets_module(peft, Arch::gpt, m), m == LoraModule::c_attn)
+        << lora_module_name(m);
+  EXPECT_EQ(to_string(peft), "peft-default");
   EXPECT_THROW(parse_lora_targets("q_proj,lm_head"), UsageError);
   // Round trip through the field table, as a sweep reads it.
   const FieldInfo& field = find_field("lora-targets");

@@ -87,7 +87,7 @@ RunDevice run_device(const GridDevices& grid_devices, const CliOptions& options)
 
 // Whose allocations the table's step reproduces (docs/memory-model.md, "Frameworks"): the one
 // framework of the sweep's rows, or "per row" when they differ (a framework column when the sweep
-// varies it; auto's rule otherwise: hf where it models the recipe, lean elsewhere). Every table
+// varies it; auto's rule otherwise: hf for every recipe it models, lean for the rest). Every table
 // states it: in its provenance (extra.framework) and on its summary line.
 Provenance provenance_of(const Grid& grid, int argc, const char* const* argv,
                          const std::string& device) {

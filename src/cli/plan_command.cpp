@@ -39,6 +39,17 @@ void check_request(const CliOptions& options, const Grid& grid) {
         "--emit {}: settings for one configuration, the sweep has {}; drop --sweep or use --emit "
         "text|json",
         p.emit == PlanEmit::hf ? "hf" : "axolotl", grid.configs.size()));
+  // Both print a transformers setup: only a plan of the transformers step has one.
+  if ((p.emit == PlanEmit::hf || p.emit == PlanEmit::axolotl) && grid.configs.size() == 1 &&
+      framework_of(grid.configs.front()) != Framework::hf) {
+    const RunConfig& cfg = grid.configs.front();
+    throw UsageError(fmt::format(
+        "--emit {} prints the transformers setup a plan modelled, and this plan is for framework "
+        "lean (a hand-written trainer{}); plan the transformers step with --framework hf or "
+        "auto, or use --emit text|json",
+        p.emit == PlanEmit::hf ? "hf" : "axolotl",
+        cfg.framework == Framework::automatic ? fmt::format(": {}", hf_gap(cfg)) : ""));
+  }
 }
 
 // The device a configuration is planned on (only its figures are used: every trial is a sim

@@ -62,10 +62,11 @@ constexpr std::array<LoraModule, 7> kLlamaModules{LoraModule::q,   LoraModule::k
                                                   LoraModule::down};
 constexpr std::array<LoraModule, 4> kGptModules{LoraModule::c_attn, LoraModule::attn_c_proj,
                                                 LoraModule::c_fc, LoraModule::mlp_c_proj};
-constexpr NameTable<LoraTargets::Shorthand, 3> kLoraShorthands{
+constexpr NameTable<LoraTargets::Shorthand, 4> kLoraShorthands{
     {{LoraTargets::Shorthand::attn, "attn"},
      {LoraTargets::Shorthand::attn_mlp, "attn-mlp"},
-     {LoraTargets::Shorthand::all_linear, "all-linear"}}};
+     {LoraTargets::Shorthand::all_linear, "all-linear"},
+     {LoraTargets::Shorthand::peft_default, "peft-default"}}};
 
 constexpr std::uint16_t bit(LoraModule m) {
   return static_cast<std::uint16_t>(1u << static_cast<unsigned>(m));
@@ -269,6 +270,10 @@ bool lora_targets_module(const LoraTargets& targets, Arch arch, LoraModule modul
     case LoraTargets::Shorthand::attn_mlp:
     case LoraTargets::Shorthand::all_linear:
       return true;
+    case LoraTargets::Shorthand::peft_default:
+      // peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt2 ["c_attn"];
+      // llama, mistral, qwen2 ["q_proj", "v_proj"].
+      return module == LoraModule::q || module == LoraModule::v || module == LoraModule::c_attn;
   }
   return false;
 }

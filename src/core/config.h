@@ -26,8 +26,8 @@ enum class Arch { gpt, llama };
 enum class Precision { fp32, tf32, fp16, bf16, amp_fp16, amp_bf16 };
 // Whose allocations the step program reproduces (docs/memory-model.md, "Frameworks"): lean (a
 // trainer that keeps only what each backward needs) or hf (PyTorch eager autograd running Hugging
-// Face transformers model code). automatic ("auto", the default): hf where the hf profile models
-// the recipe, lean elsewhere (framework_of).
+// Face transformers model code, with PEFT and bitsandbytes under fine-tuning). automatic ("auto",
+// the default): hf for every recipe it models, lean for the rest (framework_of).
 enum class Framework { automatic, lean, hf };
 enum class Attention { eager, flash };
 enum class Recompute { none, selective, full };
@@ -160,14 +160,15 @@ inline constexpr int kLoraModuleCount = 11;
 // What --lora-targets names: modules, or a shorthand resolved per architecture.
 struct LoraTargets {
   std::uint16_t modules = 0;  // bit (1 << LoraModule)
-  enum class Shorthand : std::uint8_t { none, attn, attn_mlp, all_linear };
+  enum class Shorthand : std::uint8_t { none, attn, attn_mlp, all_linear, peft_default };
   Shorthand shorthand = Shorthand::none;
   bool operator==(const LoraTargets&) const = default;
   auto operator<=>(const LoraTargets&) const = default;
 };
 // Module names separated by ',' or '+' ("q_proj,v_proj", "c_attn+c_proj"), or one of the
 // shorthands attn (every attention projection), attn-mlp and all-linear (every block linear; the
-// lm head is never a target, as in PEFT). Throws UsageError naming the unknown module.
+// lm head is never a target, as in PEFT), and peft-default (what PEFT targets when
+// target_modules is None: gpt2's c_attn, llama's q_proj and v_proj). Throws UsageError naming the unknown module.
 LoraTargets parse_lora_targets(std::string_view text);
 // The shorthand's name, or the modules joined by '+' (sweepable: a sweep splits its values on ',').
 std::string to_string(const LoraTargets& targets);
@@ -247,6 +248,14 @@ constexpr QuantKind base_quant(const RunConfig& c) {
   return c.finetune == Finetune::qlora && c.quant == QuantKind::none ? QuantKind::nf4 : c.quant;
 }
 
+// Whether the hf step runs under autocast: asked for (amp-*), or QLoRA's Trainer with bf16 or
+// fp16 (the 4-bit layers compute in 16 bits, the base's other parameters are fp32 after
+// prepare_model_for_kbit_training). A model loaded in bf16 or fp16 otherwise runs in that dtype.
+constexpr bool hf_autocast(const RunConfig& c) {
+  const bool sixteen = c.dtype == Precision::bf16 || c.dtype == Precision::fp16;
+  return is_autocast(c.dtype) || (sixteen && is_finetune(c) && base_quant(c) != QuantKind::none);
+}
+
 // What a configuration may ask for (docs/memory-model.md, "Limits"). A model above either is
 // refused when the grid is made, before anything is built. The step program, its estimate and
 // every trial grow with the layers: up to kMaxLayers each answers
@@ -263,8 +272,8 @@ inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 45;  // 35.2 t
 // validated configuration.
 void validate(const RunConfig& cfg);
 
-// Why the hf profile does not model cfg's recipe yet, as a sentence for the user ("--framework hf
-// does not model --finetune lora yet: ..."), or "" when it does.
+// Why the hf profile does not model cfg's recipe, as a sentence for the user ("--framework hf
+// does not model bitsandbytes' 8-bit layers ... yet: ..."), or "" when it does.
 std::string hf_gap(const RunConfig& cfg);
 // The framework whose step cfg runs: cfg.framework, or for auto hf when hf_gap is empty, else lean.
 Framework framework_of(const RunConfig& cfg);

@@ -30,7 +30,8 @@ constexpr std::array<FieldInfo, 30> kFields{{
      "fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (amp-*: autocast over fp32 weights, --framework hf)"},
     {"framework", FieldKind::choice,
      "auto|lean|hf: whose allocations the step reproduces (hf: PyTorch autograd running "
-     "transformers; auto: hf where it models the recipe, else lean)"},
+     "transformers, with PEFT and bitsandbytes; lean: a hand-written trainer, a lower bound; auto: "
+     "hf but for selective recompute, the layer scopes and an int8 base)"},
     {"attention", FieldKind::choice, "eager|flash"},
     {"recompute", FieldKind::choice, "none|selective|full"},
     {"optimizer", FieldKind::choice,
@@ -46,7 +47,8 @@ constexpr std::array<FieldInfo, 30> kFields{{
     {"lora-alpha", FieldKind::number, "LoRA alpha (no memory effect; kept for trainer settings)"},
     {"lora-dropout", FieldKind::real, "dropout on the LoRA input, in [0, 1)"},
     {"lora-targets", FieldKind::text,
-     "attn|attn-mlp|all-linear, or module names as PEFT takes them: "
+     "attn|attn-mlp|all-linear|peft-default (PEFT's own when target_modules is None: c_attn, "
+     "or q_proj,v_proj), or module names as PEFT takes them: "
      "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or c_attn,c_proj,c_fc "
      "(join with + in a sweep)"},
     {"quant", FieldKind::choice, "none|nf4|fp4|int8: storage of the frozen block linears"},

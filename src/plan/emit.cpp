@@ -174,12 +174,15 @@ std::string compute_dtype(Precision p) {
   return torch_dtype(p);
 }
 
-// Trainer's bf16=True / fp16=True: autocast, over whatever dtype the model was loaded in.
-bool trainer_bf16(Precision p) {
-  return p == Precision::bf16 || p == Precision::amp_bf16;
+// Trainer's bf16=True / fp16=True: autocast, over whatever dtype the model was loaded in, where
+// the hf step ran under it (hf_autocast).
+bool trainer_bf16(const RunConfig& cfg) {
+  return hf_autocast(cfg) &&
+         (cfg.dtype == Precision::bf16 || cfg.dtype == Precision::amp_bf16);
 }
-bool trainer_fp16(Precision p) {
-  return p == Precision::fp16 || p == Precision::amp_fp16;
+bool trainer_fp16(const RunConfig& cfg) {
+  return hf_autocast(cfg) &&
+         (cfg.dtype == Precision::fp16 || cfg.dtype == Precision::amp_fp16);
 }
 
 std::string header_comment(const Plan& plan, std::string_view mark) {
@@ -194,7 +197,7 @@ std::string header_comment(const Plan& plan, std::string_view mark) {
     out += fmt::format(
         "{} near alternative, not planned: {} (fewer micro-steps, another effective batch)\n", mark,
         near_text(plan.choice));
-  else
+  else if (!plan.fits())
     out += fmt::format(
         "{} NOTHING FITS: micro-batch 1 needs {}; see `vrambench plan` for what "
         "to change (the values below are the request)\n",
@@ -316,8 +319,10 @@ std::string plan_hf_snippet(const Plan& plan) {
   const bool quantised = is_finetune(cfg) && q != QuantKind::none;
   std::string out = header_comment(plan, "#");
   out += "import torch\n";
-  if (is_finetune(cfg)) out += "from peft import LoraConfig\n";
-  out += fmt::format("from transformers import {}TrainingArguments\n\n",
+  if (is_finetune(cfg))
+    out += fmt::format("from peft import LoraConfig, get_peft_model{}\n",
+                       quantised ? ", prepare_model_for_kbit_training" : "");
+  out += fmt::format("from transformers import AutoModelForCausalLM, {}TrainingArguments\n\n",
                      quantised ? "BitsAndBytesConfig, " : "");
   out += fmt::format(
       "max_seq_length = {}  # tokenise or pack to this length (TRL's SFTConfig: max_length)\n\n",
@@ -346,7 +351,6 @@ std::string plan_hf_snippet(const Plan& plan) {
       out += fmt::format("    target_modules={},\n", quoted_list(target_module_names(cfg)));
     out += "    task_type=\"CAUSAL_LM\",\n)\n\n";
   }
-  out += "# AutoModelForCausalLM.from_pretrained(MODEL, **model_kwargs)\n";
   out += "model_kwargs = dict(\n";
   out += fmt::format("    torch_dtype={},\n", torch_dtype(cfg.dtype));
   out += fmt::format("    attn_implementation=\"{}\",{}\n",
@@ -355,7 +359,18 @@ std::string plan_hf_snippet(const Plan& plan) {
                          ? "  # flash-attention memory; \"flash_attention_2\" keeps the same"
                          : "");
   if (quantised) out += "    quantization_config=bnb_config,\n";
-  out += ")\n\n";
+  out += ")\n";
+  // The model as the step was modelled: loaded, prepared for k-bit training (fp32 embeddings,
+  // norms and head; input gradients), wrapped by PEFT. Commented: MODEL is the user's.
+  const bool ckpt = cfg.recompute == Recompute::full;
+  out += "# model = AutoModelForCausalLM.from_pretrained(MODEL, **model_kwargs)\n";
+  if (quantised)
+    out += fmt::format(
+        "# model = prepare_model_for_kbit_training(\n#     model, use_gradient_checkpointing={}{})\n",
+        python_bool(ckpt),
+        ckpt ? ",\n#     gradient_checkpointing_kwargs={\"use_reentrant\": False}" : "");
+  if (is_finetune(cfg)) out += "# model = get_peft_model(model, lora_config)\n";
+  out += "\n";
   out += "training_args = TrainingArguments(\n";
   out += "    output_dir=\"out\",\n";
   out += fmt::format("    per_device_train_batch_size={},\n",
@@ -363,17 +378,22 @@ std::string plan_hf_snippet(const Plan& plan) {
   out += fmt::format("    gradient_accumulation_steps={},\n", plan.choice.grad_accum > 0
                                                                   ? plan.choice.grad_accum
                                                                   : plan.target_batch.value_or(1));
-  out += fmt::format("    gradient_checkpointing={},{}\n",
-                     python_bool(cfg.recompute == Recompute::full),
-                     cfg.recompute == Recompute::selective
-                         ? "  # selective recomputation has no TrainingArguments switch"
-                         : "");
+  out += fmt::format("    gradient_checkpointing={},\n", python_bool(ckpt));
+  // Non-reentrant checkpointing is modelled (transformers' default; the reentrant kind peaks the
+  // same, tests/data/README.md).
+  if (ckpt) out += "    gradient_checkpointing_kwargs={\"use_reentrant\": False},\n";
   if (cfg.optimizer == Optimizer::none)
     out += "    # no optimizer step was planned (--optimizer none)\n";
   else
     out += fmt::format("    optim=\"{}\",\n", hf_optim_name(cfg.optimizer));
-  if (trainer_bf16(cfg.dtype)) out += "    bf16=True,\n";
-  if (trainer_fp16(cfg.dtype)) out += "    fp16=True,\n";
+  if (trainer_bf16(cfg)) out += "    bf16=True,\n";
+  if (trainer_fp16(cfg)) out += "    fp16=True,\n";
+  if (!hf_autocast(cfg) &&
+      (cfg.dtype == Precision::bf16 || cfg.dtype == Precision::fp16))
+    out += fmt::format(
+        "    # no {0}=True: planned for the model loaded in {1} without autocast\n"
+        "    # ({0}=True adds autocast; --dtype amp-{0} plans an fp32 model under it)\n",
+        cfg.dtype == Precision::bf16 ? "bf16" : "fp16", torch_dtype(cfg.dtype));
   if (cfg.dtype == Precision::tf32) out += "    tf32=True,\n";
   out += ")\n";
   return out;
@@ -391,8 +411,11 @@ std::string plan_axolotl_yaml(const Plan& plan) {
   out += fmt::format("gradient_checkpointing: {}\n", yaml_bool(cfg.recompute == Recompute::full));
   if (cfg.optimizer != Optimizer::none)
     out += fmt::format("optimizer: {}\n", hf_optim_name(cfg.optimizer));
-  out += fmt::format("bf16: {}\n", yaml_bool(trainer_bf16(cfg.dtype)));
-  out += fmt::format("fp16: {}\n", yaml_bool(trainer_fp16(cfg.dtype)));
+  out += fmt::format("bf16: {}\n", yaml_bool(trainer_bf16(cfg)));
+  out += fmt::format("fp16: {}\n", yaml_bool(trainer_fp16(cfg)));
+  // Axolotl's keys for a model loaded in 16 bits without autocast.
+  if (!hf_autocast(cfg) && cfg.dtype == Precision::bf16) out += "bfloat16: true\n";
+  if (!hf_autocast(cfg) && cfg.dtype == Precision::fp16) out += "float16: true\n";
   out += fmt::format("tf32: {}\n", yaml_bool(cfg.dtype == Precision::tf32));
   out += fmt::format("flash_attention: {}\n", yaml_bool(cfg.attention == Attention::flash));
   if (is_finetune(cfg)) {

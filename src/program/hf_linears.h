@@ -72,10 +72,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
       : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg), cpu_(cpu) {
     finetune_ = is_finetune(cfg);
     quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
-    // Autocast: asked for, or QLoRA's Trainer with bf16/fp16 (the base's other parameters are
-    // fp32 after prepare_model_for_kbit_training, the 4-bit layers compute in 16 bits).
-    const bool sixteen = cfg.dtype == Precision::bf16 || cfg.dtype == Precision::fp16;
-    amp_ = is_autocast(cfg.dtype) || (quant_ != QuantKind::none && sixteen);
+    amp_ = hf_autocast(cfg);
     // The model's own dtype: fp32 under autocast; the 16-bit type of a model loaded in 16 bits.
     wdt_ = amp_ || cfg.dtype == Precision::fp32 || cfg.dtype == Precision::tf32
                ? DType::f32
