@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/presets.h"
 #include "device/operands.h"
 #include "program_memory.h"
 
@@ -239,6 +240,62 @@ TEST(Operands, LoraDimsAndTheirChecks) {
   }
   EXPECT_THROW(lora_dims(decode_operands(p, 2, mem.data)), InternalError);
   EXPECT_THROW(lora_dims(decode_operands(p, 3, mem.data)), InternalError);
+}
+
+// The ops whose kernel, reading every operand in the op's dtype, would misread one stored in
+// another: none in the lean programs, whose operands share their op's dtype but those the table
+// types (statistics, masks, token ids, optimizer state); in the hf step, where PyTorch mixes them:
+// PEFT's fp32 adapters over a bf16 base, llama's RMSNorm over its fp32 copy of x.
+TEST(Operands, MixedDtypesAreFoundWhereTheStepMixesThem) {
+  auto mixed = [](const RunConfig& cfg) {
+    const Program p = build_program(cfg, 64);
+    // Never read: the decoder binds pointers, operand_of_another_dtype reads dtypes.
+    const std::vector<void*> data(p.tensors.size(), reinterpret_cast<void*>(std::uintptr_t{64}));
+    std::vector<std::string> found;
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      const Operands a = decode_operands(p, i, data);
+      if (const Operand* o = operand_of_another_dtype(a))
+        found.push_back(p.ops[i].name.str() + ": " + o->tensor->name.str());
+    }
+    return found;
+  };
+  auto config = [](const char* preset, Framework framework, Precision dtype, Finetune finetune) {
+    RunConfig cfg;
+    cfg.model = find_preset(preset).model;
+    cfg.seq = 16;
+    cfg.framework = framework;
+    cfg.dtype = dtype;
+    cfg.finetune = finetune;
+    cfg.dropout = 0.1;
+    return cfg;
+  };
+  for (const char* preset : {"tiny", "tiny-llama"})
+    for (Precision dtype : {Precision::fp32, Precision::bf16, Precision::fp16})
+      for (Finetune finetune : {Finetune::full, Finetune::lora, Finetune::qlora})
+        for (Attention attention : {Attention::eager, Attention::flash})
+          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+            RunConfig cfg = config(preset, Framework::lean, dtype, finetune);
+            cfg.attention = attention;
+            cfg.recompute = recompute;
+            validate(cfg);
+            const std::vector<std::string> found = mixed(cfg);
+            EXPECT_TRUE(found.empty()) << preset << " " << to_string(dtype) << " "
+                                       << to_string(finetune) << ": " << found.front();
+          }
+  // fp32 has one dtype throughout, in hf too.
+  for (const char* preset : {"tiny", "tiny-llama"})
+    for (Finetune finetune : {Finetune::full, Finetune::lora, Finetune::qlora}) {
+      const RunConfig cfg = config(preset, Framework::hf, Precision::fp32, finetune);
+      validate(cfg);
+      EXPECT_TRUE(mixed(cfg).empty()) << preset << " " << to_string(finetune);
+    }
+  const RunConfig lora = config("tiny", Framework::hf, Precision::bf16, Finetune::lora);
+  const std::vector<std::string> found = mixed(lora);
+  ASSERT_FALSE(found.empty());
+  EXPECT_EQ(found.front(), "layer0.attn.qkv.lora: layer0.attn.qkv") << found.front();
+  const RunConfig llama = config("tiny-llama", Framework::hf, Precision::bf16, Finetune::full);
+  ASSERT_FALSE(mixed(llama).empty());
+  EXPECT_EQ(mixed(llama).front(), "layer0.attn_norm: layer0.attn_norm.x_f32");
 }
 
 }  // namespace

@@ -136,6 +136,13 @@ void CudaExecutor::run(const Operands& a) {
   const Op& op = a.op;
   cudaStream_t st = stream_.get();
   const DType dt = a.dtype();
+  // A kernel reads every operand as `dt`: one stored in another dtype would be read past its end.
+  if (const Operand* o = operand_of_another_dtype(a))
+    a.fail(fmt::format(
+        "'{}' is {} where the op computes in {}: the cuda kernels take one dtype per op, and "
+        "this step mixes them as PyTorch does (autocast, PEFT's fp32 adapters, QLoRA's fp32 "
+        "stream); --no-execute measures its allocations without running kernels",
+        o->tensor->name, dtype_name(o->tensor->dtype), dtype_name(dt)));
   switch (op.kind) {
     case OpKind::embedding_fwd: {
       const EmbeddingDims d = embedding_dims(a);

@@ -73,6 +73,44 @@ Operands decode_operands(const Program& program, std::size_t op_index,
   return a;
 }
 
+const Operand* operand_of_another_dtype(const Operands& a) {
+  switch (a.op.kind) {
+    case OpKind::cast:
+    case OpKind::cross_entropy_fwd:
+    case OpKind::adamw_step:
+    case OpKind::sgd_step:
+    case OpKind::adamw8bit_step:
+    case OpKind::dequantize:
+      return nullptr;
+    default:
+      break;
+  }
+  const OpSignature& sig = signature(a.op.kind);
+  const DType dt = a.dtype();
+  // An operand whose name the table gives a dtype of its own anywhere ("mean[M] f32" in
+  // layernorm_fwd makes layernorm_bwd's "mean" one too; "mask u8", "tokens[B,S] i32").
+  auto own_dtype = [](std::string_view listed) {
+    const std::string_view name = operand_name(listed);
+    auto typed = [&](const auto& list) {
+      for (std::string_view entry : list)
+        if (operand_name(entry) == name && entry.find(' ') != std::string_view::npos) return true;
+      return false;
+    };
+    for (std::size_t k = 0; k < kOpKindCount; ++k) {
+      const OpSignature& other = signature(static_cast<OpKind>(k));
+      if (typed(other.inputs) || typed(other.outputs)) return true;
+    }
+    return false;
+  };
+  auto scan = [&](const auto& listed, const std::vector<Operand>& bound) -> const Operand* {
+    for (std::size_t i = 0; i < bound.size() && i < listed.size(); ++i)
+      if (!own_dtype(listed[i]) && bound[i].tensor->dtype != dt) return &bound[i];
+    return nullptr;
+  };
+  if (const Operand* o = scan(sig.inputs, a.in)) return o;
+  return scan(sig.outputs, a.out);
+}
+
 LinearDims linear_dims(const Operands& a) {
   const OpKind kind = a.op.kind;
   if (kind != OpKind::linear_fwd && kind != OpKind::linear_bwd && kind != OpKind::linear_dgrad)
