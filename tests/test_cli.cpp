@@ -291,8 +291,8 @@ TEST(Cli, AModelPastTheLimitsIsRefusedBeforeAnythingIsBuilt) {
 // Every table states whose allocations its step reproduces and the recipe: the summary line and
 // the JSON's provenance name the framework, or say "per row" when the sweep varies it (a column
 // then) or when auto picks hf for some rows and lean for others (selective recompute, which
-// transformers does not do), and the fine-tuning, quantisation, optimizer and recompute, listing the values of a field
-// the sweep varies.
+// transformers does not do), and the fine-tuning, quantisation, optimizer and recompute, listing
+// the values of a field the sweep varies.
 TEST(Cli, EveryTableStatesItsFrameworkAndRecipe) {
   const fs::path dir = scratch("framework");
   struct Case {

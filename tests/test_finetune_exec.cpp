@@ -187,17 +187,18 @@ TEST_P(LoraGrad, AdapterGradientsMatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Tiny, LoraGrad,
-    testing::Values(
-        LoraCase{"tiny", Finetune::lora, Framework::lean},
-        LoraCase{"tiny-llama", Finetune::lora, Framework::lean},
-        LoraCase{"tiny-llama", Finetune::qlora, Framework::lean},
-        LoraCase{"tiny", Finetune::lora}, LoraCase{"tiny-llama", Finetune::lora},
-        LoraCase{"tiny-llama", Finetune::qlora},
-        LoraCase{"tiny", Finetune::lora, Framework::hf, Recompute::full, 0.1},
-        LoraCase{"tiny-llama", Finetune::qlora, Framework::hf, Recompute::full, 0.1},
-        LoraCase{"tiny", Finetune::lora, Framework::hf, Recompute::none, 0.1, "c_proj"},
-        LoraCase{"tiny-llama", Finetune::lora, Framework::hf, Recompute::none, 0.0, "v_proj,up_proj"},
-        LoraCase{"tiny-llama", Finetune::qlora, Framework::hf, Recompute::none, 0.0, "o_proj"}),
+    testing::Values(LoraCase{"tiny", Finetune::lora, Framework::lean},
+                    LoraCase{"tiny-llama", Finetune::lora, Framework::lean},
+                    LoraCase{"tiny-llama", Finetune::qlora, Framework::lean},
+                    LoraCase{"tiny", Finetune::lora}, LoraCase{"tiny-llama", Finetune::lora},
+                    LoraCase{"tiny-llama", Finetune::qlora},
+                    LoraCase{"tiny", Finetune::lora, Framework::hf, Recompute::full, 0.1},
+                    LoraCase{"tiny-llama", Finetune::qlora, Framework::hf, Recompute::full, 0.1},
+                    LoraCase{"tiny", Finetune::lora, Framework::hf, Recompute::none, 0.1, "c_proj"},
+                    LoraCase{"tiny-llama", Finetune::lora, Framework::hf, Recompute::none, 0.0,
+                             "v_proj,up_proj"},
+                    LoraCase{"tiny-llama", Finetune::qlora, Framework::hf, Recompute::none, 0.0,
+                             "o_proj"}),
     [](const testing::TestParamInfo<LoraCase>& param_info) {
       const LoraCase& c = param_info.param;
       std::string name(to_string(c.framework));

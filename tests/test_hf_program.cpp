@@ -14,7 +14,8 @@
 namespace vrambench {
 namespace {
 
-RunConfig hf_config(std::string_view preset, Precision dtype, std::int64_t grad_accum) {
+RunConfig hf_config(std::string_view preset, Precision dtype, std::int64_t grad_accum,
+                    Finetune finetune = Finetune::full) {
   RunConfig cfg;
   cfg.model = find_preset(preset).model;
   cfg.framework = Framework::hf;
@@ -22,6 +23,7 @@ RunConfig hf_config(std::string_view preset, Precision dtype, std::int64_t grad_
   cfg.seq = 64;
   cfg.batch = 2;
   cfg.grad_accum = grad_accum;
+  cfg.finetune = finetune;
   validate(cfg);
   return cfg;
 }
@@ -29,49 +31,56 @@ RunConfig hf_config(std::string_view preset, Precision dtype, std::int64_t grad_
 // Accumulating: every .grad is there before the first op and after the last, and the op that
 // computes a gradient holds a new tensor of the same size (AccumulateGrad's new_grad) while
 // writing into it; without accumulation there is no such tensor and the gradients start in
-// backward.
+// backward. Under LoRA and QLoRA the gradients are the adapters' alone.
 TEST(HfProgram, GradAccumulationKeepsGradientsAndHoldsEachNewGradient) {
   for (std::string_view preset : {"tiny", "tiny-llama"})
-    for (Precision dtype : {Precision::fp32, Precision::bf16, Precision::amp_bf16}) {
-      SCOPED_TRACE(std::string(preset) + " " + std::string(to_string(dtype)));
-      const Program one = build_program(hf_config(preset, dtype, 1), 0);
-      const Program many = build_program(hf_config(preset, dtype, 4), 0);
-      const Liveness live_one = compute_liveness(one);
-      const Liveness live_many = compute_liveness(many);
+    for (Precision dtype : {Precision::fp32, Precision::bf16, Precision::amp_bf16})
+      for (Finetune finetune : {Finetune::full, Finetune::lora, Finetune::qlora}) {
+        SCOPED_TRACE(std::string(preset) + " " + std::string(to_string(dtype)) + " " +
+                     std::string(to_string(finetune)));
+        const Program one = build_program(hf_config(preset, dtype, 1, finetune), 0);
+        const Program many = build_program(hf_config(preset, dtype, 4, finetune), 0);
+        const Liveness live_one = compute_liveness(one);
+        const Liveness live_many = compute_liveness(many);
 
-      std::map<std::string, Bytes> grads;
-      for (std::size_t t = 0; t < many.tensors.size(); ++t)
-        if (many.tensors[t].role == Role::grad) {
-          grads[many.tensors[t].name.str()] = many.tensors[t].bytes;
-          EXPECT_EQ(live_many.alloc_at[t], -1) << many.tensors[t].name;
-          EXPECT_EQ(live_many.free_after[t], static_cast<int>(many.ops.size()))
-              << many.tensors[t].name;
-        }
-      ASSERT_FALSE(grads.empty());
+        std::map<std::string, Bytes> grads;
+        for (std::size_t t = 0; t < many.tensors.size(); ++t)
+          if (many.tensors[t].role == Role::grad) {
+            grads[many.tensors[t].name.str()] = many.tensors[t].bytes;
+            if (finetune != Finetune::full) {
+              EXPECT_TRUE(many.tensors[t].name.ends_with(".lora_A.grad") ||
+                          many.tensors[t].name.ends_with(".lora_B.grad"))
+                  << many.tensors[t].name;
+            }
+            EXPECT_EQ(live_many.alloc_at[t], -1) << many.tensors[t].name;
+            EXPECT_EQ(live_many.free_after[t], static_cast<int>(many.ops.size()))
+                << many.tensors[t].name;
+          }
+        ASSERT_FALSE(grads.empty());
 
-      int fresh = 0;
-      for (const Op& op : many.ops)
-        for (int out : op.outputs) {
-          const Tensor& g = many.tensor(out);
-          if (g.role != Role::grad) continue;
-          const auto held = std::find_if(op.held.begin(), op.held.end(), [&](int id) {
-            return many.tensor(id).name == g.name + ".new";
-          });
-          ASSERT_NE(held, op.held.end()) << op.name << " writes " << g.name;
-          EXPECT_EQ(many.tensor(*held).bytes, g.bytes);
-          EXPECT_EQ(many.tensor(*held).role, Role::transient);
-          ++fresh;
-        }
-      EXPECT_GE(fresh, static_cast<int>(grads.size()));  // every gradient is written somewhere
+        int fresh = 0;
+        for (const Op& op : many.ops)
+          for (int out : op.outputs) {
+            const Tensor& g = many.tensor(out);
+            if (g.role != Role::grad) continue;
+            const auto held = std::find_if(op.held.begin(), op.held.end(), [&](int id) {
+              return many.tensor(id).name == g.name + ".new";
+            });
+            ASSERT_NE(held, op.held.end()) << op.name << " writes " << g.name;
+            EXPECT_EQ(many.tensor(*held).bytes, g.bytes);
+            EXPECT_EQ(many.tensor(*held).role, Role::transient);
+            ++fresh;
+          }
+        EXPECT_GE(fresh, static_cast<int>(grads.size()));  // every gradient is written somewhere
 
-      for (std::size_t t = 0; t < one.tensors.size(); ++t) {
-        EXPECT_EQ(one.tensors[t].name.ends_with(".grad.new"), false) << one.tensors[t].name;
-        if (one.tensors[t].role == Role::grad) {
-          EXPECT_GE(live_one.alloc_at[t], 0) << one.tensors[t].name;
+        for (std::size_t t = 0; t < one.tensors.size(); ++t) {
+          EXPECT_EQ(one.tensors[t].name.ends_with(".grad.new"), false) << one.tensors[t].name;
+          if (one.tensors[t].role == Role::grad) {
+            EXPECT_GE(live_one.alloc_at[t], 0) << one.tensors[t].name;
+          }
         }
+        EXPECT_GT(live_profile(many, live_many).peak, live_profile(one, live_one).peak);
       }
-      EXPECT_GT(live_profile(many, live_many).peak, live_profile(one, live_one).peak);
-    }
 }
 
 // --framework auto (the default) runs hf where the hf profile models the recipe and lean
@@ -91,7 +100,8 @@ TEST(HfProgram, AutoPicksHfWhereItModelsTheRecipeAndLeanElsewhere) {
   for (const Change& c : std::initializer_list<Change>{
            {"lora", [](RunConfig& x) { x.finetune = Finetune::lora; }},
            {"qlora", [](RunConfig& x) { x.finetune = Finetune::qlora; }},
-           {"qlora fp4", [](RunConfig& x) {
+           {"qlora fp4",
+            [](RunConfig& x) {
               x.finetune = Finetune::qlora;
               x.quant = QuantKind::fp4;
             }},
@@ -110,7 +120,8 @@ TEST(HfProgram, AutoPicksHfWhereItModelsTheRecipeAndLeanElsewhere) {
   }
   // What transformers does not do, or hf does not model yet: lean, and an explicit hf refuses.
   for (const Change& c : std::initializer_list<Change>{
-           {"int8 base", [](RunConfig& x) {
+           {"int8 base",
+            [](RunConfig& x) {
               x.finetune = Finetune::lora;
               x.quant = QuantKind::int8;
             }},

@@ -140,10 +140,10 @@ std::vector<Row> finetune_rows() {
     row.options.device = HfOptions::Device::cpu;
     row.measured = r.at("peak_bytes");
     row.phase = r.at("phase");
-    row.key = fmt::format("{} {} r={} p={} {} ckpt={} {} S={}", std::string(r.at("model")), base,
-                          cfg.lora_rank, cfg.lora_dropout, targets,
-                          std::string(r.at("checkpointing")), std::string(r.at("optimizer")),
-                          cfg.seq);
+    row.key =
+        fmt::format("{} {} r={} p={} {} ckpt={} {} S={}", std::string(r.at("model")), base,
+                    cfg.lora_rank, cfg.lora_dropout, targets, std::string(r.at("checkpointing")),
+                    std::string(r.at("optimizer")), cfg.seq);
     validate(cfg);
     rows.push_back(std::move(row));
   }

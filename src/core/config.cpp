@@ -271,8 +271,8 @@ bool lora_targets_module(const LoraTargets& targets, Arch arch, LoraModule modul
     case LoraTargets::Shorthand::all_linear:
       return true;
     case LoraTargets::Shorthand::peft_default:
-      // peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt2 ["c_attn"];
-      // llama, mistral, qwen2 ["q_proj", "v_proj"].
+      // peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt2
+      // ["c_attn"]; llama, mistral, qwen2 ["q_proj", "v_proj"].
       return module == LoraModule::q || module == LoraModule::v || module == LoraModule::c_attn;
   }
   return false;

@@ -168,7 +168,8 @@ struct LoraTargets {
 // Module names separated by ',' or '+' ("q_proj,v_proj", "c_attn+c_proj"), or one of the
 // shorthands attn (every attention projection), attn-mlp and all-linear (every block linear; the
 // lm head is never a target, as in PEFT), and peft-default (what PEFT targets when
-// target_modules is None: gpt2's c_attn, llama's q_proj and v_proj). Throws UsageError naming the unknown module.
+// target_modules is None: gpt2's c_attn, llama's q_proj and v_proj). Throws UsageError naming the
+// unknown module.
 LoraTargets parse_lora_targets(std::string_view text);
 // The shorthand's name, or the modules joined by '+' (sweepable: a sweep splits its values on ',').
 std::string to_string(const LoraTargets& targets);

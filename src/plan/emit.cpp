@@ -177,12 +177,10 @@ std::string compute_dtype(Precision p) {
 // Trainer's bf16=True / fp16=True: autocast, over whatever dtype the model was loaded in, where
 // the hf step ran under it (hf_autocast).
 bool trainer_bf16(const RunConfig& cfg) {
-  return hf_autocast(cfg) &&
-         (cfg.dtype == Precision::bf16 || cfg.dtype == Precision::amp_bf16);
+  return hf_autocast(cfg) && (cfg.dtype == Precision::bf16 || cfg.dtype == Precision::amp_bf16);
 }
 bool trainer_fp16(const RunConfig& cfg) {
-  return hf_autocast(cfg) &&
-         (cfg.dtype == Precision::fp16 || cfg.dtype == Precision::amp_fp16);
+  return hf_autocast(cfg) && (cfg.dtype == Precision::fp16 || cfg.dtype == Precision::amp_fp16);
 }
 
 std::string header_comment(const Plan& plan, std::string_view mark) {
@@ -366,7 +364,8 @@ std::string plan_hf_snippet(const Plan& plan) {
   out += "# model = AutoModelForCausalLM.from_pretrained(MODEL, **model_kwargs)\n";
   if (quantised)
     out += fmt::format(
-        "# model = prepare_model_for_kbit_training(\n#     model, use_gradient_checkpointing={}{})\n",
+        "# model = prepare_model_for_kbit_training(\n#     model, "
+        "use_gradient_checkpointing={}{})\n",
         python_bool(ckpt),
         ckpt ? ",\n#     gradient_checkpointing_kwargs={\"use_reentrant\": False}" : "");
   if (is_finetune(cfg)) out += "# model = get_peft_model(model, lora_config)\n";
@@ -388,8 +387,7 @@ std::string plan_hf_snippet(const Plan& plan) {
     out += fmt::format("    optim=\"{}\",\n", hf_optim_name(cfg.optimizer));
   if (trainer_bf16(cfg)) out += "    bf16=True,\n";
   if (trainer_fp16(cfg)) out += "    fp16=True,\n";
-  if (!hf_autocast(cfg) &&
-      (cfg.dtype == Precision::bf16 || cfg.dtype == Precision::fp16))
+  if (!hf_autocast(cfg) && (cfg.dtype == Precision::bf16 || cfg.dtype == Precision::fp16))
     out += fmt::format(
         "    # no {0}=True: planned for the model loaded in {1} without autocast\n"
         "    # ({0}=True adds autocast; --dtype amp-{0} plans an fp32 model under it)\n",

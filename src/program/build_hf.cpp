@@ -1,11 +1,11 @@
 // Builds the hf step program: what PyTorch eager autograd allocates when it runs Hugging Face
 // transformers' GPT-2 (GPT2LMHeadModel) or Llama (LlamaForCausalLM) model code for one training
 // step, with the loss the model computes from `labels`, optional gradient checkpointing
-// (non-reentrant, per decoder layer) and the optimizer; under fine-tuning, PEFT's LoRA adapters over
-// a frozen base (bitsandbytes' 4-bit layers under QLoRA), where only what requires grad keeps what
-// its backward reads (hf_linears.h). docs/memory-model.md ("Frameworks") lists
-// what each op keeps and where that comes from; tests/test_hf_reference.cpp checks the tensor peak
-// against PyTorch's own count (tests/data/torch_reference.json).
+// (non-reentrant, per decoder layer) and the optimizer; under fine-tuning, PEFT's LoRA adapters
+// over a frozen base (bitsandbytes' 4-bit layers under QLoRA), where only what requires grad keeps
+// what its backward reads (hf_linears.h). docs/memory-model.md ("Frameworks") lists what each op
+// keeps and where that comes from; tests/test_hf_reference.cpp checks the tensor peak against
+// PyTorch's own count (tests/data/torch_reference.json).
 //
 // The kernels are the lean program's (a kernel's operands are the values its backward reads). What
 // the framework keeps besides them, or in another form, is listed in Op::held: autograd's saved
@@ -280,7 +280,8 @@ class HfBuilder : private HfLinears {
     int attn_in = b.qkv;
     if (!gpt_) {
       // RoPE: q * cos + rotate_half(q) * sin (and k): new tensors; only cos and sin are saved.
-      b.qkv_rot = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, saved(attn_pass));
+      b.qkv_rot =
+          tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, saved(attn_pass));
       Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv}, {b.qkv_rot}, l, pass.replay);
       attention_attrs(rope);
       rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.products"),
@@ -292,8 +293,8 @@ class HfBuilder : private HfLinears {
     attention_fwd(pre, l, attn_in, attn_pass, b);
 
     const Name& proj = w.proj.name;
-    b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), out_dtype(w.proj, b.y),
-                        Role::transient);
+    b.proj_out =
+        tensor(suffixed(pass, proj + ".out"), bsh(), out_dtype(w.proj, b.y), Role::transient);
     b.proj_saved = linear_fwd(w.proj, b.y, b.proj_out, l, pass, b.qkv_grad);
     int residual = b.proj_out;
     if (dropout_ && gpt_)
@@ -307,8 +308,8 @@ class HfBuilder : private HfLinears {
     const Pass act_pass = keeping(pass, b.fc_grad);
     const Role act_role = saved(act_pass);
     if (gpt_) {
-      b.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), out_dtype(w.fc, b.norm2_out),
-                        act_role);
+      b.fc_out =
+          tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), out_dtype(w.fc, b.norm2_out), act_role);
       b.fc_saved = linear_fwd(w.fc, b.norm2_out, b.fc_out, l, pass, b.x_mid_grad);
       // gelu_new, a python composite: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Autograd
       // saves x (by pow), tanh's output, 0.5 x and 1 + tanh (by the last product). Autocast on
@@ -342,8 +343,8 @@ class HfBuilder : private HfLinears {
       b.fc_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), out_dtype(w.fc, b.norm2_out),
                         act_role);
       b.fc_saved = linear_fwd(w.fc, b.norm2_out, b.fc_out, l, pass, b.x_mid_grad);
-      b.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), out_dtype(w.up, b.norm2_out),
-                        up_role);
+      b.up_out =
+          tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), out_dtype(w.up, b.norm2_out), up_role);
       b.up_saved = linear_fwd(w.up, b.norm2_out, b.up_out, l, pass, b.x_mid_grad);
       const DType act = dtype_of(b.fc_out);
       b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act,
@@ -383,8 +384,8 @@ class HfBuilder : private HfLinears {
     const int dx_f32 = norm_x == x ? dx : grad_of(norm_x);
     TensorIds out{dx_f32};
     if (w.trainable()) out.push_back(w.grad);
-    Op& o = row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, std::move(out),
-                    layer);
+    Op& o =
+        row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, std::move(out), layer);
     o.held = held;
     o.held.push_back(tensor(name + ".bwd.scratch", {2, B_, S_, H_}, DType::f32, Role::transient));
     if (dx_f32 != dx) op(OpKind::cast, name + ".x_f32.grad.cast", {dx_f32}, {dx}, layer);
@@ -455,9 +456,8 @@ class HfBuilder : private HfLinears {
 
     int dnorm2_out = -1;
     if (b.mlp_grad) {
-      const int dmlp =
-          branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
-                      w.out.name, l, DropoutSite::mlp_proj);
+      const int dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask,
+                                   pre + "mlp.out.grad.cast", w.out.name, l, DropoutSite::mlp_proj);
       const int dact = linear_bwd(w.out, b.out_saved, dmlp, l);
       if (gpt_ && dact >= 0) {
         const int dgelu_in = grad_of(b.gelu_in);

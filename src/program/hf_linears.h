@@ -39,10 +39,10 @@ struct HfLinear {
 // cast to the adapter's fp32 (`_cast_input_dtype`), to the dropout and then to lora_A, whose
 // autocast casts it to 16 bits again.
 struct AdapterSaved {
-  int in = -1;       // the dropout's input: the linear's input, or its fp32 copy
-  int dropped = -1;  // the dropout's output (`in` without LoRA dropout)
-  int mask = -1;     // the dropout's mask (noise on the CPU), -1 without
-  int x = -1;        // what lora_A's GEMM reads: `dropped`, or autocast's 16-bit copy
+  int in = -1;         // the dropout's input: the linear's input, or its fp32 copy
+  int dropped = -1;    // the dropout's output (`in` without LoRA dropout)
+  int mask = -1;       // the dropout's mask (noise on the CPU), -1 without
+  int x = -1;          // what lora_A's GEMM reads: `dropped`, or autocast's 16-bit copy
   int a = -1, b = -1;  // the weight operands: A and B, or autocast's cached 16-bit copies
   int xa = -1;         // x A^T, which lora_B saves
 };
@@ -124,9 +124,9 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     param.w = tensor(name, dims, dtype, Role::weight, component);
     if (train == Train::frozen) return param;
     optimizer_state(name, dims, dtype, param);
-    param.grad = tensor(name + ".grad", dims, dtype, Role::grad,
-                        train == Train::full ? MemoryComponent::gradients
-                                             : MemoryComponent::adapter_grads);
+    param.grad =
+        tensor(name + ".grad", dims, dtype, Role::grad,
+               train == Train::full ? MemoryComponent::gradients : MemoryComponent::adapter_grads);
     params_.push_back(param);
     return param;
   }
@@ -147,17 +147,16 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
       param.momentum = tensor(name + ".momentum_buffer", dims, dtype, Role::optimizer_state);
     } else if (is_adamw(o)) {
       const bool eight_bit = is_8bit(o) && optimizer_state_is_8bit(param.numel);
-      const Role where = is_paged(o) && param.numel >= kPagedMinNumel
-                             ? Role::paged_optimizer_state
-                             : Role::optimizer_state;
+      const Role where = is_paged(o) && param.numel >= kPagedMinNumel ? Role::paged_optimizer_state
+                                                                      : Role::optimizer_state;
       const DType moment = eight_bit ? DType::u8 : DType::f32;
       param.m = tensor(name + ".state1", dims, moment, where);
       param.v = tensor(name + ".state2", dims, moment, where);
       if (eight_bit) {
         // The dynamic maps that quantise the two moments: one pair per optimizer.
         if (qmaps_ < 0)
-          qmaps_ = tensor("optimizer.qmap", {2, kDynamicMapEntries}, DType::f32,
-                          Role::optimizer_state);
+          qmaps_ =
+              tensor("optimizer.qmap", {2, kDynamicMapEntries}, DType::f32, Role::optimizer_state);
         const std::int64_t blocks = quant_blocks(param.numel, kOptimizer8bitBlock);
         param.m_absmax = tensor(name + ".absmax1", {blocks}, DType::f32, Role::optimizer_state);
         param.v_absmax = tensor(name + ".absmax2", {blocks}, DType::f32, Role::optimizer_state);
@@ -182,9 +181,9 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     } else {
       std::int64_t row = 0;
       for (const auto& [module, rows] : modules) {
-        lin.quant.push_back(quantized_module(build_common::module_name(name, module, modules.size()),
-                                             row, rows, in, quant_,
-                                             cfg_.double_quant == Toggle::on));
+        lin.quant.push_back(
+            quantized_module(build_common::module_name(name, module, modules.size()), row, rows, in,
+                             quant_, cfg_.double_quant == Toggle::on));
         row += rows;
       }
     }
@@ -242,9 +241,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // The dtype of a linear's output from input x: autocast's (or the model's) compute dtype;
   // Linear4bit's output is cast back to its input's dtype (`.to(inp_dtype)`), and PEFT's sum
   // with the adapters keeps it.
-  DType out_dtype(const HfLinear& lin, int x) const {
-    return lin.quantized() ? dtype_of(x) : cdt_;
-  }
+  DType out_dtype(const HfLinear& lin, int x) const { return lin.quantized() ? dtype_of(x) : cdt_; }
 
   // Autocast's 16-bit copy of weight `w`, or the weight itself without autocast. Autocast caches
   // the copies of leaves that require grad (a trainable weight or adapter: one copy per weight
@@ -272,8 +269,8 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
         s.x_orig = x;
         s.x = cast(x, cdt_, name + ".in.compute", Role::transient, layer, pass.replay);
       }
-      const int w = tensor(suffixed(pass, name + ".w.dq"), {lin.out, lin.in}, cdt_,
-                           Role::transient, MemoryComponent::dequant_transient);
+      const int w = tensor(suffixed(pass, name + ".w.dq"), {lin.out, lin.in}, cdt_, Role::transient,
+                           MemoryComponent::dequant_transient);
       dequantize(lin.quant, w, quant_, layer, pass.replay, false);
       TensorIds in{s.x, w};
       if (lin.b.present()) in.push_back(s.b = lin.b.w);
@@ -321,8 +318,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
       // CUDA's dropout keeps a byte mask, the CPU's a noise tensor of the input's dtype; either
       // is saved when the input requires grad.
       a.mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), dims_of(a.in),
-                      cpu_ ? dtype_of(a.in) : DType::u8,
-                      x_grad ? role : Role::transient);
+                      cpu_ ? dtype_of(a.in) : DType::u8, x_grad ? role : Role::transient);
       lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {a.in},
                             {a.dropped, a.mask}, layer, pass.replay),
                          layer, ad);
@@ -344,8 +340,8 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     // cast back to the result's dtype: temporaries of the adapter's columns.
     const DType sum = promoted(dtype_of(y), xa_dtype);
     for (const char* t : {".lora_B.out", ".lora.scaled"})
-      o.held.push_back(tensor(suffixed(pass, ad.name + t), {B_, S_, ad.out}, xa_dtype,
-                              Role::transient));
+      o.held.push_back(
+          tensor(suffixed(pass, ad.name + t), {B_, S_, ad.out}, xa_dtype, Role::transient));
     o.held.push_back(
         tensor(suffixed(pass, ad.name + ".lora.sum"), {B_, S_, ad.out}, sum, Role::transient));
     if (sum != dtype_of(y))
@@ -400,14 +396,13 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     TensorIds out{da, db, grad_named(ad.name + ".lora_xa.grad", a.xa)};
     int d = -1;
     if (x_grad) out.push_back(d = grad_named(ad.name + ".lora_A.in.grad", a.x));
-    Op& o = gemm(OpKind::lora_bwd, ad.name + ".lora.bwd", {dy, a.x, a.xa, a.a, a.b},
-                 std::move(out), layer);
+    Op& o = gemm(OpKind::lora_bwd, ad.name + ".lora.bwd", {dy, a.x, a.xa, a.a, a.b}, std::move(out),
+                 layer);
     o.col_offset = ad.col_offset;
     o.lora_scale = lora_scale_;
     // The gradient of the adapter's columns in its dtype, and of lora_B's output (the scaling).
     for (const char* t : {".lora.sum.grad", ".lora_B.out.grad"})
-      o.held.push_back(
-          tensor(ad.name + t, {B_, S_, ad.out}, dtype_of(a.xa), Role::transient));
+      o.held.push_back(tensor(ad.name + t, {B_, S_, ad.out}, dtype_of(a.xa), Role::transient));
     if (amp_) {
       op(OpKind::cast, p_.tensor(ad.a.w).name + ".grad.cast", {da}, {ad.a.grad}, layer);
       op(OpKind::cast, p_.tensor(ad.b.w).name + ".grad.cast", {db}, {ad.b.grad}, layer);
@@ -421,8 +416,8 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     if (a.mask >= 0) {
       const int next = grad_named(ad.name + ".lora.in.grad", a.in);
       lora_dropout_attrs(
-          op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd", {d, a.mask}, {next}, layer),
-          layer, ad);
+          op(OpKind::dropout_bwd, ad.name + ".lora_dropout.bwd", {d, a.mask}, {next}, layer), layer,
+          ad);
       d = next;
     }
     if (a.in != x) {

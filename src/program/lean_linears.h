@@ -15,8 +15,8 @@
 
 namespace vrambench::build_lean {
 
-using build_common::block_prefix;
 using build_common::Adapter;
+using build_common::block_prefix;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Param;
@@ -123,9 +123,9 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
     } else {
       std::int64_t row = 0;
       for (const auto& [module, rows] : modules) {
-        lin.quant.push_back(quantized_module(build_common::module_name(name, module, modules.size()),
-                                             row, rows, in, quant_,
-                                             cfg_.double_quant == Toggle::on));
+        lin.quant.push_back(
+            quantized_module(build_common::module_name(name, module, modules.size()), row, rows, in,
+                             quant_, cfg_.double_quant == Toggle::on));
         row += rows;
       }
     }
