@@ -81,6 +81,19 @@ struct Adapter {
   int index = 0;  // in its layer: the dropout seed
 };
 
+// A linear of the step (a block's, or the lm head): its weight, stored whole (trainable under full
+// training, frozen under fine-tuning) or as the quantised modules standing for it, its bias, and
+// the LoRA adapters on its modules.
+struct Linear {
+  Name name;   // "layer0.attn.qkv"
+  Param w, b;  // w.w is -1 when the weight is stored quantised
+  std::vector<QuantModule> quant;
+  std::vector<Adapter> lora;
+  std::int64_t out = 0, in = 0;
+  bool trainable() const { return w.trainable(); }
+  bool quantized() const { return !quant.empty(); }
+};
+
 // A module's own name inside a packed linear ("layer0.attn.q" in "layer0.attn.qkv"), or the
 // linear's when it is one module.
 inline Name module_name(const Name& linear, LoraModule module, std::size_t count) {

@@ -69,10 +69,10 @@ struct HfBlockTensors {
   TensorIds norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
 };
 
-class HfBuilder : private HfLinears {
+class HfBuilder : private Linears {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : HfLinears(cfg, gemm_workspace, options.device == HfOptions::Device::cpu) {
+      : Linears(cfg, gemm_workspace, options.device == HfOptions::Device::cpu) {
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
     ckpt_ = cfg.recompute == Recompute::full;
@@ -551,7 +551,7 @@ class HfBuilder : private HfLinears {
     } else {
       final_w = weight("norm.w", {H_}, -1, train);
     }
-    HfLinear lm;
+    Linear lm;
     lm.name = "lm_head";
     lm.w = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1, train);
     lm.out = V_;
@@ -643,7 +643,7 @@ class HfBuilder : private HfLinears {
     // A tied weight's two gradients meet in autograd's input buffer of its AccumulateGrad: the lm
     // head's waits there through the whole backward, the embedding's joins it, and their sum
     // (a third [V, H] tensor) becomes .grad.
-    HfLinear lm_target = lm;
+    Linear lm_target = lm;
     if (m.tied_embeddings && lm.trainable())
       lm_target.w.grad = tensor("wte.grad.lm_head", {V_, H_}, wdt_, Role::transient);
     const int dfinal_out = linear_bwd(lm_target, lm_saved, dlogits, -1);

@@ -1,4 +1,4 @@
-// The hf builder's parameters and linears (HfLinears, the base of build_hf.cpp's HfBuilder): a
+// The hf builder's parameters and linears (Linears, the base of build_hf.cpp's HfBuilder): a
 // parameter with its optimizer's state (torch's, or bitsandbytes' 8-bit and paged ones), autocast's
 // casts, and a linear's forward and backward as PyTorch runs it: trainable (full training), frozen
 // (fine-tuning's base), stored in 4 bits by bitsandbytes' Linear4bit (QLoRA), with PEFT's LoRA
@@ -19,21 +19,10 @@ namespace vrambench::build_hf {
 using build_common::Adapter;
 using build_common::block_prefix;
 using build_common::kRecomputeSuffix;
+using build_common::Linear;
 using build_common::Param;
 using build_common::Pass;
 using build_common::QuantModule;
-
-// A linear (a block's, or the lm head): its weight, stored whole (trainable under full training,
-// frozen under fine-tuning) or as bitsandbytes' quantised modules, its bias, and PEFT's adapters.
-struct HfLinear {
-  Name name;   // "layer0.attn.qkv"
-  Param w, b;  // w.w is -1 when the weight is stored quantised
-  std::vector<QuantModule> quant;
-  std::vector<Adapter> lora;
-  std::int64_t out = 0, in = 0;
-  bool trainable() const { return w.trainable(); }
-  bool quantized() const { return !quant.empty(); }
-};
 
 // What one adapter's forward leaves for its backward. PEFT's lora.Linear hands the layer input,
 // cast to the adapter's fp32 (`_cast_input_dtype`), to the dropout and then to lora_A, whose
@@ -61,14 +50,14 @@ struct LinearSaved {
 // mlp.proj and mlp.down.
 struct HfBlockWeights {
   Param norm1_w, norm1_b, norm2_w, norm2_b;
-  HfLinear qkv, proj, fc, up, out;
+  Linear qkv, proj, fc, up, out;
 };
 
 // The hf builder's base: makes the parameters and linears, casts, and writes a linear's forward
 // and backward.
-class HfLinears : protected build_common::StepShape, protected build_common::ProgramWriter {
+class Linears : protected build_common::StepShape, protected build_common::ProgramWriter {
  protected:
-  HfLinears(const RunConfig& cfg, Bytes gemm_workspace, bool cpu)
+  Linears(const RunConfig& cfg, Bytes gemm_workspace, bool cpu)
       : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg), cpu_(cpu) {
     finetune_ = is_finetune(cfg);
     quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
@@ -168,10 +157,10 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // trainable under full training; else frozen, stored quantised under --quant (its bias then
   // in the compute dtype, as Linear4bit casts it in its first forward), with an adapter on each
   // targeted module.
-  HfLinear linear(const Name& name, std::int64_t in,
+  Linear linear(const Name& name, std::int64_t in,
                   const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
                   int layer) {
-    HfLinear lin;
+    Linear lin;
     lin.name = name;
     lin.in = in;
     for (const auto& [module, rows] : modules) lin.out += rows;
@@ -241,7 +230,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // The dtype of a linear's output from input x: autocast's (or the model's) compute dtype;
   // Linear4bit's output is cast back to its input's dtype (`.to(inp_dtype)`), and PEFT's sum
   // with the adapters keeps it.
-  DType out_dtype(const HfLinear& lin, int x) const { return lin.quantized() ? dtype_of(x) : cdt_; }
+  DType out_dtype(const Linear& lin, int x) const { return lin.quantized() ? dtype_of(x) : cdt_; }
 
   // Autocast's 16-bit copy of weight `w`, or the weight itself without autocast. Autocast caches
   // the copies of leaves that require grad (a trainable weight or adapter: one copy per weight
@@ -255,7 +244,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
 
   // y = x w^T + b (y made by the caller, in out_dtype), then each adapter adds its share.
   // `x_grad`: whether x requires grad. Returns what the backward reads.
-  LinearSaved linear_fwd(const HfLinear& lin, int x, int y, int layer, const Pass& pass,
+  LinearSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass,
                          bool x_grad) {
     LinearSaved s;
     s.x = x;
@@ -302,7 +291,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   }
 
   // One adapter's forward: lora_B(lora_A(dropout(x))) * scaling added into its columns of y.
-  AdapterSaved adapter_fwd(const HfLinear& lin, const Adapter& ad, int x, int y, int layer,
+  AdapterSaved adapter_fwd(const Linear& lin, const Adapter& ad, int x, int y, int layer,
                            const Pass& pass, bool x_grad) {
     AdapterSaved a;
     const Role role = saved(pass);
@@ -357,7 +346,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // Backward of a linear from dy: its weight's (and bias's) gradient when it trains, its
   // adapters' gradients, and dx (the gradient of its input before any cast) when the input
   // requires grad. Returns dx, or -1.
-  int linear_bwd(const HfLinear& lin, const LinearSaved& s, int dy, int layer) {
+  int linear_bwd(const Linear& lin, const LinearSaved& s, int dy, int layer) {
     if (lin.trainable()) return trainable_bwd(lin, s, dy, layer);
     const Name& name = lin.name;
     int dx = -1;
@@ -433,7 +422,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
 
   // Full training: the GEMM's dx, dw (and db); autocast's weight gradients are the 16-bit
   // copies', cast to the fp32 .grad.
-  int trainable_bwd(const HfLinear& lin, const LinearSaved& s, int dy, int layer) {
+  int trainable_bwd(const Linear& lin, const LinearSaved& s, int dy, int layer) {
     const Param& w = lin.w;
     const Param& b = lin.b;
     const int dx = grad_of(s.x);

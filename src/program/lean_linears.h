@@ -19,19 +19,10 @@ using build_common::Adapter;
 using build_common::block_prefix;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
+using build_common::Linear;
 using build_common::Param;
 using build_common::Pass;
 using build_common::QuantModule;
-
-// A block linear: its weight (or the quantised modules standing for it), bias and adapters.
-struct Linear {
-  Name name;   // "layer0.attn.qkv"
-  Param w, b;  // w.w is -1 when the weight is stored quantised
-  std::vector<QuantModule> quant;
-  std::vector<Adapter> lora;
-  std::int64_t out = 0, in = 0;
-  bool trainable() const { return w.trainable(); }
-};
 
 // What a linear's forward keeps for the backward of its adapters.
 struct LoraSaved {
