@@ -94,6 +94,20 @@ struct Linear {
   bool quantized() const { return !quant.empty(); }
 };
 
+// A decoder layer's parameters and linears.
+struct BlockWeights {
+  Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
+  Linear qkv;              // [Q,H], [Q]
+  Linear proj;             // attention output projection [H,H], [H]
+  Param norm2_w, norm2_b;  // gpt: ln2; llama: mlp_norm
+  Linear fc;               // gpt: fc [F,H], [F]; llama: gate [F,H]
+  Linear up;               // llama: up [F,H]
+  Linear out;              // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+};
+
+// The modules of a linear, each a LoRA target and its rows, in row order.
+using LinearModules = std::vector<std::pair<LoraModule, std::int64_t>>;
+
 // A module's own name inside a packed linear ("layer0.attn.q" in "layer0.attn.qkv"), or the
 // linear's when it is one module.
 inline Name module_name(const Name& linear, LoraModule module, std::size_t count) {
@@ -127,6 +141,46 @@ struct StepShape {
   std::int64_t S_, H_, A_, K_, D_, Q_, F_, V_;
   Dim M_;
 };
+
+// Layer l's parameters in the order the model holds them, in two parts: its norms and attention
+// linears (norm1, q|k|v, the output projection, norm2), each norm parameter by norm(name, shape),
+// each linear by linear(name, in, modules, bias); and its MLP linears (fc or gate and up, proj or
+// down), which the lean mlp scope makes alone. Both builders lay a block out through these.
+template <typename Norm, typename MakeLinear>
+void norm_and_attention_weights(const StepShape& s, const ModelConfig& m, int l, BlockWeights& w,
+                                Norm norm, MakeLinear linear) {
+  const Name pre = block_prefix(l);
+  if (m.arch == Arch::gpt) {
+    w.norm1_w = norm(pre + "ln1.w", Shape{s.H_});
+    w.norm1_b = norm(pre + "ln1.b", Shape{s.H_});
+    w.qkv = linear(pre + "attn.qkv", s.H_, LinearModules{{LoraModule::c_attn, s.Q_}}, true);
+    w.proj = linear(pre + "attn.proj", s.H_, LinearModules{{LoraModule::attn_c_proj, s.H_}}, true);
+    w.norm2_w = norm(pre + "ln2.w", Shape{s.H_});
+    w.norm2_b = norm(pre + "ln2.b", Shape{s.H_});
+  } else {
+    w.norm1_w = norm(pre + "attn_norm.w", Shape{s.H_});
+    w.qkv = linear(pre + "attn.qkv", s.H_,
+                   LinearModules{{LoraModule::q, s.A_ * s.D_},
+                                 {LoraModule::k, s.K_ * s.D_},
+                                 {LoraModule::v, s.K_ * s.D_}},
+                   m.qkv_bias);
+    w.proj = linear(pre + "attn.o", s.H_, LinearModules{{LoraModule::o, s.H_}}, false);
+    w.norm2_w = norm(pre + "mlp_norm.w", Shape{s.H_});
+  }
+}
+template <typename MakeLinear>
+void mlp_linears(const StepShape& s, const ModelConfig& m, int l, BlockWeights& w,
+                 MakeLinear linear) {
+  const Name pre = block_prefix(l);
+  if (m.arch == Arch::gpt) {
+    w.fc = linear(pre + "mlp.fc", s.H_, LinearModules{{LoraModule::c_fc, s.F_}}, true);
+    w.out = linear(pre + "mlp.proj", s.F_, LinearModules{{LoraModule::mlp_c_proj, s.H_}}, true);
+  } else {
+    w.fc = linear(pre + "mlp.gate", s.H_, LinearModules{{LoraModule::gate, s.F_}}, false);
+    w.up = linear(pre + "mlp.up", s.H_, LinearModules{{LoraModule::up, s.F_}}, false);
+    w.out = linear(pre + "mlp.down", s.F_, LinearModules{{LoraModule::down, s.H_}}, false);
+  }
+}
 
 // How a forward pass treats what it makes.
 struct Pass {
@@ -275,6 +329,49 @@ class ProgramWriter {
     }
     return q;
   }
+  // A linear of `modules` (each a LoRA target and its rows, in row order) from `in` columns, as
+  // the program's configuration has it: its weight by make_weight(name, shape, false), or under
+  // `quant` the quantised modules standing for it; its bias by make_weight(name, shape, true);
+  // under fine-tuning an adapter on each targeted module, A and B by make_adapter(name, shape),
+  // numbered from `adapter_index` (the layer's count so far, advanced).
+  template <typename MakeWeight, typename MakeAdapter>
+  Linear linear_of(const Name& name, std::int64_t in, const LinearModules& modules, bool bias,
+                   QuantKind quant, int& adapter_index, MakeWeight make_weight,
+                   MakeAdapter make_adapter) {
+    const RunConfig& cfg = p_.config;
+    Linear lin;
+    lin.name = name;
+    lin.in = in;
+    for (const auto& [module, rows] : modules) lin.out += rows;
+    if (quant == QuantKind::none) {
+      lin.w = make_weight(name + ".w", Shape{lin.out, in}, false);
+    } else {
+      std::int64_t row = 0;
+      for (const auto& [module, rows] : modules) {
+        lin.quant.push_back(quantized_module(module_name(name, module, modules.size()), row, rows,
+                                             in, quant, cfg.double_quant == Toggle::on));
+        row += rows;
+      }
+    }
+    if (bias) lin.b = make_weight(name + ".b", Shape{lin.out}, true);
+    if (!is_finetune(cfg)) return lin;
+    std::int64_t col = 0;
+    for (const auto& [module, rows] : modules) {
+      if (lora_targets_module(cfg.lora_targets, cfg.model.arch, module)) {
+        Adapter ad;
+        ad.name = module_name(name, module, modules.size());
+        ad.index = adapter_index++;
+        ad.a = make_adapter(ad.name + ".lora_A", Shape{cfg.lora_rank, in});
+        ad.b = make_adapter(ad.name + ".lora_B", Shape{rows, cfg.lora_rank});
+        ad.col_offset = col;
+        ad.out = rows;
+        lin.lora.push_back(std::move(ad));
+      }
+      col += rows;
+    }
+    return lin;
+  }
+
   // Dequantises `modules` (quantised under `quant`) into their rows of `w`, the compute-dtype
   // copy a GEMM reads: one op per module, in the forward (`backward` false, `replay` in a
   // recompute) or the backward; a double-quantised module first rebuilds its fp32 absmax.

@@ -247,7 +247,7 @@ class HfBuilder : private Linears {
   }
 
   // Decoder layer l from x_in (`x_in_grad`: whether it requires grad).
-  HfBlockTensors block_fwd(int l, int x_in, const HfBlockWeights& w, const Pass& pass,
+  HfBlockTensors block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass,
                            bool x_in_grad) {
     const Name pre = block_prefix(l);
     HfBlockTensors b;
@@ -448,7 +448,7 @@ class HfBuilder : private Linears {
   // The gradient of the block's input from the gradient of its output; under fine-tuning only
   // what requires grad gets a gradient, and where the input does not, the backward of the layer
   // ends below its first adapter (-1).
-  int block_bwd(const HfBlockTensors& b, const HfBlockWeights& w, int dx_out) {
+  int block_bwd(const HfBlockTensors& b, const BlockWeights& w, int dx_out) {
     const int l = b.layer;
     const Name pre = block_prefix(l);
     const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
@@ -542,7 +542,7 @@ class HfBuilder : private Linears {
     const Param wte = weight("wte", {V_, H_}, -1, train);
     Param wpe;
     if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1, train);
-    std::vector<HfBlockWeights> weights;
+    std::vector<BlockWeights> weights;
     for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
     Param final_w, final_b;
     if (gpt_) {
@@ -652,7 +652,7 @@ class HfBuilder : private Linears {
              final_held, dx, -1);
 
     for (int l = static_cast<int>(m.layers) - 1; l >= 0 && dx >= 0; --l) {
-      const HfBlockWeights& w = weights[static_cast<std::size_t>(l)];
+      const BlockWeights& w = weights[static_cast<std::size_t>(l)];
       HfBlockTensors b = blocks[static_cast<std::size_t>(l)];
       if (ckpt_) b = block_fwd(l, b.x_in, w, replay_pass(), b.x_in_grad);
       dx = block_bwd(b, w, dx);

@@ -17,9 +17,11 @@
 namespace vrambench::build_hf {
 
 using build_common::Adapter;
+using build_common::BlockWeights;
 using build_common::block_prefix;
 using build_common::kRecomputeSuffix;
 using build_common::Linear;
+using build_common::LinearModules;
 using build_common::Param;
 using build_common::Pass;
 using build_common::QuantModule;
@@ -44,13 +46,6 @@ struct LinearSaved {
   int b = -1;
   bool x_grad = true;  // the input requires grad: the backward computes its gradient
   std::vector<AdapterSaved> lora;
-};
-
-// A decoder layer's parameters and linears: fc is gpt's mlp.fc and llama's mlp.gate, out is
-// mlp.proj and mlp.down.
-struct HfBlockWeights {
-  Param norm1_w, norm1_b, norm2_w, norm2_b;
-  Linear qkv, proj, fc, up, out;
 };
 
 // The hf builder's base: makes the parameters and linears, casts, and writes a linear's forward
@@ -157,71 +152,28 @@ class Linears : protected build_common::StepShape, protected build_common::Progr
   // trainable under full training; else frozen, stored quantised under --quant (its bias then
   // in the compute dtype, as Linear4bit casts it in its first forward), with an adapter on each
   // targeted module.
-  Linear linear(const Name& name, std::int64_t in,
-                  const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
-                  int layer) {
-    Linear lin;
-    lin.name = name;
-    lin.in = in;
-    for (const auto& [module, rows] : modules) lin.out += rows;
+  Linear linear(const Name& name, std::int64_t in, const LinearModules& modules, bool bias,
+                int layer) {
     const Train train = finetune_ ? Train::frozen : Train::full;
-    if (quant_ == QuantKind::none) {
-      lin.w = weight(name + ".w", {lin.out, in}, layer, train);
-    } else {
-      std::int64_t row = 0;
-      for (const auto& [module, rows] : modules) {
-        lin.quant.push_back(
-            quantized_module(build_common::module_name(name, module, modules.size()), row, rows, in,
-                             quant_, cfg_.double_quant == Toggle::on));
-        row += rows;
-      }
-    }
-    if (bias)
-      lin.b = weight(name + ".b", {lin.out}, layer, train,
-                     quant_ == QuantKind::none ? DType::u8 : cdt_);
-    if (!finetune_) return lin;
-    std::int64_t col = 0;
-    for (const auto& [module, rows] : modules) {
-      if (lora_targets_module(cfg_.lora_targets, cfg_.model.arch, module)) {
-        Adapter ad;
-        ad.name = build_common::module_name(name, module, modules.size());
-        ad.index = adapters_in_layer_++;
-        ad.a = weight(ad.name + ".lora_A", {cfg_.lora_rank, in}, layer, Train::adapter);
-        ad.b = weight(ad.name + ".lora_B", {rows, cfg_.lora_rank}, layer, Train::adapter);
-        ad.col_offset = col;
-        ad.out = rows;
-        lin.lora.push_back(std::move(ad));
-      }
-      col += rows;
-    }
-    return lin;
+    return linear_of(
+        name, in, modules, bias, quant_, adapters_in_layer_,
+        [&](const Name& n, Shape shape, bool is_bias) {
+          return weight(n, shape, layer, train,
+                        is_bias && quant_ != QuantKind::none ? cdt_ : DType::u8);
+        },
+        [&](const Name& n, Shape shape) { return weight(n, shape, layer, Train::adapter); });
   }
 
-  HfBlockWeights block_weights(int l) {
-    const Name pre = block_prefix(l);
+  BlockWeights block_weights(int l) {
     const Train train = finetune_ ? Train::frozen : Train::full;
     adapters_in_layer_ = 0;
-    HfBlockWeights w;
-    if (gpt_) {
-      w.norm1_w = weight(pre + "ln1.w", {H_}, l, train);
-      w.norm1_b = weight(pre + "ln1.b", {H_}, l, train);
-      w.qkv = linear(pre + "attn.qkv", H_, {{LoraModule::c_attn, Q_}}, true, l);
-      w.proj = linear(pre + "attn.proj", H_, {{LoraModule::attn_c_proj, H_}}, true, l);
-      w.norm2_w = weight(pre + "ln2.w", {H_}, l, train);
-      w.norm2_b = weight(pre + "ln2.b", {H_}, l, train);
-      w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
-      w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
-    } else {
-      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l, train);
-      w.qkv = linear(pre + "attn.qkv", H_,
-                     {{LoraModule::q, A_ * D_}, {LoraModule::k, K_ * D_}, {LoraModule::v, K_ * D_}},
-                     cfg_.model.qkv_bias, l);
-      w.proj = linear(pre + "attn.o", H_, {{LoraModule::o, H_}}, false, l);
-      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l, train);
-      w.fc = linear(pre + "mlp.gate", H_, {{LoraModule::gate, F_}}, false, l);
-      w.up = linear(pre + "mlp.up", H_, {{LoraModule::up, F_}}, false, l);
-      w.out = linear(pre + "mlp.down", F_, {{LoraModule::down, H_}}, false, l);
-    }
+    BlockWeights w;
+    auto make_linear = [&](const Name& name, std::int64_t in, const LinearModules& modules,
+                           bool bias) { return linear(name, in, modules, bias, l); };
+    build_common::norm_and_attention_weights(
+        *this, cfg_.model, l, w,
+        [&](const Name& name, Shape shape) { return weight(name, shape, l, train); }, make_linear);
+    build_common::mlp_linears(*this, cfg_.model, l, w, make_linear);
     return w;
   }
 

@@ -16,10 +16,12 @@
 namespace vrambench::build_lean {
 
 using build_common::Adapter;
+using build_common::BlockWeights;
 using build_common::block_prefix;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Linear;
+using build_common::LinearModules;
 using build_common::Param;
 using build_common::Pass;
 using build_common::QuantModule;
@@ -27,17 +29,6 @@ using build_common::QuantModule;
 // What a linear's forward keeps for the backward of its adapters.
 struct LoraSaved {
   TensorIds x, mask, xa;  // per adapter: its input (x, or x after LoRA dropout), mask, x A^T
-};
-
-// A block's parameters and linears.
-struct BlockWeights {
-  Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
-  Linear qkv;              // [Q,H], [Q]
-  Linear proj;             // attention output projection [H,H], [H]
-  Param norm2_w, norm2_b;  // gpt: ln2; llama: mlp_norm
-  Linear fc;               // gpt: fc [F,H], [F]; llama: gate [F,H]
-  Linear up;               // llama: up [F,H]
-  Linear out;              // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
 };
 
 // The lean builder's base: makes the parameters and block linears, writes a linear's forward and
@@ -101,80 +92,35 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
   // A block linear of `modules` (each a LoRA target name and its rows, in row order) from `in`
   // columns: trainable under full training; else frozen, stored quantised under --quant, with
   // an adapter on each targeted module.
-  Linear linear(const Name& name, std::int64_t in,
-                const std::vector<std::pair<LoraModule, std::int64_t>>& modules, bool bias,
+  Linear linear(const Name& name, std::int64_t in, const LinearModules& modules, bool bias,
                 int layer) {
-    Linear lin;
-    lin.name = name;
-    lin.in = in;
-    for (const auto& [module, rows] : modules) lin.out += rows;
-    const bool train = !finetune_;
-    if (quant_ == QuantKind::none) {
-      lin.w = weight(name + ".w", {lin.out, in}, layer, train);
-    } else {
-      std::int64_t row = 0;
-      for (const auto& [module, rows] : modules) {
-        lin.quant.push_back(
-            quantized_module(build_common::module_name(name, module, modules.size()), row, rows, in,
-                             quant_, cfg_.double_quant == Toggle::on));
-        row += rows;
-      }
-    }
-    if (bias) lin.b = weight(name + ".b", {lin.out}, layer, train);
-    if (finetune_) {
-      std::int64_t col = 0;
-      for (const auto& [module, rows] : modules) {
-        if (lora_targets_module(cfg_.lora_targets, cfg_.model.arch, module)) {
-          Adapter ad;
-          ad.name = build_common::module_name(name, module, modules.size());
-          ad.index = adapters_in_layer_++;
-          ad.a = weight(ad.name + ".lora_A", {cfg_.lora_rank, in}, layer);
-          ad.b = weight(ad.name + ".lora_B", {rows, cfg_.lora_rank}, layer);
-          ad.col_offset = col;
-          ad.out = rows;
-          lin.lora.push_back(std::move(ad));
-        }
-        col += rows;
-      }
-    }
-    return lin;
+    return linear_of(
+        name, in, modules, bias, quant_, adapters_in_layer_,
+        [&](const Name& n, Shape shape, bool) { return weight(n, shape, layer, !finetune_); },
+        [&](const Name& n, Shape shape) { return weight(n, shape, layer); });
   }
 
   BlockWeights block_weights(int l) {
-    const Name pre = block_prefix(l);
-    const bool train = !finetune_;
     adapters_in_layer_ = 0;
     BlockWeights w;
-    if (gpt_) {
-      w.norm1_w = weight(pre + "ln1.w", {H_}, l, train);
-      w.norm1_b = weight(pre + "ln1.b", {H_}, l, train);
-      w.qkv = linear(pre + "attn.qkv", H_, {{LoraModule::c_attn, Q_}}, true, l);
-      w.proj = linear(pre + "attn.proj", H_, {{LoraModule::attn_c_proj, H_}}, true, l);
-      w.norm2_w = weight(pre + "ln2.w", {H_}, l, train);
-      w.norm2_b = weight(pre + "ln2.b", {H_}, l, train);
-    } else {
-      w.norm1_w = weight(pre + "attn_norm.w", {H_}, l, train);
-      w.qkv = linear(pre + "attn.qkv", H_,
-                     {{LoraModule::q, A_ * D_}, {LoraModule::k, K_ * D_}, {LoraModule::v, K_ * D_}},
-                     cfg_.model.qkv_bias, l);
-      w.proj = linear(pre + "attn.o", H_, {{LoraModule::o, H_}}, false, l);
-      w.norm2_w = weight(pre + "mlp_norm.w", {H_}, l, train);
-    }
+    build_common::norm_and_attention_weights(
+        *this, cfg_.model, l, w,
+        [&](const Name& name, Shape shape) { return weight(name, shape, l, !finetune_); },
+        [&](const Name& name, std::int64_t in, const LinearModules& modules, bool bias) {
+          return linear(name, in, modules, bias, l);
+        });
     mlp_weights(l, w);
     return w;
   }
 
   void mlp_weights(int l, BlockWeights& w) {
-    const Name pre = block_prefix(l);
-    if (gpt_) {
-      w.fc = linear(pre + "mlp.fc", H_, {{LoraModule::c_fc, F_}}, true, l);
-      w.out = linear(pre + "mlp.proj", F_, {{LoraModule::mlp_c_proj, H_}}, true, l);
-    } else {
-      w.fc = linear(pre + "mlp.gate", H_, {{LoraModule::gate, F_}}, false, l);
-      w.up = linear(pre + "mlp.up", H_, {{LoraModule::up, F_}}, false, l);
-      w.out = linear(pre + "mlp.down", F_, {{LoraModule::down, H_}}, false, l);
-    }
+    build_common::mlp_linears(
+        *this, cfg_.model, l, w,
+        [&](const Name& name, std::int64_t in, const LinearModules& modules, bool bias) {
+          return linear(name, in, modules, bias, l);
+        });
   }
+
   // ---- linears of the fine-tuning recipes ---------------------------------------------------
 
   // The weight operand of a linear's GEMM: the weight, or under --quant its dequantised copy in
