@@ -1029,6 +1029,50 @@ TEST(Cli, PlanMistakesExitTwoWithOneLineAndNoOutput) {
   }
 }
 
+// --model: a config.json (or its folder) as the model, a sweep axis like --preset, refused in one
+// line with no output where its type is not modelled, and never together with --preset.
+TEST(Cli, ModelFromConfigJsonIsAModelAndASweepAxis) {
+  const fs::path dir = scratch("model");
+  fs::create_directories(dir / "Qwen2.5-0.5B");
+  fs::create_directories(dir / "mamba-130m");
+  std::ofstream(dir / "Qwen2.5-0.5B" / "config.json")
+      << R"({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+             "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+             "vocab_size": 151936, "tie_word_embeddings": true, "torch_dtype": "bfloat16"})";
+  std::ofstream(dir / "mamba-130m" / "config.json")
+      << R"({"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24})";
+  const std::string qwen = (dir / "Qwen2.5-0.5B").string();
+  const CommandResult one =
+      vrambench("estimate --quiet --model " + qwen + " --out " + dir.string() + " --name one");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("| Qwen2.5-0.5B "), std::string::npos) << one.out;
+  const auto doc = nlohmann::json::parse(slurp(dir / "one.json"));
+  EXPECT_EQ(doc.at("rows").at(0).at("params"), 494'032'768);
+  // As an axis beside a preset's config: each row names its config.json and counts its model.
+  const CommandResult sweep =
+      vrambench("estimate --quiet --sweep model=" + qwen + "," + (dir / "Qwen2.5-0.5B").string() +
+                "/config.json --out " + dir.string() + " --name sweep");
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  const auto rows = csv_of(dir / "sweep.csv");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0][0], "model");
+  EXPECT_EQ(rows[1][0], qwen);
+  const auto params = std::find(rows[0].begin(), rows[0].end(), "params") - rows[0].begin();
+  EXPECT_EQ(rows[1][static_cast<std::size_t>(params)], "494032768");
+  for (const std::string& args : {"estimate --model " + (dir / "mamba-130m").string(),
+                                  "estimate --model " + (dir / "nowhere").string(),
+                                  "estimate --preset gpt2 --model " + qwen}) {
+    const CommandResult run = vrambench(args);
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;
+    EXPECT_EQ(lines_of(run.err).size(), 1u) << args << ": " << run.err;
+    EXPECT_TRUE(run.out.empty()) << args << ": " << run.out;
+  }
+  EXPECT_NE(vrambench("estimate --model " + (dir / "mamba-130m").string())
+                .err.find("unsupported model_type 'mamba'"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 // The margin is for planning only: search's rows are the same with any margin, and plan's
 // whole-capacity search is search's answer.
 TEST(Cli, SafetyMarginNeverChangesSearchResults) {

@@ -193,5 +193,29 @@ TEST(HfProgram, NativeLoopKeepsTheLogitsToTheEndOfTheStep) {
   EXPECT_THROW(validate(lean), UsageError);
 }
 
+// A tied-embedding model (Llama 3.2, the small Qwen2.5s) has one embedding weight and, trained in
+// full, one gradient for it, which the lm head's and the embedding's contributions are summed
+// into; an untied one has two weights and two gradients.
+TEST(HfProgram, ATiedEmbeddingModelKeepsOneEmbeddingGradient) {
+  for (const char* preset : {"qwen2.5-0.5b", "llama3.2-1b", "llama3-8b"}) {
+    RunConfig cfg;
+    cfg.model = find_preset(preset).model;
+    cfg.model.layers = 1;
+    cfg.framework = Framework::hf;
+    cfg.seq = 16;
+    validate(cfg);
+    const Program p = build_program(cfg, 0);
+    int embedding_grads = 0, head_weights = 0;
+    for (const Tensor& t : p.tensors) {
+      if (t.role == Role::grad && (t.name.str() == "wte.grad" || t.name.str() == "lm_head.w.grad"))
+        ++embedding_grads;
+      if (t.role == Role::weight && t.name.str() == "lm_head.w") ++head_weights;
+    }
+    const bool tied = cfg.model.tied_embeddings;
+    EXPECT_EQ(embedding_grads, tied ? 1 : 2) << preset;
+    EXPECT_EQ(head_weights, tied ? 0 : 1) << preset;
+  }
+}
+
 }  // namespace
 }  // namespace vrambench

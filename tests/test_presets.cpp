@@ -17,6 +17,15 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
   EXPECT_EQ(parameter_count(find_preset("mistral-7b").model), 7'248'023'552);
   EXPECT_EQ(parameter_count(find_preset("qwen2.5-7b").model), 7'615'616'512);
   EXPECT_EQ(parameter_count(find_preset("llama2-7b").model), 6'738'415'616);
+  EXPECT_EQ(parameter_count(find_preset("llama3.1-8b").model), 8'030'261'248);
+  EXPECT_EQ(parameter_count(find_preset("llama3.3-70b").model), 70'553'706'496);
+  EXPECT_EQ(parameter_count(find_preset("mistral-nemo-12b").model), 12'247'782'400);
+  EXPECT_EQ(parameter_count(find_preset("qwen2.5-0.5b").model), 494'032'768);
+  EXPECT_EQ(parameter_count(find_preset("qwen2.5-1.5b").model), 1'543'714'304);
+  EXPECT_EQ(parameter_count(find_preset("qwen2.5-3b").model), 3'085'938'688);
+  EXPECT_EQ(parameter_count(find_preset("qwen2.5-14b").model), 14'770'033'664);
+  EXPECT_EQ(parameter_count(find_preset("qwen2.5-32b").model), 32'763'876'352);
+  EXPECT_EQ(parameter_count(find_preset("qwen2.5-72b").model), 72'706'203'648);
 }
 
 TEST(Presets, QwenHasQkvBiasesAndLlamaThreeTwoTiesItsHead) {

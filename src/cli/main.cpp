@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/fields.h"
 #include "core/heap.h"
+#include "core/model_file.h"
 #include "core/presets.h"
 #include "core/units.h"
 #include "core/version.h"
@@ -37,6 +38,8 @@ constexpr const char* kExamples = R"(Examples:
       the model alone, read off the step program (no search), instantly
   vrambench --device sim:rtx4090 --preset llama3.2-1b --finetune lora --over seq
       the longest sequence (a multiple of 64) at batch 1, by the same bracketing and bisection
+  vrambench estimate --model ~/models/Qwen2.5-1.5B --finetune qlora --recompute full
+      your model from its config.json (or the folder holding it); --sweep model=a,b compares
   vrambench estimate --preset gpt2 --batch 16 --seq 1024 --vram 24GiB
       the estimated peak of one batch, and whether it fits (--sweep batch=1,8,16: each)
   vrambench program --preset tiny --batch 2 --seq 64
@@ -219,6 +222,9 @@ void add_field_option(CLI::App* app, CliOptions& options, const FieldInfo& info,
           return app->add_option_function<std::string>(
               flag, [store](const std::string& text) { store(parse_lora_targets(text)); }, help);
         } else if constexpr (std::is_same_v<T, ModelConfig>) {
+          if (info.name == "model")
+            return app->add_option_function<std::string>(
+                flag, [store](const std::string& path) { store(read_model_file(path)); }, help);
           std::vector<std::string> names;
           for (const Preset& p : presets()) names.emplace_back(p.name);
           return app

@@ -37,6 +37,8 @@ Formats parse_formats(const std::string& text) {
 }
 
 RunConfig base_config(const CliOptions& options) {
+  if (options.fields.count("preset") > 0 && options.fields.count("model") > 0)
+    throw UsageError("--preset and --model both name the model: give one of them");
   RunConfig cfg;
   cfg.model = find_preset("gpt2").model;
   // Field table order, preset first, so that e.g. --arch applies before --hidden whatever the argv

@@ -341,12 +341,15 @@ std::int64_t layer_parameter_count(const ModelConfig& m) {
            + F * H + F              // fc
            + H * F + H;             // mlp projection
   }
-  return H                             // attention rms norm
-         + qkv_out * H                 // q, k, v
-         + (m.qkv_bias ? qkv_out : 0)  // their biases (Qwen2)
-         + H * H                       // output projection
-         + H                           // mlp rms norm
-         + 3 * F * H;                  // gate, up, down
+  const std::int64_t O = m.attention_width();
+  return H                                // attention rms norm
+         + qkv_out * H                    // q, k, v
+         + (m.qkv_bias ? qkv_out : 0)     // their biases (Qwen2, attention_bias)
+         + H * O                          // output projection
+         + (m.o_bias ? H : 0)             // its bias (attention_bias)
+         + H                              // mlp rms norm
+         + 3 * F * H                      // gate, up, down
+         + (m.mlp_bias ? 2 * F + H : 0);  // their biases (mlp_bias)
 }
 
 std::int64_t parameter_count(const ModelConfig& m) {
@@ -397,7 +400,7 @@ void validate(const RunConfig& cfg) {
   require_positive(m.max_positions, "max-positions");
   require_positive(cfg.seq, "seq");
   require_positive(cfg.batch, "batch");
-  if (m.hidden % m.heads != 0)
+  if (m.explicit_head_dim == 0 && m.hidden % m.heads != 0)
     throw UsageError(fmt::format("invalid --heads {}: must divide --hidden {}", m.heads, m.hidden));
   if (m.heads % m.kv_heads != 0)
     throw UsageError(
@@ -464,6 +467,13 @@ void validate(const RunConfig& cfg) {
   checked_mul(checked_mul(tokens, std::max(m.ffn, m.hidden), "batch x seq x ffn"),
               checked_mul(4, m.layers, "layers"), "activation bytes");
   checked_mul(checked_mul(m.hidden, m.hidden, "hidden x hidden"), m.layers, "layer weights");
+  if (m.explicit_head_dim > 0) {  // q|k|v and the output projection read heads x head_dim
+    const std::int64_t heads =
+        checked_add(m.heads, checked_mul(m.kv_heads, 2, "key/value heads"), "q|k|v heads");
+    checked_mul(checked_mul(checked_mul(heads, m.explicit_head_dim, "q|k|v width"), m.hidden,
+                            "q|k|v weights"),
+                checked_mul(m.layers, 2, "layers"), "attention weights");
+  }
   checked_mul(checked_mul(m.vocab, m.hidden, "vocab x hidden"), 4, "embedding bytes");
   checked_mul(checked_mul(m.ffn, m.hidden, "ffn x hidden"), checked_mul(3, m.layers, "layers"),
               "mlp weights");

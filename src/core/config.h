@@ -192,8 +192,19 @@ struct ModelConfig {
   std::int64_t max_positions = 1024;  // learned positions (gpt only)
   bool tied_embeddings = true;        // lm head shares the token embedding (gpt2) or not (llama)
   bool qkv_bias = false;              // llama-style blocks with q/k/v biases (Qwen2); gpt has them
+  bool o_bias = false;                // llama-style: the attention output projection's bias
+  bool mlp_bias = false;              // llama-style: gate, up and down biases
+  // A config's head_dim where it is not hidden / heads (Mistral Nemo: 5120 / 32 heads of 128);
+  // 0: hidden / heads.
+  std::int64_t explicit_head_dim = 0;
+  // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
+  std::string source;
 
-  std::int64_t head_dim() const { return hidden / heads; }
+  std::int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads;
+  }
+  // The attention's output width, heads x head_dim: the output projection's input.
+  std::int64_t attention_width() const { return heads * head_dim(); }
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -9,13 +9,17 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/model_file.h"
 #include "core/presets.h"
 
 namespace vrambench {
 namespace {
 
-constexpr std::array<FieldInfo, 30> kFields{{
+constexpr std::array<FieldInfo, 31> kFields{{
     {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
+    {"model", FieldKind::text,
+     "a transformers config.json, or a folder holding one (a downloaded checkpoint): the model's "
+     "shape (model_type gpt2, llama, mistral or qwen2)"},
     {"arch", FieldKind::choice, "gpt|llama"},
     {"hidden", FieldKind::integer, "hidden size H"},
     {"heads", FieldKind::integer, "attention heads A"},
@@ -142,6 +146,10 @@ const std::array<Access, kFields.size()> kAccess{{
     {[](std::string_view t, std::string_view) -> FieldValue { return find_preset(t).model; },
      [](const RunConfig& c) -> FieldValue { return c.model; },
      [](RunConfig& c, const FieldValue& v) { c.model = std::get<ModelConfig>(v); }},
+    // model: the whole model, from a config.json.
+    {[](std::string_view t, std::string_view) -> FieldValue { return read_model_file(t); },
+     [](const RunConfig& c) -> FieldValue { return c.model; },
+     [](RunConfig& c, const FieldValue& v) { c.model = std::get<ModelConfig>(v); }},
     // arch: a custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
     {parse_choice<Arch>, [](const RunConfig& c) -> FieldValue { return c.model.arch; },
      [](RunConfig& c, const FieldValue& v) {
@@ -229,7 +237,7 @@ std::string field_text(const FieldInfo& field, const FieldValue& value) {
         else if constexpr (std::is_same_v<T, double>)
           return fmt::format("{:g}", v);
         else if constexpr (std::is_same_v<T, ModelConfig>)
-          return v.name;
+          return field.name == "model" ? v.source : v.name;  // what parse_field reads back
         else
           return std::string(to_string(v));
       },

@@ -20,7 +20,7 @@ enum class FieldKind {
   number,   // double, positive
   size,     // std::int64_t bytes, from "24GiB", "16GB", "20.5" (GiB)
   choice,   // one of an enum's names (enum_names)
-  text,     // preset (the preset's ModelConfig), device (a DeviceChoice), lora-targets
+  text,     // preset and model (a ModelConfig), device (a DeviceChoice), lora-targets
 };
 
 // A field's typed value: the alternative its kind and name hold.
@@ -41,11 +41,11 @@ const FieldInfo& find_field(std::string_view name);
 // The field's value from text, checked on its own (how fields fit together is validate()'s):
 // "bf16", "1024", "24GiB", "0.1", "gpt2", "sim:h100-80gb". Throws UsageError naming --<field>.
 FieldValue parse_field(const FieldInfo& field, std::string_view text);
-// Sets one field. "preset" replaces the whole model; a model field marks it "(custom)".
+// Sets one field. "preset" and "model" replace the whole model; a model field marks it "(custom)".
 void set_field(RunConfig& cfg, const FieldInfo& field, const FieldValue& value);
 FieldValue get_field(const RunConfig& cfg, const FieldInfo& field);
-// The value as text that parse_field reads back: "bf16", "1024", the preset's name, sizes as raw
-// bytes "85899345920B".
+// The value as text that parse_field reads back: "bf16", "1024", the preset's name, the model's
+// config.json path, sizes as raw bytes "85899345920B".
 std::string field_text(const FieldInfo& field, const FieldValue& value);
 
 }  // namespace vrambench

@@ -1,89 +1,126 @@
-// Preset shapes from the published model cards; GPU totals from shared reference figures.
+// Presets (the config.json of each model) and GPU profiles (totals from published figures).
 #include "core/presets.h"
 
 #include <fmt/format.h>
 
 #include <array>
+#include <vector>
 
 #include "core/error.h"
+#include "core/model_file.h"
 
 namespace vrambench {
 namespace {
 
-constexpr ModelConfig gpt(std::string_view name, std::int64_t H, std::int64_t A, std::int64_t L,
-                          std::int64_t V, std::int64_t P) {
-  ModelConfig m;
-  m.name = std::string(name);
-  m.arch = Arch::gpt;
-  m.hidden = H;
-  m.heads = A;
-  m.kv_heads = A;
-  m.layers = L;
-  m.ffn = 4 * H;
-  m.vocab = V;
-  m.max_positions = P;
-  m.tied_embeddings = true;
-  return m;
-}
+// A preset is its model's config.json, read by the reader --model uses (core/model_file.h). The
+// configs carry the fields that shape memory, with the values each model's published config.json
+// on the Hugging Face hub gives (huggingface.co/<org>/<model>/blob/main/config.json):
+//   gpt2*         openai-community/gpt2, gpt2-medium, gpt2-large, gpt2-xl
+//   llama2-*      meta-llama/Llama-2-7b-hf, Llama-2-13b-hf
+//   llama3-8b, llama3.1-8b   meta-llama/Meta-Llama-3-8B, Llama-3.1-8B (the same shape)
+//   llama3.2-*    meta-llama/Llama-3.2-1B, Llama-3.2-3B (tie_word_embeddings true)
+//   llama3.3-70b  meta-llama/Llama-3.3-70B-Instruct
+//   mistral-7b    mistralai/Mistral-7B-v0.3;  mistral-nemo-12b  mistralai/Mistral-Nemo-Base-2407
+//                 (head_dim 128 where 5120 / 32 heads would be 160)
+//   qwen2.5-*     Qwen/Qwen2.5-0.5B ... Qwen2.5-72B (q/k/v biases; the small three tie their head)
+struct PresetConfig {
+  std::string_view name, description, config;
+};
 
-constexpr ModelConfig llama(std::string_view name, std::int64_t H, std::int64_t A, std::int64_t KV,
-                            std::int64_t L, std::int64_t F, std::int64_t V) {
-  ModelConfig m;
-  m.name = std::string(name);
-  m.arch = Arch::llama;
-  m.hidden = H;
-  m.heads = A;
-  m.kv_heads = KV;
-  m.layers = L;
-  m.ffn = F;
-  m.vocab = V;
-  m.max_positions = 1;  // rotary: no learned position table
-  m.tied_embeddings = false;
-  return m;
-}
+constexpr std::array<PresetConfig, 22> kPresetConfigs{{
+    {"tiny", "2-layer GPT for tests (H=64, A=4, V=256)",
+     R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 256,
+         "n_positions": 256})"},
+    {"tiny-llama", "2-layer Llama for tests (H=64, A=4, KV=2, V=256)",
+     R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 176,
+         "vocab_size": 256})"},
+    {"gpt2", "GPT-2 small, 124M",
+     R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257,
+         "n_positions": 1024})"},
+    {"gpt2-medium", "GPT-2 medium, 355M",
+     R"({"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_layer": 24, "vocab_size": 50257,
+         "n_positions": 1024})"},
+    {"gpt2-large", "GPT-2 large, 774M",
+     R"({"model_type": "gpt2", "n_embd": 1280, "n_head": 20, "n_layer": 36, "vocab_size": 50257,
+         "n_positions": 1024})"},
+    {"gpt2-xl", "GPT-2 XL, 1.5B",
+     R"({"model_type": "gpt2", "n_embd": 1600, "n_head": 25, "n_layer": 48, "vocab_size": 50257,
+         "n_positions": 1024})"},
+    {"llama2-7b", "Llama 2 7B",
+     R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+         "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 11008,
+         "vocab_size": 32000})"},
+    {"llama2-13b", "Llama 2 13B",
+     R"({"model_type": "llama", "hidden_size": 5120, "num_attention_heads": 40,
+         "num_key_value_heads": 40, "num_hidden_layers": 40, "intermediate_size": 13824,
+         "vocab_size": 32000})"},
+    {"llama3-8b", "Llama 3 8B (GQA, 8 KV heads)",
+     R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+         "vocab_size": 128256})"},
+    {"llama3.1-8b", "Llama 3.1 8B (GQA, 8 KV heads)",
+     R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+         "vocab_size": 128256})"},
+    {"llama3.2-1b", "Llama 3.2 1B (GQA, tied embeddings)",
+     R"({"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "num_hidden_layers": 16, "intermediate_size": 8192,
+         "vocab_size": 128256, "tie_word_embeddings": true})"},
+    {"llama3.2-3b", "Llama 3.2 3B (GQA, tied embeddings)",
+     R"({"model_type": "llama", "hidden_size": 3072, "num_attention_heads": 24,
+         "num_key_value_heads": 8, "num_hidden_layers": 28, "intermediate_size": 8192,
+         "vocab_size": 128256, "tie_word_embeddings": true})"},
+    {"llama3.3-70b", "Llama 3.3 70B (GQA, 8 KV heads)",
+     R"({"model_type": "llama", "hidden_size": 8192, "num_attention_heads": 64,
+         "num_key_value_heads": 8, "num_hidden_layers": 80, "intermediate_size": 28672,
+         "vocab_size": 128256})"},
+    {"mistral-7b", "Mistral 7B v0.3 (GQA, 8 KV heads)",
+     R"({"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+         "vocab_size": 32768})"},
+    {"mistral-nemo-12b", "Mistral Nemo 12B (GQA, head_dim 128, 131k vocabulary)",
+     R"({"model_type": "mistral", "hidden_size": 5120, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 40,
+         "intermediate_size": 14336, "vocab_size": 131072})"},
+    {"qwen2.5-0.5b", "Qwen2.5 0.5B (GQA, q/k/v biases, tied embeddings)",
+     R"({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14,
+         "num_key_value_heads": 2, "num_hidden_layers": 24, "intermediate_size": 4864,
+         "vocab_size": 151936, "tie_word_embeddings": true})"},
+    {"qwen2.5-1.5b", "Qwen2.5 1.5B (GQA, q/k/v biases, tied embeddings)",
+     R"({"model_type": "qwen2", "hidden_size": 1536, "num_attention_heads": 12,
+         "num_key_value_heads": 2, "num_hidden_layers": 28, "intermediate_size": 8960,
+         "vocab_size": 151936, "tie_word_embeddings": true})"},
+    {"qwen2.5-3b", "Qwen2.5 3B (GQA, q/k/v biases, tied embeddings)",
+     R"({"model_type": "qwen2", "hidden_size": 2048, "num_attention_heads": 16,
+         "num_key_value_heads": 2, "num_hidden_layers": 36, "intermediate_size": 11008,
+         "vocab_size": 151936, "tie_word_embeddings": true})"},
+    {"qwen2.5-7b", "Qwen2.5 7B (GQA, q/k/v biases, 152k vocabulary)",
+     R"({"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+         "num_key_value_heads": 4, "num_hidden_layers": 28, "intermediate_size": 18944,
+         "vocab_size": 152064})"},
+    {"qwen2.5-14b", "Qwen2.5 14B (GQA, q/k/v biases)",
+     R"({"model_type": "qwen2", "hidden_size": 5120, "num_attention_heads": 40,
+         "num_key_value_heads": 8, "num_hidden_layers": 48, "intermediate_size": 13824,
+         "vocab_size": 152064})"},
+    {"qwen2.5-32b", "Qwen2.5 32B (GQA, q/k/v biases)",
+     R"({"model_type": "qwen2", "hidden_size": 5120, "num_attention_heads": 40,
+         "num_key_value_heads": 8, "num_hidden_layers": 64, "intermediate_size": 27648,
+         "vocab_size": 152064})"},
+    {"qwen2.5-72b", "Qwen2.5 72B (GQA, q/k/v biases)",
+     R"({"model_type": "qwen2", "hidden_size": 8192, "num_attention_heads": 64,
+         "num_key_value_heads": 8, "num_hidden_layers": 80, "intermediate_size": 29568,
+         "vocab_size": 152064})"},
+}};
 
-// Llama-style models that tie the lm head to the embedding (Llama 3.2) or add q/k/v biases (Qwen2).
-constexpr ModelConfig tied(ModelConfig m) {
-  m.tied_embeddings = true;
-  return m;
-}
-constexpr ModelConfig with_qkv_bias(ModelConfig m) {
-  m.qkv_bias = true;
-  return m;
-}
-
-const std::array<Preset, 13>& preset_table() {
-  // The fine-tuning presets take their sizes from each model's published config.json:
-  //   llama3.2-1b  huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json
-  //   llama3.2-3b  huggingface.co/meta-llama/Llama-3.2-3B/blob/main/config.json
-  //     (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads,
-  //      num_hidden_layers, vocab_size 128256, tie_word_embeddings true)
-  //   mistral-7b   huggingface.co/mistralai/Mistral-7B-v0.3/blob/main/config.json
-  //     (4096, 14336, 32 heads, 8 kv heads, 32 layers, vocab_size 32768, untied)
-  //   qwen2.5-7b   huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
-  //     (3584, 18944, 28 heads, 4 kv heads, 28 layers, vocab_size 152064, untied; Qwen2 blocks
-  //      have q/k/v biases, modeling_qwen2.py: q_proj = nn.Linear(..., bias=True))
-  static const std::array<Preset, 13> table{{
-      {"tiny", "2-layer GPT for tests (H=64, A=4, V=256)", gpt("tiny", 64, 4, 2, 256, 256)},
-      {"tiny-llama", "2-layer Llama for tests (H=64, A=4, KV=2, V=256)",
-       llama("tiny-llama", 64, 4, 2, 2, 176, 256)},
-      {"gpt2", "GPT-2 small, 124M", gpt("gpt2", 768, 12, 12, 50257, 1024)},
-      {"gpt2-medium", "GPT-2 medium, 355M", gpt("gpt2-medium", 1024, 16, 24, 50257, 1024)},
-      {"gpt2-large", "GPT-2 large, 774M", gpt("gpt2-large", 1280, 20, 36, 50257, 1024)},
-      {"gpt2-xl", "GPT-2 XL, 1.5B", gpt("gpt2-xl", 1600, 25, 48, 50257, 1024)},
-      {"llama2-7b", "Llama 2 7B", llama("llama2-7b", 4096, 32, 32, 32, 11008, 32000)},
-      {"llama2-13b", "Llama 2 13B", llama("llama2-13b", 5120, 40, 40, 40, 13824, 32000)},
-      {"llama3-8b", "Llama 3 8B (GQA, 8 KV heads)",
-       llama("llama3-8b", 4096, 32, 8, 32, 14336, 128256)},
-      {"llama3.2-1b", "Llama 3.2 1B (GQA, tied embeddings)",
-       tied(llama("llama3.2-1b", 2048, 32, 8, 16, 8192, 128256))},
-      {"llama3.2-3b", "Llama 3.2 3B (GQA, tied embeddings)",
-       tied(llama("llama3.2-3b", 3072, 24, 8, 28, 8192, 128256))},
-      {"mistral-7b", "Mistral 7B v0.3 (GQA, 8 KV heads)",
-       llama("mistral-7b", 4096, 32, 8, 32, 14336, 32768)},
-      {"qwen2.5-7b", "Qwen2.5 7B (GQA, q/k/v biases, 152k vocabulary)",
-       with_qkv_bias(llama("qwen2.5-7b", 3584, 28, 4, 28, 18944, 152064))},
-  }};
+const std::vector<Preset>& preset_table() {
+  static const std::vector<Preset> table = [] {
+    std::vector<Preset> out;
+    for (const PresetConfig& p : kPresetConfigs)
+      out.push_back(
+          {p.name, p.description, model_from_config_text(p.config, std::string(p.name), "")});
+    return out;
+  }();
   return table;
 }
 

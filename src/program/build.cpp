@@ -151,7 +151,7 @@ class LeanBuilder : private LeanLinears {
 
   Core attention_fwd(const Name& pre, int layer, int qkv, const Pass& pass) {
     Core core;
-    core.y = tensor(suffixed(pass, pre + "attn.y"), bsh(), act_, saved(pass));
+    core.y = tensor(suffixed(pass, pre + "attn.y"), bs_ad(), act_, saved(pass));
     if (eager_) {
       probs_fwd(pre, layer, qkv, pass, core);
       attention_attrs(gemm(OpKind::attn_values, pre + "attn.values", {core.values_input(), qkv},

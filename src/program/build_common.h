@@ -117,7 +117,8 @@ inline Name module_name(const Name& linear, LoraModule module, std::size_t count
 }
 
 // The step's sizes, as both builders name them (a builder derives from it): batch B, sequence S,
-// hidden H, heads A, key/value heads K, head size D, q|k|v width Q, MLP width F, vocabulary V,
+// hidden H, heads A, key/value heads K, head size D, q|k|v width Q, attention output width AD
+// (A·D: H unless the model gives its own head size), MLP width F, vocabulary V,
 // and M = B * S tokens. B and M are dimensions that hold the batch (program.h, Dim): a shape
 // written with them says so.
 struct StepShape {
@@ -129,16 +130,18 @@ struct StepShape {
         K_(cfg.model.kv_heads),
         D_(cfg.model.head_dim()),
         Q_(qkv_width(A_, K_, D_)),
+        AD_(A_ * D_),
         F_(cfg.model.ffn),
         V_(cfg.model.vocab),
         M_(checked_mul(cfg.batch, S_, "batch x seq"), S_) {}
 
   Dims bsh() const { return {B_, S_, H_}; }
+  Dims bs_ad() const { return {B_, S_, AD_}; }  // the attention's output
   Dims bsf() const { return {B_, S_, F_}; }
   Dims bass() const { return {B_, A_, S_, S_}; }
 
   Dim B_;
-  std::int64_t S_, H_, A_, K_, D_, Q_, F_, V_;
+  std::int64_t S_, H_, A_, K_, D_, Q_, AD_, F_, V_;
   Dim M_;
 };
 
@@ -164,7 +167,7 @@ void norm_and_attention_weights(const StepShape& s, const ModelConfig& m, int l,
                                  {LoraModule::k, s.K_ * s.D_},
                                  {LoraModule::v, s.K_ * s.D_}},
                    m.qkv_bias);
-    w.proj = linear(pre + "attn.o", s.H_, LinearModules{{LoraModule::o, s.H_}}, false);
+    w.proj = linear(pre + "attn.o", s.AD_, LinearModules{{LoraModule::o, s.H_}}, m.o_bias);
     w.norm2_w = norm(pre + "mlp_norm.w", Shape{s.H_});
   }
 }
@@ -176,9 +179,9 @@ void mlp_linears(const StepShape& s, const ModelConfig& m, int l, BlockWeights& 
     w.fc = linear(pre + "mlp.fc", s.H_, LinearModules{{LoraModule::c_fc, s.F_}}, true);
     w.out = linear(pre + "mlp.proj", s.F_, LinearModules{{LoraModule::mlp_c_proj, s.H_}}, true);
   } else {
-    w.fc = linear(pre + "mlp.gate", s.H_, LinearModules{{LoraModule::gate, s.F_}}, false);
-    w.up = linear(pre + "mlp.up", s.H_, LinearModules{{LoraModule::up, s.F_}}, false);
-    w.out = linear(pre + "mlp.down", s.F_, LinearModules{{LoraModule::down, s.H_}}, false);
+    w.fc = linear(pre + "mlp.gate", s.H_, LinearModules{{LoraModule::gate, s.F_}}, m.mlp_bias);
+    w.up = linear(pre + "mlp.up", s.H_, LinearModules{{LoraModule::up, s.F_}}, m.mlp_bias);
+    w.out = linear(pre + "mlp.down", s.F_, LinearModules{{LoraModule::down, s.H_}}, m.mlp_bias);
   }
 }
 

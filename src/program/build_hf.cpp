@@ -178,7 +178,7 @@ class HfBuilder : private Linears {
         fwd_held.push_back(rep);
       }
     }
-    b.y = tensor(suffixed(pass, pre + "attn.y"), bsh(), cdt_, role);
+    b.y = tensor(suffixed(pass, pre + "attn.y"), bs_ad(), cdt_, role);
     if (!eager_) {
       b.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
       const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
@@ -236,7 +236,7 @@ class HfBuilder : private Linears {
     // The product's [B, A, S, D] output before transpose(1, 2).contiguous() makes b.y.
     values.held = fwd_held;
     values.held.push_back(
-        tensor(suffixed(pass, pre + "attn.y.heads"), bsh(), cdt_, Role::transient));
+        tensor(suffixed(pass, pre + "attn.y.heads"), bs_ad(), cdt_, Role::transient));
   }
 
   // A pass that keeps nothing (what does not require grad saves nothing), or `pass`.

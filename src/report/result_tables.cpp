@@ -98,6 +98,7 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
   }
   t.columns.push_back({"formula_peak_bytes", "formula", CellKind::bytes});
   t.columns.push_back({"formula_vs_est", "formula vs est", CellKind::percent});
+  t.columns.push_back({"params", "params", CellKind::integer});
   t.columns.push_back({"model_state_bytes", "model state", CellKind::bytes});
   t.columns.push_back({"fixed_bytes", "fixed", CellKind::bytes});
   t.columns.push_back({"per_sample_bytes", "per sample", CellKind::bytes});
@@ -134,6 +135,7 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
   const Bytes formula = formula_peak_at(cfg, batch, device.fixed_overhead);
   row.push_back(bytes_cell(formula));
   row.push_back(relative_cell(formula, peak));
+  row.push_back(Cell::of_int(parameter_count(cfg.model)));
   row.push_back(Cell::of_bytes(breakdown.model_state));
   row.push_back(Cell::of_bytes(breakdown.fixed_total()));
   row.push_back(Cell::of_bytes(breakdown.per_sample_total()));

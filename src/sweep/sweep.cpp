@@ -61,6 +61,7 @@ std::string example_for(const FieldInfo* field) {
       break;
   }
   if (name == "preset") return "preset=gpt2,llama2-7b";
+  if (name == "model") return "model=qwen/config.json,llama/config.json";
   if (name == "device") return "device=cpu,sim:h100-80gb";
   if (name == "lora-targets") return "lora-targets=attn,q_proj+v_proj,all-linear";
   return name + "=a,b";
@@ -282,12 +283,12 @@ std::vector<RunConfig> expand(const RunConfig& base, const std::vector<Axis>& ax
         size, kMaxGridPoints));
   }
 
-  // The preset axis goes first so that model-field axes (hidden=..., layers=...) override it;
-  // iteration order stays the order the axes were given.
+  // The preset and model axes go first so that model-field axes (hidden=..., layers=...) override
+  // them; iteration order stays the order the axes were given.
   std::vector<std::size_t> apply_order(axes.size());
   for (std::size_t i = 0; i < axes.size(); ++i) apply_order[i] = i;
   std::stable_partition(apply_order.begin(), apply_order.end(),
-                        [&](std::size_t i) { return names[i] == "preset"; });
+                        [&](std::size_t i) { return names[i] == "preset" || names[i] == "model"; });
 
   std::vector<RunConfig> configs;
   configs.reserve(static_cast<std::size_t>(points));

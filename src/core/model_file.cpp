@@ -1,0 +1,189 @@
+// The config.json reader: transformers' field names per model_type, and the defaults their config
+// classes take where a config leaves a field out (transformers 5.x configuration_*.py).
+#include "core/model_file.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace vrambench {
+namespace {
+
+using Json = nlohmann::json;
+
+// Families transformers has that the step program does not model yet, with what is missing:
+// named in the refusal so that the user knows it is a gap, not a typo.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kNotYet{{
+    {"qwen3", "its per-head q and k RMSNorms"},
+    {"gemma", "its GeGLU MLP, embedding scaling and (1 + weight) RMSNorm"},
+    {"gemma2", "its four norms per block, GeGLU and logit soft-capping"},
+    {"gemma3_text", "its four norms per block, q/k norms and GeGLU"},
+    {"phi3", "its fused qkv_proj and gate_up_proj"},
+    {"mixtral", "its mixture of experts"},
+}};
+
+class Reader {
+ public:
+  Reader(const Json& config, std::string_view source) : config_(config), source_(source) {}
+
+  // A positive whole number the config must give.
+  std::int64_t required(std::string_view field, std::string_view model_type) const {
+    const auto it = config_.find(std::string(field));
+    if (it == config_.end() || it->is_null())
+      fail(fmt::format("missing field '{}' (a {} model needs it)", field, model_type));
+    return positive(field, *it);
+  }
+  // The same where the config may leave it out (or null): `fallback` then.
+  std::int64_t optional(std::string_view field, std::int64_t fallback) const {
+    const auto it = config_.find(std::string(field));
+    if (it == config_.end() || it->is_null()) return fallback;
+    return positive(field, *it);
+  }
+  bool flag(std::string_view field, bool fallback) const {
+    const auto it = config_.find(std::string(field));
+    if (it == config_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean())
+      fail(fmt::format("field '{}' is {}, not true or false", field, it->dump()));
+    return it->get<bool>();
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UsageError(fmt::format("invalid --model {}: {}", source_, what));
+  }
+
+ private:
+  std::int64_t positive(std::string_view field, const Json& value) const {
+    if (!value.is_number_integer() ||
+        (value.is_number_unsigned() &&
+         value.get<std::uint64_t>() >
+             static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) ||
+        value.get<std::int64_t>() <= 0)
+      fail(fmt::format("field '{}' is {}, not a positive whole number", field, value.dump()));
+    return value.get<std::int64_t>();
+  }
+
+  const Json& config_;
+  std::string_view source_;
+};
+
+// transformers' GPT2Config names: n_embd, n_head, n_layer, n_inner (null: 4 n_embd),
+// n_positions (1024), tie_word_embeddings (true).
+ModelConfig gpt2_model(const Reader& r) {
+  ModelConfig m;
+  m.arch = Arch::gpt;
+  m.hidden = r.required("n_embd", "gpt2");
+  m.heads = r.required("n_head", "gpt2");
+  m.kv_heads = m.heads;
+  m.layers = r.required("n_layer", "gpt2");
+  m.ffn = r.optional("n_inner", m.hidden > std::numeric_limits<std::int64_t>::max() / 4
+                                    ? std::numeric_limits<std::int64_t>::max()
+                                    : 4 * m.hidden);
+  m.vocab = r.required("vocab_size", "gpt2");
+  m.max_positions = r.optional("n_positions", 1024);
+  m.tied_embeddings = r.flag("tie_word_embeddings", true);
+  return m;
+}
+
+// LlamaConfig, MistralConfig, Qwen2Config: hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads (the heads when left out), head_dim (hidden / heads
+// when left out or null), vocab_size, tie_word_embeddings (false). Llama's attention_bias puts a
+// bias on q, k, v and o, its mlp_bias on gate, up and down; Qwen2 has q, k and v biases always
+// (modeling_qwen2.py: bias=True), Mistral none.
+ModelConfig llama_model(const Reader& r, std::string_view type) {
+  ModelConfig m;
+  m.arch = Arch::llama;
+  m.hidden = r.required("hidden_size", type);
+  m.ffn = r.required("intermediate_size", type);
+  m.layers = r.required("num_hidden_layers", type);
+  m.heads = r.required("num_attention_heads", type);
+  m.kv_heads = r.optional("num_key_value_heads", m.heads);
+  m.vocab = r.required("vocab_size", type);
+  m.max_positions = 1;  // rotary: no learned position table
+  m.tied_embeddings = r.flag("tie_word_embeddings", false);
+  const std::int64_t head_dim = r.optional("head_dim", 0);
+  if (head_dim > 0 && !(m.hidden % m.heads == 0 && head_dim == m.hidden / m.heads))
+    m.explicit_head_dim = head_dim;
+  if (type == "llama") {
+    m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
+    m.mlp_bias = r.flag("mlp_bias", false);
+  }
+  m.qkv_bias = m.qkv_bias || type == "qwen2";
+  return m;
+}
+
+}  // namespace
+
+ModelConfig model_from_config_text(std::string_view text, std::string name, std::string source) {
+  Json config;
+  try {
+    config = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw UsageError(fmt::format("invalid --model {}: not JSON ({})", source, e.what()));
+  }
+  const Reader r(config, source);
+  if (!config.is_object()) r.fail("not a JSON object");
+  const auto type_field = config.find("model_type");
+  if (type_field == config.end() || !type_field->is_string())
+    r.fail("missing field 'model_type' (a transformers config.json has one)");
+  const std::string type = type_field->get<std::string>();
+  ModelConfig m;
+  if (type == "gpt2") {
+    m = gpt2_model(r);
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    m = llama_model(r, type);
+  } else {
+    for (const auto& [family, missing] : kNotYet)
+      if (type == family)
+        r.fail(fmt::format("model_type '{}' is not modelled yet ({}); supported: {}", type, missing,
+                           kSupportedModelTypes));
+    const bool multimodal = config.contains("text_config") || config.contains("vision_config");
+    const bool experts = config.contains("num_local_experts") || config.contains("num_experts");
+    r.fail(fmt::format("unsupported model_type '{}'{}; supported: {}", type,
+                       multimodal ? " (a multimodal config)"
+                       : experts  ? " (a mixture of experts)"
+                                  : "",
+                       kSupportedModelTypes));
+  }
+  m.name = std::move(name);
+  m.source = std::move(source);
+  return m;
+}
+
+ModelConfig read_model_file(std::string_view path) {
+  namespace fs = std::filesystem;
+  fs::path file(path);
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) file /= "config.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw UsageError(
+        fmt::format("invalid --model {}: cannot read {} (give a config.json or a "
+                    "folder holding one)",
+                    path, file.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  // The model's name: the config's _name_or_path, else its folder's name.
+  std::string name;
+  try {
+    const Json config = Json::parse(text.str());
+    if (const auto it = config.find("_name_or_path");
+        config.is_object() && it != config.end() && it->is_string())
+      name = it->get<std::string>();
+  } catch (const Json::parse_error&) {
+    // model_from_config_text names the problem.
+  }
+  if (name.empty()) {
+    const fs::path folder = fs::absolute(file, ec).parent_path();
+    name = folder.filename().string();
+  }
+  if (name.empty()) name = file.filename().string();
+  return model_from_config_text(text.str(), std::move(name), std::string(path));
+}
+
+}  // namespace vrambench
