@@ -69,10 +69,10 @@ struct HfBlockTensors {
   TensorIds norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
 };
 
-class HfBuilder : private Linears {
+class HfBuilder : private HfLinears {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
-      : Linears(cfg, gemm_workspace, options.device == HfOptions::Device::cpu) {
+      : HfLinears(cfg, gemm_workspace, options.device == HfOptions::Device::cpu) {
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
     ckpt_ = cfg.recompute == Recompute::full;

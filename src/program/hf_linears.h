@@ -1,4 +1,4 @@
-// The hf builder's parameters and linears (Linears, the base of build_hf.cpp's HfBuilder): a
+// The hf builder's parameters and linears (HfLinears, the base of build_hf.cpp's HfBuilder): a
 // parameter with its optimizer's state (torch's, or bitsandbytes' 8-bit and paged ones), autocast's
 // casts, and a linear's forward and backward as PyTorch runs it: trainable (full training), frozen
 // (fine-tuning's base), stored in 4 bits by bitsandbytes' Linear4bit (QLoRA), with PEFT's LoRA
@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -50,9 +51,9 @@ struct LinearSaved {
 
 // The hf builder's base: makes the parameters and linears, casts, and writes a linear's forward
 // and backward.
-class Linears : protected build_common::StepShape, protected build_common::ProgramWriter {
+class HfLinears : protected build_common::StepShape, protected build_common::ProgramWriter {
  protected:
-  Linears(const RunConfig& cfg, Bytes gemm_workspace, bool cpu)
+  HfLinears(const RunConfig& cfg, Bytes gemm_workspace, bool cpu)
       : StepShape(cfg), ProgramWriter(cfg, gemm_workspace), cfg_(cfg), cpu_(cpu) {
     finetune_ = is_finetune(cfg);
     quant_ = finetune_ ? base_quant(cfg) : QuantKind::none;
@@ -92,16 +93,17 @@ class Linears : protected build_common::StepShape, protected build_common::Progr
 
   // A parameter: a full-training weight in the model's dtype, a frozen one (fine-tuning's base:
   // the weight alone, fp32 after prepare_model_for_kbit_training), or an adapter in fp32 (PEFT's
-  // autocast_adapter_dtype), each trainable one with its gradient and optimizer state.
+  // autocast_adapter_dtype), each trainable one with its gradient and optimizer state; `stored`
+  // where the weight is kept in another dtype (a 4-bit linear's bias).
   Param weight(const Name& name, Shape shape, int layer, Train train = Train::full,
-               DType dtype = DType::u8) {
+               std::optional<DType> stored = std::nullopt) {
     Param param;
     param.layer = layer;
     std::int64_t numel = 1;
     for (std::int64_t d : shape) numel *= d;
     param.numel = numel;
     const Dims dims = fixed(shape);
-    if (dtype == DType::u8) dtype = train == Train::adapter ? DType::f32 : wdt_;
+    const DType dtype = stored ? *stored : train == Train::adapter ? DType::f32 : wdt_;
     const MemoryComponent component = train == Train::full     ? MemoryComponent::weights
                                       : train == Train::frozen ? MemoryComponent::frozen_weights
                                                                : MemoryComponent::adapters;
@@ -159,7 +161,7 @@ class Linears : protected build_common::StepShape, protected build_common::Progr
         name, in, modules, bias, quant_, adapters_in_layer_,
         [&](const Name& n, Shape shape, bool is_bias) {
           return weight(n, shape, layer, train,
-                        is_bias && quant_ != QuantKind::none ? cdt_ : DType::u8);
+                        is_bias && quant_ != QuantKind::none ? std::optional(cdt_) : std::nullopt);
         },
         [&](const Name& n, Shape shape) { return weight(n, shape, layer, Train::adapter); });
   }
