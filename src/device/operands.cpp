@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <vector>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -88,19 +90,23 @@ const Operand* operand_of_another_dtype(const Operands& a) {
   const OpSignature& sig = signature(a.op.kind);
   const DType dt = a.dtype();
   // An operand whose name the table gives a dtype of its own anywhere ("mean[M] f32" in
-  // layernorm_fwd makes layernorm_bwd's "mean" one too; "mask u8", "tokens[B,S] i32").
-  auto own_dtype = [](std::string_view listed) {
-    const std::string_view name = operand_name(listed);
-    auto typed = [&](const auto& list) {
+  // layernorm_fwd makes layernorm_bwd's "mean" one too; "mask u8", "tokens[B,S] i32"): the names,
+  // read off the table once.
+  static const std::vector<std::string_view> typed_names = [] {
+    std::vector<std::string_view> names;
+    auto add = [&](const auto& list) {
       for (std::string_view entry : list)
-        if (operand_name(entry) == name && entry.find(' ') != std::string_view::npos) return true;
-      return false;
+        if (entry.find(' ') != std::string_view::npos) names.push_back(operand_name(entry));
     };
     for (std::size_t k = 0; k < kOpKindCount; ++k) {
-      const OpSignature& other = signature(static_cast<OpKind>(k));
-      if (typed(other.inputs) || typed(other.outputs)) return true;
+      add(signature(static_cast<OpKind>(k)).inputs);
+      add(signature(static_cast<OpKind>(k)).outputs);
     }
-    return false;
+    return names;
+  }();
+  auto own_dtype = [](std::string_view listed) {
+    return std::find(typed_names.begin(), typed_names.end(), operand_name(listed)) !=
+           typed_names.end();
   };
   auto scan = [&](const auto& listed, const std::vector<Operand>& bound) -> const Operand* {
     for (std::size_t i = 0; i < bound.size() && i < listed.size(); ++i)

@@ -162,11 +162,11 @@ void norm_and_attention_weights(const StepShape& s, const ModelConfig& m, int l,
     w.norm2_b = norm(pre + "ln2.b", Shape{s.H_});
   } else {
     w.norm1_w = norm(pre + "attn_norm.w", Shape{s.H_});
-    w.qkv = linear(pre + "attn.qkv", s.H_,
-                   LinearModules{{LoraModule::q, s.A_ * s.D_},
-                                 {LoraModule::k, s.K_ * s.D_},
-                                 {LoraModule::v, s.K_ * s.D_}},
-                   m.qkv_bias);
+    w.qkv = linear(
+        pre + "attn.qkv", s.H_,
+        LinearModules{
+            {LoraModule::q, s.AD_}, {LoraModule::k, s.K_ * s.D_}, {LoraModule::v, s.K_ * s.D_}},
+        m.qkv_bias);
     w.proj = linear(pre + "attn.o", s.AD_, LinearModules{{LoraModule::o, s.H_}}, m.o_bias);
     w.norm2_w = norm(pre + "mlp_norm.w", Shape{s.H_});
   }
@@ -308,6 +308,29 @@ class ProgramWriter {
     dropout_attrs(op(OpKind::dropout_bwd, name + "_dropout.bwd", {dy, mask}, {dx}, layer), layer,
                   site);
     return dx;
+  }
+  // The names a builder gives bitsandbytes' AdamW state (its moments and their absmax).
+  struct AdamwStateNames {
+    std::string_view m, v, m_absmax, v_absmax;  // suffixes of the parameter's name
+  };
+  // The AdamW state bitsandbytes keeps for parameter `name` of `dims` under the configuration's
+  // optimizer (core/quant.h): fp32 moments, or from kMin8bitSize elements under an 8-bit
+  // optimizer 8-bit codes with an fp32 absmax per kOptimizer8bitBlock; a paged optimizer keeps the
+  // moments of tensors from kPagedMinNumel elements in managed memory. Into param.m, v, m_absmax
+  // and v_absmax (-1 without 8-bit state).
+  void bnb_adamw_state(const Name& name, const Dims& dims, const AdamwStateNames& names,
+                       Param& param) {
+    const Optimizer o = p_.config.optimizer;
+    const bool eight_bit = is_8bit(o) && optimizer_state_is_8bit(param.numel);
+    const Role where = is_paged(o) && param.numel >= kPagedMinNumel ? Role::paged_optimizer_state
+                                                                    : Role::optimizer_state;
+    const DType moment = eight_bit ? DType::u8 : DType::f32;
+    param.m = tensor(name + names.m, dims, moment, where);
+    param.v = tensor(name + names.v, dims, moment, where);
+    if (!eight_bit) return;
+    const std::int64_t blocks = quant_blocks(param.numel, kOptimizer8bitBlock);
+    param.m_absmax = tensor(name + names.m_absmax, {blocks}, DType::f32, Role::optimizer_state);
+    param.v_absmax = tensor(name + names.v_absmax, {blocks}, DType::f32, Role::optimizer_state);
   }
   // The tensors bitsandbytes stores for rows [row_offset, +rows) of a frozen linear of `in`
   // columns under `quant`: codes and, per block, absmax (nested under double quantisation).

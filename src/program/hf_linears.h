@@ -118,11 +118,9 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   }
 
   // What the optimizer keeps for a trainable parameter. torch.optim.AdamW: exp_avg and
-  // exp_avg_sq in the parameter's dtype and a `step` scalar; SGD: momentum_buffer. bitsandbytes
-  // (core/quant.h): fp32 moments (PagedAdamW32bit, and the 8-bit ones under kMin8bitSize
-  // elements) or 8-bit codes with an fp32 absmax per block; a paged optimizer keeps the moments
-  // of tensors from kPagedMinNumel elements in managed memory. bitsandbytes counts steps in
-  // Python, not in a tensor.
+  // exp_avg_sq in the parameter's dtype and a `step` scalar; SGD: momentum_buffer; bitsandbytes'
+  // AdamW8bit, PagedAdamW8bit and PagedAdamW32bit: bnb_adamw_state, and the quantisation maps of
+  // the 8-bit ones. bitsandbytes counts steps in Python, not in a tensor.
   void optimizer_state(const Name& name, const Dims& dims, DType dtype, Param& param) {
     const Optimizer o = cfg_.optimizer;
     if (o == Optimizer::adamw) {
@@ -132,21 +130,11 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     } else if (o == Optimizer::sgd) {
       param.momentum = tensor(name + ".momentum_buffer", dims, dtype, Role::optimizer_state);
     } else if (is_adamw(o)) {
-      const bool eight_bit = is_8bit(o) && optimizer_state_is_8bit(param.numel);
-      const Role where = is_paged(o) && param.numel >= kPagedMinNumel ? Role::paged_optimizer_state
-                                                                      : Role::optimizer_state;
-      const DType moment = eight_bit ? DType::u8 : DType::f32;
-      param.m = tensor(name + ".state1", dims, moment, where);
-      param.v = tensor(name + ".state2", dims, moment, where);
-      if (eight_bit) {
-        // The dynamic maps that quantise the two moments: one pair per optimizer.
-        if (qmaps_ < 0)
-          qmaps_ =
-              tensor("optimizer.qmap", {2, kDynamicMapEntries}, DType::f32, Role::optimizer_state);
-        const std::int64_t blocks = quant_blocks(param.numel, kOptimizer8bitBlock);
-        param.m_absmax = tensor(name + ".absmax1", {blocks}, DType::f32, Role::optimizer_state);
-        param.v_absmax = tensor(name + ".absmax2", {blocks}, DType::f32, Role::optimizer_state);
-      }
+      bnb_adamw_state(name, dims, {".state1", ".state2", ".absmax1", ".absmax2"}, param);
+      // The dynamic maps that quantise the two moments: one pair per optimizer.
+      if (param.m_absmax >= 0 && qmaps_ < 0)
+        qmaps_ =
+            tensor("optimizer.qmap", {2, kDynamicMapEntries}, DType::f32, Role::optimizer_state);
     }
   }
 

@@ -66,20 +66,8 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
     for (std::int64_t d : shape) numel *= d;
     param.numel = numel;
     if (is_adamw(cfg_.optimizer)) {
-      // bitsandbytes (core/quant.h): 8-bit moments from kMin8bitSize elements, each with an fp32
-      // absmax per kOptimizer8bitBlock; a paged optimizer pages m and v from kPagedMinNumel.
-      const bool eight_bit = is_8bit(cfg_.optimizer) && optimizer_state_is_8bit(numel);
-      const Role where = is_paged(cfg_.optimizer) && numel >= kPagedMinNumel
-                             ? Role::paged_optimizer_state
-                             : Role::optimizer_state;
-      const DType moment = eight_bit ? DType::u8 : DType::f32;
-      param.m = tensor(name + ".m", dims, moment, where);
-      param.v = tensor(name + ".v", dims, moment, where);
-      if (eight_bit) {
-        const std::int64_t blocks = quant_blocks(numel, kOptimizer8bitBlock);
-        param.m_absmax = tensor(name + ".m.absmax", {blocks}, DType::f32, Role::optimizer_state);
-        param.v_absmax = tensor(name + ".v.absmax", {blocks}, DType::f32, Role::optimizer_state);
-      }
+      // bitsandbytes' state (torch's AdamW is its fp32 case here).
+      bnb_adamw_state(name, dims, {".m", ".v", ".m.absmax", ".v.absmax"}, param);
     } else if (cfg_.optimizer == Optimizer::sgd) {
       param.momentum = tensor(name + ".momentum", dims, DType::f32, Role::optimizer_state);
     }
