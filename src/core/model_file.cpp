@@ -81,9 +81,8 @@ ModelConfig gpt2_model(const Reader& r) {
   m.heads = r.required("n_head", "gpt2");
   m.kv_heads = m.heads;
   m.layers = r.required("n_layer", "gpt2");
-  m.ffn = r.optional("n_inner", m.hidden > std::numeric_limits<std::int64_t>::max() / 4
-                                    ? std::numeric_limits<std::int64_t>::max()
-                                    : 4 * m.hidden);
+  m.ffn = r.optional("n_inner", 0);
+  if (m.ffn == 0) m.ffn = checked_mul(m.hidden, 4, "4 x n_embd (n_inner left out)");
   m.vocab = r.required("vocab_size", "gpt2");
   m.max_positions = r.optional("n_positions", 1024);
   m.tied_embeddings = r.flag("tie_word_embeddings", true);
@@ -117,15 +116,16 @@ ModelConfig llama_model(const Reader& r, std::string_view type) {
   return m;
 }
 
-}  // namespace
-
-ModelConfig model_from_config_text(std::string_view text, std::string name, std::string source) {
-  Json config;
+Json parse_config(std::string_view text, std::string_view source) {
   try {
-    config = Json::parse(text);
+    return Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw UsageError(fmt::format("invalid --model {}: not JSON ({})", source, e.what()));
   }
+}
+
+// The model of a parsed config.json (model_from_config_text).
+ModelConfig model_from_config(const Json& config, std::string name, std::string source) {
   const Reader r(config, source);
   if (!config.is_object()) r.fail("not a JSON object");
   const auto type_field = config.find("model_type");
@@ -155,6 +155,13 @@ ModelConfig model_from_config_text(std::string_view text, std::string name, std:
   return m;
 }
 
+}  // namespace
+
+ModelConfig model_from_config_text(std::string_view text, std::string name, std::string source) {
+  const Json config = parse_config(text, source);
+  return model_from_config(config, std::move(name), std::move(source));
+}
+
 ModelConfig read_model_file(std::string_view path) {
   namespace fs = std::filesystem;
   fs::path file(path);
@@ -168,22 +175,17 @@ ModelConfig read_model_file(std::string_view path) {
                     path, file.string()));
   std::ostringstream text;
   text << in.rdbuf();
+  const Json config = parse_config(text.str(), path);
   // The model's name: the config's _name_or_path, else its folder's name.
   std::string name;
-  try {
-    const Json config = Json::parse(text.str());
-    if (const auto it = config.find("_name_or_path");
-        config.is_object() && it != config.end() && it->is_string())
-      name = it->get<std::string>();
-  } catch (const Json::parse_error&) {
-    // model_from_config_text names the problem.
-  }
+  if (const auto it = config.find("_name_or_path"); it != config.end() && it->is_string())
+    name = it->get<std::string>();
   if (name.empty()) {
     const fs::path folder = fs::absolute(file, ec).parent_path();
     name = folder.filename().string();
   }
   if (name.empty()) name = file.filename().string();
-  return model_from_config_text(text.str(), std::move(name), std::string(path));
+  return model_from_config(config, std::move(name), std::string(path));
 }
 
 }  // namespace vrambench
