@@ -137,18 +137,79 @@ TEST(CpuKernelsActivation, GeluGradient) {
   expect_gradient("dx", x, dx, objective, 1e-3f);
 }
 
-TEST(CpuKernelsActivation, SwigluGradient) {
+TEST(CpuKernelsActivation, SwigluAndGegluGradients) {
   const std::int64_t n = 9;
-  Vec gate = random_vec(n, 14, 3.0f), up = random_vec(n, 15, 2.0f);
-  const Vec r = random_vec(n, 16);
-  Vec y(n), dgate(n), dup(n);
+  for (const bool gelu_gate : {false, true}) {
+    SCOPED_TRACE(gelu_gate ? "geglu" : "swiglu");
+    Vec gate = random_vec(n, 14, 3.0f), up = random_vec(n, 15, 2.0f);
+    const Vec r = random_vec(n, 16);
+    Vec y(n), dgate(n), dup(n);
+    auto objective = [&] {
+      cpu::swiglu_fwd(y.data(), gate.data(), up.data(), n, gelu_gate);
+      return weighted_sum(y, r);
+    };
+    objective();
+    // GeGLU's gate goes through the tanh GELU, SwiGLU's through SiLU.
+    const double g = gate[0];
+    const double act = gelu_gate ? 0.5 * g * (1 + std::tanh(0.7978845608 * (g + 0.044715 * g * g * g)))
+                                 : g / (1 + std::exp(-g));
+    EXPECT_NEAR(y[0], act * up[0], 1e-5);
+    cpu::swiglu_bwd(dgate.data(), dup.data(), r.data(), gate.data(), up.data(), n, gelu_gate);
+    expect_gradient("dgate", gate, dgate, objective, 1e-3f);
+    expect_gradient("dup", up, dup, objective, 1e-3f);
+  }
+}
+
+TEST(CpuKernelsActivation, SoftcapBoundsKeepsMaskAndGradient) {
+  const std::int64_t n = 12;
+  const float cap = 3.0f;
+  Vec x = random_vec(n, 30, 8.0f);
+  const Vec r = random_vec(n, 31);
+  Vec y(n), dx(n);
   auto objective = [&] {
-    cpu::swiglu_fwd(y.data(), gate.data(), up.data(), n);
+    cpu::softcap_fwd(y.data(), x.data(), n, cap);
     return weighted_sum(y, r);
   };
-  cpu::swiglu_bwd(dgate.data(), dup.data(), r.data(), gate.data(), up.data(), n);
-  expect_gradient("dgate", gate, dgate, objective, 1e-3f);
-  expect_gradient("dup", up, dup, objective, 1e-3f);
+  objective();
+  for (std::int64_t i = 0; i < n; ++i) {
+    EXPECT_LT(std::abs(y[i]), cap);
+    EXPECT_NEAR(y[i], cap * std::tanh(x[i] / cap), 1e-6);
+  }
+  cpu::softcap_bwd(dx.data(), r.data(), y.data(), n, cap);
+  expect_gradient("dx", x, dx, objective, 1e-3f);
+  // A masked score stays masked, and passes no gradient.
+  const float masked = -std::numeric_limits<float>::infinity(), one = 1.0f;
+  float capped = 0.0f, dmasked = 1.0f;
+  cpu::softcap_fwd(&capped, &masked, 1, cap);
+  EXPECT_EQ(capped, masked);
+  cpu::softcap_bwd(&dmasked, &one, &capped, 1, cap);
+  EXPECT_EQ(dmasked, 0.0f);
+}
+
+TEST(CpuKernelsNorm, QkNormNormsEachHeadCopiesVAndItsGradientsMatch) {
+  const std::int64_t tokens = 3, A = 2, K = 1, D = 4, Q = (A + 2 * K) * D;
+  Vec qkv = random_vec(tokens * Q, 32, 2.0f), qw = random_vec(D, 33), kw = random_vec(D, 34);
+  const Vec r = random_vec(tokens * Q, 35);
+  Vec y(tokens * Q), rstd(tokens * (A + K));
+  auto objective = [&] {
+    cpu::qk_norm_fwd(y.data(), rstd.data(), qkv.data(), qw.data(), kw.data(), tokens, A, K, D,
+                     1e-6f);
+    return weighted_sum(y, r);
+  };
+  objective();
+  // Token 1's second query head is an RMSNorm row by qw; its key head one by kw; v is copied.
+  Vec row(D), row_rstd(1);
+  cpu::rmsnorm_fwd(row.data(), row_rstd.data(), qkv.data() + Q + D, qw.data(), 1, D, 1e-6f);
+  for (std::int64_t d = 0; d < D; ++d) EXPECT_FLOAT_EQ(y[Q + D + d], row[d]);
+  cpu::rmsnorm_fwd(row.data(), row_rstd.data(), qkv.data() + Q + A * D, kw.data(), 1, D, 1e-6f);
+  for (std::int64_t d = 0; d < D; ++d) EXPECT_FLOAT_EQ(y[Q + A * D + d], row[d]);
+  for (std::int64_t c = (A + K) * D; c < Q; ++c) EXPECT_EQ(y[2 * Q + c], qkv[2 * Q + c]);
+  Vec dqkv(qkv.size()), dqw(D), dkw(D);
+  cpu::qk_norm_bwd(dqkv.data(), dqw.data(), dkw.data(), r.data(), qkv.data(), qw.data(),
+                   kw.data(), rstd.data(), tokens, A, K, D);
+  expect_gradient("dqkv", qkv, dqkv, objective);
+  expect_gradient("dqw", qw, dqw, objective);
+  expect_gradient("dkw", kw, dkw, objective);
 }
 
 TEST(CpuKernelsRope, RotatesQkCopiesVAndBackwardIsTheGradient) {
@@ -290,6 +351,36 @@ TEST(CpuKernelsAttention, FlashEqualsEagerGroupedQuery) {
 }
 TEST(CpuKernelsAttention, FlashEqualsEagerWithDropout) {
   check_flash_equals_eager(shape(2, 6, 4, 2, 2), 0.3f);
+}
+
+TEST(CpuKernelsAttention, SoftcappedFlashEqualsTheEagerChainWithACap) {
+  const cpu::AttnShape s = shape(2, 5, 2, 1, 4);
+  const float cap = 0.5f;  // small enough to bend every score
+  Vec qkv = random_vec(s.B * s.S * s.Q(), 36, 2.0f);
+  const Vec dy = random_vec(s.B * s.S * s.A * s.D, 37);
+  const std::int64_t n_probs = s.B * s.A * s.S * s.S, rows = s.B * s.A * s.S;
+  Vec scores(n_probs), capped(n_probs), probs(n_probs), want_y(s.B * s.S * s.A * s.D);
+  cpu::attn_scores(scores.data(), qkv.data(), s);
+  cpu::softcap_fwd(capped.data(), scores.data(), n_probs, cap);
+  cpu::softmax_fwd(probs.data(), capped.data(), rows, s.S);
+  cpu::attn_values(want_y.data(), probs.data(), qkv.data(), s);
+  Vec y(want_y.size()), lse(rows);
+  cpu::flash_fwd(y.data(), lse.data(), qkv.data(), s, 0.0f, 0, cap);
+  expect_close("y", y, want_y);
+  Vec dprobs(n_probs), dcapped(n_probs), dscores(n_probs), want_dqkv(qkv.size());
+  cpu::attn_values_bwd(dprobs.data(), want_dqkv.data(), dy.data(), probs.data(), qkv.data(), s);
+  cpu::softmax_bwd(dcapped.data(), dprobs.data(), probs.data(), rows, s.S);
+  cpu::softcap_bwd(dscores.data(), dcapped.data(), capped.data(), n_probs, cap);
+  cpu::attn_scores_bwd(want_dqkv.data(), dscores.data(), qkv.data(), s);
+  Vec dqkv(qkv.size());
+  cpu::flash_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s, 0.0f, 0, cap);
+  expect_close("dqkv", dqkv, want_dqkv, 1e-4);
+  // And the cap changes the output: without it flash gives another y.
+  Vec uncapped(y.size());
+  cpu::flash_fwd(uncapped.data(), lse.data(), qkv.data(), s, 0.0f, 0);
+  double differ = 0.0;
+  for (std::size_t i = 0; i < y.size(); ++i) differ = std::max(differ, std::abs(double{y[i]} - uncapped[i]));
+  EXPECT_GT(differ, 1e-3);
 }
 
 TEST(CpuKernelsAttention, FlashGradientMatchesFiniteDifferences) {

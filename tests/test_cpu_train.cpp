@@ -106,18 +106,24 @@ double exact_loss(const Program& program, const HostRunner& run) {
 // Weights whose gradients come through every op kind of the architecture: tied and untied
 // embeddings, positions, norms, biases, attention (q, k and v rows of qkv), the MLP. The check
 // along a direction through all weights covers the others.
-std::vector<std::string> sampled_weights(Arch arch) {
-  if (arch == Arch::gpt)
+std::vector<std::string> sampled_weights(const ModelConfig& m) {
+  if (m.arch == Arch::gpt)
     return {
         "wte",   "wpe", "layer0.ln1.b", "layer0.attn.qkv.w", "layer0.attn.qkv.b", "layer1.mlp.fc.w",
         "ln_f.w"};
-  return {"wte",
-          "lm_head.w",
-          "layer0.attn_norm.w",
-          "layer0.attn.qkv.w",
-          "layer1.mlp.gate.w",
-          "layer1.mlp.up.w",
-          "layer1.mlp.down.w"};
+  std::vector<std::string> names{"wte",
+                                 "layer0.attn_norm.w",
+                                 "layer0.attn.qkv.w",
+                                 "layer1.mlp.gate.w",
+                                 "layer1.mlp.up.w",
+                                 "layer1.mlp.down.w"};
+  if (!m.tied_embeddings) names.push_back("lm_head.w");
+  // The other families' pieces: q/k norms, the sandwich norms, Gemma's (1 + w) final norm.
+  if (m.qk_norm) names.insert(names.end(), {"layer0.attn.q_norm.w", "layer1.attn.k_norm.w"});
+  if (m.sandwich_norms)
+    names.insert(names.end(), {"layer0.post_attn_norm.w", "layer1.post_mlp_norm.w"});
+  if (m.offset_norms) names.push_back("norm.w");
+  return names;
 }
 
 // For each sampled weight: the directional derivative of the loss along a random unit direction
@@ -141,14 +147,17 @@ TEST_P(CpuTrainGrad, WeightGradientsMatchFiniteDifferences) {
   const auto grads = gradients(program, run);
 
   // Perturbs the weights `ids` along `direction` (one vector per id) by +-h.
-  const double h = 1e-3;
+  // Gemma's embeddings enter the blocks times sqrt(hidden) and its norms scale by 1 + w: a step
+  // in one element of a weight moves the loss further along its curvature, so single weights
+  // take a smaller step there (the step through all weights stays above the loss's rounding).
+  const double h_all = 1e-3, h = program.config.model.embed_scale ? 2.5e-4 : h_all;
   auto derivative = [&](const std::vector<int>& ids,
-                        const std::vector<std::vector<float>>& direction) {
+                        const std::vector<std::vector<float>>& direction, double step_size) {
     std::vector<std::vector<float>> saved;
     for (int id : ids) saved.push_back(run.values(id));
     double loss[2];
     for (int side = 0; side < 2; ++side) {
-      const double step = side == 0 ? h : -h;
+      const double step = side == 0 ? step_size : -step_size;
       for (std::size_t k = 0; k < ids.size(); ++k) {
         std::vector<float> w = saved[k];
         for (std::size_t i = 0; i < w.size(); ++i)
@@ -159,7 +168,7 @@ TEST_P(CpuTrainGrad, WeightGradientsMatchFiniteDifferences) {
       loss[side] = exact_loss(program, run);
     }
     for (std::size_t k = 0; k < ids.size(); ++k) run.set_values(ids[k], saved[k]);
-    return (loss[0] - loss[1]) / (2 * h);
+    return (loss[0] - loss[1]) / (2 * step_size);
   };
   auto random_unit = [](const Tensor& t, std::size_t n, double norm_of_all) {
     std::vector<float> u(n);
@@ -172,13 +181,13 @@ TEST_P(CpuTrainGrad, WeightGradientsMatchFiniteDifferences) {
     EXPECT_NEAR(analytic, numeric, 2e-5 + 0.02 * std::fabs(numeric)) << what;
   };
 
-  for (const std::string& name : sampled_weights(program.config.model.arch)) {
+  for (const std::string& name : sampled_weights(program.config.model)) {
     const int id = find_tensor(program, name);
     const std::vector<float>& g = grads.at(name + ".grad");
     const std::vector<float> u = random_unit(program.tensor(id), g.size(), std::sqrt(g.size()));
     double along_u = 0.0;
     for (std::size_t i = 0; i < g.size(); ++i) along_u += static_cast<double>(g[i]) * u[i];
-    expect_match(along_u, derivative({id}, {u}), name + " random direction");
+    expect_match(along_u, derivative({id}, {u}, h), name + " random direction");
 
     const auto largest = static_cast<std::size_t>(
         std::max_element(g.begin(), g.end(),
@@ -186,7 +195,7 @@ TEST_P(CpuTrainGrad, WeightGradientsMatchFiniteDifferences) {
         g.begin());
     std::vector<float> e(g.size(), 0.0f);
     e[largest] = 1.0f;
-    expect_match(g[largest], derivative({id}, {e}), name + " largest element");
+    expect_match(g[largest], derivative({id}, {e}, h), name + " largest element");
     // A gradient that is (near) zero everywhere would make these checks vacuous.
     EXPECT_GT(std::fabs(g[largest]), 1e-4f) << name;
   }
@@ -205,7 +214,7 @@ TEST_P(CpuTrainGrad, WeightGradientsMatchFiniteDifferences) {
     for (std::size_t i = 0; i < g.size(); ++i)
       along_all += static_cast<double>(g[i]) * directions.back()[i];
   }
-  expect_match(along_all, derivative(all, directions), "all weights, random direction");
+  expect_match(along_all, derivative(all, directions, h_all), "all weights, random direction");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -221,7 +230,14 @@ INSTANTIATE_TEST_SUITE_P(
                     GradCase{"tiny-llama", Attention::eager, Recompute::full},
                     GradCase{"tiny-llama", Attention::flash, Recompute::none},
                     GradCase{"tiny-llama", Attention::flash, Recompute::selective},
-                    GradCase{"tiny-llama", Attention::flash, Recompute::full}),
+                    GradCase{"tiny-llama", Attention::flash, Recompute::full},
+                    GradCase{"tiny-qwen3", Attention::eager, Recompute::none},
+                    GradCase{"tiny-qwen3", Attention::flash, Recompute::full},
+                    GradCase{"tiny-gemma2", Attention::eager, Recompute::none},
+                    GradCase{"tiny-gemma2", Attention::eager, Recompute::selective},
+                    GradCase{"tiny-gemma2", Attention::flash, Recompute::full},
+                    GradCase{"tiny-gemma3", Attention::eager, Recompute::none},
+                    GradCase{"tiny-gemma3", Attention::flash, Recompute::full}),
     case_name);
 
 std::map<std::string, std::vector<float>> one_step_gradients(std::string_view preset,
@@ -238,7 +254,7 @@ std::map<std::string, std::vector<float>> one_step_gradients(std::string_view pr
 // Recompute replays the same ops on the same inputs (dropout masks included): the gradients are
 // the same bits. Flash and eager attention differ only in summation order.
 TEST(CpuTrainGrad, RecomputeModesAndAttentionKindsAgree) {
-  for (std::string_view preset : {"tiny", "tiny-llama"}) {
+  for (std::string_view preset : {"tiny", "tiny-llama", "tiny-gemma2", "tiny-gemma3"}) {
     float loss_ref = 0.0f;
     const auto ref = one_step_gradients(preset, Attention::eager, Recompute::none, &loss_ref);
     EXPECT_GT(ref.size(), 10u);
@@ -269,7 +285,7 @@ TEST(CpuTrainGrad, RecomputeModesAndAttentionKindsAgree) {
 // more (held tensors, which no kernel touches). In fp32 the gradients agree; under autocast the
 // step runs through its casts and its loss stays near the fp32 one.
 TEST(CpuTrainGrad, HfProgramRunsAndAgreesWithLean) {
-  for (std::string_view preset : {"tiny", "tiny-llama"})
+  for (std::string_view preset : {"tiny", "tiny-llama", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"})
     for (Attention attention : {Attention::eager, Attention::flash})
       for (Recompute recompute : {Recompute::none, Recompute::full}) {
         const std::string label = std::string(preset) + " " + std::string(to_string(attention)) +

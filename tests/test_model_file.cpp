@@ -55,6 +55,21 @@ const char* const kMistral7bV03 =
         "num_hidden_layers": 32, "num_key_value_heads": 8, "sliding_window": null,
         "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32768})";
 
+const char* const kGemma2_2b =
+    R"({"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2304,
+        "intermediate_size": 9216, "max_position_embeddings": 8192, "model_type": "gemma2",
+        "num_attention_heads": 8, "num_hidden_layers": 26, "num_key_value_heads": 4,
+        "query_pre_attn_scalar": 256, "sliding_window": 4096, "torch_dtype": "float32",
+        "vocab_size": 256000})";
+const char* const kQwen3_0_6b =
+    R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "head_dim": 128,
+        "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 3072,
+        "max_position_embeddings": 40960, "model_type": "qwen3", "num_attention_heads": 16,
+        "num_hidden_layers": 28, "num_key_value_heads": 8, "tie_word_embeddings": true,
+        "torch_dtype": "bfloat16", "vocab_size": 151936})";
+
 TEST(ModelFile, PublishedConfigsGiveThePublishedParameterCounts) {
   struct Case {
     const char* folder;
@@ -63,7 +78,11 @@ TEST(ModelFile, PublishedConfigsGiveThePublishedParameterCounts) {
   };
   for (const Case& c : {Case{"Llama-3.2-1B", kLlama32_1b, 1'235'814'400},
                         Case{"Qwen2.5-1.5B", kQwen25_1_5b, 1'543'714'304},
-                        Case{"Mistral-7B-v0.3", kMistral7bV03, 7'248'023'552}}) {
+                        Case{"Mistral-7B-v0.3", kMistral7bV03, 7'248'023'552},
+                        Case{"gemma-2-2b", kGemma2_2b, 2'614'341'888},
+                        // The model's own count (num_parameters()): its checkpoint stores the
+                        // tied head a second time, which the page's total of 751,632,384 counts.
+                        Case{"Qwen3-0.6B", kQwen3_0_6b, 596'049'920}}) {
     SCOPED_TRACE(c.folder);
     const ConfigDir dir(c.folder, c.config);
     // A folder holding the config, or the file itself; named after the folder.
@@ -79,7 +98,8 @@ TEST(ModelFile, PublishedConfigsGiveThePublishedParameterCounts) {
 TEST(ModelFile, PresetsAreTheConfigsOfTheirModels) {
   for (const auto& [preset, config] :
        {std::pair{"llama3.2-1b", kLlama32_1b}, std::pair{"qwen2.5-1.5b", kQwen25_1_5b},
-        std::pair{"mistral-7b", kMistral7bV03}}) {
+        std::pair{"mistral-7b", kMistral7bV03}, std::pair{"gemma2-2b", kGemma2_2b},
+        std::pair{"qwen3-0.6b", kQwen3_0_6b}}) {
     ModelConfig m = model_from_config_text(config, preset, "");
     EXPECT_EQ(m, find_preset(preset).model) << preset;
   }
@@ -165,8 +185,18 @@ TEST(ModelFile, WhatIsNotModelledIsRefusedInOneLineNamingIt) {
   expect_says(R"({"model_type": "llava", "text_config": {}, "vision_config": {}})",
               {"'llava'", "multimodal"});
   expect_says(R"({"model_type": "qwen2_moe", "num_experts": 60})", {"mixture of experts"});
-  expect_says(R"({"model_type": "qwen3", "hidden_size": 1024})",
-              {"'qwen3' is not modelled yet", "q and k RMSNorms"});
+  expect_says(R"({"model_type": "mixtral", "hidden_size": 4096, "num_local_experts": 8})",
+              {"'mixtral' is not modelled yet", "mixture of experts"});
+  expect_says(R"({"model_type": "gemma3", "text_config": {"hidden_size": 2560}})",
+              {"'gemma3' is not modelled yet", "text_config", "gemma3_text"});
+  expect_says(R"({"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+                  "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 16,
+                  "hidden_activation": "relu"})",
+              {"activation 'relu'", "gelu"});
+  expect_says(R"({"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+                  "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 16,
+                  "final_logit_softcapping": -3})",
+              {"'final_logit_softcapping'", "positive number or null"});
   expect_says(R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1,
                   "num_attention_heads": 4, "vocab_size": 16})",
               {"missing field 'intermediate_size'"});
@@ -192,6 +222,39 @@ TEST(ModelFile, NameOrPathNamesTheModel) {
                           "num_key_value_heads": 2, "vocab_size": 151936,
                           "tie_word_embeddings": true})");
   EXPECT_EQ(read_model_file(dir.dir.string()).name, "Qwen/Qwen2.5-1.5B");
+}
+
+// What each family's modeling code does besides the llama block, read off its config.
+TEST(ModelFile, FamiliesSetWhatTheirBlocksDo) {
+  const ModelConfig gemma2 = model_from_config_text(kGemma2_2b, "g", "");
+  EXPECT_TRUE(gemma2.sandwich_norms && gemma2.offset_norms && gemma2.embed_scale &&
+              gemma2.gelu_mlp && gemma2.tied_embeddings);
+  EXPECT_FALSE(gemma2.qk_norm);
+  EXPECT_EQ(gemma2.attn_softcap, 50.0);
+  EXPECT_EQ(gemma2.final_softcap, 30.0);
+  EXPECT_EQ(gemma2.head_dim(), 256);
+  EXPECT_EQ(gemma2.attention_width(), 2048);  // 8 heads of 256 over a hidden size of 2304
+  const ModelConfig qwen3 = model_from_config_text(kQwen3_0_6b, "q", "");
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_FALSE(qwen3.sandwich_norms || qwen3.offset_norms || qwen3.embed_scale ||
+               qwen3.gelu_mlp || qwen3.qkv_bias);
+  // Left out, a field takes its config class's default: Qwen3's head_dim 128, Gemma 2's caps;
+  // null turns a cap off.
+  const ModelConfig bare = model_from_config_text(
+      R"({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 16})",
+      "bare", "");
+  EXPECT_EQ(bare.head_dim(), 128);
+  const ModelConfig uncapped = model_from_config_text(
+      R"({"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 16,
+          "final_logit_softcapping": null})",
+      "uncapped", "");
+  EXPECT_EQ(uncapped.attn_softcap, 50.0);
+  EXPECT_EQ(uncapped.final_softcap, 0.0);
+  const ModelConfig gemma3 = find_preset("gemma3-1b").model;
+  EXPECT_TRUE(gemma3.qk_norm && gemma3.sandwich_norms && gemma3.offset_norms);
+  EXPECT_EQ(gemma3.attn_softcap + gemma3.final_softcap, 0.0);
 }
 
 }  // namespace

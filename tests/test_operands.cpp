@@ -27,6 +27,7 @@ void give_attributes(Op& op) {
     op.rows = 1;
   }
   if (uses.lora) op.lora_scale = 1.0f;
+  if (uses.softcap) op.softcap = 1.0f;
 }
 
 // An op of `kind` over one tensor per listed operand, named after it ("in.x", "out.y"), with the

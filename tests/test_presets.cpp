@@ -26,6 +26,49 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
   EXPECT_EQ(parameter_count(find_preset("qwen2.5-14b").model), 14'770'033'664);
   EXPECT_EQ(parameter_count(find_preset("qwen2.5-32b").model), 32'763'876'352);
   EXPECT_EQ(parameter_count(find_preset("qwen2.5-72b").model), 72'706'203'648);
+  // Qwen3: the page totals, except where the checkpoint stores the tied head a second time
+  // (0.6B: 751,632,384 and 1.7B: 2,031,739,904 on the page); there the model's own count,
+  // num_parameters(), which is the page's total less vocab x hidden.
+  EXPECT_EQ(parameter_count(find_preset("qwen3-0.6b").model), 751'632'384 - 151'936 * 1'024);
+  EXPECT_EQ(parameter_count(find_preset("qwen3-1.7b").model), 2'031'739'904 - 151'936 * 2'048);
+  EXPECT_EQ(parameter_count(find_preset("qwen3-4b").model), 4'022'468'096);
+  EXPECT_EQ(parameter_count(find_preset("qwen3-8b").model), 8'190'735'360);
+  EXPECT_EQ(parameter_count(find_preset("qwen3-14b").model), 14'768'307'200);
+  EXPECT_EQ(parameter_count(find_preset("qwen3-32b").model), 32'762'123'264);
+  EXPECT_EQ(parameter_count(find_preset("gemma-2b").model), 2'506'172'416);
+  EXPECT_EQ(parameter_count(find_preset("gemma-7b").model), 8'537'680'896);
+  EXPECT_EQ(parameter_count(find_preset("gemma2-2b").model), 2'614'341'888);
+  EXPECT_EQ(parameter_count(find_preset("gemma2-9b").model), 9'241'705'984);
+  EXPECT_EQ(parameter_count(find_preset("gemma2-27b").model), 27'227'128'320);
+  EXPECT_EQ(parameter_count(find_preset("gemma3-1b").model), 999'885'952);
+  // Gemma 3 from 4B is multimodal: the page total less the SigLIP vision tower (416,866,032) and
+  // the projector into the text model (a 1152 x hidden matrix and a 1152-wide norm).
+  constexpr std::int64_t kSiglip = 416'866'032;
+  auto projector = [](std::int64_t hidden) { return 1'152 * hidden + 1'152; };
+  EXPECT_EQ(parameter_count(find_preset("gemma3-4b").model),
+            4'300'079'472 - kSiglip - projector(2'560));
+  EXPECT_EQ(parameter_count(find_preset("gemma3-12b").model),
+            12'187'325'040 - kSiglip - projector(3'840));
+  EXPECT_EQ(parameter_count(find_preset("gemma3-27b").model),
+            27'432'406'640 - kSiglip - projector(5'376));
+}
+
+// Totals as nvidia-smi prints them (presets.cpp cites each), and names in any case.
+TEST(Presets, GpuProfilesOfTheCardsPeopleUse) {
+  EXPECT_EQ(find_gpu_profile("rtx5090").total, 32'607 * MiB);
+  EXPECT_EQ(find_gpu_profile("a10g").total, 23'028 * MiB);
+  EXPECT_EQ(find_gpu_profile("l4").total, 23'034 * MiB);
+  EXPECT_EQ(find_gpu_profile("v100-16gb").total, 16'384 * MiB);
+  EXPECT_EQ(find_gpu_profile("v100-32gb").total, 32'768 * MiB);
+  EXPECT_EQ(find_gpu_profile("h100-pcie").total, 81'559 * MiB);
+  EXPECT_EQ(find_gpu_profile("b200").total, 183'359 * MiB);
+  EXPECT_EQ(&find_gpu_profile("sim:RTX4090"), &find_gpu_profile("rtx4090"));
+  EXPECT_EQ(&find_gpu_profile("A10G"), &find_gpu_profile("a10g"));
+  EXPECT_EQ(parse_device("sim:RTX4090").profile, "rtx4090");
+  EXPECT_THROW(find_gpu_profile("rtx9090"), UsageError);
+  // Hopper and newer get cuBLASLt's 32 MiB workspace; Volta its 4 MiB.
+  EXPECT_EQ(find_gpu_profile("b200").gemm_workspace(), 32 * MiB);
+  EXPECT_EQ(find_gpu_profile("v100-16gb").gemm_workspace(), 4 * MiB);
 }
 
 TEST(Presets, QwenHasQkvBiasesAndLlamaThreeTwoTiesItsHead) {

@@ -481,8 +481,10 @@ Bytes role_bytes(const Program& p, Role role) {
 TEST(ProgramParameters, WeightBytesMatchParameterCount) {
   RunConfig gqa;
   gqa.model = tiny_config(Arch::llama).model;
-  for (const ModelConfig& model : {find_preset("gpt2").model, find_preset("tiny").model,
-                                   find_preset("tiny-llama").model, gqa.model}) {
+  for (const ModelConfig& model :
+       {find_preset("gpt2").model, find_preset("tiny").model, find_preset("tiny-llama").model,
+        gqa.model, find_preset("tiny-qwen3").model, find_preset("tiny-gemma2").model,
+        find_preset("tiny-gemma3").model}) {
     for (Precision dtype : {Precision::bf16, Precision::fp32}) {
       RunConfig cfg;
       cfg.framework = Framework::lean;

@@ -104,8 +104,9 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
           seen.insert(op.kind);
         }
       }
-  // The hf framework: casts of autocast and RMSNorm's upcast.
-  for (const char* preset : {"tiny", "tiny-llama"})
+  // The hf framework: casts of autocast and RMSNorm's upcast; the other families' q/k norms and
+  // soft-capping.
+  for (const char* preset : {"tiny", "tiny-llama", "tiny-qwen3", "tiny-gemma2"})
     for (Precision dtype : {Precision::bf16, Precision::amp_bf16}) {
       RunConfig cfg;
       cfg.model = find_preset(preset).model;

@@ -167,13 +167,29 @@ VB_HD inline float silu_grad(float x) {
   const float s = sigmoid(x);
   return s * (1.0f + x * (1.0f - s));
 }
-// SwiGLU: y = silu(gate) * up.
-VB_HD inline float swiglu(float gate, float up) {
-  return silu(gate) * up;
+// SwiGLU: y = silu(gate) * up; GeGLU (`gelu_gate`): y = gelu(gate) * up.
+VB_HD inline float swiglu(float gate, float up, bool gelu_gate = false) {
+  return (gelu_gate ? gelu(gate) : silu(gate)) * up;
 }
-VB_HD inline void swiglu_grad(float dy, float gate, float up, float* dgate, float* dup) {
-  *dgate = dy * up * silu_grad(gate);
-  *dup = dy * silu(gate);
+VB_HD inline void swiglu_grad(float dy, float gate, float up, float* dgate, float* dup,
+                              bool gelu_gate = false) {
+  *dgate = dy * up * (gelu_gate ? gelu_grad(gate) : silu_grad(gate));
+  *dup = dy * (gelu_gate ? gelu(gate) : silu(gate));
+}
+
+// Whether x is infinite (fabsf and the largest float: the same test in host and device code).
+VB_HD inline bool is_infinite(float x) {
+  return fabsf(x) > 3.402823466e38f;
+}
+// Soft-capping (Gemma 2): cap tanh(x / cap). A masked score (-inf) stays masked.
+VB_HD inline float softcap(float x, float cap) {
+  return is_infinite(x) ? x : cap * tanhf(x / cap);
+}
+// From the capped value y: dx = dy (1 - (y / cap)^2); nothing flows into a masked score.
+VB_HD inline float softcap_grad(float dy, float y, float cap) {
+  if (is_infinite(y)) return 0.0f;
+  const float t = y / cap;
+  return dy * (1.0f - t * t);
 }
 
 // ---- dropout RNG

@@ -37,6 +37,11 @@ double inv_sqrt_d(const AttnShape& s) {
   return 1.0 / std::sqrt(static_cast<double>(s.D));
 }
 
+// A scaled score under soft-capping (softcap > 0), or as it is.
+double capped(double score, float softcap) {
+  return softcap > 0.0f ? softcap * std::tanh(score / softcap) : score;
+}
+
 }  // namespace
 
 void attn_scores(float* scores, const float* qkv, const AttnShape& s) {
@@ -149,7 +154,7 @@ void attn_scores_bwd(float* dqkv, const float* dscores, const float* qkv, const 
 }
 
 void flash_fwd(float* y, float* lse, const float* qkv, const AttnShape& s, float dropout_p,
-               std::uint64_t seed) {
+               std::uint64_t seed, float softcap) {
   const Packed p{s};
   const double scale = inv_sqrt_d(s);
   const double keep_scale = dropout_scale(dropout_p);
@@ -163,7 +168,8 @@ void flash_fwd(float* y, float* lse, const float* qkv, const AttnShape& s, float
         double running_max = -std::numeric_limits<double>::infinity(), running_sum = 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (std::int64_t j = 0; j <= i; ++j) {
-          const double score = scale * dot(q, qkv + p.row(b, j) + p.k(kv), s.D);
+          const double score =
+              capped(scale * dot(q, qkv + p.row(b, j) + p.k(kv), s.D), softcap);
           if (score > running_max) {
             const double correction = std::exp(running_max - score);  // 0 on the first key
             running_sum *= correction;
@@ -188,7 +194,7 @@ void flash_fwd(float* y, float* lse, const float* qkv, const AttnShape& s, float
 }
 
 void flash_bwd(float* dqkv, const float* dy, const float* qkv, const float* y, const float* lse,
-               const AttnShape& s, float dropout_p, std::uint64_t seed) {
+               const AttnShape& s, float dropout_p, std::uint64_t seed, float softcap) {
   const Packed p{s};
   const double scale = inv_sqrt_d(s);
   const double keep_scale = dropout_scale(dropout_p);
@@ -207,7 +213,8 @@ void flash_bwd(float* dqkv, const float* dy, const float* qkv, const float* y, c
         for (std::int64_t j = 0; j <= i; ++j) {
           const float* k = qkv + p.row(b, j) + p.k(kv);
           const float* v = qkv + p.row(b, j) + p.v(kv);
-          const double prob = std::exp(scale * dot(q, k, s.D) - row_lse);
+          const double score = capped(scale * dot(q, k, s.D), softcap);
+          const double prob = std::exp(score - row_lse);
           double mask = 1.0;
           if (dropout_p > 0.0f)
             mask =
@@ -215,7 +222,9 @@ void flash_bwd(float* dqkv, const float* dy, const float* qkv, const float* y, c
                     ? keep_scale
                     : 0.0;
           const double dprob = mask * dot(g, v, s.D);  // through the dropout to the softmax output
-          const double dscore = scale * prob * (dprob - delta);
+          // Through the cap: d(c tanh(x / c)) / dx = 1 - (score / c)^2.
+          const double t = softcap > 0.0f ? score / softcap : 0.0;
+          const double dscore = scale * prob * (dprob - delta) * (1.0 - t * t);
           double* dk = acc.data() + p.row(b, j) + p.k(kv);
           double* dv = acc.data() + p.row(b, j) + p.v(kv);
           for (std::int64_t d = 0; d < s.D; ++d) {

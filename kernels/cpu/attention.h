@@ -42,11 +42,12 @@ void attn_scores_bwd(float* dqkv, const float* dscores, const float* qkv, const 
 
 // Online-softmax forward: one pass over the keys per query with a running max and sum, as the
 // fused kernels do; saves y and lse[B,A,S].
+// softcap > 0: the scaled scores are capped, softcap tanh(score / softcap), before the softmax.
 void flash_fwd(float* y, float* lse, const float* qkv, const AttnShape& s, float dropout_p,
-               std::uint64_t seed);
+               std::uint64_t seed, float softcap = 0.0f);
 // Recomputes the probabilities from q, k and lse; uses delta_i = dy_i . y_i for the softmax
 // backward; writes all of dqkv.
 void flash_bwd(float* dqkv, const float* dy, const float* qkv, const float* y, const float* lse,
-               const AttnShape& s, float dropout_p, std::uint64_t seed);
+               const AttnShape& s, float dropout_p, std::uint64_t seed, float softcap = 0.0f);
 
 }  // namespace vrambench::cpu

@@ -1,6 +1,7 @@
 // LayerNorm and RMSNorm. Row statistics and the weight-gradient column sums accumulate in double.
 #include "cpu/norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -91,6 +92,37 @@ void rmsnorm_bwd(float* dx, float* dw, const float* dy, const float* x, const fl
   }
   for (std::int64_t h = 0; h < H; ++h)
     dw[h] = static_cast<float>(acc_w[static_cast<std::size_t>(h)]);
+}
+
+void qk_norm_fwd(float* y, float* rstd, const float* qkv, const float* qw, const float* kw,
+                 std::int64_t tokens, std::int64_t A, std::int64_t K, std::int64_t D, float eps) {
+  const std::int64_t width = (A + 2 * K) * D;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t row = t * width;
+    float* r = rstd + t * (A + K);
+    rmsnorm_fwd(y + row, r, qkv + row, qw, A, D, eps);
+    rmsnorm_fwd(y + row + A * D, r + A, qkv + row + A * D, kw, K, D, eps);
+    std::copy(qkv + row + (A + K) * D, qkv + row + width, y + row + (A + K) * D);
+  }
+}
+
+void qk_norm_bwd(float* dqkv, float* dqw, float* dkw, const float* dy, const float* qkv,
+                 const float* qw, const float* kw, const float* rstd, std::int64_t tokens,
+                 std::int64_t A, std::int64_t K, std::int64_t D) {
+  const std::int64_t width = (A + 2 * K) * D;
+  std::vector<float> part(static_cast<std::size_t>(D));
+  std::fill(dqw, dqw + D, 0.0f);
+  std::fill(dkw, dkw + D, 0.0f);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t row = t * width;
+    const float* r = rstd + t * (A + K);
+    rmsnorm_bwd(dqkv + row, part.data(), dy + row, qkv + row, qw, r, A, D);
+    for (std::int64_t d = 0; d < D; ++d) dqw[d] += part[static_cast<std::size_t>(d)];
+    rmsnorm_bwd(dqkv + row + A * D, part.data(), dy + row + A * D, qkv + row + A * D, kw, r + A,
+                K, D);
+    for (std::int64_t d = 0; d < D; ++d) dkw[d] += part[static_cast<std::size_t>(d)];
+    std::copy(dy + row + (A + K) * D, dy + row + width, dqkv + row + (A + K) * D);
+  }
 }
 
 }  // namespace vrambench::cpu

@@ -18,4 +18,13 @@ void rmsnorm_fwd(float* y, float* rstd, const float* x, const float* w, std::int
 void rmsnorm_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w,
                  const float* rstd, std::int64_t M, std::int64_t H);
 
+// The q/k norm of `tokens` packed q|k|v rows ((A + 2K) D columns): each of the A query heads an
+// RMSNorm row of D by qw, each of the K key heads by kw, v copied; rstd[tokens * (A + K)].
+void qk_norm_fwd(float* y, float* rstd, const float* qkv, const float* qw, const float* kw,
+                 std::int64_t tokens, std::int64_t A, std::int64_t K, std::int64_t D, float eps);
+// dqkv (v: dy's), dqw and dkw summed over every token's heads.
+void qk_norm_bwd(float* dqkv, float* dqw, float* dkw, const float* dy, const float* qkv,
+                 const float* qw, const float* kw, const float* rstd, std::int64_t tokens,
+                 std::int64_t A, std::int64_t K, std::int64_t D);
+
 }  // namespace vrambench::cpu

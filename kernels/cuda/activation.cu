@@ -1,4 +1,5 @@
-// GELU and SwiGLU kernels: grid-stride wrappers over the bodies in activation.h.
+// GELU, SwiGLU / GeGLU and soft-capping kernels: grid-stride wrappers over the bodies in
+// activation.h.
 #include "cuda/activation.h"
 #include "cuda/check.h"
 
@@ -15,13 +16,22 @@ __global__ void gelu_bwd_kernel(T* dx, const T* dy, const T* x, std::int64_t n) 
   VB_GRID_STRIDE(i, n) gelu_bwd_body(i, dx, dy, x);
 }
 template <typename T>
-__global__ void swiglu_fwd_kernel(T* y, const T* gate, const T* up, std::int64_t n) {
-  VB_GRID_STRIDE(i, n) swiglu_fwd_body(i, y, gate, up);
+__global__ void swiglu_fwd_kernel(T* y, const T* gate, const T* up, std::int64_t n,
+                                  bool gelu_gate) {
+  VB_GRID_STRIDE(i, n) swiglu_fwd_body(i, y, gate, up, gelu_gate);
 }
 template <typename T>
 __global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dy, const T* gate, const T* up,
-                                  std::int64_t n) {
-  VB_GRID_STRIDE(i, n) swiglu_bwd_body(i, dgate, dup, dy, gate, up);
+                                  std::int64_t n, bool gelu_gate) {
+  VB_GRID_STRIDE(i, n) swiglu_bwd_body(i, dgate, dup, dy, gate, up, gelu_gate);
+}
+template <typename T>
+__global__ void softcap_fwd_kernel(T* y, const T* x, std::int64_t n, float cap) {
+  VB_GRID_STRIDE(i, n) softcap_fwd_body(i, y, x, cap);
+}
+template <typename T>
+__global__ void softcap_bwd_kernel(T* dx, const T* dy, const T* y, std::int64_t n, float cap) {
+  VB_GRID_STRIDE(i, n) softcap_bwd_body(i, dx, dy, y, cap);
 }
 }  // namespace
 
@@ -45,24 +55,44 @@ void launch_gelu_bwd(DType dtype, void* dx, const void* dy, const void* x, std::
 }
 
 void launch_swiglu_fwd(DType dtype, void* y, const void* gate, const void* up, std::int64_t n,
-                       cudaStream_t stream) {
+                       bool gelu_gate, cudaStream_t stream) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     swiglu_fwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), n);
+        static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), n, gelu_gate);
   });
   VB_CHECK_LAUNCH("swiglu_fwd_kernel");
 }
 
 void launch_swiglu_bwd(DType dtype, void* dgate, void* dup, const void* dy, const void* gate,
-                       const void* up, std::int64_t n, cudaStream_t stream) {
+                       const void* up, std::int64_t n, bool gelu_gate, cudaStream_t stream) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     swiglu_bwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
         static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
-        static_cast<const T*>(gate), static_cast<const T*>(up), n);
+        static_cast<const T*>(gate), static_cast<const T*>(up), n, gelu_gate);
   });
   VB_CHECK_LAUNCH("swiglu_bwd_kernel");
+}
+
+void launch_softcap_fwd(DType dtype, void* y, const void* x, std::int64_t n, float cap,
+                        cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    softcap_fwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(x), n, cap);
+  });
+  VB_CHECK_LAUNCH("softcap_fwd_kernel");
+}
+
+void launch_softcap_bwd(DType dtype, void* dx, const void* dy, const void* y, std::int64_t n,
+                        float cap, cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    softcap_bwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
+        static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(y), n, cap);
+  });
+  VB_CHECK_LAUNCH("softcap_bwd_kernel");
 }
 
 }  // namespace vrambench::cuda

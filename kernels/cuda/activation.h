@@ -1,4 +1,5 @@
-// GELU (tanh approximation) and SwiGLU, forward and backward: element-wise bodies and launchers.
+// GELU (tanh approximation), SwiGLU / GeGLU and soft-capping, forward and backward: element-wise
+// bodies and launchers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,25 +22,40 @@ __host__ __device__ inline void gelu_bwd_body(std::int64_t i, T* dx, const T* dy
   dx[i] = from_f32<T>(to_f32(dy[i]) * kmath::gelu_grad(to_f32(x[i])));
 }
 template <typename T>
-__host__ __device__ inline void swiglu_fwd_body(std::int64_t i, T* y, const T* gate, const T* up) {
-  y[i] = from_f32<T>(kmath::swiglu(to_f32(gate[i]), to_f32(up[i])));
+__host__ __device__ inline void swiglu_fwd_body(std::int64_t i, T* y, const T* gate, const T* up,
+                                                bool gelu_gate) {
+  y[i] = from_f32<T>(kmath::swiglu(to_f32(gate[i]), to_f32(up[i]), gelu_gate));
 }
 template <typename T>
 __host__ __device__ inline void swiglu_bwd_body(std::int64_t i, T* dgate, T* dup, const T* dy,
-                                                const T* gate, const T* up) {
+                                                const T* gate, const T* up, bool gelu_gate) {
   float dg = 0.0f, du = 0.0f;
-  kmath::swiglu_grad(to_f32(dy[i]), to_f32(gate[i]), to_f32(up[i]), &dg, &du);
+  kmath::swiglu_grad(to_f32(dy[i]), to_f32(gate[i]), to_f32(up[i]), &dg, &du, gelu_gate);
   dgate[i] = from_f32<T>(dg);
   dup[i] = from_f32<T>(du);
+}
+template <typename T>
+__host__ __device__ inline void softcap_fwd_body(std::int64_t i, T* y, const T* x, float cap) {
+  y[i] = from_f32<T>(kmath::softcap(to_f32(x[i]), cap));
+}
+template <typename T>
+__host__ __device__ inline void softcap_bwd_body(std::int64_t i, T* dx, const T* dy, const T* y,
+                                                 float cap) {
+  dx[i] = from_f32<T>(kmath::softcap_grad(to_f32(dy[i]), to_f32(y[i]), cap));
 }
 
 // n = number of elements.
 void launch_gelu_fwd(DType dtype, void* y, const void* x, std::int64_t n, cudaStream_t stream);
 void launch_gelu_bwd(DType dtype, void* dx, const void* dy, const void* x, std::int64_t n,
                      cudaStream_t stream);
+// gelu_gate: GeGLU.
 void launch_swiglu_fwd(DType dtype, void* y, const void* gate, const void* up, std::int64_t n,
-                       cudaStream_t stream);
+                       bool gelu_gate, cudaStream_t stream);
 void launch_swiglu_bwd(DType dtype, void* dgate, void* dup, const void* dy, const void* gate,
-                       const void* up, std::int64_t n, cudaStream_t stream);
+                       const void* up, std::int64_t n, bool gelu_gate, cudaStream_t stream);
+void launch_softcap_fwd(DType dtype, void* y, const void* x, std::int64_t n, float cap,
+                        cudaStream_t stream);
+void launch_softcap_bwd(DType dtype, void* dx, const void* dy, const void* y, std::int64_t n,
+                        float cap, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

@@ -14,8 +14,9 @@ constexpr int kScanThreads = 1024;
 
 template <typename T>
 __global__ void embedding_fwd_kernel(T* x, const std::int32_t* tokens, const T* wte, const T* wpe,
-                                     std::int64_t n, std::int64_t seq, std::int64_t hidden) {
-  VB_GRID_STRIDE(i, n) embedding_fwd_body(i, x, tokens, wte, wpe, seq, hidden);
+                                     std::int64_t n, std::int64_t seq, std::int64_t hidden,
+                                     float scale) {
+  VB_GRID_STRIDE(i, n) embedding_fwd_body(i, x, tokens, wte, wpe, seq, hidden, scale);
 }
 
 __global__ void embedding_count_kernel(std::int32_t* counts, const std::int32_t* tokens,
@@ -64,23 +65,24 @@ __global__ void embedding_scatter_kernel(std::int32_t* sorted, std::int32_t* cur
 template <typename T>
 __global__ void embedding_bucket_kernel(T* dwte, const T* dx, const std::int32_t* sorted,
                                         const std::int32_t* offsets, std::int64_t hidden,
-                                        bool accumulate) {
+                                        bool accumulate, float scale) {
   const std::int64_t h = static_cast<std::int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (h < hidden)
-    embedding_bucket_body(blockIdx.x, h, dwte, dx, sorted, offsets, hidden, accumulate);
+    embedding_bucket_body(blockIdx.x, h, dwte, dx, sorted, offsets, hidden, accumulate, scale);
 }
 
 template <typename T>
 __global__ void embedding_dwte_column_kernel(T* dwte, const T* dx, const std::int32_t* tokens,
                                              std::int64_t rows, std::int64_t hidden,
-                                             std::int64_t vocab) {
-  VB_GRID_STRIDE(h, hidden) embedding_dwte_column_body(h, dwte, dx, tokens, rows, hidden, vocab);
+                                             std::int64_t vocab, float scale) {
+  VB_GRID_STRIDE(h, hidden)
+  embedding_dwte_column_body(h, dwte, dx, tokens, rows, hidden, vocab, scale);
 }
 
 // dwte from the rows sorted by token, in passes of what the workspace holds.
 void token_table_grad(DType dtype, void* dwte, const void* dx, const std::int32_t* tokens,
                       std::int64_t rows, std::int64_t hidden, std::int64_t vocab, bool accumulate,
-                      void* workspace, Bytes workspace_bytes, cudaStream_t stream) {
+                      float scale, void* workspace, Bytes workspace_bytes, cudaStream_t stream) {
   const std::int64_t pass =
       embedding_sort_rows(rows, vocab, workspace != nullptr ? workspace_bytes : 0);
   if (pass == 0) {
@@ -93,7 +95,7 @@ void token_table_grad(DType dtype, void* dwte, const void* dx, const std::int32_
       using T = decltype(tag);
       embedding_dwte_column_kernel<T>
           <<<grid_for(hidden, kColumnThreads), kColumnThreads, 0, stream>>>(
-              static_cast<T*>(dwte), static_cast<const T*>(dx), tokens, rows, hidden, vocab);
+              static_cast<T*>(dwte), static_cast<const T*>(dx), tokens, rows, hidden, vocab, scale);
     });
     VB_CHECK_LAUNCH("embedding_dwte_column_kernel");
     return;
@@ -124,7 +126,7 @@ void token_table_grad(DType dtype, void* dwte, const void* dx, const std::int32_
     dispatch_float(dtype, [&](auto tag) {
       using T = decltype(tag);
       embedding_bucket_kernel<T><<<grid, kColumnThreads, 0, stream>>>(
-          static_cast<T*>(dwte), static_cast<const T*>(dx), sorted, offsets, hidden, add);
+          static_cast<T*>(dwte), static_cast<const T*>(dx), sorted, offsets, hidden, add, scale);
     });
     VB_CHECK_LAUNCH("embedding_bucket_kernel");
   }
@@ -134,13 +136,13 @@ void token_table_grad(DType dtype, void* dwte, const void* dx, const std::int32_
 
 void launch_embedding_fwd(DType dtype, void* x, const std::int32_t* tokens, const void* wte,
                           const void* wpe, std::int64_t rows, std::int64_t seq, std::int64_t hidden,
-                          cudaStream_t stream) {
+                          float scale, cudaStream_t stream) {
   const std::int64_t n = rows * hidden;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     embedding_fwd_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(
         static_cast<T*>(x), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), n, seq,
-        hidden);
+        hidden, scale);
   });
   VB_CHECK_LAUNCH("embedding_fwd_kernel");
 }
@@ -148,8 +150,10 @@ void launch_embedding_fwd(DType dtype, void* x, const std::int32_t* tokens, cons
 void launch_embedding_bwd(DType dtype, void* dwte, void* dwpe, const void* dx,
                           const std::int32_t* tokens, std::int64_t rows, std::int64_t seq,
                           std::int64_t hidden, std::int64_t vocab, std::int64_t positions,
-                          bool accumulate, void* workspace, Bytes workspace_bytes,
+                          bool accumulate, float scale, void* workspace, Bytes workspace_bytes,
                           cudaStream_t stream) {
+  if (dwpe != nullptr && scale != 1.0f)
+    throw std::invalid_argument("embedding backward: a scaled embedding with learned positions");
   if (dwpe != nullptr) {
     // dx as [B, S*H]: the positions' gradient is its column sum over the batch. Never
     // accumulated: nothing else writes the position table's gradient.
@@ -162,7 +166,7 @@ void launch_embedding_bwd(DType dtype, void* dwte, void* dwpe, const void* dx,
           cudaMemsetAsync(static_cast<char*>(dwpe) + es * static_cast<std::size_t>(seq * hidden), 0,
                           es * static_cast<std::size_t>((positions - seq) * hidden), stream));
   }
-  token_table_grad(dtype, dwte, dx, tokens, rows, hidden, vocab, accumulate, workspace,
+  token_table_grad(dtype, dwte, dx, tokens, rows, hidden, vocab, accumulate, scale, workspace,
                    workspace_bytes, stream);
 }
 

@@ -24,15 +24,16 @@
 
 namespace vrambench::cuda {
 
-// x[m, h] = wte[tokens[m], h] + wpe[m % S, h]; i over M*H. wpe may be null (no learned positions).
+// x[m, h] = scale (wte[tokens[m], h] + wpe[m % S, h]); i over M*H. wpe may be null (no learned
+// positions); scale is 1 but for Gemma's sqrt(hidden).
 template <typename T>
 __host__ __device__ inline void embedding_fwd_body(std::int64_t i, T* x, const std::int32_t* tokens,
                                                    const T* wte, const T* wpe, std::int64_t seq,
-                                                   std::int64_t hidden) {
+                                                   std::int64_t hidden, float scale = 1.0f) {
   const std::int64_t m = i / hidden, h = i % hidden;
   float v = to_f32(wte[static_cast<std::int64_t>(tokens[m]) * hidden + h]);
   if (wpe != nullptr) v += to_f32(wpe[(m % seq) * hidden + h]);
-  x[i] = from_f32<T>(v);
+  x[i] = from_f32<T>(scale == 1.0f ? v : v * scale);
 }
 
 // ---- token sort --------------------------------------------------------------------------------
@@ -82,16 +83,18 @@ __host__ __device__ inline void embedding_scatter_body(std::int64_t i, std::int3
   const std::int32_t slot = offsets[t] + fetch_add(&cursor[t], 1);
   sorted[slot] = static_cast<std::int32_t>(first + i);
 }
-// dwte[v, h] = fp32 sum of dx[r, h] over the rows r of token v (sorted[offsets[v] ..
-// offsets[v + 1])), added to the old value when accumulate; written even when v has no rows.
+// dwte[v, h] = scale times the fp32 sum of dx[r, h] over the rows r of token v (sorted[offsets[v]
+// .. offsets[v + 1])), added to the old value when accumulate; written even when v has no rows.
 template <typename T>
 __host__ __device__ inline void embedding_bucket_body(std::int64_t v, std::int64_t h, T* dwte,
                                                       const T* dx, const std::int32_t* sorted,
                                                       const std::int32_t* offsets,
-                                                      std::int64_t hidden, bool accumulate) {
+                                                      std::int64_t hidden, bool accumulate,
+                                                      float scale = 1.0f) {
   float sum = 0.0f;
   for (std::int64_t i = offsets[v]; i < offsets[v + 1]; ++i)
     sum += to_f32(dx[static_cast<std::int64_t>(sorted[i]) * hidden + h]);
+  if (scale != 1.0f) sum *= scale;
   T& out = dwte[v * hidden + h];
   if (accumulate) sum += to_f32(out);
   out = from_f32<T>(sum);
@@ -103,25 +106,27 @@ template <typename T>
 __host__ __device__ inline void embedding_dwte_column_body(std::int64_t h, T* dwte, const T* dx,
                                                            const std::int32_t* tokens,
                                                            std::int64_t rows, std::int64_t hidden,
-                                                           std::int64_t vocab) {
+                                                           std::int64_t vocab, float scale = 1.0f) {
   for (std::int64_t m = 0; m < rows; ++m) {
     const std::int32_t t = tokens[m];
     if (t < 0 || t >= vocab) continue;
     T& wt = dwte[static_cast<std::int64_t>(t) * hidden + h];
-    wt = from_f32<T>(to_f32(wt) + to_f32(dx[m * hidden + h]));
+    wt = from_f32<T>(to_f32(wt) + scale * to_f32(dx[m * hidden + h]));
   }
 }
 
 // rows = B*S. vocab and positions size the gradients: dwte is overwritten (added into when
 // accumulate: the tied lm head wrote it first), dwpe always overwritten. The sort's scratch and
 // the dwpe partials use `workspace` (the GEMM workspace), one after the other.
+// scale: the output's factor (Gemma's sqrt(hidden)), and the token table gradient's in the
+// backward; a position table's gradient is taken unscaled (no model scales learned positions).
 void launch_embedding_fwd(DType dtype, void* x, const std::int32_t* tokens, const void* wte,
                           const void* wpe, std::int64_t rows, std::int64_t seq, std::int64_t hidden,
-                          cudaStream_t stream);
+                          float scale, cudaStream_t stream);
 void launch_embedding_bwd(DType dtype, void* dwte, void* dwpe, const void* dx,
                           const std::int32_t* tokens, std::int64_t rows, std::int64_t seq,
                           std::int64_t hidden, std::int64_t vocab, std::int64_t positions,
-                          bool accumulate, void* workspace, Bytes workspace_bytes,
+                          bool accumulate, float scale, void* workspace, Bytes workspace_bytes,
                           cudaStream_t stream);
 
 }  // namespace vrambench::cuda

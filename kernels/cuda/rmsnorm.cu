@@ -1,4 +1,5 @@
-// RMSNorm kernels: a block per row (forward, dx); dw as a two-stage column sum.
+// RMSNorm kernels: a block per row (forward, dx); dw as a two-stage column sum. The q/k norm: a
+// block per head row of the packed q|k|v, v copied, dw one pass per column.
 #include "cuda/check.h"
 #include "cuda/reduce.h"
 #include "cuda/rmsnorm.h"
@@ -9,13 +10,13 @@ namespace {
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     rmsnorm_fwd_kernel(T* y, float* rstd, const T* x, const T* w, std::int64_t M, std::int64_t H,
-                       float eps) {
+                       float eps, float w_offset) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
   VB_BLOCK_ROWS(row, M) {
     const float rs =
         rmsnorm_rstd(block_sum(rmsnorm_sq_part(row, lane, lanes, x, H), scratch), H, eps);
-    rmsnorm_fwd_write(row, lane, lanes, y, x, w, H, rs);
+    rmsnorm_fwd_write(row, lane, lanes, y, x, w, H, rs, w_offset);
     if (lane == 0) rstd[row] = rs;
   }
 }
@@ -23,14 +24,79 @@ __global__ void __launch_bounds__(kRowThreads)
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     rmsnorm_bwd_dx_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
-                          std::int64_t M, std::int64_t H) {
+                          std::int64_t M, std::int64_t H, float w_offset) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
   VB_BLOCK_ROWS(row, M) {
     const float rs = rstd[row];
-    const float mean_gx = block_sum(rmsnorm_dx_part(row, lane, lanes, dy, x, w, rs, H), scratch) /
-                          static_cast<float>(H);
-    rmsnorm_dx_write(row, lane, lanes, dx, dy, x, w, rs, H, mean_gx);
+    const float mean_gx =
+        block_sum(rmsnorm_dx_part(row, lane, lanes, dy, x, w, rs, H, w_offset), scratch) /
+        static_cast<float>(H);
+    rmsnorm_dx_write(row, lane, lanes, dx, dy, x, w, rs, H, mean_gx, w_offset);
+  }
+}
+
+// The q/k norm: the row's head of the packed tensors, normed as a row of D.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    qk_norm_fwd_kernel(T* y, float* rstd, const T* x, const T* qw, const T* kw, QkNormShape s,
+                       float eps, float w_offset) {
+  __shared__ float scratch[32];
+  const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
+  VB_BLOCK_ROWS(row, s.rows()) {
+    const std::int64_t at = s.offset(row);
+    const float rs =
+        rmsnorm_rstd(block_sum(rmsnorm_sq_part(0, lane, lanes, x + at, s.D), scratch), s.D, eps);
+    rmsnorm_fwd_write(0, lane, lanes, y + at, x + at, s.query(row) ? qw : kw, s.D, rs, w_offset);
+    if (lane == 0) rstd[row] = rs;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    qk_norm_bwd_dx_kernel(T* dx, const T* dy, const T* x, const T* qw, const T* kw,
+                          const float* rstd, QkNormShape s, float w_offset) {
+  __shared__ float scratch[32];
+  const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
+  VB_BLOCK_ROWS(row, s.rows()) {
+    const std::int64_t at = s.offset(row);
+    const T* w = s.query(row) ? qw : kw;
+    const float rs = rstd[row];
+    const float mean_gx =
+        block_sum(rmsnorm_dx_part(0, lane, lanes, dy + at, x + at, w, rs, s.D, w_offset),
+                  scratch) /
+        static_cast<float>(s.D);
+    rmsnorm_dx_write(0, lane, lanes, dx + at, dy + at, x + at, w, rs, s.D, mean_gx, w_offset);
+  }
+}
+
+// dst's v part from src's (the q/k norm passes v through, both ways).
+template <typename T>
+__global__ void qk_norm_copy_v_kernel(T* dst, const T* src, QkNormShape s) {
+  const std::int64_t per_token = s.K * s.D;
+  VB_GRID_STRIDE(i, s.tokens * per_token) {
+    const std::int64_t at = i / per_token * s.width() + (s.A + s.K) * s.D + i % per_token;
+    dst[at] = src[at];
+  }
+}
+
+// Column d of dqw (c < D) or dkw (c >= D): a sum over the tokens and the heads of its kind.
+template <typename T>
+__global__ void qk_norm_dw_kernel(T* dqw, T* dkw, const T* dy, const T* x, const float* rstd,
+                                  QkNormShape s, bool accumulate) {
+  VB_GRID_STRIDE(c, 2 * s.D) {
+    const bool query = c < s.D;
+    const std::int64_t d = query ? c : c - s.D;
+    const std::int64_t first = query ? 0 : s.A, heads = query ? s.A : s.K;
+    float sum = 0.0f;
+    for (std::int64_t t = 0; t < s.tokens; ++t)
+      for (std::int64_t h = first; h < first + heads; ++h) {
+        const std::int64_t row = t * (s.A + s.K) + h;
+        const std::int64_t at = s.offset(row) + d;
+        sum += to_f32(dy[at]) * to_f32(x[at]) * rstd[row];
+      }
+    T* dw = query ? dqw : dkw;
+    dw[d] = from_f32<T>(sum + (accumulate ? to_f32(dw[d]) : 0.0f));
   }
 }
 
@@ -51,18 +117,20 @@ __global__ void rmsnorm_bwd_dw_kernel(T* dw, const T* dy, const T* x, const floa
 }  // namespace
 
 void launch_rmsnorm_fwd(DType dtype, void* y, float* rstd, const void* x, const void* w,
-                        std::int64_t M, std::int64_t H, float eps, cudaStream_t stream) {
+                        std::int64_t M, std::int64_t H, float eps, float w_offset,
+                        cudaStream_t stream) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     rmsnorm_fwd_kernel<T><<<row_grid(M), kRowThreads, 0, stream>>>(
-        static_cast<T*>(y), rstd, static_cast<const T*>(x), static_cast<const T*>(w), M, H, eps);
+        static_cast<T*>(y), rstd, static_cast<const T*>(x), static_cast<const T*>(w), M, H, eps,
+        w_offset);
   });
   VB_CHECK_LAUNCH("rmsnorm_fwd_kernel");
 }
 
 void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const void* x,
                         const void* w, const float* rstd, std::int64_t M, std::int64_t H,
-                        bool accumulate, void* workspace, Bytes workspace_bytes,
+                        float w_offset, bool accumulate, void* workspace, Bytes workspace_bytes,
                         cudaStream_t stream) {
   const ColumnChunks chunks = column_chunks(M, H, 1, workspace != nullptr ? workspace_bytes : 0);
   auto* partial = static_cast<float*>(workspace);
@@ -70,7 +138,7 @@ void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const v
     using T = decltype(tag);
     rmsnorm_bwd_dx_kernel<T><<<row_grid(M), kRowThreads, 0, stream>>>(
         static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
-        static_cast<const T*>(w), rstd, M, H);
+        static_cast<const T*>(w), rstd, M, H, w_offset);
     VB_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
     if (dw == nullptr) return;  // a frozen norm: dx alone
     if (chunks.count == 1) {
@@ -86,6 +154,42 @@ void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const v
   });
   if (dw != nullptr && chunks.count > 1)
     launch_column_finish(dtype, dw, partial, chunks.count, H, accumulate, stream);
+}
+
+void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, const void* qw,
+                        const void* kw, const QkNormShape& s, float eps, float w_offset,
+                        cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    qk_norm_fwd_kernel<T><<<row_grid(s.rows()), kRowThreads, 0, stream>>>(
+        static_cast<T*>(y), rstd, static_cast<const T*>(qkv), static_cast<const T*>(qw),
+        static_cast<const T*>(kw), s, eps, w_offset);
+    VB_CHECK_LAUNCH("qk_norm_fwd_kernel");
+    qk_norm_copy_v_kernel<T><<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0,
+                               stream>>>(static_cast<T*>(y), static_cast<const T*>(qkv), s);
+    VB_CHECK_LAUNCH("qk_norm_copy_v_kernel");
+  });
+}
+
+void launch_qk_norm_bwd(DType dtype, void* dqkv, void* dqw, void* dkw, const void* dy,
+                        const void* qkv, const void* qw, const void* kw, const float* rstd,
+                        const QkNormShape& s, float w_offset, bool accumulate,
+                        cudaStream_t stream) {
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    qk_norm_bwd_dx_kernel<T><<<row_grid(s.rows()), kRowThreads, 0, stream>>>(
+        static_cast<T*>(dqkv), static_cast<const T*>(dy), static_cast<const T*>(qkv),
+        static_cast<const T*>(qw), static_cast<const T*>(kw), rstd, s, w_offset);
+    VB_CHECK_LAUNCH("qk_norm_bwd_dx_kernel");
+    qk_norm_copy_v_kernel<T><<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0,
+                               stream>>>(static_cast<T*>(dqkv), static_cast<const T*>(dy), s);
+    VB_CHECK_LAUNCH("qk_norm_copy_v_kernel");
+    if (dqw == nullptr) return;  // frozen norms: dqkv alone
+    qk_norm_dw_kernel<T><<<grid_for(2 * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
+        static_cast<T*>(dqw), static_cast<T*>(dkw), static_cast<const T*>(dy),
+        static_cast<const T*>(qkv), rstd, s, accumulate);
+    VB_CHECK_LAUNCH("qk_norm_dw_kernel");
+  });
 }
 
 }  // namespace vrambench::cuda

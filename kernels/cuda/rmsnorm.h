@@ -1,5 +1,6 @@
-// RMSNorm over the last dimension: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) saved
-// (fp32) per row; backward gives dx per row and dw per column. As LayerNorm (cuda/layernorm.h): a
+// RMSNorm over the last dimension: y = x * rstd * (w_offset + w) with rstd = 1/sqrt(mean(x^2) +
+// eps) saved (fp32) per row (w_offset 1: Gemma's (1 + w)); backward gives dx per row and dw per
+// column. The q/k norm (Qwen3, Gemma 3) is the same per query and key head of a packed q|k|v row. As LayerNorm (cuda/layernorm.h): a
 // block of kRowThreads per row whose thread `lane` of `lanes` owns columns lane, lane + lanes, ...;
 // dw a two-stage column sum through fp32 partials in the GEMM workspace.
 #pragma once
@@ -28,27 +29,28 @@ __host__ __device__ inline float rmsnorm_sq_part(std::int64_t row, std::int64_t 
 __host__ __device__ inline float rmsnorm_rstd(float sq_sum, std::int64_t H, float eps) {
   return 1.0f / sqrtf(sq_sum / static_cast<float>(H) + eps);
 }
-// y[row, h] = x * rstd * w over the lane's columns.
+// y[row, h] = x * rstd * (w_offset + w) over the lane's columns.
 template <typename T>
 __host__ __device__ inline void rmsnorm_fwd_write(std::int64_t row, std::int64_t lane,
                                                   std::int64_t lanes, T* y, const T* x, const T* w,
-                                                  std::int64_t H, float rstd) {
+                                                  std::int64_t H, float rstd, float w_offset) {
   const T* xr = x + row * H;
   T* yr = y + row * H;
   for (std::int64_t h = lane; h < H; h += lanes)
-    yr[h] = from_f32<T>(to_f32(xr[h]) * rstd * to_f32(w[h]));
+    yr[h] = from_f32<T>(to_f32(xr[h]) * rstd * (w_offset + to_f32(w[h])));
 }
 
-// Lane's part of sum_h g * x * rstd with g = dy * w.
+// Lane's part of sum_h g * x * rstd with g = dy * (w_offset + w).
 template <typename T>
 __host__ __device__ inline float rmsnorm_dx_part(std::int64_t row, std::int64_t lane,
                                                  std::int64_t lanes, const T* dy, const T* x,
-                                                 const T* w, float rstd, std::int64_t H) {
+                                                 const T* w, float rstd, std::int64_t H,
+                                                 float w_offset) {
   const T* xr = x + row * H;
   const T* dyr = dy + row * H;
   float sum = 0.0f;
   for (std::int64_t h = lane; h < H; h += lanes)
-    sum += to_f32(dyr[h]) * to_f32(w[h]) * to_f32(xr[h]) * rstd;
+    sum += to_f32(dyr[h]) * (w_offset + to_f32(w[h])) * to_f32(xr[h]) * rstd;
   return sum;
 }
 // dx = rstd * (g - x * rstd * mean_h (g x rstd)) over the lane's columns.
@@ -56,12 +58,12 @@ template <typename T>
 __host__ __device__ inline void rmsnorm_dx_write(std::int64_t row, std::int64_t lane,
                                                  std::int64_t lanes, T* dx, const T* dy, const T* x,
                                                  const T* w, float rstd, std::int64_t H,
-                                                 float mean_gx) {
+                                                 float mean_gx, float w_offset) {
   const T* xr = x + row * H;
   const T* dyr = dy + row * H;
   T* dxr = dx + row * H;
   for (std::int64_t h = lane; h < H; h += lanes) {
-    const float g = to_f32(dyr[h]) * to_f32(w[h]);
+    const float g = to_f32(dyr[h]) * (w_offset + to_f32(w[h]));
     dxr[h] = from_f32<T>(rstd * (g - to_f32(xr[h]) * rstd * mean_gx));
   }
 }
@@ -90,14 +92,36 @@ __host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, T* dw, const
   dw[h] = from_f32<T>(sw + (accumulate ? to_f32(dw[h]) : 0.0f));
 }
 
+// The q|k|v row of token t: A query heads, K key heads, K value heads of D columns each. Row r of
+// the q/k norm is head r % (A + K) of token r / (A + K); qkv_head_offset gives where it starts.
+struct QkNormShape {
+  std::int64_t tokens = 0, A = 0, K = 0, D = 0;
+  __host__ __device__ std::int64_t rows() const { return tokens * (A + K); }
+  __host__ __device__ std::int64_t width() const { return (A + 2 * K) * D; }
+  __host__ __device__ std::int64_t offset(std::int64_t row) const {
+    return row / (A + K) * width() + row % (A + K) * D;
+  }
+  __host__ __device__ bool query(std::int64_t row) const { return row % (A + K) < A; }
+};
+
 void launch_rmsnorm_fwd(DType dtype, void* y, float* rstd, const void* x, const void* w,
-                        std::int64_t M, std::int64_t H, float eps, cudaStream_t stream);
+                        std::int64_t M, std::int64_t H, float eps, float w_offset,
+                        cudaStream_t stream);
 // dw may be null (a frozen norm): dx alone. The dw partials go into `workspace` (the GEMM
 // workspace); without room for two chunks of them (column_chunks(M, H, 1, workspace_bytes)) one
 // pass runs.
 void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const void* x,
                         const void* w, const float* rstd, std::int64_t M, std::int64_t H,
-                        bool accumulate, void* workspace, Bytes workspace_bytes,
+                        float w_offset, bool accumulate, void* workspace, Bytes workspace_bytes,
+                        cudaStream_t stream);
+// The q/k norm: each query head by qw, each key head by kw; v copied. rstd[s.rows()].
+void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, const void* qw,
+                        const void* kw, const QkNormShape& s, float eps, float w_offset,
+                        cudaStream_t stream);
+// dqkv (its v part dy's), and dqw, dkw when not null (one pass over the rows per column).
+void launch_qk_norm_bwd(DType dtype, void* dqkv, void* dqw, void* dkw, const void* dy,
+                        const void* qkv, const void* qw, const void* kw, const float* rstd,
+                        const QkNormShape& s, float w_offset, bool accumulate,
                         cudaStream_t stream);
 
 }  // namespace vrambench::cuda

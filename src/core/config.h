@@ -197,6 +197,15 @@ struct ModelConfig {
   // A config's head_dim where it is not hidden / heads (Mistral Nemo: 5120 / 32 heads of 128);
   // 0: hidden / heads.
   std::int64_t explicit_head_dim = 0;
+  // What blocks of other families change in the llama block (docs/memory-model.md, "Model
+  // families"); all off for gpt2, llama, mistral and qwen2.
+  bool qk_norm = false;         // Qwen3, Gemma 3: an RMSNorm over each query and key head ([D])
+  bool sandwich_norms = false;  // Gemma 2 and 3: norms after attention and after the MLP too
+  bool offset_norms = false;    // Gemma: RMSNorm scales by (1 + weight), computed in fp32
+  bool embed_scale = false;     // Gemma: the embeddings times sqrt(hidden)
+  bool gelu_mlp = false;        // Gemma: GeGLU, gelu (tanh) of the gate instead of SiLU
+  double attn_softcap = 0.0;    // Gemma 2: scores -> cap tanh(scores / cap); 0: none
+  double final_softcap = 0.0;   // Gemma 2: the logits likewise
   // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
   std::string source;
 

@@ -20,13 +20,13 @@ using Json = nlohmann::json;
 
 // Families transformers has that the step program does not model yet, with what is missing:
 // named in the refusal so that the user knows it is a gap, not a typo.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kNotYet{{
-    {"qwen3", "its per-head q and k RMSNorms"},
-    {"gemma", "its GeGLU MLP, embedding scaling and (1 + weight) RMSNorm"},
-    {"gemma2", "its four norms per block, GeGLU and logit soft-capping"},
-    {"gemma3_text", "its four norms per block, q/k norms and GeGLU"},
-    {"phi3", "its fused qkv_proj and gate_up_proj"},
+constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kNotYet{{
+    {"phi3", "its fused qkv_proj and gate_up_proj, which LoRA targets as one module each"},
     {"mixtral", "its mixture of experts"},
+    {"qwen2_moe", "its mixture of experts"},
+    {"qwen3_moe", "its mixture of experts"},
+    {"gemma3", "its vision tower (a multimodal config: give its text_config as a gemma3_text "
+               "config.json)"},
 }};
 
 class Reader {
@@ -45,6 +45,22 @@ class Reader {
     const auto it = config_.find(std::string(field));
     if (it == config_.end() || it->is_null()) return fallback;
     return positive(field, *it);
+  }
+  // A positive number or null (0: null, or left out and `fallback` 0).
+  double positive_or_null(std::string_view field, double fallback) const {
+    const auto it = config_.find(std::string(field));
+    if (it == config_.end()) return fallback;
+    if (it->is_null()) return 0.0;
+    if (!it->is_number() || !(it->get<double>() > 0.0))
+      fail(fmt::format("field '{}' is {}, not a positive number or null", field, it->dump()));
+    return it->get<double>();
+  }
+  // A string field, `fallback` where it is left out or null.
+  std::string text(std::string_view field, std::string_view fallback) const {
+    const auto it = config_.find(std::string(field));
+    if (it == config_.end() || it->is_null()) return std::string(fallback);
+    if (!it->is_string()) fail(fmt::format("field '{}' is {}, not a string", field, it->dump()));
+    return it->get<std::string>();
   }
   bool flag(std::string_view field, bool fallback) const {
     const auto it = config_.find(std::string(field));
@@ -74,6 +90,13 @@ class Reader {
 
 // transformers' GPT2Config names: n_embd, n_head, n_layer, n_inner (null: 4 n_embd),
 // n_positions (1024), tie_word_embeddings (true).
+bool is_llama_family(std::string_view type) {
+  for (std::string_view t :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"})
+    if (type == t) return true;
+  return false;
+}
+
 ModelConfig gpt2_model(const Reader& r) {
   ModelConfig m;
   m.arch = Arch::gpt;
@@ -89,12 +112,16 @@ ModelConfig gpt2_model(const Reader& r) {
   return m;
 }
 
-// LlamaConfig, MistralConfig, Qwen2Config: hidden_size, intermediate_size, num_hidden_layers,
-// num_attention_heads, num_key_value_heads (the heads when left out), head_dim (hidden / heads
-// when left out or null), vocab_size, tie_word_embeddings (false). Llama's attention_bias puts a
-// bias on q, k, v and o, its mlp_bias on gate, up and down; Qwen2 has q, k and v biases always
-// (modeling_qwen2.py: bias=True), Mistral none.
+// The llama-style families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GemmaConfig,
+// Gemma2Config, Gemma3TextConfig. Their common fields: hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (the heads when
+// left out), head_dim (the class's default when left out: hidden / heads, 128 for Qwen3, 256 for
+// Gemma), vocab_size, tie_word_embeddings (true for Gemma, false for the rest). Biases: Llama's
+// attention_bias on q, k, v and o and mlp_bias on gate, up and down; Qwen3's and Gemma's
+// attention_bias on q, k, v and o; Qwen2's q, k and v always (modeling_qwen2.py: bias=True);
+// Mistral none. What the family's modeling_*.py does besides: ModelConfig's flags.
 ModelConfig llama_model(const Reader& r, std::string_view type) {
+  const bool gemma = type.starts_with("gemma");
   ModelConfig m;
   m.arch = Arch::llama;
   m.hidden = r.required("hidden_size", type);
@@ -104,15 +131,32 @@ ModelConfig llama_model(const Reader& r, std::string_view type) {
   m.kv_heads = r.optional("num_key_value_heads", m.heads);
   m.vocab = r.required("vocab_size", type);
   m.max_positions = 1;  // rotary: no learned position table
-  m.tied_embeddings = r.flag("tie_word_embeddings", false);
-  const std::int64_t head_dim = r.optional("head_dim", 0);
+  m.tied_embeddings = r.flag("tie_word_embeddings", gemma);
+  const std::int64_t default_head_dim = type == "qwen3" ? 128 : gemma ? 256 : 0;
+  const std::int64_t head_dim = r.optional("head_dim", default_head_dim);
   if (head_dim > 0 && !(m.hidden % m.heads == 0 && head_dim == m.hidden / m.heads))
     m.explicit_head_dim = head_dim;
-  if (type == "llama") {
-    m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
-    m.mlp_bias = r.flag("mlp_bias", false);
-  }
+  if (type == "llama" || type == "qwen3" || gemma) m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
+  if (type == "llama") m.mlp_bias = r.flag("mlp_bias", false);
   m.qkv_bias = m.qkv_bias || type == "qwen2";
+  m.qk_norm = type == "qwen3" || type == "gemma3_text";
+  if (gemma) {
+    m.offset_norms = m.embed_scale = true;
+    // gelu_pytorch_tanh; Gemma's config turns a legacy "gelu" into it.
+    const std::string act = r.text(type == "gemma" ? "hidden_act" : "hidden_activation",
+                                   "gelu_pytorch_tanh");
+    if (!act.starts_with("gelu"))
+      r.fail(fmt::format("activation '{}': a {} MLP is modelled with gelu (tanh)", act, type));
+    m.gelu_mlp = true;
+  }
+  if (type == "gemma2" || type == "gemma3_text") m.sandwich_norms = true;
+  if (type == "gemma2") {
+    m.attn_softcap = r.positive_or_null("attn_logit_softcapping", 50.0);
+    m.final_softcap = r.positive_or_null("final_logit_softcapping", 30.0);
+  } else if (type == "gemma3_text") {
+    m.attn_softcap = r.positive_or_null("attn_logit_softcapping", 0.0);
+    m.final_softcap = r.positive_or_null("final_logit_softcapping", 0.0);
+  }
   return m;
 }
 
@@ -135,7 +179,7 @@ ModelConfig model_from_config(const Json& config, std::string name, std::string 
   ModelConfig m;
   if (type == "gpt2") {
     m = gpt2_model(r);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+  } else if (is_llama_family(type)) {
     m = llama_model(r, type);
   } else {
     for (const auto& [family, missing] : kNotYet)

@@ -67,6 +67,14 @@ std::vector<float> zeros_like(const Operand& b) {
   return std::vector<float>(static_cast<std::size_t>(b.tensor->elements()), 0.0f);
 }
 
+// A norm's weight as its kernel applies it: w + norm_offset (Gemma's 1 + w).
+std::vector<float> offset_weight(const Operand& w, const Op& op) {
+  std::vector<float> values = load(w);
+  if (op.norm_offset != 0.0f)
+    for (float& v : values) v += op.norm_offset;
+  return values;
+}
+
 cpu::AttnShape attn_shape(const Operands& a) {
   const QkvShape s = attention_shape(a);
   return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
@@ -114,13 +122,17 @@ class CpuExecutor final : public Executor {
         a.require(static_cast<std::int64_t>(x.size()) == d.B * d.S * d.H, "x must be [B,S,H]");
         cpu::embedding_fwd(x.data(), ids.data(), w.data(), wpe.empty() ? nullptr : wpe.data(), d.B,
                            d.S, d.V, d.H);
+        if (op.embed_scale != 1.0f)
+          for (float& v : x) v *= op.embed_scale;
         store_out(a, 0, x);
         return;
       }
       case OpKind::embedding_bwd: {
         const EmbeddingDims d = embedding_dims(a);
         const Operand* dwpe = a.output("dwpe");
-        const auto dx = load(a.in[0]);
+        auto dx = load(a.in[0]);
+        if (op.embed_scale != 1.0f)
+          for (float& v : dx) v *= op.embed_scale;
         const auto ids = load_ids(a.in[1]);
         auto g_wte = zeros_like(a.out[0]);
         std::vector<float> g_wpe;
@@ -164,7 +176,7 @@ class CpuExecutor final : public Executor {
       }
       case OpKind::rmsnorm_fwd: {
         const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
-        const auto x = load(a.in[0]), w = load(a.in[1]);
+        const auto x = load(a.in[0]), w = offset_weight(a.in[1], op);
         auto y = zeros_like(a.out[0]), rstd = zeros_like(a.out[1]);
         cpu::rmsnorm_fwd(y.data(), rstd.data(), x.data(), w.data(), M, H, op.eps);
         store_out(a, 0, y);
@@ -173,12 +185,56 @@ class CpuExecutor final : public Executor {
       }
       case OpKind::rmsnorm_bwd: {
         const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
-        const auto dy = load(a.in[0]), x = load(a.in[1]), w = load(a.in[2]), rstd = load(a.in[3]);
+        const auto dy = load(a.in[0]), x = load(a.in[1]), rstd = load(a.in[3]);
+        const auto w = offset_weight(a.in[2], op);
         auto dx = zeros_like(a.out[0]);
         std::vector<float> dw(static_cast<std::size_t>(H));
         cpu::rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), M, H);
         store_out(a, 0, dx);
         if (a.out.size() == 2) store_out(a, 1, dw);  // a frozen norm writes dx alone
+        return;
+      }
+      case OpKind::qk_norm_fwd: {
+        const cpu::AttnShape s = attn_shape(a);
+        const auto qkv = load(a.in[0]);
+        const auto qw = offset_weight(a.in[1], op), kw = offset_weight(a.in[2], op);
+        auto y = zeros_like(a.out[0]), rstd = zeros_like(a.out[1]);
+        a.require(static_cast<std::int64_t>(rstd.size()) == s.B * s.S * (s.A + s.K),
+                  "rstd must be [B,S,A+K]");
+        cpu::qk_norm_fwd(y.data(), rstd.data(), qkv.data(), qw.data(), kw.data(), s.B * s.S, s.A,
+                         s.K, s.D, op.eps);
+        store_out(a, 0, y);
+        store_out(a, 1, rstd);
+        return;
+      }
+      case OpKind::qk_norm_bwd: {
+        const cpu::AttnShape s = attn_shape(a);
+        const auto dy = load(a.in[0]), qkv = load(a.in[1]), rstd = load(a.in[4]);
+        const auto qw = offset_weight(a.in[2], op), kw = offset_weight(a.in[3], op);
+        auto dqkv = zeros_like(a.out[0]);
+        std::vector<float> dqw(static_cast<std::size_t>(s.D)), dkw(dqw.size());
+        cpu::qk_norm_bwd(dqkv.data(), dqw.data(), dkw.data(), dy.data(), qkv.data(), qw.data(),
+                         kw.data(), rstd.data(), s.B * s.S, s.A, s.K, s.D);
+        store_out(a, 0, dqkv);
+        if (a.out.size() == 3) {  // frozen norms write dqkv alone
+          store_out(a, 1, dqw);
+          store_out(a, 2, dkw);
+        }
+        return;
+      }
+      case OpKind::softcap_fwd: {
+        const auto x = load(a.in[0]);
+        auto y = zeros_like(a.out[0]);
+        cpu::softcap_fwd(y.data(), x.data(), static_cast<std::int64_t>(x.size()), op.softcap);
+        store_out(a, 0, y);
+        return;
+      }
+      case OpKind::softcap_bwd: {
+        const auto dy = load(a.in[0]), y = load(a.in[1]);
+        auto dx = zeros_like(a.out[0]);
+        cpu::softcap_bwd(dx.data(), dy.data(), y.data(), static_cast<std::int64_t>(y.size()),
+                         op.softcap);
+        store_out(a, 0, dx);
         return;
       }
       case OpKind::linear_fwd: {
@@ -220,7 +276,8 @@ class CpuExecutor final : public Executor {
       case OpKind::swiglu_fwd: {
         const auto gate = load(a.in[0]), up = load(a.in[1]);
         auto y = zeros_like(a.out[0]);
-        cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()));
+        cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()),
+                        op.gelu_gate);
         store_out(a, 0, y);
         return;
       }
@@ -228,7 +285,7 @@ class CpuExecutor final : public Executor {
         const auto dy = load(a.in[0]), gate = load(a.in[1]), up = load(a.in[2]);
         auto dgate = zeros_like(a.out[0]), dup = zeros_like(a.out[1]);
         cpu::swiglu_bwd(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(),
-                        static_cast<std::int64_t>(dy.size()));
+                        static_cast<std::int64_t>(dy.size()), op.gelu_gate);
         store_out(a, 0, dgate);
         store_out(a, 1, dup);
         return;
@@ -302,7 +359,7 @@ class CpuExecutor final : public Executor {
         const auto qkv = load(a.in[0]);
         auto y = zeros_like(a.out[0]), lse = zeros_like(a.out[1]);
         cpu::flash_fwd(y.data(), lse.data(), qkv.data(), s, static_cast<float>(op.dropout_p),
-                       op.seed);
+                       op.seed, op.softcap);
         store_out(a, 0, y);
         store_out(a, 1, lse);
         return;
@@ -312,7 +369,7 @@ class CpuExecutor final : public Executor {
         const auto dy = load(a.in[0]), qkv = load(a.in[1]), y = load(a.in[2]), lse = load(a.in[3]);
         auto dqkv = zeros_like(a.out[0]);
         cpu::flash_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s,
-                       static_cast<float>(op.dropout_p), op.seed);
+                       static_cast<float>(op.dropout_p), op.seed, op.softcap);
         store_out(a, 0, dqkv);
         return;
       }

@@ -148,7 +148,7 @@ void CudaExecutor::run(const Operands& a) {
       const EmbeddingDims d = embedding_dims(a);
       const Operand* wpe = a.input("wpe");
       launch_embedding_fwd(dt, a.out[0].data, ids(a.in[0]), cptr(a.in[1]),
-                           wpe ? cptr(*wpe) : nullptr, d.B * d.S, d.S, d.H, st);
+                           wpe ? cptr(*wpe) : nullptr, d.B * d.S, d.S, d.H, op.embed_scale, st);
       return;
     }
     case OpKind::embedding_bwd: {
@@ -156,7 +156,7 @@ void CudaExecutor::run(const Operands& a) {
       const Operand* dwpe = a.output("dwpe");
       launch_embedding_bwd(dt, a.out[0].data, dwpe ? dwpe->data : nullptr, cptr(a.in[0]),
                            ids(a.in[1]), d.B * d.S, d.S, d.H, d.V, d.P, a.accumulates(a.out[0]),
-                           a.workspace, a.workspace_bytes, st);
+                           op.embed_scale, a.workspace, a.workspace_bytes, st);
       return;
     }
     case OpKind::layernorm_fwd:
@@ -174,13 +174,38 @@ void CudaExecutor::run(const Operands& a) {
       return;
     case OpKind::rmsnorm_fwd:
       launch_rmsnorm_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]),
-                         rows(a.in[0]), last_dim(a.in[0]), op.eps, st);
+                         rows(a.in[0]), last_dim(a.in[0]), op.eps, op.norm_offset, st);
       return;
     case OpKind::rmsnorm_bwd:
       launch_rmsnorm_bwd(dt, a.out[0].data, a.out.size() == 2 ? a.out[1].data : nullptr,
                          cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]),
-                         last_dim(a.in[1]), a.out.size() == 2 && a.accumulates(a.out[1]),
-                         a.workspace, a.workspace_bytes, st);
+                         last_dim(a.in[1]), op.norm_offset,
+                         a.out.size() == 2 && a.accumulates(a.out[1]), a.workspace,
+                         a.workspace_bytes, st);
+      return;
+    case OpKind::qk_norm_fwd:
+    case OpKind::qk_norm_bwd: {
+      const AttentionShape s = attn_shape(a);
+      const QkNormShape q{s.batch * s.seq, s.heads, s.kv_heads, s.head_dim};
+      if (op.kind == OpKind::qk_norm_fwd) {
+        launch_qk_norm_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]),
+                           cptr(a.in[2]), q, op.eps, op.norm_offset, st);
+      } else {
+        const bool dw = a.out.size() == 3;  // frozen norms write dqkv alone
+        launch_qk_norm_bwd(dt, a.out[0].data, dw ? a.out[1].data : nullptr,
+                           dw ? a.out[2].data : nullptr, cptr(a.in[0]), cptr(a.in[1]),
+                           cptr(a.in[2]), cptr(a.in[3]), f32(a.in[4]), q, op.norm_offset,
+                           dw && a.accumulates(a.out[1]), st);
+      }
+      return;
+    }
+    case OpKind::softcap_fwd:
+      launch_softcap_fwd(dt, a.out[0].data, cptr(a.in[0]), a.in[0].tensor->elements(), op.softcap,
+                         st);
+      return;
+    case OpKind::softcap_bwd:
+      launch_softcap_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]),
+                         a.in[1].tensor->elements(), op.softcap, st);
       return;
     case OpKind::linear_fwd: {
       const LinearDims d = linear_dims(a);
@@ -208,11 +233,11 @@ void CudaExecutor::run(const Operands& a) {
       return;
     case OpKind::swiglu_fwd:
       launch_swiglu_fwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]),
-                        a.out[0].tensor->elements(), st);
+                        a.out[0].tensor->elements(), op.gelu_gate, st);
       return;
     case OpKind::swiglu_bwd:
       launch_swiglu_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
-                        cptr(a.in[2]), a.in[0].tensor->elements(), st);
+                        cptr(a.in[2]), a.in[0].tensor->elements(), op.gelu_gate, st);
       return;
     case OpKind::rope_fwd:
     case OpKind::rope_bwd: {
@@ -241,6 +266,11 @@ void CudaExecutor::run(const Operands& a) {
     case OpKind::flash_bwd: {
       const bool fwd = op.kind == OpKind::flash_fwd;
       const AttentionShape s = attn_shape(a);
+      if (op.softcap > 0.0f)
+        a.fail(fmt::format(
+            "the fused attention kernels here do not soft-cap scores (Gemma 2's "
+            "attn_logit_softcapping {}): use --attention eager on cuda, or --no-execute",
+            op.softcap));
       if (resolve_flash_impl(flash_impl_, dt) == FlashImpl::cudnn) {  // cuDNN or fail: no fallback
         cudnn_flash(a, s, dt);
         return;

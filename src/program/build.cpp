@@ -7,8 +7,11 @@
 //           then backward in reverse, then one optimizer op per weight.
 //   gpt block:   ln1 -> qkv -> attention -> proj [-> dropout] -> +x_in = x_mid
 //                ln2 -> fc -> gelu -> proj [-> dropout] -> +x_mid = x_out
-//   llama block: attn_norm -> qkv -> rope -> attention -> o [-> dropout] -> +x_in = x_mid
-//                mlp_norm -> gate, up -> swiglu -> down [-> dropout] -> +x_mid = x_out
+//   llama block: attn_norm -> qkv [-> qk_norm] -> rope -> attention -> o [-> dropout]
+//                [-> post_attn_norm] -> +x_in = x_mid
+//                mlp_norm -> gate, up -> swiglu -> down [-> dropout] [-> post_mlp_norm]
+//                -> +x_mid = x_out
+//   (the bracketed norms are Qwen3's and Gemma's: ModelConfig's qk_norm and sandwich_norms)
 // In 16-bit with dropout and eager attention a gpt block saves Korthikanti's 34sbh + 5as^2b bytes
 // (plus the fp32 norm statistics). Tensors are named "layer3.attn.probs", "layer3.mlp.fc.w",
 // "layer3.mlp.fc.w.grad", "wte.m"; a replayed tensor adds ".recompute"; a gradient adds ".grad".
@@ -39,6 +42,7 @@ struct BlockGrad {
 // The attention core's tensors; -1 where the attention kind has none.
 struct Core {
   int scores = -1, probs = -1, probs_drop = -1, probs_mask = -1;  // eager
+  int capped = -1;  // eager with soft-capping: the capped scores the softmax reads
   int y = -1;
   int lse = -1;  // flash
   int values_input() const { return probs_drop >= 0 ? probs_drop : probs; }
@@ -59,12 +63,16 @@ struct BlockTensors {
   int x_in = -1;
   int norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
   int qkv_linear = -1;  // the qkv projection's output (llama: before rope)
+  int qk_normed = -1, qk_rstd = -1;  // qk_norm: what rope reads, and the heads' statistics
   int qkv = -1;         // what attention reads (gpt: qkv_linear; llama: attn.qkv_rot)
   Core core;
   int proj_out = -1, proj_drop = -1, proj_mask = -1;
   int x_mid = -1;
   int norm2_out = -1, norm2_mean = -1, norm2_rstd = -1;
   Mlp mlp;
+  // sandwich_norms: each branch's output before its norm, and the norm's statistics and output.
+  int attn_branch = -1, post_attn_rstd = -1, post_attn_out = -1;
+  int mlp_branch = -1, post_mlp_rstd = -1, post_mlp_out = -1;
   int x_out = -1;
   LoraSaved qkv_saved, proj_saved;
   BlockGrad grad;
@@ -128,8 +136,20 @@ class LeanBuilder : private LeanLinears {
       mean = -1;
       rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
                     stats_component(pass.replay));
-      op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.replay);
+      rms_attrs(op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.replay));
     }
+  }
+
+  // A sandwich norm of a branch's output x (Gemma 2 and 3), before the residual add: x is kept
+  // for the norm's backward, the normed output is the add's alone. Returns the output.
+  int post_norm_fwd(const Name& name, int x, const Param& w, const Pass& pass, int layer,
+                    int& rstd) {
+    keep_as(x, saved(pass));
+    const int out = tensor(suffixed(pass, name + ".out"), bsh(), act_, Role::transient);
+    rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, saved(pass),
+                  stats_component(pass.replay));
+    rms_attrs(op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.replay));
+    return out;
   }
 
   // scores -> softmax -> [dropout]: the part selective recompute replays.
@@ -138,8 +158,15 @@ class LeanBuilder : private LeanLinears {
     core.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), act_, Role::transient);
     attention_attrs(
         gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {core.scores}, layer, pass.replay));
+    int softmax_in = core.scores;
+    if (const double cap = cfg_.model.attn_softcap; cap > 0.0) {
+      // Soft-capping: the capped scores are what the softmax reads and the cap's backward.
+      core.capped = tensor(suffixed(pass, pre + "attn.scores_capped"), bass(), act_, role);
+      softcap_op(pre + "attn.softcap", core.scores, core.capped, layer, cap, pass.replay);
+      softmax_in = core.capped;
+    }
     core.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), act_, role);
-    op(OpKind::softmax_fwd, pre + "attn.softmax", {core.scores}, {core.probs}, layer, pass.replay);
+    op(OpKind::softmax_fwd, pre + "attn.softmax", {softmax_in}, {core.probs}, layer, pass.replay);
     if (dropout_) {
       core.probs_drop = tensor(suffixed(pass, pre + "attn.probs_drop"), bass(), act_, role);
       core.probs_mask = tensor(suffixed(pass, pre + "attn.probs_mask"), bass(), DType::u8, role);
@@ -165,6 +192,7 @@ class LeanBuilder : private LeanLinears {
                  pass.replay);
       attention_attrs(o);
       dropout_attrs(o, layer, DropoutSite::attn_probs);
+      o.softcap = static_cast<float>(cfg_.model.attn_softcap);
     }
     return core;
   }
@@ -186,8 +214,8 @@ class LeanBuilder : private LeanLinears {
       mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), act_, role);
       mlp.up_saved = linear_fwd(w.up, x, mlp.up_out, layer, pass);
       mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act_, role);
-      op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {mlp.gate_out, mlp.up_out}, {mlp.swiglu_out},
-         layer, pass.replay);
+      gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {mlp.gate_out, mlp.up_out},
+                    {mlp.swiglu_out}, layer, pass.replay));
       mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
@@ -213,12 +241,26 @@ class LeanBuilder : private LeanLinears {
       b.qkv_saved = linear_fwd(w.qkv, b.norm1_out, b.qkv_linear, l, pass);
       b.qkv = b.qkv_linear;
     } else {
-      // Rope reads the projection once; only the rotated copy is kept for backward.
-      b.qkv_linear = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, act_, Role::transient);
+      // Rope reads the projection once; only the rotated copy is kept for backward. The q/k
+      // norm between them keeps the projection, and its statistics, for its own backward.
+      b.qkv_linear = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, act_,
+                            cfg_.model.qk_norm ? role : Role::transient);
       b.qkv_saved = linear_fwd(w.qkv, b.norm1_out, b.qkv_linear, l, pass);
+      int rope_in = b.qkv_linear;
+      if (cfg_.model.qk_norm) {
+        b.qk_normed =
+            tensor(suffixed(pass, pre + "attn.qk_norm.out"), {B_, S_, Q_}, act_, Role::transient);
+        b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, A_ + K_},
+                           DType::f32, role, stats_component(pass.replay));
+        Op& o = op(OpKind::qk_norm_fwd, pre + "attn.qk_norm",
+                   {b.qkv_linear, w.q_norm_w.w, w.k_norm_w.w}, {b.qk_normed, b.qk_rstd}, l,
+                   pass.replay);
+        attention_attrs(o);
+        rms_attrs(o);
+        rope_in = b.qk_normed;
+      }
       b.qkv = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, act_, role);
-      attention_attrs(
-          op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv_linear}, {b.qkv}, l, pass.replay));
+      attention_attrs(op(OpKind::rope_fwd, pre + "attn.rope", {rope_in}, {b.qkv}, l, pass.replay));
     }
     b.core = attention_fwd(pre, l, b.qkv, pass);
 
@@ -229,16 +271,28 @@ class LeanBuilder : private LeanLinears {
     if (dropout_)
       residual = b.proj_drop =
           dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, DType::u8, b.proj_mask);
+    if (cfg_.model.sandwich_norms) {
+      b.attn_branch = residual;
+      residual = b.post_attn_out =
+          post_norm_fwd(pre + "post_attn_norm", residual, w.post_attn_norm_w, pass, l,
+                        b.post_attn_rstd);
+    }
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), act_, role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
     norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l, role,
              b.norm2_out, b.norm2_mean, b.norm2_rstd);
     b.mlp = mlp_fwd(pre, l, b.norm2_out, w, pass);
+    int mlp_y = b.mlp.y();
+    if (cfg_.model.sandwich_norms) {
+      b.mlp_branch = mlp_y;
+      mlp_y = b.post_mlp_out = post_norm_fwd(pre + "post_mlp_norm", mlp_y, w.post_mlp_norm_w, pass,
+                                             l, b.post_mlp_rstd);
+    }
     // The block output is the next block's input: saved even under full recompute.
     b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), act_,
                      pass.replay ? Role::transient : Role::activation);
-    op(OpKind::add, pre + "mlp.residual", {b.x_mid, b.mlp.y()}, {b.x_out}, l, pass.replay);
+    op(OpKind::add, pre + "mlp.residual", {b.x_mid, mlp_y}, {b.x_out}, l, pass.replay);
     return b;
   }
 
@@ -258,6 +312,7 @@ class LeanBuilder : private LeanLinears {
                  {dqkv, scratch}, layer);
       attention_attrs(o);
       dropout_attrs(o, layer, DropoutSite::attn_probs);
+      o.softcap = static_cast<float>(cfg_.model.attn_softcap);
       return dqkv;
     }
     // Selective recompute: the S x S tensors were dropped in the forward; regenerate them right
@@ -273,7 +328,14 @@ class LeanBuilder : private LeanLinears {
       dprobs = dropout_bwd(pre + "attn.probs", dvalues_in, core.probs_mask, core.probs, layer,
                            DropoutSite::attn_probs);
     const int dscores = grad_of(core.scores);
-    op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dscores}, layer);
+    if (core.capped >= 0) {
+      const int dcapped = grad_of(core.capped);
+      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dcapped}, layer);
+      softcap_bwd_op(pre + "attn.softcap.bwd", dcapped, core.capped, dscores, layer,
+                     cfg_.model.attn_softcap);
+    } else {
+      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dscores}, layer);
+    }
     // The q and k parts of dqkv are written in place, next to the v part attn_values_bwd wrote.
     attention_attrs(gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv},
                          {dqkv}, layer));
@@ -302,8 +364,8 @@ class LeanBuilder : private LeanLinears {
     if (!swiglu) return -1;
     const int dgate = grad_of(mlp.gate_out);
     const int dup = grad_of(mlp.up_out);
-    op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, mlp.gate_out, mlp.up_out},
-       {dgate, dup}, layer);
+    gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, mlp.gate_out, mlp.up_out},
+                  {dgate, dup}, layer));
     // x feeds two projections: autograd sums their input gradients.
     int dx_up = g.mlp_in ? grad_named(pre + "mlp.up.in.grad", x) : -1;
     if (g.up) dx_up = linear_bwd(w.up, mlp.up_saved, dup, x, dx_up, layer);
@@ -325,7 +387,8 @@ class LeanBuilder : private LeanLinears {
       row_sum(OpKind::layernorm_bwd, name + ".bwd", {dy, x, w.w, mean, rstd}, std::move(grads),
               layer);
     else
-      row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, x, w.w, rstd}, std::move(grads), layer);
+      rms_attrs(
+          row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, x, w.w, rstd}, std::move(grads), layer));
   }
 
   // Gradient of the block input from the gradient of its output; -1 when the input needs none.
@@ -336,7 +399,13 @@ class LeanBuilder : private LeanLinears {
     const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
     const Name norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
 
-    const int dnorm2_out = mlp_bwd(pre, l, b.norm2_out, b.mlp, w, dx_out, g);
+    int dmlp_y = dx_out;
+    if (b.mlp_branch >= 0 && g.out) {
+      dmlp_y = grad_of(b.mlp_branch);
+      norm_bwd(pre + "post_mlp_norm", dx_out, b.mlp_branch, w.post_mlp_norm_w, Param{}, -1,
+               b.post_mlp_rstd, dmlp_y, l);
+    }
+    const int dnorm2_out = mlp_bwd(pre, l, b.norm2_out, b.mlp, w, dmlp_y, g);
     if (!g.x_mid) return -1;
     const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
     norm_bwd(norm2, dnorm2_out, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean, b.norm2_rstd,
@@ -346,17 +415,34 @@ class LeanBuilder : private LeanLinears {
 
     const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
     int dproj = dx_mid;
+    if (b.attn_branch >= 0) {
+      dproj = grad_of(b.attn_branch);
+      norm_bwd(pre + "post_attn_norm", dx_mid, b.attn_branch, w.post_attn_norm_w, Param{}, -1,
+               b.post_attn_rstd, dproj, l);
+    }
     if (dropout_)
-      dproj = dropout_bwd(proj, dx_mid, b.proj_mask, b.proj_out, l, DropoutSite::attn_proj);
+      dproj = dropout_bwd(proj, dproj, b.proj_mask, b.proj_out, l, DropoutSite::attn_proj);
     const int dy = g.qkv ? grad_of(b.core.y) : -1;
     linear_bwd(w.proj, b.proj_saved, dproj, b.core.y, dy, l);
     if (!g.qkv) return g.x_in ? dx_mid : -1;
 
     int dqkv = attention_bwd(pre, l, b.qkv, b.core, dy);
     if (!gpt_) {
-      const int dqkv_linear = grad_of(b.qkv_linear);
-      attention_attrs(op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {dqkv_linear}, l));
-      dqkv = dqkv_linear;
+      const int rope_in = b.qk_normed >= 0 ? b.qk_normed : b.qkv_linear;
+      const int drope_in = grad_of(rope_in);
+      attention_attrs(op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {drope_in}, l));
+      dqkv = drope_in;
+      if (b.qk_normed >= 0) {
+        const int dqkv_linear = grad_of(b.qkv_linear);
+        TensorIds out{dqkv_linear};
+        push_grad_if(out, w.q_norm_w);
+        push_grad_if(out, w.k_norm_w);
+        Op& o = op(OpKind::qk_norm_bwd, pre + "attn.qk_norm.bwd",
+                   {dqkv, b.qkv_linear, w.q_norm_w.w, w.k_norm_w.w, b.qk_rstd}, std::move(out), l);
+        attention_attrs(o);
+        rms_attrs(o);
+        dqkv = dqkv_linear;
+      }
     }
     const int dnorm1_out =
         linear_bwd(w.qkv, b.qkv_saved, dqkv, b.norm1_out, g.x_in ? grad_of(b.norm1_out) : -1, l);
@@ -421,7 +507,7 @@ class LeanBuilder : private LeanLinears {
     }
     TensorIds embed_in{tokens, wte.w};
     push_if(embed_in, wpe);
-    op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1);
+    embed_attrs(op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1));
     if (dropout_)
       dropout_attrs(op(OpKind::dropout_fwd, "embed.dropout", {embed_out}, {x0, embed_mask}, -1), -1,
                     DropoutSite::embedding);
@@ -438,21 +524,36 @@ class LeanBuilder : private LeanLinears {
     int final_out = -1, final_mean = -1, final_rstd = -1;
     norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, Role::activation, final_out, final_mean,
              final_rstd);
-    const int logits =
-        tensor("logits", {M_, V_}, act_, Role::activation, MemoryComponent::logits_and_loss);
+    // Under final soft-capping (Gemma 2) the capped logits are what the loss and the cap's
+    // backward read; the lm head's output is the cap's alone.
+    const double cap = m.final_softcap;
+    const int logits = tensor(cap > 0.0 ? "logits.uncapped" : "logits", {M_, V_}, act_,
+                              cap > 0.0 ? Role::transient : Role::activation,
+                              MemoryComponent::logits_and_loss);
     gemm(OpKind::linear_fwd, "lm_head", {final_out, lm.w}, {logits}, -1);
+    int ce_in = logits;
+    if (cap > 0.0) {
+      ce_in =
+          tensor("logits", {M_, V_}, act_, Role::activation, MemoryComponent::logits_and_loss);
+      softcap_op("logits.softcap", logits, ce_in, -1, cap);
+    }
     const int loss =
         tensor("loss", {1}, DType::f32, Role::transient, MemoryComponent::logits_and_loss);
     const int lse =
         tensor("ce.lse", {M_}, DType::f32, Role::activation, MemoryComponent::logits_and_loss);
-    op(OpKind::cross_entropy_fwd, "ce", {logits, targets}, {loss, lse}, -1);
+    op(OpKind::cross_entropy_fwd, "ce", {ce_in, targets}, {loss, lse}, -1);
     p_.loss_tensor = loss;
 
     // Backward.
     backward_start_ = static_cast<int>(p_.ops.size());
-    const int dlogits = grad_of(logits);
-    op(OpKind::cross_entropy_bwd, "ce.bwd", {logits, targets, lse}, {dlogits}, -1).grad_scale =
+    const int dce_in = grad_of(ce_in);
+    op(OpKind::cross_entropy_bwd, "ce.bwd", {ce_in, targets, lse}, {dce_in}, -1).grad_scale =
         loss_scale_;
+    int dlogits = dce_in;
+    if (cap > 0.0) {
+      dlogits = grad_of(logits);
+      softcap_bwd_op("logits.softcap.bwd", dce_in, ce_in, dlogits, -1, cap);
+    }
     const int dfinal_out = grad_of(final_out);
     // Tied: the lm head is the first writer of wte.grad; embedding_bwd accumulates into it.
     if (lm.trainable())
@@ -486,6 +587,7 @@ class LeanBuilder : private LeanLinears {
     Op& embed_bwd =
         row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
     embed_bwd.accumulate = m.tied_embeddings;
+    embed_attrs(embed_bwd);
   }
 
   // Under fine-tuning, an activation that no op of the backward reads was not saved: it is a

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -98,8 +99,11 @@ struct Linear {
 struct BlockWeights {
   Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
   Linear qkv;              // [Q,H], [Q]
-  Linear proj;             // attention output projection [H,H], [H]
-  Param norm2_w, norm2_b;  // gpt: ln2; llama: mlp_norm
+  Param q_norm_w, k_norm_w;  // qk_norm: [D] each
+  Linear proj;               // attention output projection [H,H], [H]
+  Param post_attn_norm_w;    // sandwich_norms: the attention output's norm [H]
+  Param norm2_w, norm2_b;    // gpt: ln2; llama: mlp_norm
+  Param post_mlp_norm_w;     // sandwich_norms: the MLP output's norm [H]
   Linear fc;               // gpt: fc [F,H], [F]; llama: gate [F,H]
   Linear up;               // llama: up [F,H]
   Linear out;              // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
@@ -167,8 +171,14 @@ void norm_and_attention_weights(const StepShape& s, const ModelConfig& m, int l,
         LinearModules{
             {LoraModule::q, s.AD_}, {LoraModule::k, s.K_ * s.D_}, {LoraModule::v, s.K_ * s.D_}},
         m.qkv_bias);
+    if (m.qk_norm) {
+      w.q_norm_w = norm(pre + "attn.q_norm.w", Shape{s.D_});
+      w.k_norm_w = norm(pre + "attn.k_norm.w", Shape{s.D_});
+    }
     w.proj = linear(pre + "attn.o", s.AD_, LinearModules{{LoraModule::o, s.H_}}, m.o_bias);
+    if (m.sandwich_norms) w.post_attn_norm_w = norm(pre + "post_attn_norm.w", Shape{s.H_});
     w.norm2_w = norm(pre + "mlp_norm.w", Shape{s.H_});
+    if (m.sandwich_norms) w.post_mlp_norm_w = norm(pre + "post_mlp_norm.w", Shape{s.H_});
   }
 }
 template <typename MakeLinear>
@@ -254,6 +264,26 @@ class ProgramWriter {
     return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
   }
   DType dtype_of(int id) const { return p_.tensor(id).dtype; }
+  // Tensor `id`, made as a transient, kept in `role` after all (a later op's backward reads it),
+  // filed under that role's component.
+  void keep_as(int id, Role role) {
+    Tensor& t = p_.tensors[static_cast<std::size_t>(id)];
+    if (t.role == role) return;
+    t.role = role;
+    t.component = t.name.ends_with(kRecomputeSuffix) ? MemoryComponent::recomputed_activations
+                                                     : default_component(role);
+  }
+  // A softcap op of the model's `cap`.
+  Op& softcap_op(Name name, int x, int y, int layer, double cap, bool recompute = false) {
+    Op& o = op(OpKind::softcap_fwd, std::move(name), {x}, {y}, layer, recompute);
+    o.softcap = static_cast<float>(cap);
+    return o;
+  }
+  Op& softcap_bwd_op(Name name, int dy, int y, int dx, int layer, double cap) {
+    Op& o = op(OpKind::softcap_bwd, std::move(name), {dy, y}, {dx}, layer);
+    o.softcap = static_cast<float>(cap);
+    return o;
+  }
   // The step's forward pass under the configuration's recompute, and a recompute's replay.
   Pass forward_pass() const {
     Pass pass;
@@ -285,6 +315,22 @@ class ProgramWriter {
   void attention_attrs(Op& o) const {
     o.heads = p_.config.model.heads;
     o.kv_heads = p_.config.model.kv_heads;
+  }
+  // An RMSNorm op's weight offset: 1 for Gemma's (1 + w).
+  Op& rms_attrs(Op& o) const {
+    if (p_.config.model.offset_norms) o.norm_offset = 1.0f;
+    return o;
+  }
+  // The model's GeGLU on a swiglu op.
+  Op& gate_attrs(Op& o) const {
+    o.gelu_gate = p_.config.model.gelu_mlp;
+    return o;
+  }
+  // The embedding's scale (Gemma: sqrt(hidden)) on an embedding op.
+  Op& embed_attrs(Op& o) const {
+    if (p_.config.model.embed_scale)
+      o.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(p_.config.model.hidden)));
+    return o;
   }
   // A dropout site's probability and seed; nothing without dropout.
   void dropout_attrs(Op& o, int layer, DropoutSite site) const {

@@ -50,9 +50,17 @@ struct HfBlockTensors {
   int qkv_rot = -1;  // llama: after rope
   int attn_qkv = -1;  // what attention reads: qkv (gpt) or qkv_rot (llama), or autocast's copy
   int scores = -1, probs = -1, probs_c = -1, probs_drop = -1, probs_mask = -1, values_in = -1;
+  int capped = -1;  // attention soft-capping (Gemma 2, eager)
   int y = -1, lse = -1;
   LinearSaved proj_saved;
   int proj_out = -1, proj_drop = -1, proj_mask = -1;
+  int qk_normed = -1, qk_rstd = -1;  // qk_norm: what rope reads, and the heads' statistics
+  TensorIds qk_held;                 // what the q/k norm's backward releases
+  // sandwich_norms: the norms of the attention's and the MLP's outputs (input copy, output,
+  // statistics).
+  int post_attn_x = -1, post_attn_out = -1, post_attn_rstd = -1;
+  int post_mlp_x = -1, post_mlp_out = -1, post_mlp_rstd = -1;
+  TensorIds post_attn_held, post_mlp_held;
   int x_mid = -1;
   int norm2_x = -1, norm2_out = -1, norm2_mean = -1, norm2_rstd = -1;
   LinearSaved fc_saved, up_saved, out_saved;
@@ -118,21 +126,46 @@ class HfBuilder : private HfLinears {
       return;
     }
     norm_x = cast(x, DType::f32, name + ".x_f32", x_role, layer, pass.replay);
+    if (norm_x == x && x_role == Role::activation) keep_for_backward(x, pass);
     out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, out_role);
     mean = -1;
     rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, x_role,
                   stats_component(pass.replay));
-    Op& o = op(OpKind::rmsnorm_fwd, name, {norm_x, w.w}, {out, rstd}, layer, pass.replay);
-    // x.pow(2) and the fp32 normalised x (cast back unless the model is fp32) are temporaries;
-    // the normalised x in the input's dtype is saved by the multiply with the weight.
-    o.held.push_back(
-        tensor(suffixed(pass, name + ".x_squared"), bsh(), DType::f32, Role::transient));
+    Op& o =
+        rms_attrs(op(OpKind::rmsnorm_fwd, name, {norm_x, w.w}, {out, rstd}, layer, pass.replay));
+    rms_pieces(name, bsh(), x_dtype, out_role, pass, w.trainable(), o.held, held);
+  }
+
+  // What an RMSNorm of x (dtype `x_dtype`, `dims`) makes besides its operands, into `op_held`,
+  // and what its weight's gradient reads, into `held`. x.pow(2) is a temporary. Llama's norm
+  // casts the fp32 normalised x back (a temporary unless the model is fp32) and multiplies the
+  // weight by it, which saves it; Gemma's multiplies the fp32 normalised x by (1 + w), saving it
+  // in fp32, and casts the fp32 product back (a temporary unless the model is fp32).
+  void rms_pieces(const Name& name, const Dims& dims, DType x_dtype, Role out_role,
+                  const Pass& pass, bool trainable, TensorIds& op_held, TensorIds& held) {
+    op_held.push_back(
+        tensor(suffixed(pass, name + ".x_squared"), dims, DType::f32, Role::transient));
+    const bool gemma = cfg_.model.offset_norms;
     if (x_dtype != DType::f32)
-      o.held.push_back(
-          tensor(suffixed(pass, name + ".normed_f32"), bsh(), DType::f32, Role::transient));
-    const int normed = tensor(suffixed(pass, name + ".normed"), bsh(), x_dtype, out_role);
-    o.held.push_back(normed);
-    if (w.trainable()) held.push_back(normed);
+      op_held.push_back(tensor(suffixed(pass, name + (gemma ? ".product_f32" : ".normed_f32")),
+                               dims, DType::f32, Role::transient));
+    const int normed =
+        tensor(suffixed(pass, name + ".normed"), dims, gemma ? DType::f32 : x_dtype, out_role);
+    op_held.push_back(normed);
+    if (trainable) held.push_back(normed);
+  }
+
+  // A sandwich norm (Gemma 2 and 3) of a branch's output x, whose input requires grad when
+  // `x_grad`: its output is the residual add's alone.
+  int post_norm_fwd(const Name& name, int x, const Param& w, const Pass& pass, int layer,
+                    bool x_grad, int& norm_x, int& rstd, TensorIds& held) {
+    int out = -1, mean = -1;
+    norm_fwd(name, x, w, Param{}, pass, layer, x_grad, norm_x, out, mean, rstd, held);
+    Tensor& t = p_.tensors[static_cast<std::size_t>(out)];
+    t.role = Role::transient;
+    t.component = t.name.ends_with(kRecomputeSuffix) ? MemoryComponent::recomputed_activations
+                                                     : default_component(Role::transient);
+    return out;
   }
 
   // The attention core from the q|k|v tensor the kernels read, into b.y.
@@ -187,6 +220,7 @@ class HfBuilder : private HfLinears {
           op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {b.y, b.lse, scratch}, l, pass.replay);
       attention_attrs(o);
       dropout_attrs(o, l, DropoutSite::attn_probs);
+      o.softcap = static_cast<float>(cfg_.model.attn_softcap);  // flash-attention 2's softcap
       o.held = fwd_held;
       if (mask_ >= 0) o.held.push_back(mask_);
       return;
@@ -194,20 +228,35 @@ class HfBuilder : private HfLinears {
     // scores = q k^T, scaled (a second S x S tensor), plus the causal mask (in the model's dtype:
     // fp32 under autocast, which promotes the sum).
     const DType score_dtype = dtype_of(mask_) == DType::f32 ? DType::f32 : cdt_;
-    b.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), score_dtype, Role::transient);
+    const double cap = cfg_.model.attn_softcap;
+    b.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), cap > 0.0 ? cdt_ : score_dtype,
+                      Role::transient);
     Op& scores = gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {b.scores}, l, pass.replay);
     attention_attrs(scores);
     scores.held = fwd_held;
     scores.held.push_back(
         tensor(suffixed(pass, pre + "attn.scores.unscaled"), bass(), cdt_, Role::transient));
     scores.held.push_back(mask_);
+    int softmax_in = b.scores;
+    if (cap > 0.0) {
+      // Gemma 2: scores / cap (a temporary), tanh (its output saved: the capped tensor stands for
+      // it), times cap, plus the mask (the softmax's input, in the mask's promoted dtype).
+      b.capped = tensor(suffixed(pass, pre + "attn.scores_capped"), bass(), cdt_, role);
+      Op& c = softcap_op(pre + "attn.softcap", b.scores, b.capped, l, cap, pass.replay);
+      c.held = fwd_held;
+      c.held.push_back(
+          tensor(suffixed(pass, pre + "attn.softcap.div"), bass(), cdt_, Role::transient));
+      c.held.push_back(
+          tensor(suffixed(pass, pre + "attn.softcap.masked"), bass(), score_dtype, Role::transient));
+      softmax_in = b.capped;
+    }
     // Softmax: gpt2 in the scores' dtype; llama asks for fp32 (an fp32 copy of 16-bit scores
     // first). Autocast on CUDA computes softmax in fp32 too.
     const bool f32_softmax = !gpt_ || (amp_ && !cpu_);
     const DType probs_dtype = f32_softmax ? DType::f32 : score_dtype;
     b.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), probs_dtype, role);
     Op& softmax =
-        op(OpKind::softmax_fwd, pre + "attn.softmax", {b.scores}, {b.probs}, l, pass.replay);
+        op(OpKind::softmax_fwd, pre + "attn.softmax", {softmax_in}, {b.probs}, l, pass.replay);
     if (score_dtype != probs_dtype)
       softmax.held.push_back(
           tensor(suffixed(pass, pre + "attn.scores.f32"), bass(), DType::f32, Role::transient));
@@ -237,6 +286,53 @@ class HfBuilder : private HfLinears {
     values.held = fwd_held;
     values.held.push_back(
         tensor(suffixed(pass, pre + "attn.y.heads"), bs_ad(), cdt_, Role::transient));
+  }
+
+  // The q and k norms (Qwen3, Gemma 3) of q|k|v: each a norm of the model's kind over the heads'
+  // D columns (q_norm(q_proj(x).view(...)), k_norm likewise), on the q and k parts, which require
+  // grad with q|k|v. Returns what rope reads.
+  int qk_norm_fwd(const Name& pre, int l, const BlockWeights& w, const Pass& pass,
+                  const Pass& attn_pass, HfBlockTensors& b) {
+    const Name name = pre + "attn.qk_norm";
+    const DType x_dtype = dtype_of(b.qkv);
+    const Role x_role = saved(attn_pass);
+    const Role out_role = w.q_norm_w.trainable() ? x_role : Role::transient;
+    const Dims qk{B_, S_, (A_ + K_) * D_};
+    b.qk_normed = tensor(suffixed(pass, name + ".out"), {B_, S_, Q_}, x_dtype, Role::transient);
+    b.qk_rstd = tensor(suffixed(pass, name + ".rstd"), {B_, S_, A_ + K_}, DType::f32, x_role,
+                       stats_component(pass.replay));
+    Op& o = op(OpKind::qk_norm_fwd, name, {b.qkv, w.q_norm_w.w, w.k_norm_w.w},
+               {b.qk_normed, b.qk_rstd}, l, pass.replay);
+    attention_attrs(o);
+    rms_attrs(o);
+    // The fp32 copy of q and k that the norms compute on, saved for their backward (q|k|v
+    // itself where it is fp32).
+    if (x_dtype != DType::f32) {
+      const int x_f32 = tensor(suffixed(pass, name + ".x_f32"), qk, DType::f32, x_role);
+      o.held.push_back(x_f32);
+      b.qk_held.push_back(x_f32);
+    } else if (x_role == Role::activation) {
+      keep_for_backward(b.qkv, pass);
+    }
+    rms_pieces(name, qk, x_dtype, out_role, pass, w.q_norm_w.trainable(), o.held, b.qk_held);
+    return b.qk_normed;
+  }
+  // Its backward from the gradient of what rope read into the gradient of q|k|v: in fp32, then
+  // cast back, as the norm's.
+  int qk_norm_bwd(const Name& pre, int l, const BlockWeights& w, const HfBlockTensors& b,
+                  int dnormed) {
+    const int dqkv = grad_of(b.qkv);
+    TensorIds out{dqkv};
+    if (w.q_norm_w.trainable()) out.insert(out.end(), {w.q_norm_w.grad, w.k_norm_w.grad});
+    Op& o = op(OpKind::qk_norm_bwd, pre + "attn.qk_norm.bwd",
+               {dnormed, b.qkv, w.q_norm_w.w, w.k_norm_w.w, b.qk_rstd}, std::move(out), l);
+    attention_attrs(o);
+    rms_attrs(o);
+    o.held = b.qk_held;
+    if (dtype_of(b.qkv) != DType::f32)
+      o.held.push_back(tensor(pre + "attn.qk_norm.bwd.scratch", {3, B_, S_, (A_ + K_) * D_},
+                              DType::f32, Role::transient));
+    return dqkv;
   }
 
   // A pass that keeps nothing (what does not require grad saves nothing), or `pass`.
@@ -278,11 +374,12 @@ class HfBuilder : private HfLinears {
       b.qkv_held.push_back(more);
     }
     int attn_in = b.qkv;
+    if (cfg_.model.qk_norm) attn_in = qk_norm_fwd(pre, l, w, pass, attn_pass, b);
     if (!gpt_) {
       // RoPE: q * cos + rotate_half(q) * sin (and k): new tensors; only cos and sin are saved.
       b.qkv_rot =
           tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, saved(attn_pass));
-      Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {b.qkv}, {b.qkv_rot}, l, pass.replay);
+      Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {attn_in}, {b.qkv_rot}, l, pass.replay);
       attention_attrs(rope);
       rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.products"),
                                  {2, B_, S_, (A_ + K_) * D_}, amp_ ? DType::f32 : cdt_,
@@ -300,6 +397,10 @@ class HfBuilder : private HfLinears {
     if (dropout_ && gpt_)
       residual = b.proj_drop = dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass,
                                            mask_dtype(b.proj_out), b.proj_mask);
+    if (cfg_.model.sandwich_norms)
+      residual = b.post_attn_out =
+          post_norm_fwd(pre + "post_attn_norm", b.proj_out, w.post_attn_norm_w, pass, l,
+                        b.proj_grad, b.post_attn_x, b.post_attn_rstd, b.post_attn_held);
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
@@ -349,8 +450,8 @@ class HfBuilder : private HfLinears {
       const DType act = dtype_of(b.fc_out);
       b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act,
                             w.out.trainable() ? role : Role::transient);
-      Op& swiglu = op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {b.fc_out, b.up_out}, {b.swiglu_out},
-                      l, pass.replay);
+      Op& swiglu = gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {b.fc_out, b.up_out},
+                                 {b.swiglu_out}, l, pass.replay));
       const int silu = tensor(suffixed(pass, pre + "mlp.silu.out"), bsf(), act, silu_role);
       swiglu.held.push_back(silu);
       if (b.up_grad) b.swiglu_held.push_back(silu);
@@ -362,6 +463,10 @@ class HfBuilder : private HfLinears {
     if (dropout_ && gpt_)
       mlp_y = b.mlp_drop = dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass,
                                        mask_dtype(b.mlp_out), b.mlp_mask);
+    if (cfg_.model.sandwich_norms)
+      mlp_y = b.post_mlp_out =
+          post_norm_fwd(pre + "post_mlp_norm", b.mlp_out, w.post_mlp_norm_w, pass, l, b.mlp_grad,
+                        b.post_mlp_x, b.post_mlp_rstd, b.post_mlp_held);
     // The block output is the next block's input: kept even when checkpointed.
     b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
                      pass.replay ? Role::transient : Role::activation);
@@ -384,8 +489,8 @@ class HfBuilder : private HfLinears {
     const int dx_f32 = norm_x == x ? dx : grad_of(norm_x);
     TensorIds out{dx_f32};
     if (w.trainable()) out.push_back(w.grad);
-    Op& o =
-        row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, std::move(out), layer);
+    Op& o = rms_attrs(
+        row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, std::move(out), layer));
     o.held = held;
     o.held.push_back(tensor(name + ".bwd.scratch", {2, B_, S_, H_}, DType::f32, Role::transient));
     if (dx_f32 != dx) op(OpKind::cast, name + ".x_f32.grad.cast", {dx_f32}, {dx}, layer);
@@ -401,6 +506,7 @@ class HfBuilder : private HfLinears {
           op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, b.y, b.lse}, {dqkv, scratch}, l);
       attention_attrs(o);
       dropout_attrs(o, l, DropoutSite::attn_probs);
+      o.softcap = static_cast<float>(cfg_.model.attn_softcap);
       o.held = b.attn_held;
       return dqkv;
     }
@@ -426,7 +532,14 @@ class HfBuilder : private HfLinears {
       op(OpKind::cast, pre + "attn.probs_c.grad.cast", {dprobs_c}, {dprobs}, l);
     }
     const int dscores = grad_of(b.scores);
-    op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, b.probs}, {dscores}, l);
+    if (b.capped >= 0) {
+      const int dcapped = grad_of(b.capped);
+      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, b.probs}, {dcapped}, l);
+      softcap_bwd_op(pre + "attn.softcap.bwd", dcapped, b.capped, dscores, l,
+                     cfg_.model.attn_softcap);
+    } else {
+      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, b.probs}, {dscores}, l);
+    }
     attention_attrs(
         gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv}, {dqkv}, l));
     return dqkv;
@@ -456,8 +569,18 @@ class HfBuilder : private HfLinears {
 
     int dnorm2_out = -1;
     if (b.mlp_grad) {
-      const int dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask,
-                                   pre + "mlp.out.grad.cast", w.out.name, l, DropoutSite::mlp_proj);
+      int dmlp = -1;
+      if (b.post_mlp_out >= 0) {
+        const int dpost = branch_grad(dx_out, b.post_mlp_out, -1, -1,
+                                      pre + "post_mlp_norm.out.grad.cast", "", l,
+                                      DropoutSite::mlp_proj);
+        dmlp = grad_of(b.mlp_out);
+        norm_bwd(pre + "post_mlp_norm", dpost, b.post_mlp_x, b.mlp_out, w.post_mlp_norm_w, Param{},
+                 -1, b.post_mlp_rstd, b.post_mlp_held, dmlp, l);
+      } else {
+        dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
+                           w.out.name, l, DropoutSite::mlp_proj);
+      }
       const int dact = linear_bwd(w.out, b.out_saved, dmlp, l);
       if (gpt_ && dact >= 0) {
         const int dgelu_in = grad_of(b.gelu_in);
@@ -473,7 +596,8 @@ class HfBuilder : private HfLinears {
         dnorm2_out = linear_bwd(w.fc, b.fc_saved, dfc, l);
       } else if (dact >= 0) {
         const int dgate = grad_of(b.fc_out), dup = grad_of(b.up_out);
-        op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dact, b.fc_out, b.up_out}, {dgate, dup}, l)
+        gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dact, b.fc_out, b.up_out},
+                      {dgate, dup}, l))
             .held = b.swiglu_held;
         const int dx_up = linear_bwd(w.up, b.up_saved, dup, l);
         const int dx_gate = linear_bwd(w.fc, b.fc_saved, dgate, l);
@@ -495,8 +619,18 @@ class HfBuilder : private HfLinears {
 
     if (b.proj_grad) {
       const Name& proj = w.proj.name;
-      const int dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask,
-                                    proj + ".out.grad.cast", proj, l, DropoutSite::attn_proj);
+      int dproj = -1;
+      if (b.post_attn_out >= 0) {
+        const int dpost = branch_grad(dx_mid, b.post_attn_out, -1, -1,
+                                      pre + "post_attn_norm.out.grad.cast", "", l,
+                                      DropoutSite::attn_proj);
+        dproj = grad_of(b.proj_out);
+        norm_bwd(pre + "post_attn_norm", dpost, b.post_attn_x, b.proj_out, w.post_attn_norm_w,
+                 Param{}, -1, b.post_attn_rstd, b.post_attn_held, dproj, l);
+      } else {
+        dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask, proj + ".out.grad.cast",
+                            proj, l, DropoutSite::attn_proj);
+      }
       const int dy = linear_bwd(w.proj, b.proj_saved, dproj, l);
       if (dy >= 0) {
         int dqkv = attention_bwd(pre, l, b.attn_qkv, b, dy);
@@ -507,11 +641,13 @@ class HfBuilder : private HfLinears {
           dqkv = d;
         }
         if (!gpt_) {
-          const int dqkv_linear = grad_of(b.qkv);
-          Op& rope = op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {dqkv_linear}, l);
+          const int rope_in = b.qk_normed >= 0 ? b.qk_normed : b.qkv;
+          const int drope_in = grad_of(rope_in);
+          Op& rope = op(OpKind::rope_bwd, pre + "attn.rope.bwd", {dqkv}, {drope_in}, l);
           attention_attrs(rope);
           rope.held.push_back(cos_sin_);
-          dqkv = dqkv_linear;
+          dqkv = drope_in;
+          if (b.qk_normed >= 0) dqkv = qk_norm_bwd(pre, l, w, b, dqkv);
         }
         const int dnorm1_out = linear_bwd(w.qkv, b.qkv_saved, dqkv, l);
         if (!b.qkv_held.empty()) p_.ops.back().held = b.qkv_held;
@@ -575,7 +711,10 @@ class HfBuilder : private HfLinears {
     if (gpt_) embed_in.push_back(wpe.w);
     int embed_out = x0, embed_mask = -1;
     if (dropout_ && gpt_) embed_out = tensor("embed.out", bsh(), wdt_, Role::transient);
-    Op& embed = op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1);
+    Op& embed =
+        embed_attrs(op(OpKind::embedding_fwd, "embed", std::move(embed_in), {embed_out}, -1));
+    // Gemma's scaled embedding: the lookup's output times sqrt(hidden), a new tensor.
+    if (m.embed_scale) embed.held.push_back(tensor("embed.unscaled", bsh(), wdt_, Role::transient));
     // Token and position embeddings are separate tensors before their sum.
     // Under fine-tuning with input gradients the token embeddings are a leaf that requires grad,
     // which its AccumulateGrad node holds until the backward ends.
@@ -608,7 +747,15 @@ class HfBuilder : private HfLinears {
              final_rstd, final_held);
     constexpr MemoryComponent kLoss = MemoryComponent::logits_and_loss;
     logits_ = tensor("logits", {M_, V_}, cdt_, Role::activation, kLoss);
-    const LinearSaved lm_saved = linear_fwd(lm, final_out, logits_, -1, Pass{}, x_grad);
+    // Final soft-capping (Gemma 2): logits / cap (a temporary), tanh (its output saved: the
+    // model's logits stand for it), times cap; the lm head's output is the division's alone.
+    const double cap = m.final_softcap;
+    const int head_out =
+        cap > 0.0 ? tensor("logits.uncapped", {M_, V_}, cdt_, Role::transient, kLoss) : logits_;
+    const LinearSaved lm_saved = linear_fwd(lm, final_out, head_out, -1, Pass{}, x_grad);
+    if (cap > 0.0)
+      softcap_op("logits.softcap", head_out, logits_, -1, cap)
+          .held.push_back(tensor("logits.softcap.div", {M_, V_}, cdt_, Role::transient, kLoss));
     // The loss (transformers' ForCausalLMLoss): logits.float(), then cross entropy, whose
     // log-softmax output (fp32, B S V) is saved. The fp32 logits stand for it.
     const int logits_f32 = cast(logits_, DType::f32, "logits.f32", Role::activation, -1, false);
@@ -640,6 +787,11 @@ class HfBuilder : private HfLinears {
       dlogits = grad_of(logits_);
       op(OpKind::cast, "logits.f32.grad.cast", {dlogits_f32}, {dlogits}, -1);
     }
+    if (head_out != logits_) {
+      const int dhead = grad_of(head_out);
+      softcap_bwd_op("logits.softcap.bwd", dlogits, logits_, dhead, -1, cap);
+      dlogits = dhead;
+    }
     // A tied weight's two gradients meet in autograd's input buffer of its AccumulateGrad: the lm
     // head's waits there through the whole backward, the embedding's joins it, and their sum
     // (a third [V, H] tensor) becomes .grad.
@@ -668,7 +820,11 @@ class HfBuilder : private HfLinears {
                                : wte.grad;
     TensorIds embed_grads{dwte_embed};
     if (gpt_) embed_grads.push_back(wpe.grad);
-    row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1);
+    Op& embed_bwd = embed_attrs(
+        row_sum(OpKind::embedding_bwd, "embed.bwd", {dembed, tokens}, std::move(embed_grads), -1));
+    // The scaled embedding's backward: the gradient times sqrt(hidden), a new tensor.
+    if (m.embed_scale)
+      embed_bwd.held.push_back(tensor("embed.unscaled.grad", bsh(), wdt_, Role::transient));
     if (m.tied_embeddings)
       op(OpKind::add, "wte.grad.sum", {lm_target.w.grad, dwte_embed}, {wte.grad}, -1);
   }

@@ -128,6 +128,11 @@ enum class OpKind : std::uint8_t {
   adamw8bit_step,  // bitsandbytes' blockwise 8-bit AdamW
   // Framework profiles (hf).
   cast,  // y = x converted to y's dtype: autocast's weight and input casts, .float(), .to()
+  // Model families (ModelConfig's flags).
+  qk_norm_fwd,   // RMSNorm over each query and key head of q|k|v (Qwen3, Gemma 3)
+  qk_norm_bwd,
+  softcap_fwd,   // y = softcap tanh(x / softcap): Gemma 2's attention scores and logits
+  softcap_bwd,
 };
 // The kind's name in the signature table: "linear_fwd".
 std::string_view to_string(OpKind k);
@@ -157,6 +162,16 @@ struct Op {
   double dropout_p = 0.0;                // dropout_fwd/bwd, flash_fwd/bwd
   std::uint64_t seed = 0;                // dropout: same seed in a recompute gives the same mask
   float eps = 1e-5f;                     // layernorm / rmsnorm
+  // rmsnorm, qk_norm: the weight's offset, scaling by (norm_offset + w): 1 for Gemma, else 0.
+  float norm_offset = 0.0f;
+  // swiglu: gelu (tanh) of the gate instead of SiLU (GeGLU, Gemma).
+  bool gelu_gate = false;
+  // embedding: the output is the rows times embed_scale (Gemma: sqrt(hidden)); its backward
+  // scales the gradient alike.
+  float embed_scale = 1.0f;
+  // softcap_fwd/bwd: the cap (> 0). flash_fwd/bwd: the scores' cap inside the fused kernel, 0 for
+  // none.
+  float softcap = 0.0f;
   // Static loss scale (static_loss_scale): cross_entropy_bwd writes the gradient of grad_scale
   // times the loss, so every gradient of the backward carries the factor, and the optimizer ops
   // divide it out. 1 unless the recipe scales.

@@ -14,27 +14,29 @@ namespace {
 // clang-format off
 constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
     {OpKind::embedding_fwd, "embedding_fwd", {"tokens[B,S] i32", "wte[V,H]", "[wpe[P,H]]"},
-     {"x[B,S,H]"}, {}, ""},
+     {"x[B,S,H]"}, {.embed_scale = true}, "x = embed_scale (wte[tokens] + wpe)"},
     {OpKind::embedding_bwd, "embedding_bwd", {"dx[B,S,H]", "tokens"}, {"dwte[V,H]", "[dwpe[P,H]]"},
-     {.accumulate = true},
-     "accumulate adds into dwte only, which the tied lm head wrote first; dwpe has no other "
-     "writer and is always overwritten"},
+     {.accumulate = true, .embed_scale = true},
+     "of embed_scale dx; accumulate adds into dwte only, which the tied lm head wrote first; dwpe "
+     "has no other writer and is always overwritten"},
     {OpKind::layernorm_fwd, "layernorm_fwd", {"x[M,H]", "w[H]", "[b[H]]"},
      {"y[M,H]", "mean[M] f32", "rstd[M] f32"}, {.eps = true}, ""},
     {OpKind::layernorm_bwd, "layernorm_bwd", {"dy", "x", "w", "mean", "rstd"},
      {"dx", "[dw]", "[db]"}, {.accumulate = true}, "a frozen norm (fine-tuning) writes dx alone"},
     {OpKind::rmsnorm_fwd, "rmsnorm_fwd", {"x[M,H]", "w[H]"}, {"y[M,H]", "rstd[M] f32"},
-     {.eps = true}, ""},
+     {.eps = true, .norm_offset = true}, "y = x rstd (norm_offset + w)"},
     {OpKind::rmsnorm_bwd, "rmsnorm_bwd", {"dy", "x", "w", "rstd"}, {"dx", "[dw]"},
-     {.accumulate = true}, "a frozen norm (fine-tuning) writes dx alone"},
+     {.accumulate = true, .norm_offset = true}, "a frozen norm (fine-tuning) writes dx alone"},
     {OpKind::linear_fwd, "linear_fwd", {"x[M,In]", "w[Out,In]", "[b[Out]]"}, {"y[M,Out]"}, {},
      "y = x w^T + b"},
     {OpKind::linear_bwd, "linear_bwd", {"dy[M,Out]", "x[M,In]", "w[Out,In]"},
      {"dx[M,In]", "dw[Out,In]", "[db[Out]]"}, {.accumulate = true}, ""},
     {OpKind::gelu_fwd, "gelu_fwd", {"x"}, {"y"}, {}, "tanh approximation"},
     {OpKind::gelu_bwd, "gelu_bwd", {"dy", "x"}, {"dx"}, {}, ""},
-    {OpKind::swiglu_fwd, "swiglu_fwd", {"gate[M,F]", "up[M,F]"}, {"y[M,F]"}, {}, "silu(gate) * up"},
-    {OpKind::swiglu_bwd, "swiglu_bwd", {"dy", "gate", "up"}, {"dgate", "dup"}, {}, ""},
+    {OpKind::swiglu_fwd, "swiglu_fwd", {"gate[M,F]", "up[M,F]"}, {"y[M,F]"}, {.gelu_gate = true},
+     "silu(gate) * up, or gelu(gate) * up (tanh approximation) with gelu_gate"},
+    {OpKind::swiglu_bwd, "swiglu_bwd", {"dy", "gate", "up"}, {"dgate", "dup"}, {.gelu_gate = true},
+     ""},
     {OpKind::rope_fwd, "rope_fwd", {"qkv[B,S,Q]"}, {"qkv_rot[B,S,Q]"}, {.heads = true},
      "rotates the q and k parts, copies v"},
     {OpKind::rope_bwd, "rope_bwd", {"dqkv_rot"}, {"dqkv"}, {.heads = true}, ""},
@@ -49,9 +51,10 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
     {OpKind::attn_scores_bwd, "attn_scores_bwd", {"dscores", "qkv", "dqkv"}, {"dqkv"},
      {.heads = true}, "writes the q and k parts of dqkv in place"},
     {OpKind::flash_fwd, "flash_fwd", {"qkv[B,S,Q]"}, {"y[B,S,A*D]", "lse[B,A,S] f32"},
-     {.heads = true, .dropout = true}, "causal; scratch: flash_fwd_scratch_bytes"},
+     {.heads = true, .dropout = true, .softcap = true},
+     "causal, the scores capped where softcap > 0; scratch: flash_fwd_scratch_bytes"},
     {OpKind::flash_bwd, "flash_bwd", {"dy", "qkv", "y", "lse"}, {"dqkv[B,S,Q]"},
-     {.heads = true, .dropout = true},
+     {.heads = true, .dropout = true, .softcap = true},
      "scratch: flash_bwd_scratch_bytes, an fp32 dq accumulator and row sums first"},
     {OpKind::dropout_fwd, "dropout_fwd", {"x"}, {"y", "mask u8"}, {.dropout = true},
      "y = x * mask / (1 - p), mask 1 = kept, seeded by Op::seed"},
@@ -88,6 +91,16 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
      "requantised with the new absmax; m and v may be paged"},
     {OpKind::cast, "cast", {"x"}, {"y"}, {},
      "y = x stored in y's dtype, element for element (autocast's casts, .float(), .to())"},
+    {OpKind::qk_norm_fwd, "qk_norm_fwd", {"qkv[B,S,Q]", "q_w[D]", "k_w[D]"},
+     {"y[B,S,Q]", "rstd[B,S,A+K] f32"}, {.heads = true, .eps = true, .norm_offset = true},
+     "RMSNorm of each query head (q_w) and key head (k_w) over its D columns; v copied"},
+    {OpKind::qk_norm_bwd, "qk_norm_bwd", {"dy", "qkv", "q_w", "k_w", "rstd"},
+     {"dqkv", "[dq_w]", "[dk_w]"}, {.heads = true, .accumulate = true, .norm_offset = true},
+     "dv is dy's v part; frozen norms (fine-tuning) write dqkv alone"},
+    {OpKind::softcap_fwd, "softcap_fwd", {"x"}, {"y"}, {.softcap = true},
+     "y = softcap tanh(x / softcap)"},
+    {OpKind::softcap_bwd, "softcap_bwd", {"dy", "y"}, {"dx"}, {.softcap = true},
+     "dx = dy (1 - (y / softcap)^2)"},
 }};
 // clang-format on
 
@@ -97,7 +110,7 @@ constexpr bool in_enum_order() {
   return true;
 }
 static_assert(in_enum_order(), "one row per OpKind, in the enum's order");
-static_assert(static_cast<std::size_t>(OpKind::cast) + 1 == kOpKindCount,
+static_assert(static_cast<std::size_t>(OpKind::softcap_bwd) + 1 == kOpKindCount,
               "kOpKindCount counts every OpKind");
 
 // The operand counts of every kind, worked out once from the table: a build checks thousands of
@@ -199,6 +212,18 @@ void check_op(const Program& program, const Op& op) {
   } else if (op.lora_scale != 0.0f || op.col_offset != 0) {
     fail(op, "LoRA attributes on a kind without them");
   }
+  if (uses.norm_offset ? !(op.norm_offset == 0.0f || op.norm_offset == 1.0f)
+                       : op.norm_offset != 0.0f)
+    fail(op, fmt::format("norm offset {} {}", op.norm_offset,
+                         uses.norm_offset ? "is not 0 or 1" : "on a kind without a norm"));
+  if (op.gelu_gate && !uses.gelu_gate) fail(op, "gelu_gate on a kind without a gate");
+  if (uses.embed_scale ? !(op.embed_scale > 0.0f) : op.embed_scale != 1.0f)
+    fail(op, fmt::format("embedding scale {} {}", op.embed_scale,
+                         uses.embed_scale ? "is not positive" : "on a kind without one"));
+  const bool capped = op.kind == OpKind::softcap_fwd || op.kind == OpKind::softcap_bwd;
+  if (uses.softcap ? !(capped ? op.softcap > 0.0f : op.softcap >= 0.0f) : op.softcap != 0.0f)
+    fail(op, fmt::format("softcap {} {}", op.softcap,
+                         uses.softcap ? "out of range" : "on a kind without one"));
 }
 
 QkvShape qkv_shape(const Op& op, const Tensor& qkv) {

@@ -34,6 +34,10 @@ struct OpAttrs {
   bool accumulate = false;  // may add into its grad outputs (tied weights); false for others
   bool quant = false;       // dequantize: quant (not none), double_quant, row_offset, rows
   bool lora = false;        // lora_fwd / lora_bwd: col_offset, lora_scale > 0
+  bool norm_offset = false;  // norm_offset 0 or 1 (RMSNorm kinds)
+  bool gelu_gate = false;    // gelu_gate (swiglu)
+  bool embed_scale = false;  // embed_scale > 0 (embedding)
+  bool softcap = false;      // softcap: > 0 for the softcap kinds, >= 0 for fused attention
 };
 
 struct OpSignature {
@@ -70,7 +74,7 @@ constexpr std::string_view operand_name(std::string_view listed) {
 }
 
 // The number of op kinds: every OpKind has one row in the table.
-inline constexpr std::size_t kOpKindCount = 35;
+inline constexpr std::size_t kOpKindCount = 39;
 
 // Throws InternalError naming the op when its operand counts (workspace tensors, which come last,
 // not counted) differ from its signature. Program::add_op runs it as the op is added.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -104,29 +105,66 @@ TYPED_TEST(Bodies, GeluMatchesFormula) {
   expect_near_all(to_double(dx), want_dx, std::max(tolerance<T>(), 1e-4), "gelu_bwd");
 }
 
-TYPED_TEST(Bodies, SwigluForwardAndBackward) {
+TYPED_TEST(Bodies, SwigluAndGegluForwardAndBackward) {
   using T = TypeParam;
   const std::int64_t n = 777;
   const auto gate = to_storage<T>(random_floats(n, 3, -5, 5));
   const auto up = to_storage<T>(random_floats(n, 4));
   const auto dy = to_storage<T>(random_floats(n, 5));
-  std::vector<T> y(n), dg(n), du(n);
-  over(n, [&](std::int64_t i) { swiglu_fwd_body(i, y.data(), gate.data(), up.data()); });
-  over(n, [&](std::int64_t i) {
-    swiglu_bwd_body(i, dg.data(), du.data(), dy.data(), gate.data(), up.data());
-  });
-  std::vector<double> wy(n), wdg(n), wdu(n);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dy[i]);
-    auto silu = [](double a) { return a / (1 + std::exp(-a)); };
-    wy[i] = silu(g) * u;
-    wdu[i] = d * silu(g);
-    const double h = 1e-5;
-    wdg[i] = d * u * (silu(g + h) - silu(g - h)) / (2 * h);
+  for (const bool gelu_gate : {false, true}) {
+    std::vector<T> y(n), dg(n), du(n);
+    over(n, [&](std::int64_t i) {
+      swiglu_fwd_body(i, y.data(), gate.data(), up.data(), gelu_gate);
+    });
+    over(n, [&](std::int64_t i) {
+      swiglu_bwd_body(i, dg.data(), du.data(), dy.data(), gate.data(), up.data(), gelu_gate);
+    });
+    std::vector<double> wy(n), wdg(n), wdu(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dy[i]);
+      auto act = [gelu_gate](double a) {
+        return gelu_gate ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+                         : a / (1 + std::exp(-a));
+      };
+      wy[i] = act(g) * u;
+      wdu[i] = d * act(g);
+      const double h = 1e-5;
+      wdg[i] = d * u * (act(g + h) - act(g - h)) / (2 * h);
+    }
+    const char* what = gelu_gate ? "geglu" : "swiglu";
+    expect_near_all(to_double(y), wy, tolerance<T>(), what);
+    expect_near_all(to_double(du), wdu, tolerance<T>(), what);
+    expect_near_all(to_double(dg), wdg, std::max(tolerance<T>(), 1e-4), what);
   }
-  expect_near_all(to_double(y), wy, tolerance<T>(), "swiglu");
-  expect_near_all(to_double(du), wdu, tolerance<T>(), "swiglu dup");
-  expect_near_all(to_double(dg), wdg, std::max(tolerance<T>(), 1e-4), "swiglu dgate");
+}
+
+TYPED_TEST(Bodies, SoftcapForwardAndBackwardKeepMaskedScores) {
+  using T = TypeParam;
+  const std::int64_t n = 513;
+  const float cap = 5.0f;
+  auto xs = random_floats(n, 6, -20, 20);
+  xs[7] = -std::numeric_limits<float>::infinity();  // a masked score
+  const auto x = to_storage<T>(xs);
+  const auto dy = to_storage<T>(random_floats(n, 7));
+  std::vector<T> y(n), dx(n);
+  over(n, [&](std::int64_t i) { softcap_fwd_body(i, y.data(), x.data(), cap); });
+  over(n, [&](std::int64_t i) { softcap_bwd_body(i, dx.data(), dy.data(), y.data(), cap); });
+  std::vector<double> wy(n), wdx(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = to_f32(x[i]);
+    if (std::isinf(v)) {
+      wy[i] = 0.0;  // compared below
+      continue;
+    }
+    wy[i] = cap * std::tanh(v / cap);
+    const double t = std::tanh(v / cap);
+    wdx[i] = to_f32(dy[i]) * (1 - t * t);
+  }
+  EXPECT_TRUE(std::isinf(to_f32(y[7])) && to_f32(y[7]) < 0);
+  EXPECT_EQ(to_f32(dx[7]), 0.0f);
+  y[7] = from_f32<T>(0.0f);
+  expect_near_all(to_double(y), wy, tolerance<T>() * cap, "softcap");
+  expect_near_all(to_double(dx), wdx, std::max(tolerance<T>(), 1e-3) * 4, "softcap_bwd");
 }
 
 TYPED_TEST(Bodies, Add) {
@@ -314,11 +352,15 @@ TYPED_TEST(Bodies, RmsNormRowsMatchTheCpuReferenceForAnyLaneCount) {
   const auto dy = to_storage<T>(random_floats(M * H, 20));
   const auto xf = as_floats(x), wf = as_floats(w), dyf = as_floats(dy);
   std::vector<float> want_y(M * H), want_rstd(M), want_dx(M * H), want_dw(H);
-  cpu::rmsnorm_fwd(want_y.data(), want_rstd.data(), xf.data(), wf.data(), M, H, 1e-6f);
-  cpu::rmsnorm_bwd(want_dx.data(), want_dw.data(), dyf.data(), xf.data(), wf.data(),
+  // Gemma's (1 + w) is the reference's norm over w + 1; dw is the same either way.
+  for (const float w_offset : {1.0f, 0.0f}) {
+  std::vector<float> w_eff = wf;
+  for (float& v : w_eff) v += w_offset;
+  cpu::rmsnorm_fwd(want_y.data(), want_rstd.data(), xf.data(), w_eff.data(), M, H, 1e-6f);
+  cpu::rmsnorm_bwd(want_dx.data(), want_dw.data(), dyf.data(), xf.data(), w_eff.data(),
                    want_rstd.data(), M, H);
   for (std::int64_t lanes : kLaneCounts) {
-    SCOPED_TRACE(lanes);
+    SCOPED_TRACE(::testing::Message() << lanes << " lanes, w_offset " << w_offset);
     std::vector<T> y(M * H, from_f32<T>(NAN)), dx(M * H, from_f32<T>(NAN));
     std::vector<float> rstd(M);
     for (std::int64_t m = 0; m < M; ++m) {
@@ -327,20 +369,23 @@ TYPED_TEST(Bodies, RmsNormRowsMatchTheCpuReferenceForAnyLaneCount) {
                     [&](std::int64_t l) { return rmsnorm_sq_part(m, l, lanes, x.data(), H); }),
           H, 1e-6f);
       for (std::int64_t l = 0; l < lanes; ++l)
-        rmsnorm_fwd_write(m, l, lanes, y.data(), x.data(), w.data(), H, rs);
+        rmsnorm_fwd_write(m, l, lanes, y.data(), x.data(), w.data(), H, rs, w_offset);
       rstd[m] = rs;
       const float mean_gx =
           lanes_sum(lanes,
                     [&](std::int64_t l) {
-                      return rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(), w.data(), rs, H);
+                      return rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(), w.data(), rs, H,
+                                             w_offset);
                     }) /
           static_cast<float>(H);
       for (std::int64_t l = 0; l < lanes; ++l)
-        rmsnorm_dx_write(m, l, lanes, dx.data(), dy.data(), x.data(), w.data(), rs, H, mean_gx);
+        rmsnorm_dx_write(m, l, lanes, dx.data(), dy.data(), x.data(), w.data(), rs, H, mean_gx,
+                         w_offset);
     }
     expect_near_all(widen(rstd), widen(want_rstd), 1e-5, "rstd");
     expect_near_all(to_double(y), widen(want_y), tolerance<T>(), "y");
     expect_near_all(to_double(dx), widen(want_dx), 2 * tolerance<T>(), "dx");
+  }
   }
   for (bool accumulate : {false, true}) {
     SCOPED_TRACE(accumulate);

@@ -193,7 +193,7 @@ TYPED_TEST(NormKernels, RmsNormForwardAndBackward) {
 
     const DeviceBuffer d_x = upload(x), d_w = upload(w), d_dy = upload(dy);
     DeviceBuffer d_y = poisoned(M * H * sizeof(T)), d_rstd = poisoned(M * 4);
-    launch_rmsnorm_fwd(dt, d_y.get(), d_rstd.as<float>(), d_x.get(), d_w.get(), M, H, 1e-6f,
+    launch_rmsnorm_fwd(dt, d_y.get(), d_rstd.as<float>(), d_x.get(), d_w.get(), M, H, 1e-6f, 0.0f,
                        nullptr);
     expect_close(download<T>(d_y, M * H), widen(y), rtol<T>(), rtol<T>(), "y");
     expect_close(download<float>(d_rstd, M), widen(rstd), 1e-5, 0, "rstd");
@@ -207,7 +207,8 @@ TYPED_TEST(NormKernels, RmsNormForwardAndBackward) {
         DeviceBuffer d_dw = accumulate ? upload(old) : poisoned(H * sizeof(T));
         DeviceBuffer d_ws = poisoned(static_cast<std::size_t>(ws));
         launch_rmsnorm_bwd(dt, d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
-                           d_rstd_ref.as<float>(), M, H, accumulate, ws > 0 ? d_ws.get() : nullptr,
+                           d_rstd_ref.as<float>(), M, H, 0.0f, accumulate,
+                           ws > 0 ? d_ws.get() : nullptr,
                            ws, nullptr);
         std::vector<double> want_dw(H);
         for (std::int64_t h = 0; h < H; ++h)
@@ -284,7 +285,7 @@ TYPED_TEST(NormKernels, EmbeddingBackward) {
         DeviceBuffer d_dwpe = poisoned(P * H * sizeof(T));
         DeviceBuffer d_ws = poisoned(static_cast<std::size_t>(ws));
         launch_embedding_bwd(dtype_of<T>(), d_dwte.get(), d_dwpe.get(), d_dx.get(),
-                             d_tokens.as<std::int32_t>(), M, c.S, H, V, P, accumulate,
+                             d_tokens.as<std::int32_t>(), M, c.S, H, V, P, accumulate, 1.0f,
                              ws > 0 ? d_ws.get() : nullptr, ws, nullptr);
         std::vector<double> want(V * H);
         for (std::int64_t i = 0; i < V * H; ++i)

@@ -1,0 +1,137 @@
+// The blocks of other families in the step programs of both frameworks: Qwen3's and Gemma 3's
+// q/k norms, Gemma's four norms a block, its fp32 (1 + w) norms and scaled embeddings, and Gemma
+// 2's soft-capping, where each keeps what transformers' code keeps. (Their gradients are checked
+// against finite differences in test_cpu_train.cpp; their kernels in test_cpu_kernels.cpp.)
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "core/config.h"
+#include "core/presets.h"
+#include "device/host_runner.h"
+#include "program/program.h"
+
+namespace vrambench {
+namespace {
+
+RunConfig config(std::string_view preset, Framework framework, Attention attention,
+                 Precision dtype = Precision::bf16) {
+  RunConfig cfg;
+  cfg.model = find_preset(preset).model;
+  cfg.seq = 16;
+  cfg.batch = 2;
+  cfg.framework = framework;
+  cfg.attention = attention;
+  cfg.dtype = dtype;
+  validate(cfg);
+  return cfg;
+}
+
+int count_ops(const Program& p, OpKind kind) {
+  int n = 0;
+  for (const Op& op : p.ops) n += op.kind == kind;
+  return n;
+}
+
+const Op& op_named(const Program& p, std::string_view name) {
+  for (const Op& op : p.ops)
+    if (op.name == name) return op;
+  throw std::runtime_error("no op " + std::string(name));
+}
+
+TEST(ModelFamilies, QkNormsNormEveryLayersHeadsAndKeepWhatTheirBackwardReads) {
+  for (Framework framework : {Framework::lean, Framework::hf}) {
+    SCOPED_TRACE(to_string(framework));
+    const Program p = build_program(config("tiny-qwen3", framework, Attention::flash), 0);
+    EXPECT_EQ(count_ops(p, OpKind::qk_norm_fwd), 2);
+    EXPECT_EQ(count_ops(p, OpKind::qk_norm_bwd), 2);
+    // Statistics per query and key head of every token, saved; the weights [D] train.
+    const Tensor& rstd = p.tensor(find_tensor(p, "layer0.attn.qk_norm.rstd"));
+    EXPECT_EQ(rstd.shape, (Shape{2, 16, 4 + 2}));
+    EXPECT_EQ(rstd.role, Role::activation);
+    EXPECT_EQ(p.tensor(find_tensor(p, "layer1.attn.k_norm.w.grad")).shape, Shape{16});
+    // Rope reads the normed q|k|v, not the projection.
+    EXPECT_EQ(op_named(p, "layer0.attn.rope").inputs[0], find_tensor(p, "layer0.attn.qk_norm.out"));
+    // Qwen3's norm is plain; Gemma 3's scales by (1 + w).
+    EXPECT_EQ(op_named(p, "layer0.attn.qk_norm").norm_offset, 0.0f);
+    const Program g = build_program(config("tiny-gemma3", framework, Attention::flash), 0);
+    EXPECT_EQ(op_named(g, "layer0.attn.qk_norm").norm_offset, 1.0f);
+  }
+  // hf computes the norms on an fp32 copy of q and k, which it keeps for the backward.
+  const Program hf = build_program(config("tiny-qwen3", Framework::hf, Attention::flash), 0);
+  const Tensor& copy = hf.tensor(find_tensor(hf, "layer0.attn.qk_norm.x_f32"));
+  EXPECT_EQ(copy.dtype, DType::f32);
+  EXPECT_EQ(copy.role, Role::activation);
+  EXPECT_EQ(copy.shape, (Shape{2, 16, (4 + 2) * 16}));
+}
+
+TEST(ModelFamilies, GemmaHasFourNormsABlockScaledEmbeddingsAndGeglu) {
+  for (Framework framework : {Framework::lean, Framework::hf}) {
+    SCOPED_TRACE(to_string(framework));
+    const Program p = build_program(config("tiny-gemma2", framework, Attention::flash), 0);
+    // Four norms a block and the final one, each scaling by (1 + w).
+    EXPECT_EQ(count_ops(p, OpKind::rmsnorm_fwd), 2 * 4 + 1);
+    for (const Op& op : p.ops) {
+      if (op.kind == OpKind::rmsnorm_fwd || op.kind == OpKind::rmsnorm_bwd) {
+        EXPECT_EQ(op.norm_offset, 1.0f) << op.name;
+      }
+    }
+    // The attention's norm reads its output projection's output (hf: its fp32 copy, x.float());
+    // the residual adds the norm's output.
+    const Op& post = op_named(p, "layer0.post_attn_norm");
+    EXPECT_EQ(post.inputs[0],
+              find_tensor(p, framework == Framework::lean ? "layer0.attn.o.out"
+                                                          : "layer0.post_attn_norm.x_f32"));
+    EXPECT_EQ(op_named(p, "layer0.attn.residual").inputs[1], post.outputs[0]);
+    EXPECT_EQ(op_named(p, "embed").embed_scale, 8.0f);  // sqrt(64)
+    EXPECT_TRUE(op_named(p, "layer1.mlp.swiglu").gelu_gate);
+    EXPECT_TRUE(op_named(p, "layer1.mlp.swiglu.bwd").gelu_gate);
+  }
+  // hf under bf16: Gemma's norm keeps its normalised x in fp32 ((x * w).to(bf16), not Llama's
+  // x.to(bf16) * w) and the scaled embedding is a second [B, S, H] tensor.
+  const Program hf = build_program(config("tiny-gemma2", Framework::hf, Attention::flash), 0);
+  EXPECT_EQ(hf.tensor(find_tensor(hf, "layer0.attn_norm.normed")).dtype, DType::f32);
+  EXPECT_EQ(hf.tensor(find_tensor(hf, "embed.unscaled")).shape, (Shape{2, 16, 64}));
+  const Program llama = build_program(config("tiny-llama", Framework::hf, Attention::flash), 0);
+  EXPECT_EQ(llama.tensor(find_tensor(llama, "layer0.attn_norm.normed")).dtype, DType::bf16);
+}
+
+TEST(ModelFamilies, SoftCappingKeepsTheCappedScoresAndLogits) {
+  for (Framework framework : {Framework::lean, Framework::hf}) {
+    SCOPED_TRACE(to_string(framework));
+    // Eager attention: scores -> cap -> softmax, the capped scores saved for the cap's backward.
+    const Program eager = build_program(config("tiny-gemma2", framework, Attention::eager), 0);
+    EXPECT_EQ(count_ops(eager, OpKind::softcap_fwd), 2 + 1);  // each layer's scores, the logits
+    EXPECT_EQ(count_ops(eager, OpKind::softcap_bwd), 2 + 1);
+    EXPECT_EQ(op_named(eager, "layer0.attn.softcap").softcap, 5.0f);
+    EXPECT_EQ(op_named(eager, "logits.softcap").softcap, 10.0f);
+    const Tensor& capped = eager.tensor(find_tensor(eager, "layer0.attn.scores_capped"));
+    EXPECT_EQ(capped.shape, (Shape{2, 4, 16, 16}));
+    EXPECT_EQ(capped.role, Role::activation);
+    // The loss reads the capped logits; the lm head's own output is a temporary.
+    EXPECT_EQ(eager.tensor(find_tensor(eager, "logits.uncapped")).role, Role::transient);
+    // Fused attention caps inside the kernel: no scores, the cap an attribute of the ops.
+    const Program flash = build_program(config("tiny-gemma2", framework, Attention::flash), 0);
+    EXPECT_EQ(count_ops(flash, OpKind::softcap_fwd), 1);
+    EXPECT_EQ(op_named(flash, "layer1.attn.flash").softcap, 5.0f);
+    EXPECT_EQ(op_named(flash, "layer1.attn.flash.bwd").softcap, 5.0f);
+  }
+  // Models without caps have none.
+  const Program gemma3 = build_program(config("tiny-gemma3", Framework::hf, Attention::eager), 0);
+  EXPECT_EQ(count_ops(gemma3, OpKind::softcap_fwd), 0);
+}
+
+// A tied model (Qwen3 0.6B's shape) keeps one embedding gradient in both frameworks.
+TEST(ModelFamilies, TiedQwen3KeepsOneEmbeddingGradient) {
+  for (Framework framework : {Framework::lean, Framework::hf}) {
+    const Program p = build_program(config("tiny-qwen3", framework, Attention::flash), 0);
+    int embedding_grads = 0;
+    for (const Tensor& t : p.tensors)
+      embedding_grads += t.role == Role::grad && t.shape == Shape{256, 64};
+    EXPECT_EQ(embedding_grads, 1) << to_string(framework);
+  }
+}
+
+}  // namespace
+}  // namespace vrambench
