@@ -15,6 +15,7 @@
 #include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
+#include "core/presets.h"
 #include "device/cpu_executor.h"
 #include "device/cuda_device.h"
 #include "program/program.h"
@@ -60,6 +61,15 @@ RunConfig finetune(RunConfig c, Finetune how, QuantKind quant, Toggle double_qua
   return c;
 }
 
+// A test preset's model (the other families: q/k norms, Gemma's norms, GeGLU, scaled embeddings
+// and soft-capping) in small()'s step, lean: one dtype per op.
+RunConfig family(std::string_view preset, Precision precision, Attention attention) {
+  RunConfig c = small(Arch::llama, precision, attention, Optimizer::adamw, 0.0);
+  c.model = find_preset(preset).model;
+  c.framework = Framework::lean;
+  return c;
+}
+
 }  // namespace
 
 std::vector<SelftestConfig> selftest_configs() {
@@ -95,6 +105,9 @@ std::vector<SelftestConfig> selftest_configs() {
       {"gpt bf16 eager lora int8",
        finetune(small(Arch::gpt, Precision::bf16, Attention::eager, Optimizer::adamw, 0.0),
                 Finetune::lora, QuantKind::int8, Toggle::off, 8, 0.0)},
+      {"gemma2 bf16 eager", family("tiny-gemma2", Precision::bf16, Attention::eager)},
+      {"qwen3 fp16 flash", family("tiny-qwen3", Precision::fp16, Attention::flash)},
+      {"gemma3 bf16 flash", family("tiny-gemma3", Precision::bf16, Attention::flash)},
   };
 }
 
