@@ -328,14 +328,7 @@ class LeanBuilder : private LeanLinears {
       dprobs = dropout_bwd(pre + "attn.probs", dvalues_in, core.probs_mask, core.probs, layer,
                            DropoutSite::attn_probs);
     const int dscores = grad_of(core.scores);
-    if (core.capped >= 0) {
-      const int dcapped = grad_of(core.capped);
-      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dcapped}, layer);
-      softcap_bwd_op(pre + "attn.softcap.bwd", dcapped, core.capped, dscores, layer,
-                     cfg_.model.attn_softcap);
-    } else {
-      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, core.probs}, {dscores}, layer);
-    }
+    softmax_bwd(pre, dprobs, core.probs, core.capped, dscores, layer);
     // The q and k parts of dqkv are written in place, next to the v part attn_values_bwd wrote.
     attention_attrs(gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv},
                          {dqkv}, layer));

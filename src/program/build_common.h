@@ -284,6 +284,18 @@ class ProgramWriter {
     o.softcap = static_cast<float>(cap);
     return o;
   }
+  // Eager attention's softmax backward into dscores: through the cap where the softmax read
+  // capped scores (`capped` >= 0, Gemma 2), straight otherwise.
+  void softmax_bwd(const Name& pre, int dprobs, int probs, int capped, int dscores, int layer) {
+    if (capped < 0) {
+      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, probs}, {dscores}, layer);
+      return;
+    }
+    const int dcapped = grad_of(capped);
+    op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, probs}, {dcapped}, layer);
+    softcap_bwd_op(pre + "attn.softcap.bwd", dcapped, capped, dscores, layer,
+                   p_.config.model.attn_softcap);
+  }
   // The step's forward pass under the configuration's recompute, and a recompute's replay.
   Pass forward_pass() const {
     Pass pass;

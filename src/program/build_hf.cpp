@@ -532,14 +532,7 @@ class HfBuilder : private HfLinears {
       op(OpKind::cast, pre + "attn.probs_c.grad.cast", {dprobs_c}, {dprobs}, l);
     }
     const int dscores = grad_of(b.scores);
-    if (b.capped >= 0) {
-      const int dcapped = grad_of(b.capped);
-      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, b.probs}, {dcapped}, l);
-      softcap_bwd_op(pre + "attn.softcap.bwd", dcapped, b.capped, dscores, l,
-                     cfg_.model.attn_softcap);
-    } else {
-      op(OpKind::softmax_bwd, pre + "attn.softmax.bwd", {dprobs, b.probs}, {dscores}, l);
-    }
+    softmax_bwd(pre, dprobs, b.probs, b.capped, dscores, l);
     attention_attrs(
         gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv}, {dqkv}, l));
     return dqkv;
@@ -558,6 +551,17 @@ class HfBuilder : private HfLinears {
     return d;
   }
 
+  // A sandwich norm's backward: the residual's gradient in the norm output's dtype, through the
+  // norm into the gradient of the branch output x (returned).
+  int post_norm_bwd(const Name& name, int dresidual, int out, int norm_x, int x, const Param& w,
+                    int rstd, const TensorIds& held, int layer) {
+    const int dout =
+        branch_grad(dresidual, out, -1, -1, name + ".out.grad.cast", "", layer, DropoutSite{});
+    const int dx = grad_of(x);
+    norm_bwd(name, dout, norm_x, x, w, Param{}, -1, rstd, held, dx, layer);
+    return dx;
+  }
+
   // The gradient of the block's input from the gradient of its output; under fine-tuning only
   // what requires grad gets a gradient, and where the input does not, the backward of the layer
   // ends below its first adapter (-1).
@@ -571,12 +575,8 @@ class HfBuilder : private HfLinears {
     if (b.mlp_grad) {
       int dmlp = -1;
       if (b.post_mlp_out >= 0) {
-        const int dpost = branch_grad(dx_out, b.post_mlp_out, -1, -1,
-                                      pre + "post_mlp_norm.out.grad.cast", "", l,
-                                      DropoutSite::mlp_proj);
-        dmlp = grad_of(b.mlp_out);
-        norm_bwd(pre + "post_mlp_norm", dpost, b.post_mlp_x, b.mlp_out, w.post_mlp_norm_w, Param{},
-                 -1, b.post_mlp_rstd, b.post_mlp_held, dmlp, l);
+        dmlp = post_norm_bwd(pre + "post_mlp_norm", dx_out, b.post_mlp_out, b.post_mlp_x,
+                             b.mlp_out, w.post_mlp_norm_w, b.post_mlp_rstd, b.post_mlp_held, l);
       } else {
         dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
                            w.out.name, l, DropoutSite::mlp_proj);
@@ -621,12 +621,9 @@ class HfBuilder : private HfLinears {
       const Name& proj = w.proj.name;
       int dproj = -1;
       if (b.post_attn_out >= 0) {
-        const int dpost = branch_grad(dx_mid, b.post_attn_out, -1, -1,
-                                      pre + "post_attn_norm.out.grad.cast", "", l,
-                                      DropoutSite::attn_proj);
-        dproj = grad_of(b.proj_out);
-        norm_bwd(pre + "post_attn_norm", dpost, b.post_attn_x, b.proj_out, w.post_attn_norm_w,
-                 Param{}, -1, b.post_attn_rstd, b.post_attn_held, dproj, l);
+        dproj = post_norm_bwd(pre + "post_attn_norm", dx_mid, b.post_attn_out, b.post_attn_x,
+                              b.proj_out, w.post_attn_norm_w, b.post_attn_rstd, b.post_attn_held,
+                              l);
       } else {
         dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask, proj + ".out.grad.cast",
                             proj, l, DropoutSite::attn_proj);
