@@ -151,8 +151,9 @@ TEST(CpuKernelsActivation, SwigluAndGegluGradients) {
     objective();
     // GeGLU's gate goes through the tanh GELU, SwiGLU's through SiLU.
     const double g = gate[0];
-    const double act = gelu_gate ? 0.5 * g * (1 + std::tanh(0.7978845608 * (g + 0.044715 * g * g * g)))
-                                 : g / (1 + std::exp(-g));
+    const double act = gelu_gate
+                           ? 0.5 * g * (1 + std::tanh(0.7978845608 * (g + 0.044715 * g * g * g)))
+                           : g / (1 + std::exp(-g));
     EXPECT_NEAR(y[0], act * up[0], 1e-5);
     cpu::swiglu_bwd(dgate.data(), dup.data(), r.data(), gate.data(), up.data(), n, gelu_gate);
     expect_gradient("dgate", gate, dgate, objective, 1e-3f);
@@ -205,8 +206,8 @@ TEST(CpuKernelsNorm, QkNormNormsEachHeadCopiesVAndItsGradientsMatch) {
   for (std::int64_t d = 0; d < D; ++d) EXPECT_FLOAT_EQ(y[Q + A * D + d], row[d]);
   for (std::int64_t c = (A + K) * D; c < Q; ++c) EXPECT_EQ(y[2 * Q + c], qkv[2 * Q + c]);
   Vec dqkv(qkv.size()), dqw(D), dkw(D);
-  cpu::qk_norm_bwd(dqkv.data(), dqw.data(), dkw.data(), r.data(), qkv.data(), qw.data(),
-                   kw.data(), rstd.data(), tokens, A, K, D);
+  cpu::qk_norm_bwd(dqkv.data(), dqw.data(), dkw.data(), r.data(), qkv.data(), qw.data(), kw.data(),
+                   rstd.data(), tokens, A, K, D);
   expect_gradient("dqkv", qkv, dqkv, objective);
   expect_gradient("dqw", qw, dqw, objective);
   expect_gradient("dkw", kw, dkw, objective);
@@ -379,7 +380,8 @@ TEST(CpuKernelsAttention, SoftcappedFlashEqualsTheEagerChainWithACap) {
   Vec uncapped(y.size());
   cpu::flash_fwd(uncapped.data(), lse.data(), qkv.data(), s, 0.0f, 0);
   double differ = 0.0;
-  for (std::size_t i = 0; i < y.size(); ++i) differ = std::max(differ, std::abs(double{y[i]} - uncapped[i]));
+  for (std::size_t i = 0; i < y.size(); ++i)
+    differ = std::max(differ, std::abs(double{y[i]} - uncapped[i]));
   EXPECT_GT(differ, 1e-3);
 }
 

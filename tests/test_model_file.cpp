@@ -236,8 +236,8 @@ TEST(ModelFile, FamiliesSetWhatTheirBlocksDo) {
   EXPECT_EQ(gemma2.attention_width(), 2048);  // 8 heads of 256 over a hidden size of 2304
   const ModelConfig qwen3 = model_from_config_text(kQwen3_0_6b, "q", "");
   EXPECT_TRUE(qwen3.qk_norm);
-  EXPECT_FALSE(qwen3.sandwich_norms || qwen3.offset_norms || qwen3.embed_scale ||
-               qwen3.gelu_mlp || qwen3.qkv_bias);
+  EXPECT_FALSE(qwen3.sandwich_norms || qwen3.offset_norms || qwen3.embed_scale || qwen3.gelu_mlp ||
+               qwen3.qkv_bias);
   // Left out, a field takes its config class's default: Qwen3's head_dim 128, Gemma 2's caps;
   // null turns a cap off.
   const ModelConfig bare = model_from_config_text(

@@ -1,5 +1,5 @@
-// GELU, SwiGLU / GeGLU and soft-capping over the shared element-wise bodies in common/math.h, one call per element as
-// the CUDA kernels make them.
+// GELU, SwiGLU / GeGLU and soft-capping over the shared element-wise bodies in common/math.h, one
+// call per element as the CUDA kernels make them.
 #include "cpu/activation.h"
 
 #include "common/math.h"

@@ -168,8 +168,7 @@ void flash_fwd(float* y, float* lse, const float* qkv, const AttnShape& s, float
         double running_max = -std::numeric_limits<double>::infinity(), running_sum = 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (std::int64_t j = 0; j <= i; ++j) {
-          const double score =
-              capped(scale * dot(q, qkv + p.row(b, j) + p.k(kv), s.D), softcap);
+          const double score = capped(scale * dot(q, qkv + p.row(b, j) + p.k(kv), s.D), softcap);
           if (score > running_max) {
             const double correction = std::exp(running_max - score);  // 0 on the first key
             running_sum *= correction;

@@ -118,8 +118,8 @@ void qk_norm_bwd(float* dqkv, float* dqw, float* dkw, const float* dy, const flo
     const float* r = rstd + t * (A + K);
     rmsnorm_bwd(dqkv + row, part.data(), dy + row, qkv + row, qw, r, A, D);
     for (std::int64_t d = 0; d < D; ++d) dqw[d] += part[static_cast<std::size_t>(d)];
-    rmsnorm_bwd(dqkv + row + A * D, part.data(), dy + row + A * D, qkv + row + A * D, kw, r + A,
-                K, D);
+    rmsnorm_bwd(dqkv + row + A * D, part.data(), dy + row + A * D, qkv + row + A * D, kw, r + A, K,
+                D);
     for (std::int64_t d = 0; d < D; ++d) dkw[d] += part[static_cast<std::size_t>(d)];
     std::copy(dy + row + (A + K) * D, dy + row + width, dqkv + row + (A + K) * D);
   }

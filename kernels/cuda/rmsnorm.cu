@@ -63,8 +63,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const T* w = s.query(row) ? qw : kw;
     const float rs = rstd[row];
     const float mean_gx =
-        block_sum(rmsnorm_dx_part(0, lane, lanes, dy + at, x + at, w, rs, s.D, w_offset),
-                  scratch) /
+        block_sum(rmsnorm_dx_part(0, lane, lanes, dy + at, x + at, w, rs, s.D, w_offset), scratch) /
         static_cast<float>(s.D);
     rmsnorm_dx_write(0, lane, lanes, dx + at, dy + at, x + at, w, rs, s.D, mean_gx, w_offset);
   }
@@ -165,8 +164,9 @@ void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, cons
         static_cast<T*>(y), rstd, static_cast<const T*>(qkv), static_cast<const T*>(qw),
         static_cast<const T*>(kw), s, eps, w_offset);
     VB_CHECK_LAUNCH("qk_norm_fwd_kernel");
-    qk_norm_copy_v_kernel<T><<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0,
-                               stream>>>(static_cast<T*>(y), static_cast<const T*>(qkv), s);
+    qk_norm_copy_v_kernel<T>
+        <<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
+            static_cast<T*>(y), static_cast<const T*>(qkv), s);
     VB_CHECK_LAUNCH("qk_norm_copy_v_kernel");
   });
 }
@@ -181,8 +181,9 @@ void launch_qk_norm_bwd(DType dtype, void* dqkv, void* dqw, void* dkw, const voi
         static_cast<T*>(dqkv), static_cast<const T*>(dy), static_cast<const T*>(qkv),
         static_cast<const T*>(qw), static_cast<const T*>(kw), rstd, s, w_offset);
     VB_CHECK_LAUNCH("qk_norm_bwd_dx_kernel");
-    qk_norm_copy_v_kernel<T><<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0,
-                               stream>>>(static_cast<T*>(dqkv), static_cast<const T*>(dy), s);
+    qk_norm_copy_v_kernel<T>
+        <<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
+            static_cast<T*>(dqkv), static_cast<const T*>(dy), s);
     VB_CHECK_LAUNCH("qk_norm_copy_v_kernel");
     if (dqw == nullptr) return;  // frozen norms: dqkv alone
     qk_norm_dw_kernel<T><<<grid_for(2 * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(

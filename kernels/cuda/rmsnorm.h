@@ -1,8 +1,9 @@
 // RMSNorm over the last dimension: y = x * rstd * (w_offset + w) with rstd = 1/sqrt(mean(x^2) +
 // eps) saved (fp32) per row (w_offset 1: Gemma's (1 + w)); backward gives dx per row and dw per
-// column. The q/k norm (Qwen3, Gemma 3) is the same per query and key head of a packed q|k|v row. As LayerNorm (cuda/layernorm.h): a
-// block of kRowThreads per row whose thread `lane` of `lanes` owns columns lane, lane + lanes, ...;
-// dw a two-stage column sum through fp32 partials in the GEMM workspace.
+// column. The q/k norm (Qwen3, Gemma 3) is the same per query and key head of a packed q|k|v row.
+// As LayerNorm (cuda/layernorm.h): a block of kRowThreads per row whose thread `lane` of `lanes`
+// owns columns lane, lane + lanes, ...; dw a two-stage column sum through fp32 partials in the GEMM
+// workspace.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -121,7 +122,6 @@ void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, cons
 // dqkv (its v part dy's), and dqw, dkw when not null (one pass over the rows per column).
 void launch_qk_norm_bwd(DType dtype, void* dqkv, void* dqw, void* dkw, const void* dy,
                         const void* qkv, const void* qw, const void* kw, const float* rstd,
-                        const QkNormShape& s, float w_offset, bool accumulate,
-                        cudaStream_t stream);
+                        const QkNormShape& s, float w_offset, bool accumulate, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

@@ -342,16 +342,16 @@ std::int64_t layer_parameter_count(const ModelConfig& m) {
            + H * F + H;             // mlp projection
   }
   const std::int64_t O = m.attention_width();
-  return H                                // attention rms norm
+  return H                                 // attention rms norm
          + (m.sandwich_norms ? 2 * H : 0)  // post-attention and post-feedforward norms (Gemma 2/3)
          + (m.qk_norm ? 2 * m.head_dim() : 0)  // q and k norms (Qwen3, Gemma 3)
-         + qkv_out * H                    // q, k, v
-         + (m.qkv_bias ? qkv_out : 0)     // their biases (Qwen2, attention_bias)
-         + H * O                          // output projection
-         + (m.o_bias ? H : 0)             // its bias (attention_bias)
-         + H                              // mlp rms norm
-         + 3 * F * H                      // gate, up, down
-         + (m.mlp_bias ? 2 * F + H : 0);  // their biases (mlp_bias)
+         + qkv_out * H                         // q, k, v
+         + (m.qkv_bias ? qkv_out : 0)          // their biases (Qwen2, attention_bias)
+         + H * O                               // output projection
+         + (m.o_bias ? H : 0)                  // its bias (attention_bias)
+         + H                                   // mlp rms norm
+         + 3 * F * H                           // gate, up, down
+         + (m.mlp_bias ? 2 * F + H : 0);       // their biases (mlp_bias)
 }
 
 std::int64_t parameter_count(const ModelConfig& m) {

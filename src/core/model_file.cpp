@@ -25,8 +25,9 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kNotYet{{
     {"mixtral", "its mixture of experts"},
     {"qwen2_moe", "its mixture of experts"},
     {"qwen3_moe", "its mixture of experts"},
-    {"gemma3", "its vision tower (a multimodal config: give its text_config as a gemma3_text "
-               "config.json)"},
+    {"gemma3",
+     "its vision tower (a multimodal config: give its text_config as a gemma3_text "
+     "config.json)"},
 }};
 
 class Reader {
@@ -136,15 +137,16 @@ ModelConfig llama_model(const Reader& r, std::string_view type) {
   const std::int64_t head_dim = r.optional("head_dim", default_head_dim);
   if (head_dim > 0 && !(m.hidden % m.heads == 0 && head_dim == m.hidden / m.heads))
     m.explicit_head_dim = head_dim;
-  if (type == "llama" || type == "qwen3" || gemma) m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
+  if (type == "llama" || type == "qwen3" || gemma)
+    m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
   if (type == "llama") m.mlp_bias = r.flag("mlp_bias", false);
   m.qkv_bias = m.qkv_bias || type == "qwen2";
   m.qk_norm = type == "qwen3" || type == "gemma3_text";
   if (gemma) {
     m.offset_norms = m.embed_scale = true;
     // gelu_pytorch_tanh; Gemma's config turns a legacy "gelu" into it.
-    const std::string act = r.text(type == "gemma" ? "hidden_act" : "hidden_activation",
-                                   "gelu_pytorch_tanh");
+    const std::string act =
+        r.text(type == "gemma" ? "hidden_act" : "hidden_activation", "gelu_pytorch_tanh");
     if (!act.starts_with("gelu"))
       r.fail(fmt::format("activation '{}': a {} MLP is modelled with gelu (tanh)", act, type));
     m.gelu_mlp = true;

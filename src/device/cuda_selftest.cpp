@@ -11,11 +11,11 @@
 
 #include "common/math.h"
 #include "core/config.h"
+#include "core/presets.h"
 #include "cuda/check.h"
 #include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
-#include "core/presets.h"
 #include "device/cpu_executor.h"
 #include "device/cuda_device.h"
 #include "program/program.h"

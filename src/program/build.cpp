@@ -250,8 +250,8 @@ class LeanBuilder : private LeanLinears {
       if (cfg_.model.qk_norm) {
         b.qk_normed =
             tensor(suffixed(pass, pre + "attn.qk_norm.out"), {B_, S_, Q_}, act_, Role::transient);
-        b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, A_ + K_},
-                           DType::f32, role, stats_component(pass.replay));
+        b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, A_ + K_}, DType::f32,
+                           role, stats_component(pass.replay));
         Op& o = op(OpKind::qk_norm_fwd, pre + "attn.qk_norm",
                    {b.qkv_linear, w.q_norm_w.w, w.k_norm_w.w}, {b.qk_normed, b.qk_rstd}, l,
                    pass.replay);
@@ -273,9 +273,8 @@ class LeanBuilder : private LeanLinears {
           dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, DType::u8, b.proj_mask);
     if (cfg_.model.sandwich_norms) {
       b.attn_branch = residual;
-      residual = b.post_attn_out =
-          post_norm_fwd(pre + "post_attn_norm", residual, w.post_attn_norm_w, pass, l,
-                        b.post_attn_rstd);
+      residual = b.post_attn_out = post_norm_fwd(pre + "post_attn_norm", residual,
+                                                 w.post_attn_norm_w, pass, l, b.post_attn_rstd);
     }
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), act_, role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
@@ -286,8 +285,8 @@ class LeanBuilder : private LeanLinears {
     int mlp_y = b.mlp.y();
     if (cfg_.model.sandwich_norms) {
       b.mlp_branch = mlp_y;
-      mlp_y = b.post_mlp_out = post_norm_fwd(pre + "post_mlp_norm", mlp_y, w.post_mlp_norm_w, pass,
-                                             l, b.post_mlp_rstd);
+      mlp_y = b.post_mlp_out =
+          post_norm_fwd(pre + "post_mlp_norm", mlp_y, w.post_mlp_norm_w, pass, l, b.post_mlp_rstd);
     }
     // The block output is the next block's input: saved even under full recompute.
     b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), act_,
@@ -520,14 +519,13 @@ class LeanBuilder : private LeanLinears {
     // Under final soft-capping (Gemma 2) the capped logits are what the loss and the cap's
     // backward read; the lm head's output is the cap's alone.
     const double cap = m.final_softcap;
-    const int logits = tensor(cap > 0.0 ? "logits.uncapped" : "logits", {M_, V_}, act_,
-                              cap > 0.0 ? Role::transient : Role::activation,
-                              MemoryComponent::logits_and_loss);
+    const int logits =
+        tensor(cap > 0.0 ? "logits.uncapped" : "logits", {M_, V_}, act_,
+               cap > 0.0 ? Role::transient : Role::activation, MemoryComponent::logits_and_loss);
     gemm(OpKind::linear_fwd, "lm_head", {final_out, lm.w}, {logits}, -1);
     int ce_in = logits;
     if (cap > 0.0) {
-      ce_in =
-          tensor("logits", {M_, V_}, act_, Role::activation, MemoryComponent::logits_and_loss);
+      ce_in = tensor("logits", {M_, V_}, act_, Role::activation, MemoryComponent::logits_and_loss);
       softcap_op("logits.softcap", logits, ce_in, -1, cap);
     }
     const int loss =

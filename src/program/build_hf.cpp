@@ -246,8 +246,8 @@ class HfBuilder : private HfLinears {
       c.held = fwd_held;
       c.held.push_back(
           tensor(suffixed(pass, pre + "attn.softcap.div"), bass(), cdt_, Role::transient));
-      c.held.push_back(
-          tensor(suffixed(pass, pre + "attn.softcap.masked"), bass(), score_dtype, Role::transient));
+      c.held.push_back(tensor(suffixed(pass, pre + "attn.softcap.masked"), bass(), score_dtype,
+                              Role::transient));
       softmax_in = b.capped;
     }
     // Softmax: gpt2 in the scores' dtype; llama asks for fp32 (an fp32 copy of 16-bit scores
@@ -489,8 +489,8 @@ class HfBuilder : private HfLinears {
     const int dx_f32 = norm_x == x ? dx : grad_of(norm_x);
     TensorIds out{dx_f32};
     if (w.trainable()) out.push_back(w.grad);
-    Op& o = rms_attrs(
-        row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd}, std::move(out), layer));
+    Op& o = rms_attrs(row_sum(OpKind::rmsnorm_bwd, name + ".bwd", {dy, norm_x, w.w, rstd},
+                              std::move(out), layer));
     o.held = held;
     o.held.push_back(tensor(name + ".bwd.scratch", {2, B_, S_, H_}, DType::f32, Role::transient));
     if (dx_f32 != dx) op(OpKind::cast, name + ".x_f32.grad.cast", {dx_f32}, {dx}, layer);
@@ -575,8 +575,8 @@ class HfBuilder : private HfLinears {
     if (b.mlp_grad) {
       int dmlp = -1;
       if (b.post_mlp_out >= 0) {
-        dmlp = post_norm_bwd(pre + "post_mlp_norm", dx_out, b.post_mlp_out, b.post_mlp_x,
-                             b.mlp_out, w.post_mlp_norm_w, b.post_mlp_rstd, b.post_mlp_held, l);
+        dmlp = post_norm_bwd(pre + "post_mlp_norm", dx_out, b.post_mlp_out, b.post_mlp_x, b.mlp_out,
+                             w.post_mlp_norm_w, b.post_mlp_rstd, b.post_mlp_held, l);
       } else {
         dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
                            w.out.name, l, DropoutSite::mlp_proj);
@@ -621,9 +621,9 @@ class HfBuilder : private HfLinears {
       const Name& proj = w.proj.name;
       int dproj = -1;
       if (b.post_attn_out >= 0) {
-        dproj = post_norm_bwd(pre + "post_attn_norm", dx_mid, b.post_attn_out, b.post_attn_x,
-                              b.proj_out, w.post_attn_norm_w, b.post_attn_rstd, b.post_attn_held,
-                              l);
+        dproj =
+            post_norm_bwd(pre + "post_attn_norm", dx_mid, b.post_attn_out, b.post_attn_x,
+                          b.proj_out, w.post_attn_norm_w, b.post_attn_rstd, b.post_attn_held, l);
       } else {
         dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask, proj + ".out.grad.cast",
                             proj, l, DropoutSite::attn_proj);

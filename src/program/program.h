@@ -129,9 +129,9 @@ enum class OpKind : std::uint8_t {
   // Framework profiles (hf).
   cast,  // y = x converted to y's dtype: autocast's weight and input casts, .float(), .to()
   // Model families (ModelConfig's flags).
-  qk_norm_fwd,   // RMSNorm over each query and key head of q|k|v (Qwen3, Gemma 3)
+  qk_norm_fwd,  // RMSNorm over each query and key head of q|k|v (Qwen3, Gemma 3)
   qk_norm_bwd,
-  softcap_fwd,   // y = softcap tanh(x / softcap): Gemma 2's attention scores and logits
+  softcap_fwd,  // y = softcap tanh(x / softcap): Gemma 2's attention scores and logits
   softcap_bwd,
 };
 // The kind's name in the signature table: "linear_fwd".

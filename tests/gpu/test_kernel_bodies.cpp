@@ -113,9 +113,8 @@ TYPED_TEST(Bodies, SwigluAndGegluForwardAndBackward) {
   const auto dy = to_storage<T>(random_floats(n, 5));
   for (const bool gelu_gate : {false, true}) {
     std::vector<T> y(n), dg(n), du(n);
-    over(n, [&](std::int64_t i) {
-      swiglu_fwd_body(i, y.data(), gate.data(), up.data(), gelu_gate);
-    });
+    over(n,
+         [&](std::int64_t i) { swiglu_fwd_body(i, y.data(), gate.data(), up.data(), gelu_gate); });
     over(n, [&](std::int64_t i) {
       swiglu_bwd_body(i, dg.data(), du.data(), dy.data(), gate.data(), up.data(), gelu_gate);
     });
@@ -123,8 +122,9 @@ TYPED_TEST(Bodies, SwigluAndGegluForwardAndBackward) {
     for (std::int64_t i = 0; i < n; ++i) {
       const double g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dy[i]);
       auto act = [gelu_gate](double a) {
-        return gelu_gate ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
-                         : a / (1 + std::exp(-a));
+        return gelu_gate
+                   ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+                   : a / (1 + std::exp(-a));
       };
       wy[i] = act(g) * u;
       wdu[i] = d * act(g);
@@ -354,38 +354,37 @@ TYPED_TEST(Bodies, RmsNormRowsMatchTheCpuReferenceForAnyLaneCount) {
   std::vector<float> want_y(M * H), want_rstd(M), want_dx(M * H), want_dw(H);
   // Gemma's (1 + w) is the reference's norm over w + 1; dw is the same either way.
   for (const float w_offset : {1.0f, 0.0f}) {
-  std::vector<float> w_eff = wf;
-  for (float& v : w_eff) v += w_offset;
-  cpu::rmsnorm_fwd(want_y.data(), want_rstd.data(), xf.data(), w_eff.data(), M, H, 1e-6f);
-  cpu::rmsnorm_bwd(want_dx.data(), want_dw.data(), dyf.data(), xf.data(), w_eff.data(),
-                   want_rstd.data(), M, H);
-  for (std::int64_t lanes : kLaneCounts) {
-    SCOPED_TRACE(::testing::Message() << lanes << " lanes, w_offset " << w_offset);
-    std::vector<T> y(M * H, from_f32<T>(NAN)), dx(M * H, from_f32<T>(NAN));
-    std::vector<float> rstd(M);
-    for (std::int64_t m = 0; m < M; ++m) {
-      const float rs = rmsnorm_rstd(
-          lanes_sum(lanes,
-                    [&](std::int64_t l) { return rmsnorm_sq_part(m, l, lanes, x.data(), H); }),
-          H, 1e-6f);
-      for (std::int64_t l = 0; l < lanes; ++l)
-        rmsnorm_fwd_write(m, l, lanes, y.data(), x.data(), w.data(), H, rs, w_offset);
-      rstd[m] = rs;
-      const float mean_gx =
-          lanes_sum(lanes,
-                    [&](std::int64_t l) {
-                      return rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(), w.data(), rs, H,
-                                             w_offset);
-                    }) /
-          static_cast<float>(H);
-      for (std::int64_t l = 0; l < lanes; ++l)
-        rmsnorm_dx_write(m, l, lanes, dx.data(), dy.data(), x.data(), w.data(), rs, H, mean_gx,
-                         w_offset);
+    std::vector<float> w_eff = wf;
+    for (float& v : w_eff) v += w_offset;
+    cpu::rmsnorm_fwd(want_y.data(), want_rstd.data(), xf.data(), w_eff.data(), M, H, 1e-6f);
+    cpu::rmsnorm_bwd(want_dx.data(), want_dw.data(), dyf.data(), xf.data(), w_eff.data(),
+                     want_rstd.data(), M, H);
+    for (std::int64_t lanes : kLaneCounts) {
+      SCOPED_TRACE(::testing::Message() << lanes << " lanes, w_offset " << w_offset);
+      std::vector<T> y(M * H, from_f32<T>(NAN)), dx(M * H, from_f32<T>(NAN));
+      std::vector<float> rstd(M);
+      for (std::int64_t m = 0; m < M; ++m) {
+        const float rs = rmsnorm_rstd(
+            lanes_sum(lanes,
+                      [&](std::int64_t l) { return rmsnorm_sq_part(m, l, lanes, x.data(), H); }),
+            H, 1e-6f);
+        for (std::int64_t l = 0; l < lanes; ++l)
+          rmsnorm_fwd_write(m, l, lanes, y.data(), x.data(), w.data(), H, rs, w_offset);
+        rstd[m] = rs;
+        const float mean_gx = lanes_sum(lanes,
+                                        [&](std::int64_t l) {
+                                          return rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(),
+                                                                 w.data(), rs, H, w_offset);
+                                        }) /
+                              static_cast<float>(H);
+        for (std::int64_t l = 0; l < lanes; ++l)
+          rmsnorm_dx_write(m, l, lanes, dx.data(), dy.data(), x.data(), w.data(), rs, H, mean_gx,
+                           w_offset);
+      }
+      expect_near_all(widen(rstd), widen(want_rstd), 1e-5, "rstd");
+      expect_near_all(to_double(y), widen(want_y), tolerance<T>(), "y");
+      expect_near_all(to_double(dx), widen(want_dx), 2 * tolerance<T>(), "dx");
     }
-    expect_near_all(widen(rstd), widen(want_rstd), 1e-5, "rstd");
-    expect_near_all(to_double(y), widen(want_y), tolerance<T>(), "y");
-    expect_near_all(to_double(dx), widen(want_dx), 2 * tolerance<T>(), "dx");
-  }
   }
   for (bool accumulate : {false, true}) {
     SCOPED_TRACE(accumulate);

@@ -208,8 +208,7 @@ TYPED_TEST(NormKernels, RmsNormForwardAndBackward) {
         DeviceBuffer d_ws = poisoned(static_cast<std::size_t>(ws));
         launch_rmsnorm_bwd(dt, d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
                            d_rstd_ref.as<float>(), M, H, 0.0f, accumulate,
-                           ws > 0 ? d_ws.get() : nullptr,
-                           ws, nullptr);
+                           ws > 0 ? d_ws.get() : nullptr, ws, nullptr);
         std::vector<double> want_dw(H);
         for (std::int64_t h = 0; h < H; ++h)
           want_dw[h] = dw[h] + (accumulate ? to_f32(old[h]) : 0.0);
