@@ -89,15 +89,20 @@ class Reader {
   std::string_view source_;
 };
 
-// transformers' GPT2Config names: n_embd, n_head, n_layer, n_inner (null: 4 n_embd),
-// n_positions (1024), tie_word_embeddings (true).
-bool is_llama_family(std::string_view type) {
-  for (std::string_view t :
-       {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"})
-    if (type == t) return true;
+// Whether the step program models `type`: one of kSupportedModelTypes, the list the refusals
+// print.
+bool is_supported(std::string_view type) {
+  std::string_view rest = kSupportedModelTypes;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(", ");
+    if (rest.substr(0, comma) == type) return true;
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 2);
+  }
   return false;
 }
 
+// transformers' GPT2Config names: n_embd, n_head, n_layer, n_inner (null: 4 n_embd),
+// n_positions (1024), tie_word_embeddings (true).
 ModelConfig gpt2_model(const Reader& r) {
   ModelConfig m;
   m.arch = Arch::gpt;
@@ -181,7 +186,7 @@ ModelConfig model_from_config(const Json& config, std::string name, std::string 
   ModelConfig m;
   if (type == "gpt2") {
     m = gpt2_model(r);
-  } else if (is_llama_family(type)) {
+  } else if (is_supported(type)) {  // the llama-style families
     m = llama_model(r, type);
   } else {
     for (const auto& [family, missing] : kNotYet)

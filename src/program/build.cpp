@@ -62,9 +62,9 @@ struct BlockTensors {
   int layer = 0;
   int x_in = -1;
   int norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
-  int qkv_linear = -1;  // the qkv projection's output (llama: before rope)
+  int qkv_linear = -1;               // the qkv projection's output (llama: before rope)
   int qk_normed = -1, qk_rstd = -1;  // qk_norm: what rope reads, and the heads' statistics
-  int qkv = -1;         // what attention reads (gpt: qkv_linear; llama: attn.qkv_rot)
+  int qkv = -1;                      // what attention reads (gpt: qkv_linear; llama: attn.qkv_rot)
   Core core;
   int proj_out = -1, proj_drop = -1, proj_mask = -1;
   int x_mid = -1;
@@ -144,7 +144,7 @@ class LeanBuilder : private LeanLinears {
   // for the norm's backward, the normed output is the add's alone. Returns the output.
   int post_norm_fwd(const Name& name, int x, const Param& w, const Pass& pass, int layer,
                     int& rstd) {
-    keep_as(x, saved(pass));
+    keep_for_backward(x, pass);
     const int out = tensor(suffixed(pass, name + ".out"), bsh(), act_, Role::transient);
     rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, saved(pass),
                   stats_component(pass.replay));
@@ -188,11 +188,9 @@ class LeanBuilder : private LeanLinears {
       // The engine's own scratch, live for the op alone (see flash_fwd_scratch_bytes).
       const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
                                  {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
-      Op& o = op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse, scratch}, layer,
-                 pass.replay);
-      attention_attrs(o);
-      dropout_attrs(o, layer, DropoutSite::attn_probs);
-      o.softcap = static_cast<float>(cfg_.model.attn_softcap);
+      flash_attrs(op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse, scratch},
+                     layer, pass.replay),
+                  layer);
     }
     return core;
   }
@@ -252,11 +250,8 @@ class LeanBuilder : private LeanLinears {
             tensor(suffixed(pass, pre + "attn.qk_norm.out"), {B_, S_, Q_}, act_, Role::transient);
         b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, A_ + K_}, DType::f32,
                            role, stats_component(pass.replay));
-        Op& o = op(OpKind::qk_norm_fwd, pre + "attn.qk_norm",
-                   {b.qkv_linear, w.q_norm_w.w, w.k_norm_w.w}, {b.qk_normed, b.qk_rstd}, l,
-                   pass.replay);
-        attention_attrs(o);
-        rms_attrs(o);
+        qk_norm_op(pre + "attn.qk_norm", b.qkv_linear, w.q_norm_w, w.k_norm_w, b.qk_normed,
+                   b.qk_rstd, l, pass.replay);
         rope_in = b.qk_normed;
       }
       b.qkv = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, act_, role);
@@ -307,11 +302,9 @@ class LeanBuilder : private LeanLinears {
       const int scratch = tensor(pre + "attn.flash_bwd.scratch",
                                  {build_common::flash_bwd_scratch(B_, S_, A_, K_, D_, act_)},
                                  DType::u8, Role::workspace);
-      Op& o = op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
-                 {dqkv, scratch}, layer);
-      attention_attrs(o);
-      dropout_attrs(o, layer, DropoutSite::attn_probs);
-      o.softcap = static_cast<float>(cfg_.model.attn_softcap);
+      flash_attrs(op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, core.y, core.lse},
+                     {dqkv, scratch}, layer),
+                  layer);
       return dqkv;
     }
     // Selective recompute: the S x S tensors were dropped in the forward; regenerate them right
@@ -426,13 +419,8 @@ class LeanBuilder : private LeanLinears {
       dqkv = drope_in;
       if (b.qk_normed >= 0) {
         const int dqkv_linear = grad_of(b.qkv_linear);
-        TensorIds out{dqkv_linear};
-        push_grad_if(out, w.q_norm_w);
-        push_grad_if(out, w.k_norm_w);
-        Op& o = op(OpKind::qk_norm_bwd, pre + "attn.qk_norm.bwd",
-                   {dqkv, b.qkv_linear, w.q_norm_w.w, w.k_norm_w.w, b.qk_rstd}, std::move(out), l);
-        attention_attrs(o);
-        rms_attrs(o);
+        qk_norm_bwd_op(pre + "attn.qk_norm.bwd", dqkv, b.qkv_linear, w.q_norm_w, w.k_norm_w,
+                       b.qk_rstd, dqkv_linear, l);
         dqkv = dqkv_linear;
       }
     }

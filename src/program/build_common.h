@@ -97,16 +97,16 @@ struct Linear {
 
 // A decoder layer's parameters and linears.
 struct BlockWeights {
-  Param norm1_w, norm1_b;  // gpt: ln1 weight and bias; llama: attn_norm weight
-  Linear qkv;              // [Q,H], [Q]
+  Param norm1_w, norm1_b;    // gpt: ln1 weight and bias; llama: attn_norm weight
+  Linear qkv;                // [Q,H], [Q]
   Param q_norm_w, k_norm_w;  // qk_norm: [D] each
   Linear proj;               // attention output projection [H,H], [H]
   Param post_attn_norm_w;    // sandwich_norms: the attention output's norm [H]
   Param norm2_w, norm2_b;    // gpt: ln2; llama: mlp_norm
   Param post_mlp_norm_w;     // sandwich_norms: the MLP output's norm [H]
-  Linear fc;               // gpt: fc [F,H], [F]; llama: gate [F,H]
-  Linear up;               // llama: up [F,H]
-  Linear out;              // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+  Linear fc;                 // gpt: fc [F,H], [F]; llama: gate [F,H]
+  Linear up;                 // llama: up [F,H]
+  Linear out;                // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
 };
 
 // The modules of a linear, each a LoRA target and its rows, in row order.
@@ -264,14 +264,18 @@ class ProgramWriter {
     return tensor(std::move(name), dims_of(like), dtype_of(like), Role::transient);
   }
   DType dtype_of(int id) const { return p_.tensor(id).dtype; }
-  // Tensor `id`, made as a transient, kept in `role` after all (a later op's backward reads it),
-  // filed under that role's component.
-  void keep_as(int id, Role role) {
+  // Tensor `id` in `role` after all; a component its builder chose stays, the role's default
+  // follows the role.
+  void set_role(int id, Role role) {
     Tensor& t = p_.tensors[static_cast<std::size_t>(id)];
-    if (t.role == role) return;
+    if (t.component == default_component(t.role)) t.component = default_component(role);
     t.role = role;
-    t.component = t.name.ends_with(kRecomputeSuffix) ? MemoryComponent::recomputed_activations
-                                                     : default_component(role);
+  }
+  // A tensor made as a transient before it was known that the backward reads it (a frozen norm's
+  // output that an adapter saves, a sandwich norm's input): an activation of a kept forward.
+  void keep_for_backward(int id, const Pass& pass) {
+    if (saved(pass) == Role::activation && p_.tensor(id).role == Role::transient)
+      set_role(id, Role::activation);
   }
   // A softcap op of the model's `cap`.
   Op& softcap_op(Name name, int x, int y, int layer, double cap, bool recompute = false) {
@@ -349,6 +353,28 @@ class ProgramWriter {
     if (p_.config.dropout <= 0.0) return;
     o.dropout_p = p_.config.dropout;
     o.seed = dropout_seed(layer, site);
+  }
+  // A fused attention op's: its heads, its dropout, and the model's cap on the scores.
+  void flash_attrs(Op& o, int layer) const {
+    attention_attrs(o);
+    dropout_attrs(o, layer, DropoutSite::attn_probs);
+    o.softcap = static_cast<float>(p_.config.model.attn_softcap);
+  }
+  // The q/k norm of q|k|v `qkv` (weights qw, kw) into `out` and the heads' statistics `rstd`.
+  Op& qk_norm_op(const Name& name, int qkv, const Param& qw, const Param& kw, int out, int rstd,
+                 int layer, bool recompute) {
+    Op& o = op(OpKind::qk_norm_fwd, name, {qkv, qw.w, kw.w}, {out, rstd}, layer, recompute);
+    attention_attrs(o);
+    return rms_attrs(o);
+  }
+  // Its backward from dy into dqkv, and into the weights' gradients where they train.
+  Op& qk_norm_bwd_op(const Name& name, int dy, int qkv, const Param& qw, const Param& kw, int rstd,
+                     int dqkv, int layer) {
+    TensorIds out{dqkv};
+    if (qw.trainable()) out.insert(out.end(), {qw.grad, kw.grad});
+    Op& o = op(OpKind::qk_norm_bwd, name, {dy, qkv, qw.w, kw.w, rstd}, std::move(out), layer);
+    attention_attrs(o);
+    return rms_attrs(o);
   }
   // Dropout of x at `site` (ops `name`_dropout, tensors `name`.drop and its `mask`, saved for the
   // backward); returns the dropped tensor.

@@ -46,8 +46,8 @@ struct HfBlockTensors {
   int x_in = -1;
   int norm1_x = -1, norm1_out = -1, norm1_mean = -1, norm1_rstd = -1;
   LinearSaved qkv_saved;
-  int qkv = -1;      // c_attn / q|k|v projection output
-  int qkv_rot = -1;  // llama: after rope
+  int qkv = -1;       // c_attn / q|k|v projection output
+  int qkv_rot = -1;   // llama: after rope
   int attn_qkv = -1;  // what attention reads: qkv (gpt) or qkv_rot (llama), or autocast's copy
   int scores = -1, probs = -1, probs_c = -1, probs_drop = -1, probs_mask = -1, values_in = -1;
   int capped = -1;  // attention soft-capping (Gemma 2, eager)
@@ -161,10 +161,7 @@ class HfBuilder : private HfLinears {
                     bool x_grad, int& norm_x, int& rstd, TensorIds& held) {
     int out = -1, mean = -1;
     norm_fwd(name, x, w, Param{}, pass, layer, x_grad, norm_x, out, mean, rstd, held);
-    Tensor& t = p_.tensors[static_cast<std::size_t>(out)];
-    t.role = Role::transient;
-    t.component = t.name.ends_with(kRecomputeSuffix) ? MemoryComponent::recomputed_activations
-                                                     : default_component(Role::transient);
+    set_role(out, Role::transient);
     return out;
   }
 
@@ -216,11 +213,10 @@ class HfBuilder : private HfLinears {
       b.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
       const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
                                  {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
+      // flash-attention 2 soft-caps inside the kernel.
       Op& o =
           op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {b.y, b.lse, scratch}, l, pass.replay);
-      attention_attrs(o);
-      dropout_attrs(o, l, DropoutSite::attn_probs);
-      o.softcap = static_cast<float>(cfg_.model.attn_softcap);  // flash-attention 2's softcap
+      flash_attrs(o, l);
       o.held = fwd_held;
       if (mask_ >= 0) o.held.push_back(mask_);
       return;
@@ -301,10 +297,7 @@ class HfBuilder : private HfLinears {
     b.qk_normed = tensor(suffixed(pass, name + ".out"), {B_, S_, Q_}, x_dtype, Role::transient);
     b.qk_rstd = tensor(suffixed(pass, name + ".rstd"), {B_, S_, A_ + K_}, DType::f32, x_role,
                        stats_component(pass.replay));
-    Op& o = op(OpKind::qk_norm_fwd, name, {b.qkv, w.q_norm_w.w, w.k_norm_w.w},
-               {b.qk_normed, b.qk_rstd}, l, pass.replay);
-    attention_attrs(o);
-    rms_attrs(o);
+    Op& o = qk_norm_op(name, b.qkv, w.q_norm_w, w.k_norm_w, b.qk_normed, b.qk_rstd, l, pass.replay);
     // The fp32 copy of q and k that the norms compute on, saved for their backward (q|k|v
     // itself where it is fp32).
     if (x_dtype != DType::f32) {
@@ -322,12 +315,8 @@ class HfBuilder : private HfLinears {
   int qk_norm_bwd(const Name& pre, int l, const BlockWeights& w, const HfBlockTensors& b,
                   int dnormed) {
     const int dqkv = grad_of(b.qkv);
-    TensorIds out{dqkv};
-    if (w.q_norm_w.trainable()) out.insert(out.end(), {w.q_norm_w.grad, w.k_norm_w.grad});
-    Op& o = op(OpKind::qk_norm_bwd, pre + "attn.qk_norm.bwd",
-               {dnormed, b.qkv, w.q_norm_w.w, w.k_norm_w.w, b.qk_rstd}, std::move(out), l);
-    attention_attrs(o);
-    rms_attrs(o);
+    Op& o = qk_norm_bwd_op(pre + "attn.qk_norm.bwd", dnormed, b.qkv, w.q_norm_w, w.k_norm_w,
+                           b.qk_rstd, dqkv, l);
     o.held = b.qk_held;
     if (dtype_of(b.qkv) != DType::f32)
       o.held.push_back(tensor(pre + "attn.qk_norm.bwd.scratch", {3, B_, S_, (A_ + K_) * D_},
@@ -504,9 +493,7 @@ class HfBuilder : private HfLinears {
                                  DType::u8, Role::workspace);
       Op& o =
           op(OpKind::flash_bwd, pre + "attn.flash.bwd", {dy, qkv, b.y, b.lse}, {dqkv, scratch}, l);
-      attention_attrs(o);
-      dropout_attrs(o, l, DropoutSite::attn_probs);
-      o.softcap = static_cast<float>(cfg_.model.attn_softcap);
+      flash_attrs(o, l);
       o.held = b.attn_held;
       return dqkv;
     }

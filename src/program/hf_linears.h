@@ -18,8 +18,8 @@
 namespace vrambench::build_hf {
 
 using build_common::Adapter;
-using build_common::BlockWeights;
 using build_common::block_prefix;
+using build_common::BlockWeights;
 using build_common::kRecomputeSuffix;
 using build_common::Linear;
 using build_common::LinearModules;
@@ -75,16 +75,6 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     const int y = tensor(replay ? name + kRecomputeSuffix : name, dims_of(x), dtype, role);
     op(OpKind::cast, name + ".cast", {x}, {y}, layer, replay);
     return y;
-  }
-
-  // A tensor made before it was known that the backward reads it (a frozen norm's output that an
-  // adapter saves): an activation of a kept forward from now on.
-  void keep_for_backward(int id, const Pass& pass) {
-    Tensor& t = p_.tensors[static_cast<std::size_t>(id)];
-    if (saved(pass) != Role::activation || t.role != Role::transient) return;
-    if (t.component == default_component(Role::transient))
-      t.component = default_component(Role::activation);
-    t.role = Role::activation;
   }
 
   // ---- parameters ---------------------------------------------------------------------------
