@@ -81,6 +81,21 @@ MODELS = {
     }),
 }
 
+# The other families at llama-small's sizes (head_dim 64, as the config classes would default
+# otherwise): Qwen3's q/k norms; Gemma 2's (1 + w) fp32 norms, scaled embeddings, GeGLU, four
+# norms a block and soft-capping (eager only: transformers' Gemma 2 has no sdpa path); Gemma 3's
+# q/k and four norms. Each at S=512, batches 1 and 2, fp32 and bf16, with and without
+# checkpointing, AdamW, no dropout.
+_SMALL = {"hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
+          "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4, "vocab_size": 32000,
+          "max_position_embeddings": 4096}
+FAMILY_MODELS = {
+    "qwen3-small": ("Qwen3Config", dict(_SMALL, tie_word_embeddings=False)),
+    "gemma2-small": ("Gemma2Config", dict(_SMALL)),
+    "gemma3-small": ("Gemma3TextConfig", dict(_SMALL)),
+}
+MODELS.update(FAMILY_MODELS)
+
 DTYPES = ["fp32", "bf16", "autocast-bf16"]   # autocast-bf16: fp32 model under torch.autocast
 ATTENTIONS = ["eager", "sdpa"]
 CHECKPOINTING = ["off", "on"]
@@ -117,7 +132,14 @@ FIELDS = ["model", "dtype", "attention", "checkpointing", "dropout", "seq", "opt
 def grid():
     """Every row key (a dict of FIELDS) that a full run measures, in sorted order."""
     keys = []
-    for model in MODELS:
+    for model in FAMILY_MODELS:
+        for dtype in ["fp32", "bf16"]:
+            for attention in ["eager"] if model == "gemma2-small" else ATTENTIONS:
+                for ckpt in CHECKPOINTING:
+                    for batch in [1, 2]:
+                        keys.append(row_key(model, dtype, attention, ckpt, 0.0, 512, "adamw",
+                                            "none", "trainer", batch))
+    for model in ["gpt2", "llama-small"]:
         for dtype in DTYPES:
             for attention in ATTENTIONS:
                 for ckpt in CHECKPOINTING:

@@ -20,6 +20,7 @@
 
 #include "alloc/allocator.h"
 #include "core/config.h"
+#include "core/model_file.h"
 #include "core/presets.h"
 #include "device/sources.h"
 #include "program/program.h"
@@ -61,6 +62,23 @@ ModelConfig llama_small() {
   return m;
 }
 
+// A reference row's model: gpt2, llama-small, or one of the small models of the other families
+// (scripts/torch_reference.py MODELS: llama-small's sizes with head_dim 64), read from the same
+// fields by the config.json reader.
+ModelConfig reference_model(const std::string& name) {
+  if (name == "gpt2") return find_preset("gpt2").model;
+  if (name == "llama-small") return llama_small();
+  const std::string shape =
+      R"("hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
+         "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4, "vocab_size": 32000)";
+  const std::string type = name == "qwen3-small"    ? R"("qwen3", "tie_word_embeddings": false)"
+                           : name == "gemma2-small" ? R"("gemma2")"
+                           : name == "gemma3-small" ? R"("gemma3_text")"
+                                                    : "";
+  if (type.empty()) throw std::runtime_error("reference row of unknown model " + name);
+  return model_from_config_text("{\"model_type\": " + type + ", " + shape + "}", name, "");
+}
+
 nlohmann::json read_reference(const char* file) {
   const std::filesystem::path path =
       std::filesystem::path(VRAMBENCH_SOURCE_DIR) / "tests" / "data" / file;
@@ -79,7 +97,7 @@ std::vector<Row> rows_in_scope() {
     Row row;
     RunConfig& cfg = row.cfg;
     cfg.framework = Framework::hf;
-    cfg.model = r.at("model") == "gpt2" ? find_preset("gpt2").model : llama_small();
+    cfg.model = reference_model(r.at("model"));
     const std::string dtype = r.at("dtype");
     cfg.dtype = dtype == "fp32"   ? Precision::fp32
                 : dtype == "bf16" ? Precision::bf16

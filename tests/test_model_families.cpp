@@ -58,12 +58,14 @@ TEST(ModelFamilies, QkNormsNormEveryLayersHeadsAndKeepWhatTheirBackwardReads) {
     const Program g = build_program(config("tiny-gemma3", framework, Attention::flash), 0);
     EXPECT_EQ(op_named(g, "layer0.attn.qk_norm").norm_offset, 1.0f);
   }
-  // hf computes the norms on an fp32 copy of q and k, which it keeps for the backward.
+  // hf computes the norms on an fp32 copy of q and k, which it keeps for the backward: 4 (A + K) D
+  // bytes a token, held by q|k|v (which the backward kernel reads) and a tensor for the rest.
   const Program hf = build_program(config("tiny-qwen3", Framework::hf, Attention::flash), 0);
-  const Tensor& copy = hf.tensor(find_tensor(hf, "layer0.attn.qk_norm.x_f32"));
-  EXPECT_EQ(copy.dtype, DType::f32);
-  EXPECT_EQ(copy.role, Role::activation);
-  EXPECT_EQ(copy.shape, (Shape{2, 16, (4 + 2) * 16}));
+  const Tensor& qkv = hf.tensor(find_tensor(hf, "layer0.attn.qkv"));
+  const Tensor& rest = hf.tensor(find_tensor(hf, "layer0.attn.qk_norm.x_f32.rest"));
+  EXPECT_EQ(qkv.role, Role::activation);
+  EXPECT_EQ(rest.role, Role::activation);
+  EXPECT_EQ(qkv.bytes + rest.bytes, 2 * 16 * 4 * (4 + 2) * 16);
 }
 
 TEST(ModelFamilies, GemmaHasFourNormsABlockScaledEmbeddingsAndGeglu) {

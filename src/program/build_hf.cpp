@@ -298,14 +298,17 @@ class HfBuilder : private HfLinears {
     b.qk_rstd = tensor(suffixed(pass, name + ".rstd"), {B_, S_, A_ + K_}, DType::f32, x_role,
                        stats_component(pass.replay));
     Op& o = qk_norm_op(name, b.qkv, w.q_norm_w, w.k_norm_w, b.qk_normed, b.qk_rstd, l, pass.replay);
-    // The fp32 copy of q and k that the norms compute on, saved for their backward (q|k|v
-    // itself where it is fp32).
+    // The norms compute on an fp32 copy of q and k (x.to(float32); q|k|v itself where it is
+    // fp32), which their backward reads. The backward kernel reads q|k|v, kept to it: q|k|v
+    // stands for as many of the copy's bytes as it holds, a held tensor for the rest.
+    keep_for_backward(b.qkv, attn_pass);
     if (x_dtype != DType::f32) {
-      const int x_f32 = tensor(suffixed(pass, name + ".x_f32"), qk, DType::f32, x_role);
+      const std::int64_t rest =
+          4 * (A_ + K_) * D_ - dtype_size(x_dtype) * Q_;  // per token; 2 A D in 16 bits
+      const int x_f32 =
+          tensor(suffixed(pass, name + ".x_f32.rest"), {B_, S_, rest}, DType::u8, x_role);
       o.held.push_back(x_f32);
       b.qk_held.push_back(x_f32);
-    } else if (x_role == Role::activation) {
-      keep_for_backward(b.qkv, pass);
     }
     rms_pieces(name, qk, x_dtype, out_role, pass, w.q_norm_w.trainable(), o.held, b.qk_held);
     return b.qk_normed;
@@ -753,7 +756,11 @@ class HfBuilder : private HfLinears {
     // log-softmax output is made beside the fp32 logits.
     if (logits_f32 != logits_) ce.held.push_back(logits_);
     ce.held.push_back(tensor("ce.log_softmax", {M_, V_}, DType::f32, Role::transient, kLoss));
-    if (cfg_.loop == Loop::native && logits_f32 == logits_)
+    // Where the loss reads fp32 logits in place, they stand for its saved log-softmax output,
+    // unless something else keeps them to the backward: the output object of the native loop, or
+    // soft-capping's tanh, for whose output they stand. Then the log-probabilities are a tensor of
+    // their own.
+    if ((cfg_.loop == Loop::native || cap > 0.0) && logits_f32 == logits_)
       ce.held.push_back(log_probs_ =
                             tensor("ce.log_probs", {M_, V_}, DType::f32, Role::activation, kLoss));
     p_.loss_tensor = loss;
