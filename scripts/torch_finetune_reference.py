@@ -116,6 +116,10 @@ BATCHES = [1, 2]
 # Beyond that, llama-small (a step costs seconds) also at batch 4 (S=512) and at S=2048 (batch 1
 # and 2), every variant and checkpointing kind.
 EXTRA = [("llama-small", 512, [4]), ("llama-small", 2048, [1, 2])]
+# Phi-3 (torch_reference.py's phi3-small: its fused qkv_proj and gate_up_proj are one adapter
+# each) with the variants that name their targets: PEFT has no default for phi3.
+FUSED_MODELS = ["phi3-small"]
+FUSED_VARIANTS = [v for v in VARIANTS if v.get("targets") == "all-linear"]
 
 FIELDS = ["model", "base", "lora_r", "lora_dropout", "targets", "checkpointing", "optimizer", "seq",
           "batch"]
@@ -123,9 +127,9 @@ FIELDS = ["model", "base", "lora_r", "lora_dropout", "targets", "checkpointing",
 
 def grid():
     keys = []
-    plan = [(model, seq, BATCHES) for model in MODEL_NAMES for seq in SEQS] + EXTRA
+    plan = [(model, seq, BATCHES) for model in MODEL_NAMES + FUSED_MODELS for seq in SEQS] + EXTRA
     for model, seq, batches in plan:
-        for variant in VARIANTS:
+        for variant in FUSED_VARIANTS if model in FUSED_MODELS else VARIANTS:
             for ckpt in CHECKPOINTING:
                 for batch in batches:
                     k = dict(BASELINE)
@@ -535,7 +539,7 @@ def document(rows):
         "loop": "trainer: loss = model(input_ids, labels=input_ids).loss; loss.backward(); "
                 "optimizer.step(); optimizer.zero_grad(set_to_none=True); two iterations, the "
                 "second measured",
-        "models": {name: _ref.config_dict(name) for name in MODEL_NAMES},
+        "models": {name: _ref.config_dict(name) for name in MODEL_NAMES + FUSED_MODELS},
         "model_overrides": {"dropout": MODEL_DROPOUT, "attn_implementation": ATTENTION},
         "rows": rows,
     }

@@ -298,21 +298,23 @@ TEST(Cli, EveryTableStatesItsFrameworkAndRecipe) {
   struct Case {
     std::string args, name, says, recipe;
   };
-  const std::string full = "finetune full, quant none, optimizer adamw, recompute none";
+  const std::string full = "dtype bf16, finetune full, quant none, optimizer adamw, recompute none";
   for (const Case& c : std::vector<Case>{
            {"--device sim:rtx4090 --seq 512", "auto", "hf", full},
            {"--device sim:rtx4090 --seq 512 --finetune lora", "auto-lora", "hf",
-            "finetune lora, quant none, optimizer adamw, recompute none"},
+            "dtype bf16, finetune lora, quant none, optimizer adamw, recompute none"},
            {"--device sim:rtx4090 --seq 512 --sweep finetune=full,lora", "auto-ft", "hf",
-            "finetune full/lora, quant none, optimizer adamw, recompute none"},
+            "dtype bf16, finetune full/lora, quant none, optimizer adamw, recompute none"},
            {"--device sim:rtx4090 --seq 512 --sweep recompute=full,selective", "auto-both",
-            "per row", "finetune full, quant none, optimizer adamw, recompute full/selective"},
+            "per row",
+            "dtype bf16, finetune full, quant none, optimizer adamw, recompute full/selective"},
            {"--device sim:rtx4090 --seq 512 --framework lean", "lean", "lean", full},
            {"--device sim:rtx4090 --seq 512 --sweep framework=lean,hf", "both", "per row", full},
            {"estimate --seq 512 --framework lean --finetune qlora --optimizer paged-adamw-8bit "
             "--sweep recompute=none,full",
             "est", "lean",
-            "finetune qlora, quant nf4, optimizer paged-adamw-8bit, recompute none/full"},
+            "dtype bf16, finetune qlora, quant nf4, optimizer paged-adamw-8bit, recompute "
+            "none/full"},
            {"--device sim:rtx4090 --over seq --framework hf", "seq", "hf", full}}) {
     SCOPED_TRACE(c.args);
     const CommandResult run = vrambench(c.args + " --out " + dir.string() + " --name " + c.name);
@@ -1070,6 +1072,41 @@ TEST(Cli, ModelFromConfigJsonIsAModelAndASweepAxis) {
   EXPECT_NE(vrambench("estimate --model " + (dir / "mamba-130m").string())
                 .err.find("unsupported model_type 'mamba'"),
             std::string::npos);
+  fs::remove_all(dir);
+}
+
+// A config's torch_dtype is the run's dtype unless --dtype (or a dtype axis) says otherwise; in a
+// sweep over models each takes its own.
+TEST(Cli, ModelsTorchDtypeIsTheDefaultDtype) {
+  const fs::path dir = scratch("model-dtype");
+  for (const auto& [name, dtype] : {std::pair{"f32", "float32"}, std::pair{"b16", "bfloat16"}}) {
+    fs::create_directories(dir / name);
+    std::ofstream(dir / name / "config.json")
+        << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+               "torch_dtype": ")"
+        << dtype << "\"}";
+  }
+  const std::string f32 = (dir / "f32").string(), b16 = (dir / "b16").string();
+  // The summary's recipe names the dtypes; where models differ, a dtype column says whose.
+  auto dtypes = [&](const std::string& args) {
+    const CommandResult run = vrambench("estimate --quiet --seq 64 " + args + " --out " +
+                                        dir.string() + " --name t --format json,csv");
+    EXPECT_EQ(run.exit_code, 0) << args << ": " << run.err;
+    const auto doc = nlohmann::json::parse(slurp(dir / "t.json"));
+    const std::string recipe = doc.at("provenance").at("extra").at("recipe");
+    std::string column;
+    const auto rows = csv_of(dir / "t.csv");
+    const auto at = std::find(rows[0].begin(), rows[0].end(), "dtype") - rows[0].begin();
+    for (std::size_t r = 1; r < rows.size() && at < std::ssize(rows[0]); ++r)
+      column += (r > 1 ? "," : "") + rows[r][static_cast<std::size_t>(at)];
+    return recipe.substr(0, recipe.find(',')) + " | " + column;
+  };
+  EXPECT_EQ(dtypes("--model " + f32), "dtype fp32 | ");
+  EXPECT_EQ(dtypes("--model " + f32 + " --dtype bf16"), "dtype bf16 | ");
+  EXPECT_EQ(dtypes("--sweep model=" + f32 + "," + b16), "dtype fp32/bf16 | fp32,bf16");
+  EXPECT_EQ(dtypes("--dtype fp16 --sweep model=" + f32 + "," + b16), "dtype fp16 | ");
+  EXPECT_EQ(dtypes("--sweep model=" + f32 + "," + b16 + " --sweep dtype=fp16"), "dtype fp16 | ");
   fs::remove_all(dir);
 }
 

@@ -111,12 +111,12 @@ std::vector<std::string> sampled_weights(const ModelConfig& m) {
     return {
         "wte",   "wpe", "layer0.ln1.b", "layer0.attn.qkv.w", "layer0.attn.qkv.b", "layer1.mlp.fc.w",
         "ln_f.w"};
-  std::vector<std::string> names{"wte",
-                                 "layer0.attn_norm.w",
-                                 "layer0.attn.qkv.w",
-                                 "layer1.mlp.gate.w",
-                                 "layer1.mlp.up.w",
+  std::vector<std::string> names{"wte", "layer0.attn_norm.w", "layer0.attn.qkv.w",
                                  "layer1.mlp.down.w"};
+  if (m.fused_linears)  // Phi-3's gate|up, read packed
+    names.push_back("layer1.mlp.gate_up.w");
+  else
+    names.insert(names.end(), {"layer1.mlp.gate.w", "layer1.mlp.up.w"});
   if (!m.tied_embeddings) names.push_back("lm_head.w");
   // The other families' pieces: q/k norms, the sandwich norms, Gemma's (1 + w) final norm.
   if (m.qk_norm) names.insert(names.end(), {"layer0.attn.q_norm.w", "layer1.attn.k_norm.w"});
@@ -237,7 +237,9 @@ INSTANTIATE_TEST_SUITE_P(
                     GradCase{"tiny-gemma2", Attention::eager, Recompute::selective},
                     GradCase{"tiny-gemma2", Attention::flash, Recompute::full},
                     GradCase{"tiny-gemma3", Attention::eager, Recompute::none},
-                    GradCase{"tiny-gemma3", Attention::flash, Recompute::full}),
+                    GradCase{"tiny-gemma3", Attention::flash, Recompute::full},
+                    GradCase{"tiny-phi3", Attention::eager, Recompute::none},
+                    GradCase{"tiny-phi3", Attention::flash, Recompute::full}),
     case_name);
 
 std::map<std::string, std::vector<float>> one_step_gradients(std::string_view preset,
@@ -254,7 +256,8 @@ std::map<std::string, std::vector<float>> one_step_gradients(std::string_view pr
 // Recompute replays the same ops on the same inputs (dropout masks included): the gradients are
 // the same bits. Flash and eager attention differ only in summation order.
 TEST(CpuTrainGrad, RecomputeModesAndAttentionKindsAgree) {
-  for (std::string_view preset : {"tiny", "tiny-llama", "tiny-gemma2", "tiny-gemma3"}) {
+  for (std::string_view preset :
+       {"tiny", "tiny-llama", "tiny-gemma2", "tiny-gemma3", "tiny-phi3"}) {
     float loss_ref = 0.0f;
     const auto ref = one_step_gradients(preset, Attention::eager, Recompute::none, &loss_ref);
     EXPECT_GT(ref.size(), 10u);
@@ -285,7 +288,8 @@ TEST(CpuTrainGrad, RecomputeModesAndAttentionKindsAgree) {
 // more (held tensors, which no kernel touches). In fp32 the gradients agree; under autocast the
 // step runs through its casts and its loss stays near the fp32 one.
 TEST(CpuTrainGrad, HfProgramRunsAndAgreesWithLean) {
-  for (std::string_view preset : {"tiny", "tiny-llama", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"})
+  for (std::string_view preset :
+       {"tiny", "tiny-llama", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3"})
     for (Attention attention : {Attention::eager, Attention::flash})
       for (Recompute recompute : {Recompute::none, Recompute::full}) {
         const std::string label = std::string(preset) + " " + std::string(to_string(attention)) +

@@ -74,6 +74,7 @@ ModelConfig reference_model(const std::string& name) {
   const std::string type = name == "qwen3-small"    ? R"("qwen3", "tie_word_embeddings": false)"
                            : name == "gemma2-small" ? R"("gemma2")"
                            : name == "gemma3-small" ? R"("gemma3_text")"
+                           : name == "phi3-small"   ? R"("phi3", "tie_word_embeddings": false)"
                                                     : "";
   if (type.empty()) throw std::runtime_error("reference row of unknown model " + name);
   return model_from_config_text("{\"model_type\": " + type + ", " + shape + "}", name, "");
@@ -133,8 +134,7 @@ std::vector<Row> finetune_rows() {
     Row row;
     RunConfig& cfg = row.cfg;
     cfg.framework = Framework::hf;
-    const bool gpt2 = r.at("model") == "gpt2";
-    cfg.model = gpt2 ? find_preset("gpt2").model : llama_small();
+    cfg.model = reference_model(r.at("model"));
     const std::string base = r.at("base");
     cfg.finetune = base == "nf4" ? Finetune::qlora : Finetune::lora;
     cfg.dtype = base == "autocast-bf16" ? Precision::amp_bf16 : Precision::bf16;

@@ -1,7 +1,8 @@
 // The blocks of other families in the step programs of both frameworks: Qwen3's and Gemma 3's
 // q/k norms, Gemma's four norms a block, its fp32 (1 + w) norms and scaled embeddings, and Gemma
-// 2's soft-capping, where each keeps what transformers' code keeps. (Their gradients are checked
-// against finite differences in test_cpu_train.cpp; their kernels in test_cpu_kernels.cpp.)
+// 2's soft-capping, Phi-3's fused linears, where each keeps what transformers' code keeps. (Their
+// gradients are checked against finite differences in test_cpu_train.cpp; their kernels in
+// test_cpu_kernels.cpp.)
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -10,6 +11,7 @@
 #include "core/config.h"
 #include "core/presets.h"
 #include "device/host_runner.h"
+#include "estimate/formula.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -133,6 +135,68 @@ TEST(ModelFamilies, TiedQwen3KeepsOneEmbeddingGradient) {
       embedding_grads += t.role == Role::grad && t.shape == Shape{256, 64};
     EXPECT_EQ(embedding_grads, 1) << to_string(framework);
   }
+}
+
+const Tensor* tensor_named(const Program& p, std::string_view name) {
+  for (const Tensor& t : p.tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+bool holds(const Op& op, int tensor) {
+  for (int id : op.held)
+    if (id == tensor) return true;
+  return false;
+}
+
+// Phi-3: one [2F, H] gate_up linear whose output the swiglu ops read packed, and one qkv_proj; a
+// LoRA adapter and a quantised module for each fused linear as one module, as PEFT and
+// bitsandbytes see them.
+TEST(ModelFamilies, Phi3FusedLinearsAreOneLinearOneAdapterOneQuantisedModule) {
+  const std::int64_t F = 176, H = 64, Q = (4 + 2 * 2) * 16;
+  for (Framework framework : {Framework::lean, Framework::hf}) {
+    SCOPED_TRACE(to_string(framework));
+    const Program p = build_program(config("tiny-phi3", framework, Attention::flash), 0);
+    ASSERT_NE(tensor_named(p, "layer0.mlp.gate_up.w"), nullptr);
+    EXPECT_EQ(tensor_named(p, "layer0.mlp.gate_up.w")->shape, (Shape{2 * F, H}));
+    EXPECT_EQ(tensor_named(p, "layer0.mlp.up.w"), nullptr);
+    EXPECT_EQ(tensor_named(p, "layer0.attn.qkv.w")->shape, (Shape{Q, H}));
+    const Op& fwd = op_named(p, "layer1.mlp.swiglu");
+    ASSERT_EQ(fwd.inputs.size(), 1u);
+    EXPECT_EQ(p.tensor(fwd.inputs[0]).shape, (Shape{2, 16, 2 * F}));
+    const Op& bwd = op_named(p, "layer1.mlp.swiglu.bwd");
+    ASSERT_EQ(bwd.outputs.size(), 1u);
+    EXPECT_EQ(p.tensor(bwd.outputs[0]).shape, (Shape{2, 16, 2 * F}));
+
+    RunConfig cfg = config("tiny-phi3", framework, Attention::flash);
+    cfg.finetune = Finetune::qlora;
+    cfg.lora_rank = 4;
+    validate(cfg);
+    const Program q = build_program(cfg, 0);
+    std::int64_t adapter_elements = 0;
+    for (const Tensor& t : q.tensors)
+      if (t.name.find(".lora_") != std::string::npos && t.role == Role::weight)
+        adapter_elements += t.elements();
+    EXPECT_EQ(adapter_elements, lora_parameter_count(cfg));
+    EXPECT_EQ(tensor_named(q, "layer0.mlp.gate_up.lora_B")->shape, (Shape{2 * F, 4}));
+    EXPECT_EQ(tensor_named(q, "layer0.attn.qkv.lora_B")->shape, (Shape{Q, 4}));
+    EXPECT_NE(tensor_named(q, "layer0.attn.qkv.w.weight"), nullptr);
+    EXPECT_EQ(tensor_named(q, "layer0.attn.q.w.weight"), nullptr);
+  }
+}
+
+// hf: Phi-3's rope concatenates, which leaves sdpa's query (and so its output) in [B, A, S, D]
+// order: the output the kernel saves is copied for o_proj, and both are kept
+// (tests/data/torch_reference.json's phi3-small rows measure it).
+TEST(ModelFamilies, Phi3SdpaKeepsItsOutputBesideTheCopyOProjReads) {
+  const Program hf = build_program(config("tiny-phi3", Framework::hf, Attention::flash), 0);
+  const Tensor* heads = tensor_named(hf, "layer0.attn.y.heads");
+  ASSERT_NE(heads, nullptr);
+  EXPECT_EQ(heads->role, Role::activation);
+  EXPECT_TRUE(holds(op_named(hf, "layer0.attn.flash"), heads->id));
+  EXPECT_TRUE(holds(op_named(hf, "layer0.attn.flash.bwd"), heads->id));
+  const Program llama = build_program(config("tiny-llama", Framework::hf, Attention::flash), 0);
+  EXPECT_EQ(tensor_named(llama, "layer0.attn.y.heads"), nullptr);
 }
 
 }  // namespace

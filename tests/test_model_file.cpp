@@ -101,6 +101,8 @@ TEST(ModelFile, PresetsAreTheConfigsOfTheirModels) {
         std::pair{"mistral-7b", kMistral7bV03}, std::pair{"gemma2-2b", kGemma2_2b},
         std::pair{"qwen3-0.6b", kQwen3_0_6b}}) {
     ModelConfig m = model_from_config_text(config, preset, "");
+    EXPECT_TRUE(m.dtype.has_value()) << preset;
+    m.dtype.reset();  // a preset is the shape; its dtype is --dtype's
     EXPECT_EQ(m, find_preset(preset).model) << preset;
   }
   // Qwen2 has q/k/v biases and no others; Llama's attention_bias puts one on o too.
@@ -213,6 +215,22 @@ TEST(ModelFile, WhatIsNotModelledIsRefusedInOneLineNamingIt) {
   EXPECT_THROW(read_model_file("/nonexistent/vrambench-model"), UsageError);
 }
 
+// The dtype the checkpoint is stored in (transformers 5's "dtype", or "torch_dtype") is the
+// model's; a name that is not a dtype ("auto") leaves it to --dtype.
+TEST(ModelFile, TorchDtypeIsTheModelsDtype) {
+  EXPECT_EQ(model_from_config_text(kGemma2_2b, "g", "").dtype, Precision::fp32);
+  EXPECT_EQ(model_from_config_text(kQwen3_0_6b, "q", "").dtype, Precision::bf16);
+  const std::string shape = R"("model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                               "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 16)";
+  auto dtype_of = [&](const std::string& fields) {
+    return model_from_config_text("{" + shape + fields + "}", "m", "").dtype;
+  };
+  EXPECT_EQ(dtype_of(R"(, "dtype": "float16", "torch_dtype": "float32")"), Precision::fp16);
+  EXPECT_EQ(dtype_of(R"(, "torch_dtype": "auto")"), std::nullopt);
+  EXPECT_EQ(dtype_of(""), std::nullopt);
+  EXPECT_THROW(dtype_of(R"(, "torch_dtype": 16)"), UsageError);
+}
+
 // A config's own name wins over its folder's.
 TEST(ModelFile, NameOrPathNamesTheModel) {
   const ConfigDir dir("snapshot-0123",
@@ -252,6 +270,17 @@ TEST(ModelFile, FamiliesSetWhatTheirBlocksDo) {
       "uncapped", "");
   EXPECT_EQ(uncapped.attn_softcap, 50.0);
   EXPECT_EQ(uncapped.final_softcap, 0.0);
+  // Phi-3 (Phi-4's config says phi3 too): fused qkv_proj and gate_up_proj, dropout on both
+  // branches.
+  const ModelConfig phi = model_from_config_text(
+      R"({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192,
+          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+          "vocab_size": 32064, "tie_word_embeddings": false, "resid_pdrop": 0.0,
+          "torch_dtype": "bfloat16"})",
+      "phi", "");
+  EXPECT_TRUE(phi.fused_linears && phi.resid_dropout);
+  EXPECT_FALSE(phi.qkv_bias || phi.qk_norm || phi.gelu_mlp || phi.tied_embeddings);
+  EXPECT_EQ(parameter_count(phi), 3'821'079'552);  // Phi-3.5-mini
   const ModelConfig gemma3 = find_preset("gemma3-1b").model;
   EXPECT_TRUE(gemma3.qk_norm && gemma3.sandwich_norms && gemma3.offset_norms);
   EXPECT_EQ(gemma3.attn_softcap + gemma3.final_softcap, 0.0);

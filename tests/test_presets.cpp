@@ -51,6 +51,8 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
             12'187'325'040 - kSiglip - projector(3'840));
   EXPECT_EQ(parameter_count(find_preset("gemma3-27b").model),
             27'432'406'640 - kSiglip - projector(5'376));
+  EXPECT_EQ(parameter_count(find_preset("phi3.5-mini").model), 3'821'079'552);
+  EXPECT_EQ(parameter_count(find_preset("phi4").model), 14'659'507'200);
 }
 
 // Totals as nvidia-smi prints them (presets.cpp cites each), and names in any case.
@@ -90,29 +92,41 @@ TEST(FinetuneOptions, OptimizerTakesHuggingFaceNames) {
 }
 
 TEST(FinetuneOptions, LoraTargetsResolvePerArchitecture) {
+  const ModelConfig& llama = find_preset("llama3-8b").model;
+  const ModelConfig& gpt = find_preset("gpt2").model;
+  const ModelConfig& phi = find_preset("phi3.5-mini").model;
   const LoraTargets qv = parse_lora_targets("q_proj,v_proj");
   EXPECT_EQ(parse_lora_targets("q_proj+v_proj"), qv);
   EXPECT_EQ(to_string(qv), "q_proj+v_proj");
-  EXPECT_TRUE(lora_targets_module(qv, Arch::llama, LoraModule::q));
-  EXPECT_FALSE(lora_targets_module(qv, Arch::llama, LoraModule::k));
-  EXPECT_FALSE(lora_targets_module(qv, Arch::gpt, LoraModule::c_attn));
+  EXPECT_TRUE(lora_targets_module(qv, llama, LoraModule::q));
+  EXPECT_FALSE(lora_targets_module(qv, llama, LoraModule::k));
+  EXPECT_FALSE(lora_targets_module(qv, gpt, LoraModule::c_attn));
+  EXPECT_FALSE(lora_targets_module(qv, phi, LoraModule::q));
   // "c_proj" names both gpt projections, as PEFT matches it.
   const LoraTargets c_proj = parse_lora_targets("c_proj");
-  EXPECT_TRUE(lora_targets_module(c_proj, Arch::gpt, LoraModule::attn_c_proj));
-  EXPECT_TRUE(lora_targets_module(c_proj, Arch::gpt, LoraModule::mlp_c_proj));
-  EXPECT_FALSE(lora_targets_module(c_proj, Arch::gpt, LoraModule::c_fc));
+  EXPECT_TRUE(lora_targets_module(c_proj, gpt, LoraModule::attn_c_proj));
+  EXPECT_TRUE(lora_targets_module(c_proj, gpt, LoraModule::mlp_c_proj));
+  EXPECT_FALSE(lora_targets_module(c_proj, gpt, LoraModule::c_fc));
   const LoraTargets attn = parse_lora_targets("attn");
-  EXPECT_TRUE(lora_targets_module(attn, Arch::llama, LoraModule::o));
-  EXPECT_FALSE(lora_targets_module(attn, Arch::llama, LoraModule::up));
-  EXPECT_TRUE(lora_targets_module(parse_lora_targets("all-linear"), Arch::llama, LoraModule::down));
+  EXPECT_TRUE(lora_targets_module(attn, llama, LoraModule::o));
+  EXPECT_FALSE(lora_targets_module(attn, llama, LoraModule::up));
+  EXPECT_TRUE(lora_targets_module(parse_lora_targets("all-linear"), llama, LoraModule::down));
+  // Phi-3's fused linears are one module each, and only its blocks have them.
+  EXPECT_EQ(lora_module_list(phi), "qkv_proj,o_proj,gate_up_proj,down_proj");
+  EXPECT_EQ(lora_module_list(gpt), "c_attn,c_proj,c_fc");
+  EXPECT_TRUE(lora_targets_module(attn, phi, LoraModule::qkv_proj));
+  EXPECT_FALSE(lora_targets_module(attn, phi, LoraModule::gate_up_proj));
+  const LoraTargets fused = parse_lora_targets("qkv_proj,gate_up_proj");
+  EXPECT_EQ(to_string(fused), "qkv_proj+gate_up_proj");
+  EXPECT_TRUE(lora_targets_module(fused, phi, LoraModule::gate_up_proj));
+  EXPECT_FALSE(lora_targets_module(fused, llama, LoraModule::qkv_proj));
   // PEFT's own targets when target_modules is None: gpt2's c_attn, llama's q_proj and v_proj.
   const LoraTargets peft = parse_lora_targets("peft-default");
-  for (LoraModule m : lora_modules(Arch::llama))
-    EXPECT_EQ(lora_targets_module(peft, Arch::llama, m), m == LoraModule::q || m == LoraModule::v)
+  for (LoraModule m : lora_modules(llama))
+    EXPECT_EQ(lora_targets_module(peft, llama, m), m == LoraModule::q || m == LoraModule::v)
         << lora_module_name(m);
-  for (LoraModule m : lora_modules(Arch::gpt))
-    EXPECT_EQ(lora_targets_module(peft, Arch::gpt, m), m == LoraModule::c_attn)
-        << lora_module_name(m);
+  for (LoraModule m : lora_modules(gpt))
+    EXPECT_EQ(lora_targets_module(peft, gpt, m), m == LoraModule::c_attn) << lora_module_name(m);
   EXPECT_EQ(to_string(peft), "peft-default");
   EXPECT_THROW(parse_lora_targets("q_proj,lm_head"), UsageError);
   // Round trip through the field table, as a sweep reads it.
@@ -137,6 +151,17 @@ TEST(FinetuneOptions, ValidateRefusesRecipesThatCannotBe) {
   EXPECT_EQ(base_quant(cfg), QuantKind::nf4);  // qlora means nf4 unless told
   cfg.grad_accum = 0;
   EXPECT_THROW(validate(cfg), UsageError);
+  // PEFT has no default targets for Phi-3; its fused modules are named.
+  RunConfig phi;
+  phi.model = find_preset("tiny-phi3").model;
+  phi.finetune = Finetune::lora;
+  EXPECT_NO_THROW(validate(phi));  // all-linear
+  phi.lora_targets = parse_lora_targets("peft-default");
+  EXPECT_THROW(validate(phi), UsageError);
+  phi.lora_targets = parse_lora_targets("q_proj,v_proj");  // Llama's, not Phi-3's
+  EXPECT_THROW(validate(phi), UsageError);
+  phi.lora_targets = parse_lora_targets("qkv_proj");
+  EXPECT_NO_THROW(validate(phi));
 }
 
 // Models past the bounds of docs/memory-model.md ("Limits") are refused when they are validated,

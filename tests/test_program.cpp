@@ -15,8 +15,8 @@
 
 #include "core/config.h"
 #include "core/presets.h"
-#include "report/program_table.h"
 #include "program/program.h"
+#include "report/program_table.h"
 
 namespace vrambench {
 namespace {
@@ -484,7 +484,7 @@ TEST(ProgramParameters, WeightBytesMatchParameterCount) {
   for (const ModelConfig& model :
        {find_preset("gpt2").model, find_preset("tiny").model, find_preset("tiny-llama").model,
         gqa.model, find_preset("tiny-qwen3").model, find_preset("tiny-gemma2").model,
-        find_preset("tiny-gemma3").model}) {
+        find_preset("tiny-gemma3").model, find_preset("tiny-phi3").model}) {
     for (Precision dtype : {Precision::bf16, Precision::fp32}) {
       RunConfig cfg;
       cfg.framework = Framework::lean;

@@ -1,7 +1,6 @@
 // The rows of the estimate and search tables.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -305,19 +304,21 @@ TEST(ResultTables, SimSummaryIsAPredictionWithTheFormulasError) {
   EXPECT_EQ(search_summary_json(s, line, 0.5).at("formula_compared"), 1);
 }
 
-// The recipe the summary lines name: each field once, its values in grid order where it varies;
+// The recipe the summary lines name: each field (the dtype first) once, its values in grid order where it varies;
 // the base's storage under qlora is nf4 though --quant is not given.
-TEST(ResultTables, RecipeNamesFinetuneQuantOptimizerAndRecompute) {
+TEST(ResultTables, RecipeNamesDtypeFinetuneQuantOptimizerAndRecompute) {
   RunConfig cfg;
-  EXPECT_EQ(recipe_text({cfg}), "finetune full, quant none, optimizer adamw, recompute none");
+  EXPECT_EQ(recipe_text({cfg}),
+            "dtype bf16, finetune full, quant none, optimizer adamw, recompute none");
   RunConfig qlora = cfg;
   qlora.finetune = Finetune::qlora;
   qlora.optimizer = Optimizer::paged_adamw_8bit;
   RunConfig full = cfg;
   full.recompute = Recompute::full;
+  qlora.dtype = Precision::fp16;
   EXPECT_EQ(recipe_text({cfg, qlora, full, qlora}),
-            "finetune full/qlora, quant none/nf4, optimizer adamw/paged-adamw-8bit, recompute "
-            "none/full");
+            "dtype bf16/fp16, finetune full/qlora, quant none/nf4, optimizer "
+            "adamw/paged-adamw-8bit, recompute none/full");
 }
 
 }  // namespace

@@ -17,13 +17,14 @@ __global__ void gelu_bwd_kernel(T* dx, const T* dy, const T* x, std::int64_t n) 
 }
 template <typename T>
 __global__ void swiglu_fwd_kernel(T* y, const T* gate, const T* up, std::int64_t n,
-                                  bool gelu_gate) {
-  VB_GRID_STRIDE(i, n) swiglu_fwd_body(i, y, gate, up, gelu_gate);
+                                  std::int64_t width, std::int64_t ld, bool gelu_gate) {
+  VB_GRID_STRIDE(i, n) swiglu_fwd_body(i, y, gate, up, width, ld, gelu_gate);
 }
 template <typename T>
 __global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dy, const T* gate, const T* up,
-                                  std::int64_t n, bool gelu_gate) {
-  VB_GRID_STRIDE(i, n) swiglu_bwd_body(i, dgate, dup, dy, gate, up, gelu_gate);
+                                  std::int64_t n, std::int64_t width, std::int64_t ld,
+                                  bool gelu_gate) {
+  VB_GRID_STRIDE(i, n) swiglu_bwd_body(i, dgate, dup, dy, gate, up, width, ld, gelu_gate);
 }
 template <typename T>
 __global__ void softcap_fwd_kernel(T* y, const T* x, std::int64_t n, float cap) {
@@ -54,23 +55,27 @@ void launch_gelu_bwd(DType dtype, void* dx, const void* dy, const void* x, std::
   VB_CHECK_LAUNCH("gelu_bwd_kernel");
 }
 
-void launch_swiglu_fwd(DType dtype, void* y, const void* gate, const void* up, std::int64_t n,
-                       bool gelu_gate, cudaStream_t stream) {
+void launch_swiglu_fwd(DType dtype, void* y, const void* gate, const void* up, std::int64_t rows,
+                       std::int64_t width, std::int64_t ld, bool gelu_gate, cudaStream_t stream) {
+  const std::int64_t n = rows * width;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     swiglu_fwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), n, gelu_gate);
+        static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), n, width, ld,
+        gelu_gate);
   });
   VB_CHECK_LAUNCH("swiglu_fwd_kernel");
 }
 
 void launch_swiglu_bwd(DType dtype, void* dgate, void* dup, const void* dy, const void* gate,
-                       const void* up, std::int64_t n, bool gelu_gate, cudaStream_t stream) {
+                       const void* up, std::int64_t rows, std::int64_t width, std::int64_t ld,
+                       bool gelu_gate, cudaStream_t stream) {
+  const std::int64_t n = rows * width;
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     swiglu_bwd_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
         static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
-        static_cast<const T*>(gate), static_cast<const T*>(up), n, gelu_gate);
+        static_cast<const T*>(gate), static_cast<const T*>(up), n, width, ld, gelu_gate);
   });
   VB_CHECK_LAUNCH("swiglu_bwd_kernel");
 }

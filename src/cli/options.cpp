@@ -85,6 +85,14 @@ Grid make_grid(const CliOptions& options) {
   grid.axes = options.sweeps;
   grid.varying = varying_fields(grid.axes);
   grid.configs = expand(base, grid.axes);
+  // Models whose config.json name different dtypes vary the dtype without a dtype axis: a column
+  // says which ran in which.
+  const auto dtype_differs = [&](const RunConfig& cfg) {
+    return cfg.dtype != grid.configs.front().dtype;
+  };
+  if (std::find(grid.varying.begin(), grid.varying.end(), "dtype") == grid.varying.end() &&
+      std::any_of(grid.configs.begin(), grid.configs.end(), dtype_differs))
+    grid.varying.emplace_back("dtype");
   for (const RunConfig& cfg : grid.configs) {
     try {
       validate(cfg);

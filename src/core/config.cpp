@@ -55,13 +55,15 @@ constexpr NameTable<Toggle, 2> kToggle{{{Toggle::off, "off"}, {Toggle::on, "on"}
 constexpr NameTable<Loop, 2> kLoop{{{Loop::trainer, "trainer"}, {Loop::native, "native"}}};
 
 constexpr std::array<std::string_view, kLoraModuleCount> kLoraModuleNames{
-    "q_proj",    "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-    "down_proj", "c_attn", "c_proj", "c_fc",   "c_proj"};
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",     "down_proj",
+    "c_attn", "c_proj", "c_fc",   "c_proj", "qkv_proj",  "gate_up_proj"};
 constexpr std::array<LoraModule, 7> kLlamaModules{LoraModule::q,   LoraModule::k,    LoraModule::v,
                                                   LoraModule::o,   LoraModule::gate, LoraModule::up,
                                                   LoraModule::down};
 constexpr std::array<LoraModule, 4> kGptModules{LoraModule::c_attn, LoraModule::attn_c_proj,
                                                 LoraModule::c_fc, LoraModule::mlp_c_proj};
+constexpr std::array<LoraModule, 4> kFusedModules{LoraModule::qkv_proj, LoraModule::o,
+                                                  LoraModule::gate_up_proj, LoraModule::down};
 constexpr NameTable<LoraTargets::Shorthand, 4> kLoraShorthands{
     {{LoraTargets::Shorthand::attn, "attn"},
      {LoraTargets::Shorthand::attn_mlp, "attn-mlp"},
@@ -235,7 +237,7 @@ LoraTargets parse_lora_targets(std::string_view text) {
       throw UsageError(fmt::format(
           "invalid --lora-targets '{}': unknown module '{}'; use attn, attn-mlp, all-linear, or "
           "module names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (llama-style), "
-          "c_attn,c_proj,c_fc (gpt-style)",
+          "c_attn,c_proj,c_fc (gpt-style), qkv_proj,o_proj,gate_up_proj,down_proj (Phi-3)",
           text, name));
     start = end + 1;
   }
@@ -257,16 +259,16 @@ std::string to_string(const LoraTargets& targets) {
   return out;
 }
 
-bool lora_targets_module(const LoraTargets& targets, Arch arch, LoraModule module) {
-  const bool llama_module = static_cast<int>(module) <= static_cast<int>(LoraModule::down);
-  if (llama_module != (arch == Arch::llama)) return false;
+bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, LoraModule module) {
+  const std::span<const LoraModule> modules = lora_modules(model);
+  if (std::find(modules.begin(), modules.end(), module) == modules.end()) return false;
   switch (targets.shorthand) {
     case LoraTargets::Shorthand::none:
       return (targets.modules & bit(module)) != 0;
     case LoraTargets::Shorthand::attn:
       return module == LoraModule::q || module == LoraModule::k || module == LoraModule::v ||
              module == LoraModule::o || module == LoraModule::c_attn ||
-             module == LoraModule::attn_c_proj;
+             module == LoraModule::attn_c_proj || module == LoraModule::qkv_proj;
     case LoraTargets::Shorthand::attn_mlp:
     case LoraTargets::Shorthand::all_linear:
       return true;
@@ -278,9 +280,21 @@ bool lora_targets_module(const LoraTargets& targets, Arch arch, LoraModule modul
   return false;
 }
 
-std::span<const LoraModule> lora_modules(Arch arch) {
-  if (arch == Arch::llama) return kLlamaModules;
-  return kGptModules;
+std::span<const LoraModule> lora_modules(const ModelConfig& model) {
+  if (model.arch == Arch::gpt) return kGptModules;
+  if (model.fused_linears) return kFusedModules;
+  return kLlamaModules;
+}
+
+std::string lora_module_list(const ModelConfig& model) {
+  std::string out;
+  for (LoraModule m : lora_modules(model)) {
+    const std::string_view name = lora_module_name(m);
+    if (out.find(name) != std::string::npos) continue;  // gpt2's c_proj, once
+    out += out.empty() ? "" : ",";
+    out += name;
+  }
+  return out;
 }
 
 std::string_view lora_module_name(LoraModule module) {
@@ -423,15 +437,17 @@ void validate(const RunConfig& cfg) {
           fmt::format("invalid --lora-dropout {}: must be in [0, 1)", cfg.lora_dropout));
     if (!(cfg.lora_alpha > 0.0))
       throw UsageError(fmt::format("invalid --lora-alpha {}: must be positive", cfg.lora_alpha));
-    bool any = false;
-    for (LoraModule module : lora_modules(m.arch))
-      any = any || lora_targets_module(cfg.lora_targets, m.arch, module);
-    if (!any)
+    if (m.fused_linears && cfg.lora_targets.shorthand == LoraTargets::Shorthand::peft_default)
       throw UsageError(fmt::format(
-          "invalid --lora-targets {}: no module of a {}-style block; {} has {}",
-          to_string(cfg.lora_targets), to_string(m.arch), m.name,
-          m.arch == Arch::llama ? "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-                                : "c_attn,c_proj,c_fc"));
+          "invalid --lora-targets peft-default: PEFT has no default target modules for {} (fused "
+          "linears, as Phi-3); name them: all-linear, attn, or some of {}",
+          m.name, lora_module_list(m)));
+    bool any = false;
+    for (LoraModule module : lora_modules(m))
+      any = any || lora_targets_module(cfg.lora_targets, m, module);
+    if (!any)
+      throw UsageError(fmt::format("invalid --lora-targets {}: no module of {}'s blocks; it has {}",
+                                   to_string(cfg.lora_targets), m.name, lora_module_list(m)));
     if (cfg.scope != Scope::model)
       throw UsageError(fmt::format("--finetune {} needs --scope model (got --scope {})",
                                    to_string(cfg.finetune), to_string(cfg.scope)));

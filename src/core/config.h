@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <compare>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -141,7 +142,8 @@ constexpr bool is_paged(Optimizer o) {
 
 // The linear modules of a block that LoRA can target, by the names PEFT's target_modules use.
 // llama-style blocks have q, k, v, o, gate, up, down (q_proj ...); gpt-style blocks have the packed
-// c_attn, the attention's c_proj, c_fc and the MLP's c_proj ("c_proj" names both, as in PEFT).
+// c_attn, the attention's c_proj, c_fc and the MLP's c_proj ("c_proj" names both, as in PEFT);
+// llama-style blocks with fused linears (Phi-3) have qkv_proj, o_proj, gate_up_proj and down_proj.
 enum class LoraModule : std::uint8_t {
   q,
   k,
@@ -153,9 +155,11 @@ enum class LoraModule : std::uint8_t {
   c_attn,
   attn_c_proj,
   c_fc,
-  mlp_c_proj
+  mlp_c_proj,
+  qkv_proj,
+  gate_up_proj
 };
-inline constexpr int kLoraModuleCount = 11;
+inline constexpr int kLoraModuleCount = 13;
 
 // What --lora-targets names: modules, or a shorthand resolved per architecture.
 struct LoraTargets {
@@ -168,15 +172,18 @@ struct LoraTargets {
 // Module names separated by ',' or '+' ("q_proj,v_proj", "c_attn+c_proj"), or one of the
 // shorthands attn (every attention projection), attn-mlp and all-linear (every block linear; the
 // lm head is never a target, as in PEFT), and peft-default (what PEFT targets when
-// target_modules is None: gpt2's c_attn, llama's q_proj and v_proj). Throws UsageError naming the
-// unknown module.
+// target_modules is None: gpt2's c_attn, llama's q_proj and v_proj; PEFT has none for Phi-3, which
+// validate() refuses). Throws UsageError naming the unknown module.
 LoraTargets parse_lora_targets(std::string_view text);
 // The shorthand's name, or the modules joined by '+' (sweepable: a sweep splits its values on ',').
 std::string to_string(const LoraTargets& targets);
-// Whether `module` is targeted in a model of `arch` (a module of the other architecture never is).
-bool lora_targets_module(const LoraTargets& targets, Arch arch, LoraModule module);
-// The modules of each architecture's block, in block order.
-std::span<const LoraModule> lora_modules(Arch arch);
+struct ModelConfig;
+// Whether `module` is targeted in `model` (a module its blocks do not have never is).
+bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, LoraModule module);
+// The modules of the model's blocks, in block order.
+std::span<const LoraModule> lora_modules(const ModelConfig& model);
+// Their names, joined by ',' ("q_proj,k_proj,...").
+std::string lora_module_list(const ModelConfig& model);
 // PEFT's name of the module: "q_proj", "c_attn", "c_proj".
 std::string_view lora_module_name(LoraModule module);
 
@@ -206,8 +213,15 @@ struct ModelConfig {
   bool gelu_mlp = false;        // Gemma: GeGLU, gelu (tanh) of the gate instead of SiLU
   double attn_softcap = 0.0;    // Gemma 2: scores -> cap tanh(scores / cap); 0: none
   double final_softcap = 0.0;   // Gemma 2: the logits likewise
+  // Phi-3: one qkv_proj for q, k and v and one gate_up_proj for gate and up, each a single
+  // module to LoRA and a single output that q, k, v (gate, up) are views of.
+  bool fused_linears = false;
+  bool resid_dropout = false;  // Phi-3: dropout (resid_pdrop) on the attention and MLP outputs
   // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
   std::string source;
+  // The dtype its config.json names (dtype, or torch_dtype: float32, float16, bfloat16): the run's
+  // --dtype where none is given. None for presets and hand-given shapes.
+  std::optional<Precision> dtype;
 
   std::int64_t head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads;
@@ -238,6 +252,9 @@ struct RunConfig {
   std::int64_t seq = 1024;  // S
   std::int64_t batch = 1;   // B: the batch a single trial or estimate uses
   Precision dtype = Precision::bf16;
+  // Whether dtype was given (--dtype, or a dtype axis); where not, a model that names its own
+  // dtype sets it (ModelConfig::dtype).
+  bool dtype_given = false;
   Framework framework = Framework::automatic;
   Attention attention = Attention::flash;
   Recompute recompute = Recompute::none;

@@ -19,7 +19,8 @@ constexpr std::array<FieldInfo, 31> kFields{{
     {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
     {"model", FieldKind::text,
      "a transformers config.json, or a folder holding one (a downloaded checkpoint): the model's "
-     "shape (model_type gpt2, llama, mistral or qwen2)"},
+     "shape, and its torch_dtype as the default --dtype (model_type gpt2, llama, mistral, qwen2, "
+     "qwen3, gemma, gemma2, gemma3_text or phi3)"},
     {"arch", FieldKind::choice, "gpt|llama"},
     {"hidden", FieldKind::integer, "hidden size H"},
     {"heads", FieldKind::integer, "attention heads A"},
@@ -31,7 +32,8 @@ constexpr std::array<FieldInfo, 31> kFields{{
     {"seq", FieldKind::integer, "sequence length S"},
     {"batch", FieldKind::integer, "micro-batch B"},
     {"dtype", FieldKind::choice,
-     "fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (amp-*: autocast over fp32 weights, --framework hf)"},
+     "fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (amp-*: autocast over fp32 weights, --framework hf); "
+     "unless given, a --model's own torch_dtype"},
     {"framework", FieldKind::choice,
      "auto|lean|hf: whose allocations the step reproduces (hf: PyTorch autograd running "
      "transformers, with PEFT and bitsandbytes; lean: a hand-written trainer, a lower bound; auto: "
@@ -146,10 +148,13 @@ const std::array<Access, kFields.size()> kAccess{{
     {[](std::string_view t, std::string_view) -> FieldValue { return find_preset(t).model; },
      [](const RunConfig& c) -> FieldValue { return c.model; },
      [](RunConfig& c, const FieldValue& v) { c.model = std::get<ModelConfig>(v); }},
-    // model: the whole model, from a config.json.
+    // model: the whole model, from a config.json, and its dtype unless one was given.
     {[](std::string_view t, std::string_view) -> FieldValue { return read_model_file(t); },
      [](const RunConfig& c) -> FieldValue { return c.model; },
-     [](RunConfig& c, const FieldValue& v) { c.model = std::get<ModelConfig>(v); }},
+     [](RunConfig& c, const FieldValue& v) {
+       c.model = std::get<ModelConfig>(v);
+       if (c.model.dtype && !c.dtype_given) c.dtype = *c.model.dtype;
+     }},
     // arch: a custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
     {parse_choice<Arch>, [](const RunConfig& c) -> FieldValue { return c.model.arch; },
      [](RunConfig& c, const FieldValue& v) {
@@ -166,7 +171,11 @@ const std::array<Access, kFields.size()> kAccess{{
     model_integer<&ModelConfig::max_positions>(),
     run_value<std::int64_t, &RunConfig::seq>(parse_integer),
     run_value<std::int64_t, &RunConfig::batch>(parse_integer),
-    run_value<Precision, &RunConfig::dtype>(parse_choice<Precision>),
+    {parse_choice<Precision>, [](const RunConfig& c) -> FieldValue { return c.dtype; },
+     [](RunConfig& c, const FieldValue& v) {
+       c.dtype = std::get<Precision>(v);
+       c.dtype_given = true;
+     }},
     run_value<Framework, &RunConfig::framework>(parse_choice<Framework>),
     run_value<Attention, &RunConfig::attention>(parse_choice<Attention>),
     run_value<Recompute, &RunConfig::recompute>(parse_choice<Recompute>),

@@ -20,8 +20,7 @@ using Json = nlohmann::json;
 
 // Families transformers has that the step program does not model yet, with what is missing:
 // named in the refusal so that the user knows it is a gap, not a typo.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kNotYet{{
-    {"phi3", "its fused qkv_proj and gate_up_proj, which LoRA targets as one module each"},
+constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kNotYet{{
     {"mixtral", "its mixture of experts"},
     {"qwen2_moe", "its mixture of experts"},
     {"qwen3_moe", "its mixture of experts"},
@@ -119,13 +118,13 @@ ModelConfig gpt2_model(const Reader& r) {
 }
 
 // The llama-style families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GemmaConfig,
-// Gemma2Config, Gemma3TextConfig. Their common fields: hidden_size,
+// Gemma2Config, Gemma3TextConfig, Phi3Config. Their common fields: hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (the heads when
 // left out), head_dim (the class's default when left out: hidden / heads, 128 for Qwen3, 256 for
 // Gemma), vocab_size, tie_word_embeddings (true for Gemma, false for the rest). Biases: Llama's
 // attention_bias on q, k, v and o and mlp_bias on gate, up and down; Qwen3's and Gemma's
 // attention_bias on q, k, v and o; Qwen2's q, k and v always (modeling_qwen2.py: bias=True);
-// Mistral none. What the family's modeling_*.py does besides: ModelConfig's flags.
+// Mistral and Phi-3 none. What the family's modeling_*.py does besides: ModelConfig's flags.
 ModelConfig llama_model(const Reader& r, std::string_view type) {
   const bool gemma = type.starts_with("gemma");
   ModelConfig m;
@@ -157,6 +156,9 @@ ModelConfig llama_model(const Reader& r, std::string_view type) {
     m.gelu_mlp = true;
   }
   if (type == "gemma2" || type == "gemma3_text") m.sandwich_norms = true;
+  // Phi-3 (and Phi-4, whose configs say phi3): qkv_proj and gate_up_proj, and resid_pdrop's
+  // dropouts on both branches.
+  m.fused_linears = m.resid_dropout = type == "phi3";
   if (type == "gemma2") {
     m.attn_softcap = r.positive_or_null("attn_logit_softcapping", 50.0);
     m.final_softcap = r.positive_or_null("final_logit_softcapping", 30.0);
@@ -165,6 +167,23 @@ ModelConfig llama_model(const Reader& r, std::string_view type) {
     m.final_softcap = r.positive_or_null("final_logit_softcapping", 0.0);
   }
   return m;
+}
+
+// The dtype the checkpoint is stored in, which transformers 5 loads it in by default: "dtype"
+// (transformers 5 writes it), else "torch_dtype"; none where the config names neither or names
+// something else ("auto").
+std::optional<Precision> model_dtype(const Reader& r, const Json& config) {
+  for (const char* field : {"dtype", "torch_dtype"}) {
+    const auto it = config.find(field);
+    if (it == config.end() || it->is_null()) continue;
+    if (!it->is_string()) r.fail(fmt::format("field '{}' is {}, not a string", field, it->dump()));
+    const std::string name = it->get<std::string>();
+    if (name == "float32") return Precision::fp32;
+    if (name == "float16") return Precision::fp16;
+    if (name == "bfloat16") return Precision::bf16;
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 Json parse_config(std::string_view text, std::string_view source) {
@@ -203,6 +222,7 @@ ModelConfig model_from_config(const Json& config, std::string name, std::string 
   }
   m.name = std::move(name);
   m.source = std::move(source);
+  m.dtype = model_dtype(r, config);
   return m;
 }
 

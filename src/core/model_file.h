@@ -11,7 +11,7 @@ namespace vrambench {
 
 // The model_types whose blocks the step program models, as transformers names them.
 inline constexpr std::string_view kSupportedModelTypes =
-    "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text";
+    "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3";
 
 // The model of a config.json's text: `name` labels it, `source` is where it came from (kept in
 // ModelConfig::source). Reads hidden size, intermediate size, layers, heads, key/value heads,

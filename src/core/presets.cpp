@@ -31,11 +31,13 @@ namespace {
 //   gemma3-*      google/gemma-3-1b-pt (gemma3_text), and the text_config of gemma-3-4b-pt,
 //                 gemma-3-12b-pt, gemma-3-27b-pt (vocab_size left out there: Gemma3TextConfig's
 //                 262208) as gemma3_text configs: the language model alone
+//   phi3.5-mini   microsoft/Phi-3.5-mini-instruct;  phi4  microsoft/phi-4 (model_type phi3: fused
+//                 qkv_proj and gate_up_proj)
 struct PresetConfig {
   std::string_view name, description, config;
 };
 
-constexpr std::array<PresetConfig, 40> kPresetConfigs{{
+constexpr std::array<PresetConfig, 43> kPresetConfigs{{
     {"tiny", "2-layer GPT for tests (H=64, A=4, V=256)",
      R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 256,
          "n_positions": 256})"},
@@ -56,6 +58,10 @@ constexpr std::array<PresetConfig, 40> kPresetConfigs{{
      R"({"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4,
          "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2,
          "intermediate_size": 176, "vocab_size": 256})"},
+    {"tiny-phi3", "2-layer Phi-3 for tests (fused qkv_proj and gate_up_proj)",
+     R"({"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 176,
+         "vocab_size": 256})"},
     {"gpt2", "GPT-2 small, 124M",
      R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257,
          "n_positions": 1024})"},
@@ -199,6 +205,14 @@ constexpr std::array<PresetConfig, 40> kPresetConfigs{{
      R"({"model_type": "gemma3_text", "hidden_size": 5376, "num_attention_heads": 32,
          "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 62,
          "intermediate_size": 21504, "vocab_size": 262208})"},
+    {"phi3.5-mini", "Phi-3.5 mini 3.8B (fused qkv and gate_up projections)",
+     R"({"model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
+         "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 8192,
+         "vocab_size": 32064, "tie_word_embeddings": false})"},
+    {"phi4", "Phi-4 14B (GQA, 10 KV heads, fused qkv and gate_up projections)",
+     R"({"model_type": "phi3", "hidden_size": 5120, "num_attention_heads": 40,
+         "num_key_value_heads": 10, "num_hidden_layers": 40, "intermediate_size": 17920,
+         "vocab_size": 100352, "tie_word_embeddings": false})"},
 }};
 
 const std::vector<Preset>& preset_table() {

@@ -274,16 +274,36 @@ class CpuExecutor final : public Executor {
         return;
       }
       case OpKind::swiglu_fwd: {
-        const auto gate = load(a.in[0]), up = load(a.in[1]);
+        const GateShape g = gate_shape(op, *a.out[0].tensor, *a.in[0].tensor);
+        const auto gate = load(a.in[0]);
         auto y = zeros_like(a.out[0]);
-        cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()),
-                        op.gelu_gate);
+        if (g.packed) {  // row r: gate columns [0, F), up columns [F, 2F) of gate|up
+          for (std::int64_t r = 0; r < g.rows; ++r)
+            cpu::swiglu_fwd(y.data() + r * g.width, gate.data() + 2 * r * g.width,
+                            gate.data() + (2 * r + 1) * g.width, g.width, op.gelu_gate);
+        } else {
+          const auto up = load(a.in[1]);
+          cpu::swiglu_fwd(y.data(), gate.data(), up.data(), static_cast<std::int64_t>(y.size()),
+                          op.gelu_gate);
+        }
         store_out(a, 0, y);
         return;
       }
       case OpKind::swiglu_bwd: {
-        const auto dy = load(a.in[0]), gate = load(a.in[1]), up = load(a.in[2]);
-        auto dgate = zeros_like(a.out[0]), dup = zeros_like(a.out[1]);
+        const GateShape g = gate_shape(op, *a.in[0].tensor, *a.in[1].tensor);
+        const auto dy = load(a.in[0]), gate = load(a.in[1]);
+        auto dgate = zeros_like(a.out[0]);
+        if (g.packed) {
+          for (std::int64_t r = 0; r < g.rows; ++r) {
+            const std::int64_t at = 2 * r * g.width;
+            cpu::swiglu_bwd(dgate.data() + at, dgate.data() + at + g.width, dy.data() + r * g.width,
+                            gate.data() + at, gate.data() + at + g.width, g.width, op.gelu_gate);
+          }
+          store_out(a, 0, dgate);
+          return;
+        }
+        const auto up = load(a.in[2]);
+        auto dup = zeros_like(a.out[1]);
         cpu::swiglu_bwd(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(),
                         static_cast<std::int64_t>(dy.size()), op.gelu_gate);
         store_out(a, 0, dgate);

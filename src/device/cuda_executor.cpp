@@ -231,14 +231,24 @@ void CudaExecutor::run(const Operands& a) {
       launch_gelu_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.in[1].tensor->elements(),
                       st);
       return;
-    case OpKind::swiglu_fwd:
-      launch_swiglu_fwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]),
-                        a.out[0].tensor->elements(), op.gelu_gate, st);
+    case OpKind::swiglu_fwd: {
+      // Packed (Phi-3's gate_up_proj): up is the second half of each gate|up row.
+      const GateShape g = gate_shape(op, *a.out[0].tensor, *a.in[0].tensor);
+      const std::int64_t ld = g.packed ? 2 * g.width : g.width;
+      const void* up = g.packed ? offset(cptr(a.in[0]), g.width, dt) : cptr(a.in[1]);
+      launch_swiglu_fwd(dt, a.out[0].data, cptr(a.in[0]), up, g.rows, g.width, ld, op.gelu_gate,
+                        st);
       return;
-    case OpKind::swiglu_bwd:
-      launch_swiglu_bwd(dt, a.out[0].data, a.out[1].data, cptr(a.in[0]), cptr(a.in[1]),
-                        cptr(a.in[2]), a.in[0].tensor->elements(), op.gelu_gate, st);
+    }
+    case OpKind::swiglu_bwd: {
+      const GateShape g = gate_shape(op, *a.in[0].tensor, *a.in[1].tensor);
+      const std::int64_t ld = g.packed ? 2 * g.width : g.width;
+      const void* up = g.packed ? offset(cptr(a.in[1]), g.width, dt) : cptr(a.in[2]);
+      void* dup = g.packed ? offset(a.out[0].data, g.width, dt) : a.out[1].data;
+      launch_swiglu_bwd(dt, a.out[0].data, dup, cptr(a.in[0]), cptr(a.in[1]), up, g.rows, g.width,
+                        ld, op.gelu_gate, st);
       return;
+    }
     case OpKind::rope_fwd:
     case OpKind::rope_bwd: {
       const AttentionShape s = attn_shape(a);

@@ -137,8 +137,8 @@ std::string yaml_bool(bool v) {
 // PEFT's target_modules: the shorthand "all-linear" as PEFT spells it, else the module names.
 std::vector<std::string> target_module_names(const RunConfig& cfg) {
   std::vector<std::string> names;
-  for (LoraModule m : lora_modules(cfg.model.arch))
-    if (lora_targets_module(cfg.lora_targets, cfg.model.arch, m)) {
+  for (LoraModule m : lora_modules(cfg.model))
+    if (lora_targets_module(cfg.lora_targets, cfg.model, m)) {
       const std::string name(lora_module_name(m));
       if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     }

@@ -214,8 +214,9 @@ std::vector<Alternative> candidate_alternatives(const RunConfig& cfg) {
         fmt::format("--lora-rank {}", half), [half](RunConfig& c) { c.lora_rank = half; });
   }
   if (is_finetune(cfg)) {
-    const LoraTargets fewer =
-        parse_lora_targets(cfg.model.arch == Arch::llama ? "q_proj,v_proj" : "c_attn");
+    const LoraTargets fewer = parse_lora_targets(cfg.model.arch == Arch::gpt ? "c_attn"
+                                                 : cfg.model.fused_linears   ? "qkv_proj"
+                                                                             : "q_proj,v_proj");
     add(fmt::format("fewer LoRA targets ({})", to_string(fewer)),
         fmt::format("--lora-targets {}", to_string(fewer)),
         [fewer](RunConfig& c) { c.lora_targets = fewer; });
@@ -280,8 +281,8 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
   // releases its cache and retries before it fails, so its peak can be lower than unlimited. When
   // nothing fits, what micro-batch 1 would need.
   const std::int64_t budget_batch = std::max<std::int64_t>(plan.choice.micro_batch, 1);
-  TrialResult budget_trial = run_trial(plan.config, planning, budget_batch,
-                                       planning.info.tensor_capacity(), nullptr);
+  TrialResult budget_trial =
+      run_trial(plan.config, planning, budget_batch, planning.info.tensor_capacity(), nullptr);
   if (!budget_trial.fit) budget_trial = replay_unlimited(plan.config, device.info, budget_batch);
   plan.budget = make_budget(budget_trial, plan.planned.estimate, budget_batch, plan.capacity,
                             plan.margin, device.info.fixed_overhead);

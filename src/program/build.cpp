@@ -11,7 +11,8 @@
 //                [-> post_attn_norm] -> +x_in = x_mid
 //                mlp_norm -> gate, up -> swiglu -> down [-> dropout] [-> post_mlp_norm]
 //                -> +x_mid = x_out
-//   (the bracketed norms are Qwen3's and Gemma's: ModelConfig's qk_norm and sandwich_norms)
+//   (the bracketed norms are Qwen3's and Gemma's: ModelConfig's qk_norm and sandwich_norms;
+//   Phi-3's fused linears make gate and up one gate|up linear, which swiglu reads packed)
 // In 16-bit with dropout and eager attention a gpt block saves Korthikanti's 34sbh + 5as^2b bytes
 // (plus the fp32 norm statistics). Tensors are named "layer3.attn.probs", "layer3.mlp.fc.w",
 // "layer3.mlp.fc.w.grad", "wte.m"; a replayed tensor adds ".recompute"; a gradient adds ".grad".
@@ -50,7 +51,7 @@ struct Core {
 
 struct Mlp {
   int fc_out = -1, gelu_out = -1;                   // gpt
-  int gate_out = -1, up_out = -1, swiglu_out = -1;  // llama
+  int gate_out = -1, up_out = -1, swiglu_out = -1;  // llama (fused: gate_out is gate|up)
   int out = -1;                                     // mlp.proj.out / mlp.down.out
   int drop = -1, mask = -1;                         // dropout after the output projection
   LoraSaved fc_saved, up_saved, out_saved;
@@ -207,13 +208,19 @@ class LeanBuilder : private LeanLinears {
       mlp.out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.gelu_out, mlp.out, layer, pass);
     } else {
-      mlp.gate_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), act_, role);
+      const bool fused = cfg_.model.fused_linears;
+      mlp.gate_out = tensor(suffixed(pass, w.fc.name + ".out"),
+                            fused ? Dims{B_, S_, 2 * F_} : bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.gate_out, layer, pass);
-      mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), act_, role);
-      mlp.up_saved = linear_fwd(w.up, x, mlp.up_out, layer, pass);
+      TensorIds in{mlp.gate_out};
+      if (!fused) {
+        mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), act_, role);
+        mlp.up_saved = linear_fwd(w.up, x, mlp.up_out, layer, pass);
+        in.push_back(mlp.up_out);
+      }
       mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act_, role);
-      gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {mlp.gate_out, mlp.up_out},
-                    {mlp.swiglu_out}, layer, pass.replay));
+      gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", std::move(in), {mlp.swiglu_out}, layer,
+                    pass.replay));
       mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
@@ -347,6 +354,12 @@ class LeanBuilder : private LeanLinears {
     const int dswiglu = swiglu ? grad_of(mlp.swiglu_out) : -1;
     linear_bwd(w.out, mlp.out_saved, dout, mlp.swiglu_out, dswiglu, layer);
     if (!swiglu) return -1;
+    if (cfg_.model.fused_linears) {
+      const int dgate_up = grad_of(mlp.gate_out);
+      gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, mlp.gate_out}, {dgate_up},
+                    layer));
+      return linear_bwd(w.fc, mlp.fc_saved, dgate_up, x, g.mlp_in ? grad_of(x) : -1, layer);
+    }
     const int dgate = grad_of(mlp.gate_out);
     const int dup = grad_of(mlp.up_out);
     gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, mlp.gate_out, mlp.up_out},
@@ -446,7 +459,7 @@ class LeanBuilder : private LeanLinears {
     g.x_mid = x_in || g.proj;
     g.mlp_in = g.x_mid;
     g.fc = g.x_mid || !w.fc.lora.empty();
-    g.up = gpt_ ? false : g.x_mid || !w.up.lora.empty();
+    g.up = gpt_ || cfg_.model.fused_linears ? false : g.x_mid || !w.up.lora.empty();
     g.out = g.fc || g.up || !w.out.lora.empty();
     g.x_out = g.x_mid || g.out;
     return g;

@@ -104,8 +104,8 @@ struct BlockWeights {
   Param post_attn_norm_w;    // sandwich_norms: the attention output's norm [H]
   Param norm2_w, norm2_b;    // gpt: ln2; llama: mlp_norm
   Param post_mlp_norm_w;     // sandwich_norms: the MLP output's norm [H]
-  Linear fc;                 // gpt: fc [F,H], [F]; llama: gate [F,H]
-  Linear up;                 // llama: up [F,H]
+  Linear fc;                 // gpt: fc [F,H], [F]; llama: gate [F,H]; fused: gate|up [2F,H]
+  Linear up;                 // llama: up [F,H] (absent where fused)
   Linear out;                // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
 };
 
@@ -166,11 +166,12 @@ void norm_and_attention_weights(const StepShape& s, const ModelConfig& m, int l,
     w.norm2_b = norm(pre + "ln2.b", Shape{s.H_});
   } else {
     w.norm1_w = norm(pre + "attn_norm.w", Shape{s.H_});
-    w.qkv = linear(
-        pre + "attn.qkv", s.H_,
-        LinearModules{
-            {LoraModule::q, s.AD_}, {LoraModule::k, s.K_ * s.D_}, {LoraModule::v, s.K_ * s.D_}},
-        m.qkv_bias);
+    w.qkv = linear(pre + "attn.qkv", s.H_,
+                   m.fused_linears ? LinearModules{{LoraModule::qkv_proj, s.Q_}}
+                                   : LinearModules{{LoraModule::q, s.AD_},
+                                                   {LoraModule::k, s.K_ * s.D_},
+                                                   {LoraModule::v, s.K_ * s.D_}},
+                   m.qkv_bias);
     if (m.qk_norm) {
       w.q_norm_w = norm(pre + "attn.q_norm.w", Shape{s.D_});
       w.k_norm_w = norm(pre + "attn.k_norm.w", Shape{s.D_});
@@ -189,8 +190,13 @@ void mlp_linears(const StepShape& s, const ModelConfig& m, int l, BlockWeights& 
     w.fc = linear(pre + "mlp.fc", s.H_, LinearModules{{LoraModule::c_fc, s.F_}}, true);
     w.out = linear(pre + "mlp.proj", s.F_, LinearModules{{LoraModule::mlp_c_proj, s.H_}}, true);
   } else {
-    w.fc = linear(pre + "mlp.gate", s.H_, LinearModules{{LoraModule::gate, s.F_}}, m.mlp_bias);
-    w.up = linear(pre + "mlp.up", s.H_, LinearModules{{LoraModule::up, s.F_}}, m.mlp_bias);
+    if (m.fused_linears) {  // one [2F, H] linear, gate's rows first (w.up stays absent)
+      w.fc = linear(pre + "mlp.gate_up", s.H_, LinearModules{{LoraModule::gate_up_proj, 2 * s.F_}},
+                    m.mlp_bias);
+    } else {
+      w.fc = linear(pre + "mlp.gate", s.H_, LinearModules{{LoraModule::gate, s.F_}}, m.mlp_bias);
+      w.up = linear(pre + "mlp.up", s.H_, LinearModules{{LoraModule::up, s.F_}}, m.mlp_bias);
+    }
     w.out = linear(pre + "mlp.down", s.F_, LinearModules{{LoraModule::down, s.H_}}, m.mlp_bias);
   }
 }
@@ -467,7 +473,7 @@ class ProgramWriter {
     if (!is_finetune(cfg)) return lin;
     std::int64_t col = 0;
     for (const auto& [module, rows] : modules) {
-      if (lora_targets_module(cfg.lora_targets, cfg.model.arch, module)) {
+      if (lora_targets_module(cfg.lora_targets, cfg.model, module)) {
         Adapter ad;
         ad.name = module_name(name, module, modules.size());
         ad.index = adapter_index++;

@@ -83,6 +83,8 @@ class HfBuilder : private HfLinears {
       : HfLinears(cfg, gemm_workspace, options.device == HfOptions::Device::cpu) {
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
+    fused_ = cfg.model.fused_linears;
+    resid_dropout_ = dropout_ && (gpt_ || cfg.model.resid_dropout);
     ckpt_ = cfg.recompute == Recompute::full;
   }
 
@@ -219,6 +221,14 @@ class HfBuilder : private HfLinears {
       flash_attrs(o, l);
       o.held = fwd_held;
       if (mask_ >= 0) o.held.push_back(mask_);
+      if (fused_) {
+        // sdpa's output takes its query's layout: Phi-3's rope makes the query a contiguous
+        // [B, A, S, D] (a cat), so transpose(1, 2).contiguous() copies the output the kernel
+        // saves; b.y is the copy o_proj reads.
+        const int heads = tensor(suffixed(pass, pre + "attn.y.heads"), bs_ad(), cdt_, role);
+        o.held.push_back(heads);
+        b.attn_held.push_back(heads);
+      }
       return;
     }
     // scores = q k^T, scaled (a second S x S tensor), plus the causal mask (in the model's dtype:
@@ -346,7 +356,7 @@ class HfBuilder : private HfLinears {
     b.proj_grad = b.qkv_grad || !w.proj.lora.empty() || w.proj.trainable();
     b.x_mid_grad = x_in_grad || b.proj_grad;
     b.fc_grad = b.x_mid_grad || !w.fc.lora.empty() || w.fc.trainable();
-    b.up_grad = gpt_ ? b.fc_grad : b.x_mid_grad || !w.up.lora.empty() || w.up.trainable();
+    b.up_grad = gpt_ || fused_ ? b.fc_grad : b.x_mid_grad || !w.up.lora.empty() || w.up.trainable();
     b.act_grad = b.fc_grad || b.up_grad;
     b.mlp_grad = b.act_grad || !w.out.lora.empty() || w.out.trainable();
     const Role role = saved(pass);
@@ -373,10 +383,25 @@ class HfBuilder : private HfLinears {
           tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, saved(attn_pass));
       Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {attn_in}, {b.qkv_rot}, l, pass.replay);
       attention_attrs(rope);
+      const DType rope_dtype = amp_ ? DType::f32 : cdt_;
       rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.products"),
-                                 {2, B_, S_, (A_ + K_) * D_}, amp_ ? DType::f32 : cdt_,
-                                 Role::transient));
+                                 {2, B_, S_, (A_ + K_) * D_}, rope_dtype, Role::transient));
       rope.held.push_back(cos_sin_);
+      if (fused_) {
+        // Phi-3's rope concatenates the rotated part with the part past its rotary dimension
+        // (none here): a copy of the sum.
+        rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.cat"), {B_, S_, (A_ + K_) * D_},
+                                   rope_dtype, Role::transient));
+        // Phi-3's v is a view of qkv_proj's output: where sdpa saves v as it is (no cache
+        // copies it: checkpointing turns the cache off), the whole output stays until the
+        // attention's backward. The rotated operand stands for v; the q and k columns are held.
+        if (!eager_ && ckpt_) {
+          const int viewed = tensor(suffixed(pass, pre + "attn.qkv.viewed"),
+                                    {B_, S_, (A_ + K_) * D_}, dtype_of(b.qkv), saved(attn_pass));
+          rope.held.push_back(viewed);
+          b.attn_held.push_back(viewed);
+        }
+      }
       attn_in = b.qkv_rot;
     }
     attention_fwd(pre, l, attn_in, attn_pass, b);
@@ -386,7 +411,7 @@ class HfBuilder : private HfLinears {
         tensor(suffixed(pass, proj + ".out"), bsh(), out_dtype(w.proj, b.y), Role::transient);
     b.proj_saved = linear_fwd(w.proj, b.y, b.proj_out, l, pass, b.qkv_grad);
     int residual = b.proj_out;
-    if (dropout_ && gpt_)
+    if (resid_dropout_)
       residual = b.proj_drop = dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass,
                                            mask_dtype(b.proj_out), b.proj_mask);
     if (cfg_.model.sandwich_norms)
@@ -431,18 +456,24 @@ class HfBuilder : private HfLinears {
     } else {
       // act_fn(gate) * up: SiLU saves its input, the product saves each factor when the other
       // requires grad; the product is saved by a down that trains (or an adapter's copy of it).
+      // Phi-3's gate and up are halves of gate_up_proj's output (chunk: views), which either
+      // save keeps whole.
       const Role up_role = saved(keeping(pass, b.fc_grad));
       const Role silu_role = saved(keeping(pass, b.up_grad));
-      b.fc_out = tensor(suffixed(pass, pre + "mlp.gate.out"), bsf(), out_dtype(w.fc, b.norm2_out),
-                        act_role);
+      b.fc_out = tensor(suffixed(pass, w.fc.name + ".out"), fused_ ? Dims{B_, S_, 2 * F_} : bsf(),
+                        out_dtype(w.fc, b.norm2_out), act_role);
       b.fc_saved = linear_fwd(w.fc, b.norm2_out, b.fc_out, l, pass, b.x_mid_grad);
-      b.up_out =
-          tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), out_dtype(w.up, b.norm2_out), up_role);
-      b.up_saved = linear_fwd(w.up, b.norm2_out, b.up_out, l, pass, b.x_mid_grad);
+      TensorIds in{b.fc_out};
+      if (!fused_) {
+        b.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), out_dtype(w.up, b.norm2_out),
+                          up_role);
+        b.up_saved = linear_fwd(w.up, b.norm2_out, b.up_out, l, pass, b.x_mid_grad);
+        in.push_back(b.up_out);
+      }
       const DType act = dtype_of(b.fc_out);
       b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act,
                             w.out.trainable() ? role : Role::transient);
-      Op& swiglu = gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", {b.fc_out, b.up_out},
+      Op& swiglu = gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", std::move(in),
                                  {b.swiglu_out}, l, pass.replay));
       const int silu = tensor(suffixed(pass, pre + "mlp.silu.out"), bsf(), act, silu_role);
       swiglu.held.push_back(silu);
@@ -452,8 +483,8 @@ class HfBuilder : private HfLinears {
       b.out_saved = linear_fwd(w.out, b.swiglu_out, b.mlp_out, l, pass, b.act_grad);
     }
     int mlp_y = b.mlp_out;
-    if (dropout_ && gpt_)
-      mlp_y = b.mlp_drop = dropout_fwd(pre + "mlp.proj", b.mlp_out, l, DropoutSite::mlp_proj, pass,
+    if (resid_dropout_)
+      mlp_y = b.mlp_drop = dropout_fwd(w.out.name, b.mlp_out, l, DropoutSite::mlp_proj, pass,
                                        mask_dtype(b.mlp_out), b.mlp_mask);
     if (cfg_.model.sandwich_norms)
       mlp_y = b.post_mlp_out =
@@ -584,6 +615,16 @@ class HfBuilder : private HfLinears {
           op(OpKind::cast, pre + "mlp.fc.out.f32.grad.cast", {dgelu_in}, {dfc}, l);
         }
         dnorm2_out = linear_bwd(w.fc, b.fc_saved, dfc, l);
+      } else if (dact >= 0 && fused_) {
+        // The product's and SiLU's gradients of up and gate, which chunk's backward
+        // concatenates into the gradient of gate_up_proj's output.
+        const int dgate_up = grad_of(b.fc_out);
+        Op& swiglu = gate_attrs(
+            op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dact, b.fc_out}, {dgate_up}, l));
+        swiglu.held = b.swiglu_held;
+        swiglu.held.push_back(tensor(pre + "mlp.swiglu.bwd.halves", {2, B_, S_, F_},
+                                     dtype_of(b.fc_out), Role::transient));
+        dnorm2_out = linear_bwd(w.fc, b.fc_saved, dgate_up, l);
       } else if (dact >= 0) {
         const int dgate = grad_of(b.fc_out), dup = grad_of(b.up_out);
         gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dact, b.fc_out, b.up_out},
@@ -862,6 +903,8 @@ class HfBuilder : private HfLinears {
   }
 
   bool eager_ = false, dropout_ = false, ckpt_ = false;
+  bool fused_ = false;          // Phi-3: qkv_proj and gate_up_proj
+  bool resid_dropout_ = false;  // dropout on both branches' outputs (gpt2, Phi-3)
   float loss_scale_ = 1.0f;
   int mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
 };

@@ -33,10 +33,11 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
      {"dx[M,In]", "dw[Out,In]", "[db[Out]]"}, {.accumulate = true}, ""},
     {OpKind::gelu_fwd, "gelu_fwd", {"x"}, {"y"}, {}, "tanh approximation"},
     {OpKind::gelu_bwd, "gelu_bwd", {"dy", "x"}, {"dx"}, {}, ""},
-    {OpKind::swiglu_fwd, "swiglu_fwd", {"gate[M,F]", "up[M,F]"}, {"y[M,F]"}, {.gelu_gate = true},
-     "silu(gate) * up, or gelu(gate) * up (tanh approximation) with gelu_gate"},
-    {OpKind::swiglu_bwd, "swiglu_bwd", {"dy", "gate", "up"}, {"dgate", "dup"}, {.gelu_gate = true},
-     ""},
+    {OpKind::swiglu_fwd, "swiglu_fwd", {"gate[M,F]", "[up[M,F]]"}, {"y[M,F]"}, {.gelu_gate = true},
+     "silu(gate) * up, or gelu(gate) * up (tanh approximation) with gelu_gate; without up, gate "
+     "is gate|up [M,2F] (Phi-3's gate_up_proj)"},
+    {OpKind::swiglu_bwd, "swiglu_bwd", {"dy", "gate", "[up]"}, {"dgate", "[dup]"},
+     {.gelu_gate = true}, "packed (no up): one d(gate|up) [M,2F]"},
     {OpKind::rope_fwd, "rope_fwd", {"qkv[B,S,Q]"}, {"qkv_rot[B,S,Q]"}, {.heads = true},
      "rotates the q and k parts, copies v"},
     {OpKind::rope_bwd, "rope_bwd", {"dqkv_rot"}, {"dqkv"}, {.heads = true}, ""},
@@ -224,6 +225,17 @@ void check_op(const Program& program, const Op& op) {
   if (uses.softcap ? !(capped ? op.softcap > 0.0f : op.softcap >= 0.0f) : op.softcap != 0.0f)
     fail(op, fmt::format("softcap {} {}", op.softcap,
                          uses.softcap ? "out of range" : "on a kind without one"));
+}
+
+GateShape gate_shape(const Op& op, const Tensor& y, const Tensor& gate) {
+  // Packed, the forward reads gate|up alone and the backward dy and gate|up.
+  const bool packed = op.inputs.size() == (op.kind == OpKind::swiglu_fwd ? 1u : 2u);
+  const std::int64_t width = y.shape.empty() ? 0 : y.shape.back();
+  if (width <= 0 || gate.shape.empty() || gate.shape.back() != (packed ? 2 * width : width) ||
+      gate.elements() != (packed ? 2 : 1) * y.elements())
+    fail(op, fmt::format("'{}' must be [M,{}] beside '{}' [M,{}]", gate.name, packed ? "2F" : "F",
+                         y.name, "F"));
+  return {y.elements() / width, width, packed};
 }
 
 QkvShape qkv_shape(const Op& op, const Tensor& qkv) {

@@ -26,14 +26,14 @@ namespace vrambench {
 
 // The Op fields a kind reads.
 struct OpAttrs {
-  bool heads = false;       // heads, kv_heads: heads > 0, kv_heads > 0 dividing heads
-  bool dropout = false;     // dropout_p in [0, 1) and seed; 0 for every other kind
-  bool eps = false;         // eps > 0 (norms)
-  bool grad_scale = false;  // grad_scale > 0 (loss backward, optimizer steps)
-  bool optimizer = false;   // lr, beta1, beta2, adam_eps, weight_decay, momentum
-  bool accumulate = false;  // may add into its grad outputs (tied weights); false for others
-  bool quant = false;       // dequantize: quant (not none), double_quant, row_offset, rows
-  bool lora = false;        // lora_fwd / lora_bwd: col_offset, lora_scale > 0
+  bool heads = false;        // heads, kv_heads: heads > 0, kv_heads > 0 dividing heads
+  bool dropout = false;      // dropout_p in [0, 1) and seed; 0 for every other kind
+  bool eps = false;          // eps > 0 (norms)
+  bool grad_scale = false;   // grad_scale > 0 (loss backward, optimizer steps)
+  bool optimizer = false;    // lr, beta1, beta2, adam_eps, weight_decay, momentum
+  bool accumulate = false;   // may add into its grad outputs (tied weights); false for others
+  bool quant = false;        // dequantize: quant (not none), double_quant, row_offset, rows
+  bool lora = false;         // lora_fwd / lora_bwd: col_offset, lora_scale > 0
   bool norm_offset = false;  // norm_offset 0 or 1 (RMSNorm kinds)
   bool gelu_gate = false;    // gelu_gate (swiglu)
   bool embed_scale = false;  // embed_scale > 0 (embedding)
@@ -86,6 +86,14 @@ void check_op(const Program& program, const Op& op);
 
 // The attention dimensions of an op that uses the heads attribute, read from its packed q|k|v
 // tensor [B,S,Q]. Throws InternalError naming the op when the tensor does not fit them.
+// A swiglu op's rows M and width F, and whether gate and up come packed in one [M,2F] operand
+// (no up operand: Phi-3's gate_up_proj) or as two [M,F]. `y` is the output (forward) or dy.
+struct GateShape {
+  std::int64_t rows = 0, width = 0;
+  bool packed = false;
+};
+GateShape gate_shape(const Op& op, const Tensor& y, const Tensor& gate);
+
 struct QkvShape {
   std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };

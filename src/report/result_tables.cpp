@@ -418,7 +418,8 @@ std::string recipe_text(const std::vector<RunConfig>& configs) {
     }
     return fmt::format("{}", fmt::join(seen, "/"));
   };
-  return fmt::format("finetune {}, quant {}, optimizer {}, recompute {}",
+  return fmt::format("dtype {}, finetune {}, quant {}, optimizer {}, recompute {}",
+                     values([](const RunConfig& c) { return to_string(c.dtype); }),
                      values([](const RunConfig& c) { return to_string(c.finetune); }),
                      values([](const RunConfig& c) { return to_string(base_quant(c)); }),
                      values([](const RunConfig& c) { return to_string(c.optimizer); }),

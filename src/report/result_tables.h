@@ -105,8 +105,9 @@ std::string estimate_summary_line(const std::vector<Column>& columns, const RowS
                                   const std::string& device, std::int64_t smallest,
                                   std::int64_t largest);
 
-// The recipe of a grid's configurations as the summary lines name it: "finetune full, quant none,
-// optimizer adamw, recompute none"; a field that varies lists its values in grid order
+// The recipe of a grid's configurations as the summary lines name it: "dtype bf16, finetune full,
+// quant none, optimizer adamw, recompute none" (the dtype a --model's torch_dtype may have set); a
+// field that varies lists its values in grid order
 // ("recompute none/selective/full"). quant is the base's storage (nf4 under qlora unless given).
 std::string recipe_text(const std::vector<RunConfig>& configs);
 

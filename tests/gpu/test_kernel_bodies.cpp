@@ -113,11 +113,36 @@ TYPED_TEST(Bodies, SwigluAndGegluForwardAndBackward) {
   const auto dy = to_storage<T>(random_floats(n, 5));
   for (const bool gelu_gate : {false, true}) {
     std::vector<T> y(n), dg(n), du(n);
-    over(n,
-         [&](std::int64_t i) { swiglu_fwd_body(i, y.data(), gate.data(), up.data(), gelu_gate); });
     over(n, [&](std::int64_t i) {
-      swiglu_bwd_body(i, dg.data(), du.data(), dy.data(), gate.data(), up.data(), gelu_gate);
+      swiglu_fwd_body(i, y.data(), gate.data(), up.data(), n, n, gelu_gate);
     });
+    over(n, [&](std::int64_t i) {
+      swiglu_bwd_body(i, dg.data(), du.data(), dy.data(), gate.data(), up.data(), n, n, gelu_gate);
+    });
+    // Packed as Phi-3's gate|up (7 rows of 111: gate then up in each row of 222), the same
+    // values land in the same places of each half.
+    const std::int64_t rows = 7, width = n / rows;
+    std::vector<T> packed(2 * n), dpacked(2 * n), yp(n);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < width; ++c) {
+        packed[2 * r * width + c] = gate[r * width + c];
+        packed[(2 * r + 1) * width + c] = up[r * width + c];
+      }
+    over(n, [&](std::int64_t i) {
+      swiglu_fwd_body(i, yp.data(), packed.data(), packed.data() + width, width, 2 * width,
+                      gelu_gate);
+    });
+    over(n, [&](std::int64_t i) {
+      swiglu_bwd_body(i, dpacked.data(), dpacked.data() + width, dy.data(), packed.data(),
+                      packed.data() + width, width, 2 * width, gelu_gate);
+    });
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < width; ++c) {
+        const std::int64_t i = r * width + c;
+        ASSERT_EQ(to_f32(yp[i]), to_f32(y[i])) << i;
+        ASSERT_EQ(to_f32(dpacked[2 * r * width + c]), to_f32(dg[i])) << i;
+        ASSERT_EQ(to_f32(dpacked[(2 * r + 1) * width + c]), to_f32(du[i])) << i;
+      }
     std::vector<double> wy(n), wdg(n), wdu(n);
     for (std::int64_t i = 0; i < n; ++i) {
       const double g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dy[i]);
