@@ -192,5 +192,31 @@ TEST(Signature, QkvShapeReadsTheHeadSize) {
   EXPECT_THROW(qkv_shape(op, p.tensor(qkv)), InternalError);
 }
 
+// swiglu reads gate and up apart, or packed in one [M, 2F] gate|up (Phi-3's gate_up_proj) with one
+// gradient; anything else is refused.
+TEST(Signature, GateShapeTellsPackedFromApart) {
+  Program p;
+  const int gate = p.add_tensor("gate", {3, 4, 10}, DType::f32, Role::transient);
+  const int up = p.add_tensor("up", {3, 4, 10}, DType::f32, Role::transient);
+  const int packed = p.add_tensor("gate_up", {3, 4, 20}, DType::f32, Role::transient);
+  const int y = p.add_tensor("y", {3, 4, 10}, DType::f32, Role::transient);
+  const int dpacked = p.add_tensor("dgate_up", {3, 4, 20}, DType::f32, Role::transient);
+  const Op apart = p.add_op(OpKind::swiglu_fwd, "apart", {gate, up}, {y});
+  const GateShape a = gate_shape(apart, p.tensor(y), p.tensor(gate));
+  EXPECT_EQ(a.rows, 12);
+  EXPECT_EQ(a.width, 10);
+  EXPECT_FALSE(a.packed);
+  const Op fwd = p.add_op(OpKind::swiglu_fwd, "packed", {packed}, {y});
+  const GateShape f = gate_shape(fwd, p.tensor(y), p.tensor(packed));
+  EXPECT_EQ(f.rows, 12);
+  EXPECT_EQ(f.width, 10);
+  EXPECT_TRUE(f.packed);
+  EXPECT_THROW(gate_shape(fwd, p.tensor(y), p.tensor(gate)), InternalError);  // not 2F wide
+  const Op bwd = p.add_op(OpKind::swiglu_bwd, "bwd", {y, packed}, {dpacked});
+  EXPECT_TRUE(gate_shape(bwd, p.tensor(y), p.tensor(packed)).packed);
+  const Op two = p.add_op(OpKind::swiglu_bwd, "two", {y, packed}, {gate, up});
+  EXPECT_THROW(gate_shape(two, p.tensor(y), p.tensor(packed)), InternalError);
+}
+
 }  // namespace
 }  // namespace vrambench

@@ -235,6 +235,8 @@ GateShape gate_shape(const Op& op, const Tensor& y, const Tensor& gate) {
       gate.elements() != (packed ? 2 : 1) * y.elements())
     fail(op, fmt::format("'{}' must be [M,{}] beside '{}' [M,{}]", gate.name, packed ? "2F" : "F",
                          y.name, "F"));
+  if (op.kind == OpKind::swiglu_bwd && op.outputs.size() != (packed ? 1u : 2u))
+    fail(op, packed ? "packed gate|up has one gradient, d(gate|up)" : "dgate and dup are apart");
   return {y.elements() / width, width, packed};
 }
 
