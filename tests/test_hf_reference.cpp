@@ -239,10 +239,10 @@ TEST(HfReference, PeaksAndPerSampleBytesWithinTolerance) {
   expect_within_tolerance(rows, kTolerance);
 }
 
-// PEFT LoRA and bitsandbytes QLoRA: all 210 rows measured on real CPU tensors.
+// PEFT LoRA and bitsandbytes QLoRA: all 228 rows measured on real CPU tensors (18 of them Phi-3).
 TEST(HfReference, FinetunePeaksAndPerSampleBytesWithinTolerance) {
   const std::vector<Row> rows = finetune_rows();
-  ASSERT_EQ(rows.size(), 210u);
+  ASSERT_EQ(rows.size(), 228u);
   expect_within_tolerance(rows, kFinetuneTolerance);
 }
 

@@ -74,7 +74,7 @@ struct HfBlockTensors {
   bool x_in_grad = true, qkv_grad = true, proj_grad = true, x_mid_grad = true, fc_grad = true,
        up_grad = true, act_grad = true, mlp_grad = true;
   // Held by the backward ops that release them.
-  TensorIds norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held;
+  TensorIds norm1_held, norm2_held, gelu_held, swiglu_held, attn_held, qkv_held, proj_held;
 };
 
 class HfBuilder : private HfLinears {
@@ -221,14 +221,6 @@ class HfBuilder : private HfLinears {
       flash_attrs(o, l);
       o.held = fwd_held;
       if (mask_ >= 0) o.held.push_back(mask_);
-      if (fused_) {
-        // sdpa's output takes its query's layout: Phi-3's rope makes the query a contiguous
-        // [B, A, S, D] (a cat), so transpose(1, 2).contiguous() copies the output the kernel
-        // saves; b.y is the copy o_proj reads.
-        const int heads = tensor(suffixed(pass, pre + "attn.y.heads"), bs_ad(), cdt_, role);
-        o.held.push_back(heads);
-        b.attn_held.push_back(heads);
-      }
       return;
     }
     // scores = q k^T, scaled (a second S x S tensor), plus the causal mask (in the model's dtype:
@@ -405,6 +397,15 @@ class HfBuilder : private HfLinears {
       attn_in = b.qkv_rot;
     }
     attention_fwd(pre, l, attn_in, attn_pass, b);
+    if (fused_ && !eager_ && w.proj.trainable()) {
+      // sdpa's output takes its query's layout: Phi-3's rope makes the query a contiguous
+      // [B, A, S, D] (a cat), so transpose(1, 2).contiguous() copies the output the kernel keeps
+      // (b.y), and an o_proj that trains keeps the copy too. (PEFT's fp32 adapters keep their
+      // cast of it instead, which they make themselves.)
+      const int copy = tensor(suffixed(pass, pre + "attn.y.copy"), bs_ad(), cdt_, role);
+      p_.ops.back().held.push_back(copy);
+      b.proj_held.push_back(copy);
+    }
 
     const Name& proj = w.proj.name;
     b.proj_out =
@@ -660,6 +661,7 @@ class HfBuilder : private HfLinears {
                             proj, l, DropoutSite::attn_proj);
       }
       const int dy = linear_bwd(w.proj, b.proj_saved, dproj, l);
+      for (int id : b.proj_held) p_.ops.back().held.push_back(id);
       if (dy >= 0) {
         int dqkv = attention_bwd(pre, l, b.attn_qkv, b, dy);
         const int rotated = gpt_ ? b.qkv : b.qkv_rot;
