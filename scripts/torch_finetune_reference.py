@@ -41,7 +41,7 @@ examples:
     scripts/torch_finetune_reference.py --check --only 'model=llama-small base=bf16'
     scripts/torch_finetune_reference.py --list --only 'base=nf4'
   row id fields: {' '.join(['model', 'base', 'lora_r', 'lora_dropout', 'targets', 'checkpointing',
-                            'optimizer', 'seq', 'batch'])}
+                            'optimizer', 'seq', 'batch', 'attention'])}
 
 setup (torch is never needed by the build or the tests; keep it out of the repository):
   python3 -m venv ~/venv-torch
@@ -73,7 +73,7 @@ except ImportError as e:
 
 # The same two shapes as torch_reference.py (gpt2 = GPT-2 small, llama-small = hidden 512, 4
 # layers, GQA 8/2 heads, vocab 32000), with model dropout 0 and sdpa attention, the library's
-# default attention.
+# default attention (EAGER below adds a few eager rows).
 MODEL_NAMES = ["llama-small", "gpt2"]
 ATTENTION = "sdpa"
 MODEL_DROPOUT = 0.0
@@ -120,9 +120,12 @@ EXTRA = [("llama-small", 512, [4]), ("llama-small", 2048, [1, 2])]
 # each) with the variants that name their targets: PEFT has no default for phi3.
 FUSED_MODELS = ["phi3-small"]
 FUSED_VARIANTS = [v for v in VARIANTS if v.get("targets") == "all-linear"]
+# Eager attention, where the attention's output is a copy that only an o_proj that trains keeps:
+# llama-small's baseline without checkpointing.
+EAGER = [("llama-small", 512, [1, 2])]
 
 FIELDS = ["model", "base", "lora_r", "lora_dropout", "targets", "checkpointing", "optimizer", "seq",
-          "batch"]
+          "batch", "attention"]
 
 
 def grid():
@@ -134,8 +137,15 @@ def grid():
                 for batch in batches:
                     k = dict(BASELINE)
                     k.update(variant)
-                    k.update({"model": model, "checkpointing": ckpt, "seq": seq, "batch": batch})
+                    k.update({"model": model, "checkpointing": ckpt, "seq": seq, "batch": batch,
+                              "attention": ATTENTION})
                     keys.append({f: k[f] for f in FIELDS})
+    for model, seq, batches in EAGER:
+        for batch in batches:
+            k = dict(BASELINE)
+            k.update({"model": model, "checkpointing": "off", "seq": seq, "batch": batch,
+                      "attention": "eager"})
+            keys.append({f: k[f] for f in FIELDS})
     uniq = {row_id(k): k for k in keys}
     return sorted(uniq.values(), key=sort_key)
 
@@ -307,14 +317,14 @@ def build(row):
             bnb_4bit_compute_dtype=torch.bfloat16)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             _saved_model(row["model"], row["seq"]), quantization_config=bnb_cfg,
-            dtype=torch.bfloat16, device_map="cpu", attn_implementation=ATTENTION)
+            dtype=torch.bfloat16, device_map="cpu", attn_implementation=row["attention"])
         model = peft.prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=ckpt != "off",
             gradient_checkpointing_kwargs=ckpt_kwargs if ckpt != "off" else None)
     else:
         dtype = torch.bfloat16 if row["base"] == "bf16" else torch.float32
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype,
-                                                              attn_implementation=ATTENTION)
+                                                              attn_implementation=row["attention"])
         if ckpt != "off":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt_kwargs)
             if ckpt == "reentrant":
@@ -388,7 +398,7 @@ def measure(row):
         "model_dtype": "fp32" if row["base"] == "autocast-bf16" else "bf16",
         "autocast": "bf16" if autocast else "off",
         "quant": "nf4, double quantisation, compute bf16" if row["base"] == "nf4" else "none",
-        "attention": ATTENTION,
+        "attention": row["attention"],
         "attention_kernel": ",".join(sorted(tracker.attention_ops)) or "math",
         "params": sum(p.numel() for p in params),
         "trainable_params": sum(p.numel() for p in trainable),
@@ -540,7 +550,8 @@ def document(rows):
                 "optimizer.step(); optimizer.zero_grad(set_to_none=True); two iterations, the "
                 "second measured",
         "models": {name: _ref.config_dict(name) for name in MODEL_NAMES + FUSED_MODELS},
-        "model_overrides": {"dropout": MODEL_DROPOUT, "attn_implementation": ATTENTION},
+        "model_overrides": {"dropout": MODEL_DROPOUT, "attn_implementation": ATTENTION + " (eager "
+                            "where a row says so)"},
         "rows": rows,
     }
 
