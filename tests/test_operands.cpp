@@ -294,9 +294,39 @@ TEST(Operands, MixedDtypesAreFoundWhereTheStepMixesThem) {
   const std::vector<std::string> found = mixed(lora);
   ASSERT_FALSE(found.empty());
   EXPECT_EQ(found.front(), "layer0.attn.qkv.lora: layer0.attn.qkv") << found.front();
+  // LlamaRMSNorm upcasts x: an fp32 x and dx beside a 16-bit y and dy are the kernels' own
+  // (cuda/rmsnorm.h), so the full-training step has none; its LoRA step's fp32 adapters do.
   const RunConfig llama = config("tiny-llama", Framework::hf, Precision::bf16, Finetune::full);
-  ASSERT_FALSE(mixed(llama).empty());
-  EXPECT_EQ(mixed(llama).front(), "layer0.attn_norm: layer0.attn_norm.x_f32");
+  EXPECT_TRUE(mixed(llama).empty()) << mixed(llama).front();
+  const RunConfig llama_lora = config("tiny-llama", Framework::hf, Precision::bf16, Finetune::lora);
+  ASSERT_FALSE(mixed(llama_lora).empty());
+  EXPECT_EQ(mixed(llama_lora).front(), "layer0.attn.q.lora: layer0.attn.qkv");
+}
+
+// Only fp32 for RMSNorm's x, and dx in x's dtype.
+TEST(Operands, RmsNormTakesAnFp32InputAndNothingElse) {
+  Program p;
+  const int x32 = p.add_tensor("x32", {4, 8}, DType::f32, Role::transient);
+  const int x16 = p.add_tensor("x16", {4, 8}, DType::f16, Role::transient);
+  const int w = p.add_tensor("w", {8}, DType::bf16, Role::weight);
+  const int y = p.add_tensor("y", {4, 8}, DType::bf16, Role::transient);
+  const int rstd = p.add_tensor("rstd", {4}, DType::f32, Role::transient);
+  const int dx32 = p.add_tensor("dx32", {4, 8}, DType::f32, Role::transient);
+  const int dx16 = p.add_tensor("dx16", {4, 8}, DType::bf16, Role::transient);
+  p.add_op(OpKind::rmsnorm_fwd, "fp32 x", {x32, w}, {y, rstd});
+  p.add_op(OpKind::rmsnorm_fwd, "fp16 x", {x16, w}, {y, rstd});
+  p.add_op(OpKind::rmsnorm_bwd, "fp32 dx", {y, x32, w, rstd}, {dx32});
+  p.add_op(OpKind::rmsnorm_bwd, "bf16 dx", {y, x32, w, rstd}, {dx16});
+  const std::vector<void*> data(p.tensors.size(), reinterpret_cast<void*>(std::uintptr_t{64}));
+  auto flagged = [&](std::size_t op) -> std::string {
+    const Operands a = decode_operands(p, op, data);
+    const Operand* o = operand_of_another_dtype(a);
+    return o ? o->tensor->name.str() : "";
+  };
+  EXPECT_EQ(flagged(0), "");
+  EXPECT_EQ(flagged(1), "x16");
+  EXPECT_EQ(flagged(2), "");
+  EXPECT_EQ(flagged(3), "dx16");
 }
 
 }  // namespace

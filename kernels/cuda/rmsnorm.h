@@ -3,7 +3,8 @@
 // column. The q/k norm (Qwen3, Gemma 3) is the same per query and key head of a packed q|k|v row.
 // As LayerNorm (cuda/layernorm.h): a block of kRowThreads per row whose thread `lane` of `lanes`
 // owns columns lane, lane + lanes, ...; dw a two-stage column sum through fp32 partials in the GEMM
-// workspace.
+// workspace. x and dx (type X) may be fp32 beside a 16-bit y, dy, w and dw (type T): transformers'
+// LlamaRMSNorm upcasts its input, which the hf step keeps in fp32.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,23 +32,23 @@ __host__ __device__ inline float rmsnorm_rstd(float sq_sum, std::int64_t H, floa
   return 1.0f / sqrtf(sq_sum / static_cast<float>(H) + eps);
 }
 // y[row, h] = x * rstd * (w_offset + w) over the lane's columns.
-template <typename T>
+template <typename T, typename X>
 __host__ __device__ inline void rmsnorm_fwd_write(std::int64_t row, std::int64_t lane,
-                                                  std::int64_t lanes, T* y, const T* x, const T* w,
+                                                  std::int64_t lanes, T* y, const X* x, const T* w,
                                                   std::int64_t H, float rstd, float w_offset) {
-  const T* xr = x + row * H;
+  const X* xr = x + row * H;
   T* yr = y + row * H;
   for (std::int64_t h = lane; h < H; h += lanes)
     yr[h] = from_f32<T>(to_f32(xr[h]) * rstd * (w_offset + to_f32(w[h])));
 }
 
 // Lane's part of sum_h g * x * rstd with g = dy * (w_offset + w).
-template <typename T>
+template <typename T, typename X>
 __host__ __device__ inline float rmsnorm_dx_part(std::int64_t row, std::int64_t lane,
-                                                 std::int64_t lanes, const T* dy, const T* x,
+                                                 std::int64_t lanes, const T* dy, const X* x,
                                                  const T* w, float rstd, std::int64_t H,
                                                  float w_offset) {
-  const T* xr = x + row * H;
+  const X* xr = x + row * H;
   const T* dyr = dy + row * H;
   float sum = 0.0f;
   for (std::int64_t h = lane; h < H; h += lanes)
@@ -55,24 +56,24 @@ __host__ __device__ inline float rmsnorm_dx_part(std::int64_t row, std::int64_t 
   return sum;
 }
 // dx = rstd * (g - x * rstd * mean_h (g x rstd)) over the lane's columns.
-template <typename T>
+template <typename T, typename X>
 __host__ __device__ inline void rmsnorm_dx_write(std::int64_t row, std::int64_t lane,
-                                                 std::int64_t lanes, T* dx, const T* dy, const T* x,
+                                                 std::int64_t lanes, X* dx, const T* dy, const X* x,
                                                  const T* w, float rstd, std::int64_t H,
                                                  float mean_gx, float w_offset) {
-  const T* xr = x + row * H;
+  const X* xr = x + row * H;
   const T* dyr = dy + row * H;
-  T* dxr = dx + row * H;
+  X* dxr = dx + row * H;
   for (std::int64_t h = lane; h < H; h += lanes) {
     const float g = to_f32(dyr[h]) * (w_offset + to_f32(w[h]));
-    dxr[h] = from_f32<T>(rstd * (g - to_f32(xr[h]) * rstd * mean_gx));
+    dxr[h] = from_f32<X>(rstd * (g - to_f32(xr[h]) * rstd * mean_gx));
   }
 }
 
 // Stage 1: sum over rows [chunk * chunk_rows, ...) of dy * x * rstd into partial[chunk, h].
-template <typename T>
+template <typename T, typename X>
 __host__ __device__ inline void rmsnorm_dw_partial_body(std::int64_t h, std::int64_t chunk,
-                                                        float* partial, const T* dy, const T* x,
+                                                        float* partial, const T* dy, const X* x,
                                                         const float* rstd, std::int64_t M,
                                                         std::int64_t H, std::int64_t chunk_rows) {
   const std::int64_t begin = chunk * chunk_rows;
@@ -84,8 +85,8 @@ __host__ __device__ inline void rmsnorm_dw_partial_body(std::int64_t h, std::int
 }
 
 // One pass, without partials: column h over all rows, added to dw when accumulate.
-template <typename T>
-__host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, T* dw, const T* dy, const T* x,
+template <typename T, typename X>
+__host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, T* dw, const T* dy, const X* x,
                                                     const float* rstd, std::int64_t M,
                                                     std::int64_t H, bool accumulate) {
   float sw = 0.0f;
@@ -105,16 +106,18 @@ struct QkNormShape {
   __host__ __device__ bool query(std::int64_t row) const { return row % (A + K) < A; }
 };
 
-void launch_rmsnorm_fwd(DType dtype, void* y, float* rstd, const void* x, const void* w,
-                        std::int64_t M, std::int64_t H, float eps, float w_offset,
+// dtype: y's and w's; x_dtype: x's, dtype or fp32.
+void launch_rmsnorm_fwd(DType dtype, DType x_dtype, void* y, float* rstd, const void* x,
+                        const void* w, std::int64_t M, std::int64_t H, float eps, float w_offset,
                         cudaStream_t stream);
-// dw may be null (a frozen norm): dx alone. The dw partials go into `workspace` (the GEMM
+// dtype: dy's, w's and dw's; x_dtype: x's and dx's, dtype or fp32. dw may be null (a frozen
+// norm): dx alone. The dw partials go into `workspace` (the GEMM
 // workspace); without room for two chunks of them (column_chunks(M, H, 1, workspace_bytes)) one
 // pass runs.
-void launch_rmsnorm_bwd(DType dtype, void* dx, void* dw, const void* dy, const void* x,
-                        const void* w, const float* rstd, std::int64_t M, std::int64_t H,
-                        float w_offset, bool accumulate, void* workspace, Bytes workspace_bytes,
-                        cudaStream_t stream);
+void launch_rmsnorm_bwd(DType dtype, DType x_dtype, void* dx, void* dw, const void* dy,
+                        const void* x, const void* w, const float* rstd, std::int64_t M,
+                        std::int64_t H, float w_offset, bool accumulate, void* workspace,
+                        Bytes workspace_bytes, cudaStream_t stream);
 // The q/k norm: each query head by qw, each key head by kw; v copied. rstd[s.rows()].
 void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, const void* qw,
                         const void* kw, const QkNormShape& s, float eps, float w_offset,

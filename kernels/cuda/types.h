@@ -65,6 +65,23 @@ void dispatch_float(DType dtype, F&& f) {
                               " is not a floating storage type");
 }
 
+// Calls f(T{}, X{}) with T the storage type of `dtype` and X that of `x_dtype`, which must be
+// `dtype` or fp32 (an fp32 input beside 16-bit outputs, as PyTorch upcasts); throws otherwise.
+template <typename F>
+void dispatch_float_or_f32(DType dtype, DType x_dtype, F&& f) {
+  if (x_dtype != dtype && x_dtype != DType::f32)
+    throw std::invalid_argument("CUDA kernels: an input of " + std::string(dtype_name(x_dtype)) +
+                                " beside " + std::string(dtype_name(dtype)) +
+                                " (only the same dtype or fp32)");
+  dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (x_dtype == dtype)
+      f(T{}, T{});
+    else
+      f(T{}, float{});
+  });
+}
+
 // Grid for a grid-stride loop over n items.
 inline unsigned grid_for(std::int64_t n, unsigned block) {
   const std::int64_t blocks = (n + block - 1) / block;

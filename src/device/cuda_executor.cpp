@@ -136,7 +136,8 @@ void CudaExecutor::run(const Operands& a) {
   const Op& op = a.op;
   cudaStream_t st = stream_.get();
   const DType dt = a.dtype();
-  // A kernel reads every operand as `dt`: one stored in another dtype would be read past its end.
+  // A kernel reads every operand as `dt` (RMSNorm's x also as fp32, cuda/rmsnorm.h): one stored
+  // in another dtype would be read past its end.
   if (const Operand* o = operand_of_another_dtype(a))
     a.fail(fmt::format(
         "'{}' is {} where the op computes in {}: the cuda kernels take one dtype per op, and "
@@ -173,14 +174,17 @@ void CudaExecutor::run(const Operands& a) {
                            a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::rmsnorm_fwd:
-      launch_rmsnorm_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]),
-                         rows(a.in[0]), last_dim(a.in[0]), op.eps, op.norm_offset, st);
+      // x may be fp32 beside a 16-bit y and w (operand_of_another_dtype).
+      launch_rmsnorm_fwd(dt, a.in[0].tensor->dtype, a.out[0].data, f32(a.out[1]), cptr(a.in[0]),
+                         cptr(a.in[1]), rows(a.in[0]), last_dim(a.in[0]), op.eps, op.norm_offset,
+                         st);
       return;
     case OpKind::rmsnorm_bwd:
-      launch_rmsnorm_bwd(dt, a.out[0].data, a.out.size() == 2 ? a.out[1].data : nullptr,
-                         cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]),
-                         last_dim(a.in[1]), op.norm_offset,
-                         a.out.size() == 2 && a.accumulates(a.out[1]), a.workspace,
+      // dy's dtype, and x's (and dx's), which may be fp32.
+      launch_rmsnorm_bwd(a.in[0].tensor->dtype, a.in[1].tensor->dtype, a.out[0].data,
+                         a.out.size() == 2 ? a.out[1].data : nullptr, cptr(a.in[0]), cptr(a.in[1]),
+                         cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
+                         op.norm_offset, a.out.size() == 2 && a.accumulates(a.out[1]), a.workspace,
                          a.workspace_bytes, st);
       return;
     case OpKind::qk_norm_fwd:

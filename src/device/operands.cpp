@@ -88,7 +88,18 @@ const Operand* operand_of_another_dtype(const Operands& a) {
       break;
   }
   const OpSignature& sig = signature(a.op.kind);
-  const DType dt = a.dtype();
+  // RMSNorm's x and dx may be fp32 beside a 16-bit y, dy, w and dw (cuda/rmsnorm.h: LlamaRMSNorm
+  // upcasts its input); its compute dtype is then y's (forward) or dy's (backward).
+  const bool rms = a.op.kind == OpKind::rmsnorm_fwd || a.op.kind == OpKind::rmsnorm_bwd;
+  const DType dt = !rms                               ? a.dtype()
+                   : a.op.kind == OpKind::rmsnorm_fwd ? a.out.at(0).tensor->dtype
+                                                      : a.in.at(0).tensor->dtype;
+  if (a.op.kind == OpKind::rmsnorm_bwd && a.out.at(0).tensor->dtype != a.in.at(1).tensor->dtype)
+    return &a.out[0];  // dx in x's dtype
+  auto upcast = [&](std::string_view listed, DType stored) {
+    const std::string_view name = operand_name(listed);
+    return rms && stored == DType::f32 && (name == "x" || name == "dx");
+  };
   // An operand whose name the table gives a dtype of its own anywhere ("mean[M] f32" in
   // layernorm_fwd makes layernorm_bwd's "mean" one too; "mask u8", "tokens[B,S] i32"): the names,
   // read off the table once.
@@ -110,7 +121,9 @@ const Operand* operand_of_another_dtype(const Operands& a) {
   };
   auto scan = [&](const auto& listed, const std::vector<Operand>& bound) -> const Operand* {
     for (std::size_t i = 0; i < bound.size() && i < listed.size(); ++i)
-      if (!own_dtype(listed[i]) && bound[i].tensor->dtype != dt) return &bound[i];
+      if (!own_dtype(listed[i]) && bound[i].tensor->dtype != dt &&
+          !upcast(listed[i], bound[i].tensor->dtype))
+        return &bound[i];
     return nullptr;
   };
   if (const Operand* o = scan(sig.inputs, a.in)) return o;

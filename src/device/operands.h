@@ -57,8 +57,9 @@ Operands decode_operands(const Program& program, std::size_t op_index,
 
 // The first operand of `a` that a kernel of one dtype would read in the op's dtype (dtype()) but
 // that is stored in another, or nullptr. Operands the signature gives a dtype of their own (norm
-// statistics, masks, token ids) and the kinds that read several dtypes by design (cast, the loss's
-// logits, optimizer state, quantised codes and scales) never count. The hf step mixes them where
+// statistics, masks, token ids), the kinds that read several dtypes by design (cast, the loss's
+// logits, optimizer state, quantised codes and scales), and RMSNorm's x and dx in fp32 beside a
+// 16-bit y and dy (LlamaRMSNorm's upcast, which its kernels take) never count. The hf step mixes them where
 // PyTorch does (autocast's fp32 residual beside 16-bit branches, PEFT's fp32 adapters over a
 // 16-bit base, QLoRA's fp32 stream): the cpu executor computes in fp32 whatever the storage, the
 // cuda kernels take one dtype per op.

@@ -16,6 +16,7 @@
 #include "cuda/owners.h"
 #include "device/cpu_executor.h"
 #include "device/cuda_device.h"
+#include "device/operands.h"
 #include "device/sources.h"
 #include "gpu/require_gpu.h"
 #include "program/program.h"
@@ -246,6 +247,25 @@ TEST(CudaSelftest, ConfigsBuildAndCoverEveryOpKind) {
     EXPECT_TRUE(kinds.count(static_cast<OpKind>(k)))
         << "no selftest program uses " << to_string(static_cast<OpKind>(k));
   EXPECT_EQ(dtypes.size(), 3u);
+}
+
+// Every operand of every selftest program is one the cuda kernels read in its own dtype: a config
+// that mixes them as the kernels cannot (an hf fine-tuning step) would fail on the GPU in one line
+// instead of testing its ops.
+TEST(CudaSelftest, ConfigsAreStepsTheCudaKernelsRun) {
+  bool hf = false;
+  for (const SelftestConfig& sc : selftest_configs()) {
+    const Program p = build_program(sc.cfg, cuda::gemm_workspace_bytes(90));
+    hf = hf || framework_of(sc.cfg) == Framework::hf;
+    std::vector<void*> data(p.tensors.size(), &hf);
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      const Operands a = decode_operands(p, i, data);
+      const Operand* o = operand_of_another_dtype(a);
+      EXPECT_EQ(o, nullptr) << sc.label << ": " << p.ops[i].name << " reads "
+                            << (o ? o->tensor->name.str() : "") << " in another dtype";
+    }
+  }
+  EXPECT_TRUE(hf);  // the hf step's fp32 RMSNorm input is among them
 }
 
 TEST(CudaSelftest, EveryOpMatchesTheCpuReference) {

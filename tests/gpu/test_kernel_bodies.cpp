@@ -443,6 +443,46 @@ TYPED_TEST(Bodies, RmsNormRowsMatchTheCpuReferenceForAnyLaneCount) {
   }
 }
 
+// LlamaRMSNorm upcasts its input: the hf step's x and dx are fp32 beside a 16-bit y, dy and w,
+// which the bodies take as two types. y and dw round to T; dx stays fp32, as exact as the
+// reference computed from the same values.
+TYPED_TEST(Bodies, RmsNormTakesAnFp32InputBesideItsDtype) {
+  using T = TypeParam;
+  const std::int64_t M = 3, H = 17, lanes = 4;
+  const std::vector<float> x = random_floats(M * H, 22);
+  const auto w = to_storage<T>(random_floats(H, 23, 0.5f, 1.5f));
+  const auto dy = to_storage<T>(random_floats(M * H, 24));
+  const auto wf = as_floats(w), dyf = as_floats(dy);
+  std::vector<float> want_y(M * H), want_rstd(M), want_dx(M * H), want_dw(H);
+  cpu::rmsnorm_fwd(want_y.data(), want_rstd.data(), x.data(), wf.data(), M, H, 1e-6f);
+  cpu::rmsnorm_bwd(want_dx.data(), want_dw.data(), dyf.data(), x.data(), wf.data(),
+                   want_rstd.data(), M, H);
+  std::vector<T> y(M * H), dw(H);
+  std::vector<float> dx(M * H, NAN);
+  for (std::int64_t m = 0; m < M; ++m) {
+    const float rs = rmsnorm_rstd(
+        lanes_sum(lanes, [&](std::int64_t l) { return rmsnorm_sq_part(m, l, lanes, x.data(), H); }),
+        H, 1e-6f);
+    EXPECT_NEAR(rs, want_rstd[m], 1e-5 * want_rstd[m]);
+    const float mean_gx =
+        lanes_sum(lanes,
+                  [&](std::int64_t l) {
+                    return rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(), w.data(), rs, H, 0.0f);
+                  }) /
+        static_cast<float>(H);
+    for (std::int64_t l = 0; l < lanes; ++l) {
+      rmsnorm_fwd_write(m, l, lanes, y.data(), x.data(), w.data(), H, rs, 0.0f);
+      rmsnorm_dx_write(m, l, lanes, dx.data(), dy.data(), x.data(), w.data(), rs, H, mean_gx, 0.0f);
+    }
+  }
+  over(H, [&](std::int64_t h) {
+    rmsnorm_bwd_dw_body(h, dw.data(), dy.data(), x.data(), want_rstd.data(), M, H, false);
+  });
+  expect_near_all(to_double(y), widen(want_y), tolerance<T>(), "y");
+  expect_near_all(widen(dx), widen(want_dx), 1e-5, "dx in fp32");
+  expect_near_all(to_double(dw), widen(want_dw), 2 * tolerance<T>(), "dw");
+}
+
 // ---- column sums ------------------------------------------------------------------------------
 
 TYPED_TEST(Bodies, ColumnSumTwoStagesAndOnePassMatchAPlainSum) {

@@ -13,7 +13,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "gpu/require_gpu.h"
 #include "cpu/embedding.h"
 #include "cpu/norm.h"
 #include "cuda/check.h"
@@ -25,10 +24,10 @@
 #include "cuda/rmsnorm.h"
 #include "cuda/types.h"
 #include "device/cuda_device.h"
+#include "gpu/require_gpu.h"
 
 namespace vrambench::cuda {
 namespace {
-
 
 template <typename T>
 constexpr DType dtype_of() {
@@ -193,8 +192,8 @@ TYPED_TEST(NormKernels, RmsNormForwardAndBackward) {
 
     const DeviceBuffer d_x = upload(x), d_w = upload(w), d_dy = upload(dy);
     DeviceBuffer d_y = poisoned(M * H * sizeof(T)), d_rstd = poisoned(M * 4);
-    launch_rmsnorm_fwd(dt, d_y.get(), d_rstd.as<float>(), d_x.get(), d_w.get(), M, H, 1e-6f, 0.0f,
-                       nullptr);
+    launch_rmsnorm_fwd(dt, dt, d_y.get(), d_rstd.as<float>(), d_x.get(), d_w.get(), M, H, 1e-6f,
+                       0.0f, nullptr);
     expect_close(download<T>(d_y, M * H), widen(y), rtol<T>(), rtol<T>(), "y");
     expect_close(download<float>(d_rstd, M), widen(rstd), 1e-5, 0, "rstd");
 
@@ -206,7 +205,7 @@ TYPED_TEST(NormKernels, RmsNormForwardAndBackward) {
         DeviceBuffer d_dx = poisoned(M * H * sizeof(T));
         DeviceBuffer d_dw = accumulate ? upload(old) : poisoned(H * sizeof(T));
         DeviceBuffer d_ws = poisoned(static_cast<std::size_t>(ws));
-        launch_rmsnorm_bwd(dt, d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
+        launch_rmsnorm_bwd(dt, dt, d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
                            d_rstd_ref.as<float>(), M, H, 0.0f, accumulate,
                            ws > 0 ? d_ws.get() : nullptr, ws, nullptr);
         std::vector<double> want_dw(H);
