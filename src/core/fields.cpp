@@ -19,8 +19,8 @@ constexpr std::array<FieldInfo, 31> kFields{{
     {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
     {"model", FieldKind::text,
      "a transformers config.json, or a folder holding one (a downloaded checkpoint): the model's "
-     "shape, and its torch_dtype as the default --dtype (model_type gpt2, llama, mistral, qwen2, "
-     "qwen3, gemma, gemma2, gemma3_text or phi3)"},
+     "shape, and its torch_dtype as the default --dtype (a model_type it does not read is refused, "
+     "naming those it does)"},
     {"arch", FieldKind::choice, "gpt|llama"},
     {"hidden", FieldKind::integer, "hidden size H"},
     {"heads", FieldKind::integer, "attention heads A"},
