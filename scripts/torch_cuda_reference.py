@@ -136,19 +136,21 @@ def quantize_block_linears(model, device):
     weights leave the device first, so that the allocator's segments they filled are released
     before any 4-bit weight is made."""
     import bitsandbytes as bnb
-    linears = [(module, child_name, child) for module_name, module in model.named_modules()
-               for child_name, child in module.named_children()
-               if isinstance(child, torch.nn.Linear) and ".layers." in f".{module_name}."]
-    host = [(child.weight.data.to("cpu"), None if child.bias is None else child.bias.data.to("cpu"))
-            for _, _, child in linears]
-    for module, child_name, child in linears:
-        setattr(module, child_name, None)
-    del child
+    # (module, name, in, out, host weight, host bias) of each: no reference to a device tensor.
+    specs = []
+    for module_name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear) and ".layers." in f".{module_name}.":
+                specs.append((module, child_name, child.in_features, child.out_features,
+                              child.weight.data.to("cpu"),
+                              None if child.bias is None else child.bias.data.to("cpu")))
+                setattr(module, child_name, None)
+    child = None
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    for (module, child_name, child), (weight, bias) in zip(linears, host):
-        q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=bias is not None,
+    for module, child_name, in_features, out_features, weight, bias in specs:
+        q = bnb.nn.Linear4bit(in_features, out_features, bias=bias is not None,
                               compute_dtype=torch.bfloat16, compress_statistics=True,
                               quant_type="nf4", device="meta")
         q.weight = bnb.nn.Params4bit(weight, requires_grad=False, compress_statistics=True,
