@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "core/presets.h"
 #include "device/host_runner.h"
 #include "estimate/formula.h"
@@ -137,12 +138,6 @@ TEST(ModelFamilies, TiedQwen3KeepsOneEmbeddingGradient) {
   }
 }
 
-const Tensor* tensor_named(const Program& p, std::string_view name) {
-  for (const Tensor& t : p.tensors)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-
 bool holds(const Op& op, int tensor) {
   for (int id : op.held)
     if (id == tensor) return true;
@@ -157,10 +152,9 @@ TEST(ModelFamilies, Phi3FusedLinearsAreOneLinearOneAdapterOneQuantisedModule) {
   for (Framework framework : {Framework::lean, Framework::hf}) {
     SCOPED_TRACE(to_string(framework));
     const Program p = build_program(config("tiny-phi3", framework, Attention::flash), 0);
-    ASSERT_NE(tensor_named(p, "layer0.mlp.gate_up.w"), nullptr);
-    EXPECT_EQ(tensor_named(p, "layer0.mlp.gate_up.w")->shape, (Shape{2 * F, H}));
-    EXPECT_EQ(tensor_named(p, "layer0.mlp.up.w"), nullptr);
-    EXPECT_EQ(tensor_named(p, "layer0.attn.qkv.w")->shape, (Shape{Q, H}));
+    EXPECT_EQ(p.tensor(find_tensor(p, "layer0.mlp.gate_up.w")).shape, (Shape{2 * F, H}));
+    EXPECT_THROW(find_tensor(p, "layer0.mlp.up.w"), InternalError);
+    EXPECT_EQ(p.tensor(find_tensor(p, "layer0.attn.qkv.w")).shape, (Shape{Q, H}));
     const Op& fwd = op_named(p, "layer1.mlp.swiglu");
     ASSERT_EQ(fwd.inputs.size(), 1u);
     EXPECT_EQ(p.tensor(fwd.inputs[0]).shape, (Shape{2, 16, 2 * F}));
@@ -178,10 +172,10 @@ TEST(ModelFamilies, Phi3FusedLinearsAreOneLinearOneAdapterOneQuantisedModule) {
       if (t.name.find(".lora_") != std::string::npos && t.role == Role::weight)
         adapter_elements += t.elements();
     EXPECT_EQ(adapter_elements, lora_parameter_count(cfg));
-    EXPECT_EQ(tensor_named(q, "layer0.mlp.gate_up.lora_B")->shape, (Shape{2 * F, 4}));
-    EXPECT_EQ(tensor_named(q, "layer0.attn.qkv.lora_B")->shape, (Shape{Q, 4}));
-    EXPECT_NE(tensor_named(q, "layer0.attn.qkv.w.weight"), nullptr);
-    EXPECT_EQ(tensor_named(q, "layer0.attn.q.w.weight"), nullptr);
+    EXPECT_EQ(q.tensor(find_tensor(q, "layer0.mlp.gate_up.lora_B")).shape, (Shape{2 * F, 4}));
+    EXPECT_EQ(q.tensor(find_tensor(q, "layer0.attn.qkv.lora_B")).shape, (Shape{Q, 4}));
+    EXPECT_NO_THROW(find_tensor(q, "layer0.attn.qkv.w.weight"));
+    EXPECT_THROW(find_tensor(q, "layer0.attn.q.w.weight"), InternalError);
   }
 }
 
@@ -191,19 +185,18 @@ TEST(ModelFamilies, Phi3FusedLinearsAreOneLinearOneAdapterOneQuantisedModule) {
 // keep their own cast instead (torch_finetune_reference.json).
 TEST(ModelFamilies, Phi3SdpaKeepsItsOutputBesideTheCopyATrainingOProjReads) {
   const Program hf = build_program(config("tiny-phi3", Framework::hf, Attention::flash), 0);
-  const Tensor* copy = tensor_named(hf, "layer0.attn.y.copy");
-  ASSERT_NE(copy, nullptr);
-  EXPECT_EQ(copy->role, Role::activation);
-  EXPECT_TRUE(holds(op_named(hf, "layer0.attn.flash"), copy->id));
+  const Tensor& copy = hf.tensor(find_tensor(hf, "layer0.attn.y.copy"));
+  EXPECT_EQ(copy.role, Role::activation);
+  EXPECT_TRUE(holds(op_named(hf, "layer0.attn.flash"), copy.id));
   int released_by = 0;
   for (const Op& op : hf.ops)
-    if (op.name.starts_with("layer0.attn.o") && holds(op, copy->id)) ++released_by;
+    if (op.name.starts_with("layer0.attn.o") && holds(op, copy.id)) ++released_by;
   EXPECT_EQ(released_by, 1);  // the o_proj backward's last op
   RunConfig lora = config("tiny-phi3", Framework::hf, Attention::flash);
   lora.finetune = Finetune::lora;
-  EXPECT_EQ(tensor_named(build_program(lora, 0), "layer0.attn.y.copy"), nullptr);
+  EXPECT_THROW(find_tensor(build_program(lora, 0), "layer0.attn.y.copy"), InternalError);
   const Program llama = build_program(config("tiny-llama", Framework::hf, Attention::flash), 0);
-  EXPECT_EQ(tensor_named(llama, "layer0.attn.y.copy"), nullptr);
+  EXPECT_THROW(find_tensor(llama, "layer0.attn.y.copy"), InternalError);
 }
 
 }  // namespace

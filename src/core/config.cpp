@@ -289,10 +289,9 @@ std::span<const LoraModule> lora_modules(const ModelConfig& model) {
 std::string lora_module_list(const ModelConfig& model) {
   std::string out;
   for (LoraModule m : lora_modules(model)) {
-    const std::string_view name = lora_module_name(m);
-    if (out.find(name) != std::string::npos) continue;  // gpt2's c_proj, once
+    if (m == LoraModule::mlp_c_proj) continue;  // "c_proj" is written once, as to_string does
     out += out.empty() ? "" : ",";
-    out += name;
+    out += lora_module_name(m);
   }
   return out;
 }
