@@ -555,8 +555,17 @@ class HfBuilder : private HfLinears {
     }
     const int dscores = grad_of(b.scores);
     softmax_bwd(pre, dprobs, b.probs, b.capped, dscores, l);
+    // The engine casts a gradient to the dtype of the input it flows into: the masked scores are
+    // fp32 under autocast (the mask's promotion) beside the 16-bit product of q and k, whose
+    // backward reads the 16-bit copy once the fp32 gradient is gone.
+    int dproduct = dscores;
+    if (dtype_of(dscores) != dtype_of(qkv)) {
+      dproduct = tensor(pre + "attn.scores.product.grad", dims_of(dscores), dtype_of(qkv),
+                        Role::transient);
+      op(OpKind::cast, pre + "attn.scores.grad.cast", {dscores}, {dproduct}, l);
+    }
     attention_attrs(
-        gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dscores, qkv, dqkv}, {dqkv}, l));
+        gemm(OpKind::attn_scores_bwd, pre + "attn.scores.bwd", {dproduct, qkv, dqkv}, {dqkv}, l));
     return dqkv;
   }
 
