@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -243,90 +244,176 @@ TEST(Operands, LoraDimsAndTheirChecks) {
   EXPECT_THROW(lora_dims(decode_operands(p, 3, mem.data)), InternalError);
 }
 
-// The ops whose kernel, reading every operand in the op's dtype, would misread one stored in
-// another: none in the lean programs, whose operands share their op's dtype but those the table
-// types (statistics, masks, token ids, optimizer state); in the hf step, where PyTorch mixes them:
-// PEFT's fp32 adapters over a bf16 base, llama's RMSNorm over its fp32 copy of x.
-TEST(Operands, MixedDtypesAreFoundWhereTheStepMixesThem) {
-  auto mixed = [](const RunConfig& cfg) {
-    const Program p = build_program(cfg, 64);
-    // Never read: the decoder binds pointers, operand_of_another_dtype reads dtypes.
-    const std::vector<void*> data(p.tensors.size(), reinterpret_cast<void*>(std::uintptr_t{64}));
-    std::vector<std::string> found;
-    for (std::size_t i = 0; i < p.ops.size(); ++i) {
-      const Operands a = decode_operands(p, i, data);
-      if (const Operand* o = operand_of_another_dtype(a))
-        found.push_back(p.ops[i].name.str() + ": " + o->tensor->name.str());
-    }
-    return found;
-  };
-  auto config = [](const char* preset, Framework framework, Precision dtype, Finetune finetune) {
-    RunConfig cfg;
-    cfg.model = find_preset(preset).model;
-    cfg.seq = 16;
-    cfg.framework = framework;
-    cfg.dtype = dtype;
-    cfg.finetune = finetune;
-    cfg.dropout = 0.1;
-    return cfg;
-  };
-  for (const char* preset : {"tiny", "tiny-llama"})
-    for (Precision dtype : {Precision::fp32, Precision::bf16, Precision::fp16})
-      for (Finetune finetune : {Finetune::full, Finetune::lora, Finetune::qlora})
-        for (Attention attention : {Attention::eager, Attention::flash})
-          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-            RunConfig cfg = config(preset, Framework::lean, dtype, finetune);
-            cfg.attention = attention;
-            cfg.recompute = recompute;
-            validate(cfg);
-            const std::vector<std::string> found = mixed(cfg);
-            EXPECT_TRUE(found.empty()) << preset << " " << to_string(dtype) << " "
-                                       << to_string(finetune) << ": " << found.front();
-          }
-  // fp32 has one dtype throughout, in hf too.
-  for (const char* preset : {"tiny", "tiny-llama"})
-    for (Finetune finetune : {Finetune::full, Finetune::lora, Finetune::qlora}) {
-      const RunConfig cfg = config(preset, Framework::hf, Precision::fp32, finetune);
-      validate(cfg);
-      EXPECT_TRUE(mixed(cfg).empty()) << preset << " " << to_string(finetune);
-    }
-  const RunConfig lora = config("tiny", Framework::hf, Precision::bf16, Finetune::lora);
-  const std::vector<std::string> found = mixed(lora);
-  ASSERT_FALSE(found.empty());
-  EXPECT_EQ(found.front(), "layer0.attn.qkv.lora: layer0.attn.qkv") << found.front();
-  // LlamaRMSNorm upcasts x: an fp32 x and dx beside a 16-bit y and dy are the kernels' own
-  // (cuda/rmsnorm.h), so the full-training step has none; its LoRA step's fp32 adapters do.
-  const RunConfig llama = config("tiny-llama", Framework::hf, Precision::bf16, Finetune::full);
-  EXPECT_TRUE(mixed(llama).empty()) << mixed(llama).front();
-  const RunConfig llama_lora = config("tiny-llama", Framework::hf, Precision::bf16, Finetune::lora);
-  ASSERT_FALSE(mixed(llama_lora).empty());
-  EXPECT_EQ(mixed(llama_lora).front(), "layer0.attn.q.lora: layer0.attn.qkv");
+// Every step of either framework, every family, recipe and precision, is one the kernels read
+// operand for operand: the lean step in one dtype but what the table types (statistics, masks,
+// token ids, optimizer state); the hf step with PyTorch's mixed dtypes (LlamaRMSNorm's fp32 input,
+// autocast's and QLoRA's fp32 stream, PEFT's fp32 adapters, fp32 norm weights, Llama's fp32
+// softmax, eager attention's scores promoted by autocast's fp32 mask), which the signature frees.
+// And where a kernel keeps what PyTorch allocates (a LoRA op's columns, eager attention's
+// product) the op holds it. A builder change that mixes dtypes some kernel cannot read fails here,
+// not on the GPU.
+TEST(Operands, EveryStepIsReadOperandForOperand) {
+  int built = 0;
+  // The kinds seen reading or writing an operand of another dtype than their op's, per framework.
+  std::set<std::string> mixed_lean, mixed_hf;
+  for (const char* preset :
+       {"tiny", "tiny-llama", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3"})
+    for (Framework framework : {Framework::lean, Framework::hf})
+      for (Precision dtype : {Precision::fp32, Precision::bf16, Precision::fp16,
+                              Precision::amp_bf16, Precision::amp_fp16})
+        for (Finetune finetune : {Finetune::full, Finetune::lora, Finetune::qlora})
+          for (Attention attention : {Attention::eager, Attention::flash})
+            for (Recompute recompute : {Recompute::none, Recompute::full}) {
+              RunConfig c;
+              c.model = find_preset(preset).model;
+              c.framework = framework;
+              c.device = parse_device("cuda");
+              c.seq = 16;
+              c.batch = 2;
+              c.dtype = dtype;
+              c.finetune = finetune;
+              c.attention = attention;
+              c.recompute = recompute;
+              c.optimizer =
+                  finetune == Finetune::qlora ? Optimizer::paged_adamw_8bit : Optimizer::adamw;
+              c.dropout = finetune == Finetune::full ? 0.1 : 0.0;
+              c.lora_dropout = finetune == Finetune::lora ? 0.05 : 0.0;
+              try {
+                validate(c);
+              } catch (const UsageError&) {
+                continue;  // a recipe the framework or precision does not allow
+              }
+              const Program p = build_program(c, 64);
+              ++built;
+              // Never read: the decoder binds pointers, the checks read dtypes and shapes.
+              const std::vector<void*> data(p.tensors.size(),
+                                            reinterpret_cast<void*>(std::uintptr_t{64}));
+              for (std::size_t i = 0; i < p.ops.size(); ++i) {
+                const Operands a = decode_operands(p, i, data);
+                const Operand* o = operand_of_another_dtype(a);
+                ASSERT_EQ(o, nullptr)
+                    << preset << " " << to_string(framework) << " " << to_string(dtype) << " "
+                    << to_string(finetune) << " " << to_string(attention) << " "
+                    << to_string(recompute) << ": " << p.ops[i].name.str() << " reads "
+                    << o->tensor->name.str() << " in another dtype";
+                const OpSignature& sig = signature(a.op.kind);
+                auto& mixed = framework == Framework::lean ? mixed_lean : mixed_hf;
+                for (std::size_t k = 0; k < a.in.size(); ++k) {
+                  if (of_free_dtype(sig.inputs[k]) && a.in[k].tensor->dtype != a.dtype())
+                    mixed.insert(std::string(to_string(a.op.kind)));
+                }
+                for (std::size_t k = 0; k < a.out.size(); ++k) {
+                  if (of_free_dtype(sig.outputs[k]) && a.out[k].tensor->dtype != a.dtype())
+                    mixed.insert(std::string(to_string(a.op.kind)));
+                }
+                if (framework == Framework::lean) continue;
+                if (a.op.kind == OpKind::lora_fwd || a.op.kind == OpKind::lora_bwd) {
+                  EXPECT_NO_THROW(lora_columns(a, lora_dims(a))) << p.ops[i].name.str();
+                }
+                if (a.op.kind == OpKind::attn_scores && a.out[0].tensor->dtype != a.dtype()) {
+                  EXPECT_NE(a.held_like(a.dtype(), a.out[0].tensor->shape), nullptr)
+                      << p.ops[i].name.str();
+                }
+              }
+            }
+  EXPECT_GE(built, 500);  // 576 of the 720: the rest are recipes validate() refuses
+  // The lean step keeps one dtype per op; the hf step mixes them in each of these kinds.
+  EXPECT_TRUE(mixed_lean.empty()) << *mixed_lean.begin();
+  EXPECT_EQ(mixed_hf,
+            (std::set<std::string>{"add", "attn_scores", "lora_bwd", "lora_fwd", "qk_norm_bwd",
+                                   "qk_norm_fwd", "rmsnorm_bwd", "rmsnorm_fwd", "rope_bwd",
+                                   "rope_fwd", "softmax_bwd", "softmax_fwd"}));
 }
 
-// Only fp32 for RMSNorm's x, and dx in x's dtype.
-TEST(Operands, RmsNormTakesAnFp32InputAndNothingElse) {
+// The signature frees the operands the hf step mixes ("any", "=x"), and no other: RMSNorm's input
+// and weight (dx and dw in their dtypes), the q/k norm's weights (one dtype for both), a sum's
+// second operand, a LoRA op's y and dy (and RoPE's input, the softmax's scores and dscores, eager
+// attention's scores).
+// Everything else must be of the op's dtype, which an operand of free dtype does not set.
+TEST(Operands, TheSignatureFreesTheMixedOperandsAndNoOthers) {
   Program p;
-  const int x32 = p.add_tensor("x32", {4, 8}, DType::f32, Role::transient);
-  const int x16 = p.add_tensor("x16", {4, 8}, DType::f16, Role::transient);
-  const int w = p.add_tensor("w", {8}, DType::bf16, Role::weight);
-  const int y = p.add_tensor("y", {4, 8}, DType::bf16, Role::transient);
-  const int rstd = p.add_tensor("rstd", {4}, DType::f32, Role::transient);
-  const int dx32 = p.add_tensor("dx32", {4, 8}, DType::f32, Role::transient);
-  const int dx16 = p.add_tensor("dx16", {4, 8}, DType::bf16, Role::transient);
+  auto t = [&](const char* name, Shape shape, DType dt) {
+    return p.add_tensor(name, std::move(shape), dt, Role::transient);
+  };
+  const int x32 = t("x32", {4, 8}, DType::f32), x16 = t("x16", {4, 8}, DType::f16),
+            x8 = t("x8", {4, 8}, DType::u8), w = t("w", {8}, DType::bf16),
+            w16 = t("w16", {8}, DType::f16), y = t("y", {4, 8}, DType::bf16),
+            rstd = t("rstd", {4}, DType::f32), dx32 = t("dx32", {4, 8}, DType::f32),
+            dx16 = t("dx16", {4, 8}, DType::bf16), c32 = t("c32", {4, 8}, DType::f32);
   p.add_op(OpKind::rmsnorm_fwd, "fp32 x", {x32, w}, {y, rstd});
   p.add_op(OpKind::rmsnorm_fwd, "fp16 x", {x16, w}, {y, rstd});
+  p.add_op(OpKind::rmsnorm_fwd, "u8 x", {x8, w}, {y, rstd});
   p.add_op(OpKind::rmsnorm_bwd, "fp32 dx", {y, x32, w, rstd}, {dx32});
-  p.add_op(OpKind::rmsnorm_bwd, "bf16 dx", {y, x32, w, rstd}, {dx16});
+  p.add_op(OpKind::rmsnorm_bwd, "dx not x's", {y, x32, w, rstd}, {dx16});
+  p.add_op(OpKind::rmsnorm_bwd, "fp16 w, dw not w's", {y, x32, w16, rstd}, {dx32, w});
+  p.add_op(OpKind::add, "16-bit b", {x32, y}, {c32});
+  p.add_op(OpKind::add, "16-bit a", {y, x32}, {c32});
+  // LoRA: fp32 adapters over a bf16 layer; then an x that is not the adapters'.
+  const int lx = t("lx", {4, 8}, DType::f32), la = t("la", {2, 8}, DType::f32),
+            lb = t("lb", {8, 2}, DType::f32), xa = t("xa", {4, 2}, DType::f32),
+            lx16 = t("lx16", {4, 8}, DType::bf16);
+  give_attributes(p.add_op(OpKind::lora_fwd, "fp32 adapters", {lx, la, lb, y}, {xa, y}));
+  give_attributes(p.add_op(OpKind::lora_fwd, "bf16 x", {lx16, la, lb, y}, {xa, y}));
+  // q/k norm weights of another dtype than q|k|v, but one dtype for both.
+  const int qkv = t("qkv", {1, 2, 12}, DType::bf16), qkv_y = t("qkv_y", {1, 2, 12}, DType::bf16),
+            qw = t("qw", {4}, DType::f32), kw32 = t("kw32", {4}, DType::f32),
+            kw16 = t("kw16", {4}, DType::bf16), qk_rstd = t("qk_rstd", {1, 2, 2}, DType::f32);
+  give_attributes(p.add_op(OpKind::qk_norm_fwd, "fp32 weights", {qkv, qw, kw32}, {qkv_y, qk_rstd}));
+  give_attributes(
+      p.add_op(OpKind::qk_norm_fwd, "k_w not q_w's", {qkv, qw, kw16}, {qkv_y, qk_rstd}));
   const std::vector<void*> data(p.tensors.size(), reinterpret_cast<void*>(std::uintptr_t{64}));
+  auto decoded = [&](std::size_t op) { return decode_operands(p, op, data); };
   auto flagged = [&](std::size_t op) -> std::string {
-    const Operands a = decode_operands(p, op, data);
+    const Operands a = decoded(op);
     const Operand* o = operand_of_another_dtype(a);
     return o ? o->tensor->name.str() : "";
   };
   EXPECT_EQ(flagged(0), "");
-  EXPECT_EQ(flagged(1), "x16");
-  EXPECT_EQ(flagged(2), "");
-  EXPECT_EQ(flagged(3), "dx16");
+  EXPECT_EQ(flagged(1), "");
+  EXPECT_EQ(flagged(2), "x8");
+  EXPECT_EQ(flagged(3), "");
+  EXPECT_EQ(flagged(4), "dx16");
+  EXPECT_EQ(flagged(5), "w");
+  EXPECT_EQ(flagged(6), "");
+  EXPECT_EQ(flagged(7), "y");
+  EXPECT_EQ(flagged(8), "");
+  EXPECT_EQ(flagged(9), "lx16");
+  EXPECT_EQ(flagged(10), "");
+  EXPECT_EQ(flagged(11), "kw16");
+  // The op's dtype comes from an operand it does not free: dy's (not dx's), the adapters'.
+  EXPECT_EQ(decoded(3).dtype(), DType::bf16);
+  EXPECT_EQ(decoded(8).dtype(), DType::f32);
+  EXPECT_EQ(decoded(6).dtype(), DType::f32);
+}
+
+// A LoRA op over a y of another dtype keeps the adapter's columns in its first held [M,N] tensor
+// of the adapters' dtype; one of its own dtype needs none, and one that holds none is refused.
+TEST(Operands, LoraOverAnotherDtypeKeepsItsColumnsInAHeldTensor) {
+  Program p;
+  auto t = [&](const char* name, Shape shape, DType dt) {
+    return p.add_tensor(name, std::move(shape), dt, Role::transient);
+  };
+  const int x = t("x", {4, 8}, DType::f32), a = t("a", {2, 8}, DType::f32),
+            b = t("b", {3, 2}, DType::f32), xa = t("xa", {4, 2}, DType::f32),
+            y16 = t("y16", {4, 8}, DType::bf16), y32 = t("y32", {4, 8}, DType::f32),
+            other = t("sum", {4, 3}, DType::bf16), cols = t("lora_B.out", {4, 3}, DType::f32);
+  Op& mixed = p.add_op(OpKind::lora_fwd, "mixed", {x, a, b, y16}, {xa, y16});
+  give_attributes(mixed);
+  mixed.held = {other, cols};
+  give_attributes(p.add_op(OpKind::lora_fwd, "same", {x, a, b, y32}, {xa, y32}));
+  give_attributes(p.add_op(OpKind::lora_fwd, "nothing held", {x, a, b, y16}, {xa, y16}));
+  std::vector<void*> data(p.tensors.size(), reinterpret_cast<void*>(std::uintptr_t{64}));
+  data[static_cast<std::size_t>(cols)] = reinterpret_cast<void*>(std::uintptr_t{128});
+  auto columns = [&](std::size_t op) {
+    const Operands o = decode_operands(p, op, data);
+    return lora_columns(o, lora_dims(o));
+  };
+  const Operand* kept = columns(0);
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept->tensor->name, "lora_B.out");
+  EXPECT_EQ(kept->data, reinterpret_cast<void*>(std::uintptr_t{128}));
+  EXPECT_EQ(columns(1), nullptr);
+  EXPECT_THROW(columns(2), InternalError);
 }
 
 }  // namespace

@@ -63,6 +63,42 @@ TEST(Signature, OperandNamesAreUniqueInEachList) {
   }
 }
 
+// What a listing says of an operand's dtype: a dtype of its own, "any" (the kernels convert), or
+// "=x", the dtype of an input x of the same kind; nothing else.
+TEST(Signature, DtypeWordsAreDtypesAnyOrAnInputsDtype) {
+  EXPECT_EQ(operand_dtype("mean[M] f32"), "f32");
+  EXPECT_EQ(operand_dtype("[absmax2 f32]"), "f32");
+  EXPECT_EQ(operand_dtype("[dw =w]"), "=w");
+  EXPECT_EQ(operand_dtype("x[M,H] any"), "any");
+  EXPECT_EQ(operand_dtype("[wpe[P,H]]"), "");
+  EXPECT_TRUE(of_free_dtype("dx =x"));
+  EXPECT_TRUE(of_free_dtype("b any"));
+  EXPECT_FALSE(of_free_dtype("mask u8"));
+  EXPECT_FALSE(of_free_dtype("dy"));
+  int free = 0;
+  for (std::size_t k = 0; k < kOpKindCount; ++k) {
+    const OpSignature& s = signature(static_cast<OpKind>(k));
+    std::set<std::string_view> inputs;
+    for (std::string_view o : s.inputs)
+      if (!o.empty()) inputs.insert(operand_name(o));
+    auto check = [&](const auto& list) {
+      for (std::string_view o : list) {
+        const std::string_view d = operand_dtype(o);
+        if (o.empty() || d.empty()) continue;
+        free += of_free_dtype(o);
+        if (d.front() == '=') {
+          EXPECT_TRUE(inputs.count(d.substr(1))) << s.name << ": " << o << " names no input";
+        } else {
+          EXPECT_TRUE(d == "any" || d == "f32" || d == "u8" || d == "i32") << s.name << ": " << o;
+        }
+      }
+    };
+    check(s.inputs);
+    check(s.outputs);
+  }
+  EXPECT_GE(free, 10);  // the hf step's mixed operands are marked
+}
+
 // Every op of every kind of program the builder makes matches its signature.
 TEST(Signature, BuiltProgramsMatchTheTable) {
   std::set<OpKind> seen;

@@ -110,7 +110,7 @@ void BM_SoftmaxForward(benchmark::State& state) {
       p(es * static_cast<std::size_t>(rows * S));
   VB_CUDA_CHECK(cudaMemset(s.get(), 0, s.bytes()));
   time_with_events(state, stream.get(),
-                   [&] { launch_softmax_fwd(dt, p.get(), s.get(), rows, S, stream.get()); });
+                   [&] { launch_softmax_fwd(dt, p.get(), dt, s.get(), rows, S, stream.get()); });
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * es) * rows * S);
 }
 BENCHMARK(BM_SoftmaxForward)

@@ -7,9 +7,24 @@
 namespace vrambench::cuda {
 namespace {
 
+// A norm's weight (or its gradient) as the kernels read it, in its own floating dtype.
+void require_floating(DType dtype) {
+  if (!is_floating(dtype))
+    throw std::invalid_argument("CUDA kernels: a norm weight of " + std::string(dtype_name(dtype)) +
+                                " is not of a floating dtype");
+}
+AnyFloats any_floats(const void* p, DType dtype) {
+  require_floating(dtype);
+  return {p, dtype};
+}
+AnyFloatsOut any_floats_out(void* p, DType dtype) {
+  require_floating(dtype);
+  return {p, dtype};
+}
+
 template <typename T, typename X>
 __global__ void __launch_bounds__(kRowThreads)
-    rmsnorm_fwd_kernel(T* y, float* rstd, const X* x, const T* w, std::int64_t M, std::int64_t H,
+    rmsnorm_fwd_kernel(T* y, float* rstd, const X* x, AnyFloats w, std::int64_t M, std::int64_t H,
                        float eps, float w_offset) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
@@ -23,7 +38,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <typename T, typename X>
 __global__ void __launch_bounds__(kRowThreads)
-    rmsnorm_bwd_dx_kernel(X* dx, const T* dy, const X* x, const T* w, const float* rstd,
+    rmsnorm_bwd_dx_kernel(X* dx, const T* dy, const X* x, AnyFloats w, const float* rstd,
                           std::int64_t M, std::int64_t H, float w_offset) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
@@ -39,7 +54,7 @@ __global__ void __launch_bounds__(kRowThreads)
 // The q/k norm: the row's head of the packed tensors, normed as a row of D.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
-    qk_norm_fwd_kernel(T* y, float* rstd, const T* x, const T* qw, const T* kw, QkNormShape s,
+    qk_norm_fwd_kernel(T* y, float* rstd, const T* x, AnyFloats qw, AnyFloats kw, QkNormShape s,
                        float eps, float w_offset) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
@@ -54,13 +69,13 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
-    qk_norm_bwd_dx_kernel(T* dx, const T* dy, const T* x, const T* qw, const T* kw,
+    qk_norm_bwd_dx_kernel(T* dx, const T* dy, const T* x, AnyFloats qw, AnyFloats kw,
                           const float* rstd, QkNormShape s, float w_offset) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
   VB_BLOCK_ROWS(row, s.rows()) {
     const std::int64_t at = s.offset(row);
-    const T* w = s.query(row) ? qw : kw;
+    const AnyFloats w = s.query(row) ? qw : kw;
     const float rs = rstd[row];
     const float mean_gx =
         block_sum(rmsnorm_dx_part(0, lane, lanes, dy + at, x + at, w, rs, s.D, w_offset), scratch) /
@@ -81,8 +96,8 @@ __global__ void qk_norm_copy_v_kernel(T* dst, const T* src, QkNormShape s) {
 
 // Column d of dqw (c < D) or dkw (c >= D): a sum over the tokens and the heads of its kind.
 template <typename T>
-__global__ void qk_norm_dw_kernel(T* dqw, T* dkw, const T* dy, const T* x, const float* rstd,
-                                  QkNormShape s, bool accumulate) {
+__global__ void qk_norm_dw_kernel(AnyFloatsOut dqw, AnyFloatsOut dkw, const T* dy, const T* x,
+                                  const float* rstd, QkNormShape s, bool accumulate) {
   VB_GRID_STRIDE(c, 2 * s.D) {
     const bool query = c < s.D;
     const std::int64_t d = query ? c : c - s.D;
@@ -94,8 +109,8 @@ __global__ void qk_norm_dw_kernel(T* dqw, T* dkw, const T* dy, const T* x, const
         const std::int64_t at = s.offset(row) + d;
         sum += to_f32(dy[at]) * to_f32(x[at]) * rstd[row];
       }
-    T* dw = query ? dqw : dkw;
-    dw[d] = from_f32<T>(sum + (accumulate ? to_f32(dw[d]) : 0.0f));
+    const AnyFloatsOut dw = query ? dqw : dkw;
+    dw.store(d, sum + (accumulate ? dw[d] : 0.0f));
   }
 }
 
@@ -108,44 +123,44 @@ __global__ void rmsnorm_dw_partial_kernel(float* partial, const T* dy, const X* 
 }
 
 template <typename T, typename X>
-__global__ void rmsnorm_bwd_dw_kernel(T* dw, const T* dy, const X* x, const float* rstd,
+__global__ void rmsnorm_bwd_dw_kernel(AnyFloatsOut dw, const T* dy, const X* x, const float* rstd,
                                       std::int64_t M, std::int64_t H, bool accumulate) {
   VB_GRID_STRIDE(h, H) rmsnorm_bwd_dw_body(h, dw, dy, x, rstd, M, H, accumulate);
 }
 
 }  // namespace
 
-void launch_rmsnorm_fwd(DType dtype, DType x_dtype, void* y, float* rstd, const void* x,
-                        const void* w, std::int64_t M, std::int64_t H, float eps, float w_offset,
-                        cudaStream_t stream) {
-  dispatch_float_or_f32(dtype, x_dtype, [&](auto tag, auto x_tag) {
+void launch_rmsnorm_fwd(DType dtype, DType x_dtype, DType w_dtype, void* y, float* rstd,
+                        const void* x, const void* w, std::int64_t M, std::int64_t H, float eps,
+                        float w_offset, cudaStream_t stream) {
+  dispatch_float_pair(dtype, x_dtype, [&](auto tag, auto x_tag) {
     using T = decltype(tag);
     using X = decltype(x_tag);
     rmsnorm_fwd_kernel<T, X><<<row_grid(M), kRowThreads, 0, stream>>>(
-        static_cast<T*>(y), rstd, static_cast<const X*>(x), static_cast<const T*>(w), M, H, eps,
+        static_cast<T*>(y), rstd, static_cast<const X*>(x), any_floats(w, w_dtype), M, H, eps,
         w_offset);
   });
   VB_CHECK_LAUNCH("rmsnorm_fwd_kernel");
 }
 
-void launch_rmsnorm_bwd(DType dtype, DType x_dtype, void* dx, void* dw, const void* dy,
-                        const void* x, const void* w, const float* rstd, std::int64_t M,
-                        std::int64_t H, float w_offset, bool accumulate, void* workspace,
-                        Bytes workspace_bytes, cudaStream_t stream) {
+void launch_rmsnorm_bwd(DType dtype, DType x_dtype, DType w_dtype, void* dx, void* dw,
+                        const void* dy, const void* x, const void* w, const float* rstd,
+                        std::int64_t M, std::int64_t H, float w_offset, bool accumulate,
+                        void* workspace, Bytes workspace_bytes, cudaStream_t stream) {
   const ColumnChunks chunks = column_chunks(M, H, 1, workspace != nullptr ? workspace_bytes : 0);
   auto* partial = static_cast<float*>(workspace);
-  dispatch_float_or_f32(dtype, x_dtype, [&](auto tag, auto x_tag) {
+  dispatch_float_pair(dtype, x_dtype, [&](auto tag, auto x_tag) {
     using T = decltype(tag);
     using X = decltype(x_tag);
     rmsnorm_bwd_dx_kernel<T, X><<<row_grid(M), kRowThreads, 0, stream>>>(
         static_cast<X*>(dx), static_cast<const T*>(dy), static_cast<const X*>(x),
-        static_cast<const T*>(w), rstd, M, H, w_offset);
+        any_floats(w, w_dtype), rstd, M, H, w_offset);
     VB_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
     if (dw == nullptr) return;  // a frozen norm: dx alone
     if (chunks.count == 1) {
       rmsnorm_bwd_dw_kernel<T, X><<<grid_for(H, kColumnThreads), kColumnThreads, 0, stream>>>(
-          static_cast<T*>(dw), static_cast<const T*>(dy), static_cast<const X*>(x), rstd, M, H,
-          accumulate);
+          any_floats_out(dw, w_dtype), static_cast<const T*>(dy), static_cast<const X*>(x), rstd, M,
+          H, accumulate);
       VB_CHECK_LAUNCH("rmsnorm_bwd_dw_kernel");
       return;
     }
@@ -154,17 +169,17 @@ void launch_rmsnorm_bwd(DType dtype, DType x_dtype, void* dx, void* dw, const vo
     VB_CHECK_LAUNCH("rmsnorm_dw_partial_kernel");
   });
   if (dw != nullptr && chunks.count > 1)
-    launch_column_finish(dtype, dw, partial, chunks.count, H, accumulate, stream);
+    launch_column_finish(w_dtype, dw, partial, chunks.count, H, accumulate, stream);
 }
 
-void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, const void* qw,
-                        const void* kw, const QkNormShape& s, float eps, float w_offset,
-                        cudaStream_t stream) {
+void launch_qk_norm_fwd(DType dtype, DType w_dtype, void* y, float* rstd, const void* qkv,
+                        const void* qw, const void* kw, const QkNormShape& s, float eps,
+                        float w_offset, cudaStream_t stream) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     qk_norm_fwd_kernel<T><<<row_grid(s.rows()), kRowThreads, 0, stream>>>(
-        static_cast<T*>(y), rstd, static_cast<const T*>(qkv), static_cast<const T*>(qw),
-        static_cast<const T*>(kw), s, eps, w_offset);
+        static_cast<T*>(y), rstd, static_cast<const T*>(qkv), any_floats(qw, w_dtype),
+        any_floats(kw, w_dtype), s, eps, w_offset);
     VB_CHECK_LAUNCH("qk_norm_fwd_kernel");
     qk_norm_copy_v_kernel<T>
         <<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
@@ -173,15 +188,15 @@ void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, cons
   });
 }
 
-void launch_qk_norm_bwd(DType dtype, void* dqkv, void* dqw, void* dkw, const void* dy,
-                        const void* qkv, const void* qw, const void* kw, const float* rstd,
-                        const QkNormShape& s, float w_offset, bool accumulate,
+void launch_qk_norm_bwd(DType dtype, DType w_dtype, void* dqkv, void* dqw, void* dkw,
+                        const void* dy, const void* qkv, const void* qw, const void* kw,
+                        const float* rstd, const QkNormShape& s, float w_offset, bool accumulate,
                         cudaStream_t stream) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     qk_norm_bwd_dx_kernel<T><<<row_grid(s.rows()), kRowThreads, 0, stream>>>(
         static_cast<T*>(dqkv), static_cast<const T*>(dy), static_cast<const T*>(qkv),
-        static_cast<const T*>(qw), static_cast<const T*>(kw), rstd, s, w_offset);
+        any_floats(qw, w_dtype), any_floats(kw, w_dtype), rstd, s, w_offset);
     VB_CHECK_LAUNCH("qk_norm_bwd_dx_kernel");
     qk_norm_copy_v_kernel<T>
         <<<grid_for(s.tokens * s.K * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
@@ -189,7 +204,7 @@ void launch_qk_norm_bwd(DType dtype, void* dqkv, void* dqw, void* dkw, const voi
     VB_CHECK_LAUNCH("qk_norm_copy_v_kernel");
     if (dqw == nullptr) return;  // frozen norms: dqkv alone
     qk_norm_dw_kernel<T><<<grid_for(2 * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
-        static_cast<T*>(dqw), static_cast<T*>(dkw), static_cast<const T*>(dy),
+        any_floats_out(dqw, w_dtype), any_floats_out(dkw, w_dtype), static_cast<const T*>(dy),
         static_cast<const T*>(qkv), rstd, s, accumulate);
     VB_CHECK_LAUNCH("qk_norm_dw_kernel");
   });

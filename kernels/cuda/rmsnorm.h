@@ -3,8 +3,10 @@
 // column. The q/k norm (Qwen3, Gemma 3) is the same per query and key head of a packed q|k|v row.
 // As LayerNorm (cuda/layernorm.h): a block of kRowThreads per row whose thread `lane` of `lanes`
 // owns columns lane, lane + lanes, ...; dw a two-stage column sum through fp32 partials in the GEMM
-// workspace. x and dx (type X) may be fp32 beside a 16-bit y, dy, w and dw (type T): transformers'
-// LlamaRMSNorm upcasts its input, which the hf step keeps in fp32.
+// workspace. x and dx (type X) may be of another floating dtype than y and dy (type T):
+// transformers' LlamaRMSNorm upcasts its input, which the hf step keeps in fp32. The weights (type
+// W: a typed pointer, or AnyFloats in the kernels) and their gradients may be of a third:
+// prepare_model_for_kbit_training and autocast keep them in fp32.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,9 +34,9 @@ __host__ __device__ inline float rmsnorm_rstd(float sq_sum, std::int64_t H, floa
   return 1.0f / sqrtf(sq_sum / static_cast<float>(H) + eps);
 }
 // y[row, h] = x * rstd * (w_offset + w) over the lane's columns.
-template <typename T, typename X>
+template <typename T, typename X, typename W>
 __host__ __device__ inline void rmsnorm_fwd_write(std::int64_t row, std::int64_t lane,
-                                                  std::int64_t lanes, T* y, const X* x, const T* w,
+                                                  std::int64_t lanes, T* y, const X* x, W w,
                                                   std::int64_t H, float rstd, float w_offset) {
   const X* xr = x + row * H;
   T* yr = y + row * H;
@@ -43,11 +45,10 @@ __host__ __device__ inline void rmsnorm_fwd_write(std::int64_t row, std::int64_t
 }
 
 // Lane's part of sum_h g * x * rstd with g = dy * (w_offset + w).
-template <typename T, typename X>
+template <typename T, typename X, typename W>
 __host__ __device__ inline float rmsnorm_dx_part(std::int64_t row, std::int64_t lane,
-                                                 std::int64_t lanes, const T* dy, const X* x,
-                                                 const T* w, float rstd, std::int64_t H,
-                                                 float w_offset) {
+                                                 std::int64_t lanes, const T* dy, const X* x, W w,
+                                                 float rstd, std::int64_t H, float w_offset) {
   const X* xr = x + row * H;
   const T* dyr = dy + row * H;
   float sum = 0.0f;
@@ -56,11 +57,11 @@ __host__ __device__ inline float rmsnorm_dx_part(std::int64_t row, std::int64_t 
   return sum;
 }
 // dx = rstd * (g - x * rstd * mean_h (g x rstd)) over the lane's columns.
-template <typename T, typename X>
+template <typename T, typename X, typename W>
 __host__ __device__ inline void rmsnorm_dx_write(std::int64_t row, std::int64_t lane,
                                                  std::int64_t lanes, X* dx, const T* dy, const X* x,
-                                                 const T* w, float rstd, std::int64_t H,
-                                                 float mean_gx, float w_offset) {
+                                                 W w, float rstd, std::int64_t H, float mean_gx,
+                                                 float w_offset) {
   const X* xr = x + row * H;
   const T* dyr = dy + row * H;
   X* dxr = dx + row * H;
@@ -84,14 +85,15 @@ __host__ __device__ inline void rmsnorm_dw_partial_body(std::int64_t h, std::int
   partial[chunk * H + h] = sw;
 }
 
-// One pass, without partials: column h over all rows, added to dw when accumulate.
-template <typename T, typename X>
-__host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, T* dw, const T* dy, const X* x,
+// One pass, without partials: column h over all rows, added to dw when accumulate. DW: a typed
+// pointer or an AnyFloatsOut.
+template <typename T, typename X, typename DW>
+__host__ __device__ inline void rmsnorm_bwd_dw_body(std::int64_t h, DW dw, const T* dy, const X* x,
                                                     const float* rstd, std::int64_t M,
                                                     std::int64_t H, bool accumulate) {
   float sw = 0.0f;
   for (std::int64_t m = 0; m < M; ++m) sw += to_f32(dy[m * H + h]) * to_f32(x[m * H + h]) * rstd[m];
-  dw[h] = from_f32<T>(sw + (accumulate ? to_f32(dw[h]) : 0.0f));
+  store_f32(dw, h, sw + (accumulate ? to_f32(dw[h]) : 0.0f));
 }
 
 // The q|k|v row of token t: A query heads, K key heads, K value heads of D columns each. Row r of
@@ -106,25 +108,28 @@ struct QkNormShape {
   __host__ __device__ bool query(std::int64_t row) const { return row % (A + K) < A; }
 };
 
-// dtype: y's and w's; x_dtype: x's, dtype or fp32.
-void launch_rmsnorm_fwd(DType dtype, DType x_dtype, void* y, float* rstd, const void* x,
-                        const void* w, std::int64_t M, std::int64_t H, float eps, float w_offset,
-                        cudaStream_t stream);
-// dtype: dy's, w's and dw's; x_dtype: x's and dx's, dtype or fp32. dw may be null (a frozen
-// norm): dx alone. The dw partials go into `workspace` (the GEMM
+// dtype: y's; x_dtype: x's; w_dtype: w's; each any floating dtype.
+void launch_rmsnorm_fwd(DType dtype, DType x_dtype, DType w_dtype, void* y, float* rstd,
+                        const void* x, const void* w, std::int64_t M, std::int64_t H, float eps,
+                        float w_offset, cudaStream_t stream);
+// dtype: dy's; x_dtype: x's and dx's; w_dtype: w's and dw's; each any floating dtype. dw may be
+// null (a frozen norm): dx alone. The dw partials go into `workspace` (the GEMM
 // workspace); without room for two chunks of them (column_chunks(M, H, 1, workspace_bytes)) one
 // pass runs.
-void launch_rmsnorm_bwd(DType dtype, DType x_dtype, void* dx, void* dw, const void* dy,
-                        const void* x, const void* w, const float* rstd, std::int64_t M,
-                        std::int64_t H, float w_offset, bool accumulate, void* workspace,
-                        Bytes workspace_bytes, cudaStream_t stream);
-// The q/k norm: each query head by qw, each key head by kw; v copied. rstd[s.rows()].
-void launch_qk_norm_fwd(DType dtype, void* y, float* rstd, const void* qkv, const void* qw,
-                        const void* kw, const QkNormShape& s, float eps, float w_offset,
+void launch_rmsnorm_bwd(DType dtype, DType x_dtype, DType w_dtype, void* dx, void* dw,
+                        const void* dy, const void* x, const void* w, const float* rstd,
+                        std::int64_t M, std::int64_t H, float w_offset, bool accumulate,
+                        void* workspace, Bytes workspace_bytes, cudaStream_t stream);
+// The q/k norm: each query head by qw, each key head by kw; v copied. rstd[s.rows()]. dtype: y's
+// and qkv's; w_dtype: qw's and kw's, any floating dtype.
+void launch_qk_norm_fwd(DType dtype, DType w_dtype, void* y, float* rstd, const void* qkv,
+                        const void* qw, const void* kw, const QkNormShape& s, float eps,
+                        float w_offset, cudaStream_t stream);
+// dqkv (its v part dy's), and dqw, dkw (in w_dtype) when not null (one pass over the rows per
+// column).
+void launch_qk_norm_bwd(DType dtype, DType w_dtype, void* dqkv, void* dqw, void* dkw,
+                        const void* dy, const void* qkv, const void* qw, const void* kw,
+                        const float* rstd, const QkNormShape& s, float w_offset, bool accumulate,
                         cudaStream_t stream);
-// dqkv (its v part dy's), and dqw, dkw when not null (one pass over the rows per column).
-void launch_qk_norm_bwd(DType dtype, void* dqkv, void* dqw, void* dkw, const void* dy,
-                        const void* qkv, const void* qw, const void* kw, const float* rstd,
-                        const QkNormShape& s, float w_offset, bool accumulate, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

@@ -1,5 +1,7 @@
 // Rotary position embedding over packed qkv[B,S,(A+2K)*D]: rotates each q and k head by the angle
-// of its position (pairs (2i, 2i+1), kmath::rope_angle), copies v. Backward rotates back.
+// of its position (pairs (2i, 2i+1), kmath::rope_angle), copies v. Backward rotates back. The
+// input may be of another floating dtype than the output: QLoRA's fp32 q|k|v rotated into the
+// attention's 16 bits (and its gradient back).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,14 +22,14 @@ struct RopeShape {
 };
 
 // Element i of the output; reads its pair partner.
-template <typename T>
-__host__ __device__ inline void rope_body(std::int64_t i, T* out, const T* in, RopeShape s,
+template <typename T, typename In>
+__host__ __device__ inline void rope_body(std::int64_t i, T* out, const In* in, RopeShape s,
                                           bool inverse) {
   const std::int64_t width = s.row_width();
   const std::int64_t col = i % width;
   const std::int64_t pos = (i / width) % s.seq;
   if (col >= (s.heads + s.kv_heads) * s.head_dim) {  // v: copied
-    out[i] = in[i];
+    out[i] = from_f32<T>(to_f32(in[i]));
     return;
   }
   const std::int64_t d = col % s.head_dim;
@@ -37,9 +39,10 @@ __host__ __device__ inline void rope_body(std::int64_t i, T* out, const T* in, R
   out[i] = from_f32<T>((d & 1) != 0 ? x1 : x0);
 }
 
-void launch_rope_fwd(DType dtype, void* qkv_rot, const void* qkv, RopeShape shape,
+// dtype: the output's; in_dtype: the input's, any floating dtype.
+void launch_rope_fwd(DType dtype, void* qkv_rot, DType in_dtype, const void* qkv, RopeShape shape,
                      cudaStream_t stream);
-void launch_rope_bwd(DType dtype, void* dqkv, const void* dqkv_rot, RopeShape shape,
+void launch_rope_bwd(DType dtype, void* dqkv, DType in_dtype, const void* dqkv_rot, RopeShape shape,
                      cudaStream_t stream);
 
 }  // namespace vrambench::cuda

@@ -5,9 +5,9 @@
 namespace vrambench::cuda {
 namespace {
 
-template <typename T>
+template <typename T, typename S>
 __global__ void __launch_bounds__(kRowThreads)
-    softmax_fwd_kernel(T* probs, const T* scores, std::int64_t rows, std::int64_t cols) {
+    softmax_fwd_kernel(T* probs, const S* scores, std::int64_t rows, std::int64_t cols) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
   VB_BLOCK_ROWS(row, rows) {
@@ -17,9 +17,9 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-template <typename T>
+template <typename T, typename D>
 __global__ void __launch_bounds__(kRowThreads)
-    softmax_bwd_kernel(T* dscores, const T* dprobs, const T* probs, std::int64_t rows,
+    softmax_bwd_kernel(D* dscores, const T* dprobs, const T* probs, std::int64_t rows,
                        std::int64_t cols) {
   __shared__ float scratch[32];
   const std::int64_t lane = threadIdx.x, lanes = blockDim.x;
@@ -36,22 +36,25 @@ __global__ void causal_mask_kernel(T* scores, std::int64_t n, std::int64_t seq) 
 
 }  // namespace
 
-void launch_softmax_fwd(DType dtype, void* probs, const void* scores, std::int64_t rows,
-                        std::int64_t cols, cudaStream_t stream) {
-  dispatch_float(dtype, [&](auto tag) {
+void launch_softmax_fwd(DType dtype, void* probs, DType scores_dtype, const void* scores,
+                        std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  dispatch_float_pair(dtype, scores_dtype, [&](auto tag, auto scores_tag) {
     using T = decltype(tag);
-    softmax_fwd_kernel<T><<<row_grid(rows), kRowThreads, 0, stream>>>(
-        static_cast<T*>(probs), static_cast<const T*>(scores), rows, cols);
+    using S = decltype(scores_tag);
+    softmax_fwd_kernel<T, S><<<row_grid(rows), kRowThreads, 0, stream>>>(
+        static_cast<T*>(probs), static_cast<const S*>(scores), rows, cols);
   });
   VB_CHECK_LAUNCH("softmax_fwd_kernel");
 }
 
-void launch_softmax_bwd(DType dtype, void* dscores, const void* dprobs, const void* probs,
-                        std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  dispatch_float(dtype, [&](auto tag) {
+void launch_softmax_bwd(DType dtype, DType dscores_dtype, void* dscores, const void* dprobs,
+                        const void* probs, std::int64_t rows, std::int64_t cols,
+                        cudaStream_t stream) {
+  dispatch_float_pair(dtype, dscores_dtype, [&](auto tag, auto d_tag) {
     using T = decltype(tag);
-    softmax_bwd_kernel<T><<<row_grid(rows), kRowThreads, 0, stream>>>(
-        static_cast<T*>(dscores), static_cast<const T*>(dprobs), static_cast<const T*>(probs), rows,
+    using D = decltype(d_tag);
+    softmax_bwd_kernel<T, D><<<row_grid(rows), kRowThreads, 0, stream>>>(
+        static_cast<D*>(dscores), static_cast<const T*>(dprobs), static_cast<const T*>(probs), rows,
         cols);
   });
   VB_CHECK_LAUNCH("softmax_bwd_kernel");

@@ -39,11 +39,11 @@ __host__ __device__ inline float softmax_sum_part(std::int64_t row, std::int64_t
 }
 // probs[row, c] = exp(scores - mx) / sum over the lane's columns; a fully masked row (mx = -inf)
 // is defined as zeros rather than NaN.
-template <typename T>
+template <typename T, typename S>
 __host__ __device__ inline void softmax_fwd_write(std::int64_t row, std::int64_t lane,
-                                                  std::int64_t lanes, T* probs, const T* scores,
+                                                  std::int64_t lanes, T* probs, const S* scores,
                                                   std::int64_t cols, float mx, float sum) {
-  const T* s = scores + row * cols;
+  const S* s = scores + row * cols;
   T* p = probs + row * cols;
   if (mx == -INFINITY) {
     for (std::int64_t c = lane; c < cols; c += lanes) p[c] = from_f32<T>(0.0f);
@@ -66,15 +66,15 @@ __host__ __device__ inline float softmax_dot_part(std::int64_t row, std::int64_t
   return dot;
 }
 // dscores = probs * (dprobs - dot) over the lane's columns.
-template <typename T>
+template <typename T, typename D>
 __host__ __device__ inline void softmax_bwd_write(std::int64_t row, std::int64_t lane,
-                                                  std::int64_t lanes, T* dscores, const T* dprobs,
+                                                  std::int64_t lanes, D* dscores, const T* dprobs,
                                                   const T* probs, std::int64_t cols, float dot) {
   const T* dp = dprobs + row * cols;
   const T* p = probs + row * cols;
-  T* ds = dscores + row * cols;
+  D* ds = dscores + row * cols;
   for (std::int64_t c = lane; c < cols; c += lanes)
-    ds[c] = from_f32<T>(to_f32(p[c]) * (to_f32(dp[c]) - dot));
+    ds[c] = from_f32<D>(to_f32(p[c]) * (to_f32(dp[c]) - dot));
 }
 
 // i over blocks*S*S: sets element (r, c) of each S x S block to -inf when c > r.
@@ -84,10 +84,14 @@ __host__ __device__ inline void causal_mask_body(std::int64_t i, T* scores, std:
   if (c > r) scores[i] = from_f32<T>(-INFINITY);
 }
 
-void launch_softmax_fwd(DType dtype, void* probs, const void* scores, std::int64_t rows,
-                        std::int64_t cols, cudaStream_t stream);
-void launch_softmax_bwd(DType dtype, void* dscores, const void* dprobs, const void* probs,
+// dtype: probs'; scores_dtype: the scores', any floating dtype (transformers' Llama asks for an
+// fp32 softmax of 16-bit scores).
+void launch_softmax_fwd(DType dtype, void* probs, DType scores_dtype, const void* scores,
                         std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+// dtype: dprobs' and probs'; dscores_dtype: dscores', any floating dtype.
+void launch_softmax_bwd(DType dtype, DType dscores_dtype, void* dscores, const void* dprobs,
+                        const void* probs, std::int64_t rows, std::int64_t cols,
+                        cudaStream_t stream);
 // blocks = B*A; scores[blocks, S, S].
 void launch_causal_mask(DType dtype, void* scores, std::int64_t blocks, std::int64_t seq,
                         cudaStream_t stream);

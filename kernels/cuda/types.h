@@ -65,21 +65,59 @@ void dispatch_float(DType dtype, F&& f) {
                               " is not a floating storage type");
 }
 
-// Calls f(T{}, X{}) with T the storage type of `dtype` and X that of `x_dtype`, which must be
-// `dtype` or fp32 (an fp32 input beside 16-bit outputs, as PyTorch upcasts); throws otherwise.
+// Calls f(T{}, X{}) with T the storage type of `dtype` and X that of `x_dtype`: an op that reads
+// (or writes) one operand in a floating dtype of its own beside the dtype it computes in, as the
+// hf step does where PyTorch mixes them (LlamaRMSNorm's fp32 input, autocast's fp32 residual,
+// QLoRA's fp32 stream, PEFT's fp32 adapters over a 16-bit base). Throws for u8/i32.
 template <typename F>
-void dispatch_float_or_f32(DType dtype, DType x_dtype, F&& f) {
-  if (x_dtype != dtype && x_dtype != DType::f32)
-    throw std::invalid_argument("CUDA kernels: an input of " + std::string(dtype_name(x_dtype)) +
-                                " beside " + std::string(dtype_name(dtype)) +
-                                " (only the same dtype or fp32)");
-  dispatch_float(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (x_dtype == dtype)
-      f(T{}, T{});
-    else
-      f(T{}, float{});
-  });
+void dispatch_float_pair(DType dtype, DType x_dtype, F&& f) {
+  dispatch_float(dtype,
+                 [&](auto tag) { dispatch_float(x_dtype, [&](auto x_tag) { f(tag, x_tag); }); });
+}
+
+// A small operand read (AnyFloats) or written (AnyFloatsOut) in whichever floating dtype it is
+// stored in: a norm's weight and its gradient, which the hf step may keep in fp32 beside 16-bit
+// activations (prepare_model_for_kbit_training, autocast's fp32 model). Each access branches on
+// the dtype, alike in every thread; the kernels stay templated on the activations' types alone.
+__host__ __device__ inline float load_any(const void* p, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::f16:
+      return to_f32(static_cast<const __half*>(p)[i]);
+    case DType::bf16:
+      return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+struct AnyFloats {
+  const void* p = nullptr;
+  DType dtype = DType::f32;
+  __host__ __device__ float operator[](std::int64_t i) const { return load_any(p, dtype, i); }
+};
+struct AnyFloatsOut {
+  void* p = nullptr;
+  DType dtype = DType::f32;
+  __host__ __device__ float operator[](std::int64_t i) const { return load_any(p, dtype, i); }
+  __host__ __device__ void store(std::int64_t i, float v) const {
+    switch (dtype) {
+      case DType::f16:
+        static_cast<__half*>(p)[i] = from_f32<__half>(v);
+        return;
+      case DType::bf16:
+        static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(v);
+        return;
+      default:
+        static_cast<float*>(p)[i] = v;
+    }
+  }
+};
+// Element i of `out` = v: a typed pointer's, or an AnyFloatsOut's in its dtype.
+template <typename T>
+__host__ __device__ inline void store_f32(T* out, std::int64_t i, float v) {
+  out[i] = from_f32<T>(v);
+}
+__host__ __device__ inline void store_f32(const AnyFloatsOut& out, std::int64_t i, float v) {
+  out.store(i, v);
 }
 
 // Grid for a grid-stride loop over n items.

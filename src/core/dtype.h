@@ -26,6 +26,11 @@ constexpr std::int64_t dtype_size(DType t) {
   return 0;
 }
 
+// f32, f16, bf16: the dtypes the kernels compute in.
+constexpr bool is_floating(DType t) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+}
+
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32:

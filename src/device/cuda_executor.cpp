@@ -101,12 +101,22 @@ class CudaExecutor final : public Executor {
     if (!gemm_) gemm_ = std::make_unique<GemmRunner>();
     return *gemm_;
   }
+  // The recipe's GEMM math where the op computes in the recipe's storage dtype (TF32 under tf32),
+  // else the op's own: PEFT's fp32 adapters under a 16-bit recipe multiply in fp32, PyTorch's
+  // default for matmuls (no TF32).
   GemmMath math(const Operands& a) const {
     const GemmMath m = gemm_math(a.program.config.dtype);
-    if (gemm_storage(m) != a.dtype())
-      a.fail(fmt::format("tensors are {} but the {} recipe's GEMMs take {}", dtype_name(a.dtype()),
-                         to_string(a.program.config.dtype), dtype_name(gemm_storage(m))));
-    return m;
+    if (gemm_storage(m) == a.dtype()) return m;
+    switch (a.dtype()) {
+      case DType::f32:
+        return GemmMath::fp32;
+      case DType::f16:
+        return GemmMath::fp16;
+      case DType::bf16:
+        return GemmMath::bf16;
+      default:
+        a.fail(fmt::format("no GEMM computes in {}", dtype_name(a.dtype())));
+    }
   }
   void run_gemm(const Operands& a, const GemmPlan& plan, const void* A, const void* B, void* C,
                 const void* bias = nullptr) {
@@ -136,14 +146,14 @@ void CudaExecutor::run(const Operands& a) {
   const Op& op = a.op;
   cudaStream_t st = stream_.get();
   const DType dt = a.dtype();
-  // A kernel reads every operand as `dt` (RMSNorm's x also as fp32, cuda/rmsnorm.h): one stored
-  // in another dtype would be read past its end.
+  // A kernel reads every operand as `dt` but the ones the signature frees from it (the hf step's
+  // mixed dtypes), which it takes in their own: one stored otherwise would be misread.
   if (const Operand* o = operand_of_another_dtype(a))
-    a.fail(fmt::format(
-        "'{}' is {} where the op computes in {}: the cuda kernels take one dtype per op, and "
-        "this step mixes them as PyTorch does (autocast, PEFT's fp32 adapters, QLoRA's fp32 "
-        "stream); --no-execute measures its allocations without running kernels",
-        o->tensor->name, dtype_name(o->tensor->dtype), dtype_name(dt)));
+    a.fail(
+        fmt::format("'{}' is {} where the op computes in {}, and its kernel takes no other "
+                    "dtype there; --no-execute measures the step's allocations without "
+                    "running kernels",
+                    o->tensor->name, dtype_name(o->tensor->dtype), dtype_name(dt)));
   switch (op.kind) {
     case OpKind::embedding_fwd: {
       const EmbeddingDims d = embedding_dims(a);
@@ -174,14 +184,14 @@ void CudaExecutor::run(const Operands& a) {
                            a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::rmsnorm_fwd:
-      // x may be fp32 beside a 16-bit y and w (operand_of_another_dtype).
-      launch_rmsnorm_fwd(dt, a.in[0].tensor->dtype, a.out[0].data, f32(a.out[1]), cptr(a.in[0]),
-                         cptr(a.in[1]), rows(a.in[0]), last_dim(a.in[0]), op.eps, op.norm_offset,
-                         st);
+      // x and w may be of other dtypes than y (LlamaRMSNorm's fp32 input, fp32 norm weights).
+      launch_rmsnorm_fwd(dt, a.in[0].tensor->dtype, a.in[1].tensor->dtype, a.out[0].data,
+                         f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]), rows(a.in[0]),
+                         last_dim(a.in[0]), op.eps, op.norm_offset, st);
       return;
     case OpKind::rmsnorm_bwd:
-      // dy's dtype, and x's (and dx's), which may be fp32.
-      launch_rmsnorm_bwd(a.in[0].tensor->dtype, a.in[1].tensor->dtype, a.out[0].data,
+      // dy's dtype (dt), x's (and dx's) and w's (and dw's).
+      launch_rmsnorm_bwd(dt, a.in[1].tensor->dtype, a.in[2].tensor->dtype, a.out[0].data,
                          a.out.size() == 2 ? a.out[1].data : nullptr, cptr(a.in[0]), cptr(a.in[1]),
                          cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
                          op.norm_offset, a.out.size() == 2 && a.accumulates(a.out[1]), a.workspace,
@@ -192,11 +202,12 @@ void CudaExecutor::run(const Operands& a) {
       const AttentionShape s = attn_shape(a);
       const QkNormShape q{s.batch * s.seq, s.heads, s.kv_heads, s.head_dim};
       if (op.kind == OpKind::qk_norm_fwd) {
-        launch_qk_norm_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]),
-                           cptr(a.in[2]), q, op.eps, op.norm_offset, st);
+        // The weights may be of another dtype (autocast's fp32 model).
+        launch_qk_norm_fwd(dt, a.in[1].tensor->dtype, a.out[0].data, f32(a.out[1]), cptr(a.in[0]),
+                           cptr(a.in[1]), cptr(a.in[2]), q, op.eps, op.norm_offset, st);
       } else {
         const bool dw = a.out.size() == 3;  // frozen norms write dqkv alone
-        launch_qk_norm_bwd(dt, a.out[0].data, dw ? a.out[1].data : nullptr,
+        launch_qk_norm_bwd(dt, a.in[2].tensor->dtype, a.out[0].data, dw ? a.out[1].data : nullptr,
                            dw ? a.out[2].data : nullptr, cptr(a.in[0]), cptr(a.in[1]),
                            cptr(a.in[2]), cptr(a.in[3]), f32(a.in[4]), q, op.norm_offset,
                            dw && a.accumulates(a.out[1]), st);
@@ -257,10 +268,12 @@ void CudaExecutor::run(const Operands& a) {
     case OpKind::rope_bwd: {
       const AttentionShape s = attn_shape(a);
       const RopeShape r{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
+      // The input may be of another dtype (QLoRA's fp32 q|k|v, rotated into 16 bits).
+      const DType in_dt = a.in[0].tensor->dtype;
       if (op.kind == OpKind::rope_fwd)
-        launch_rope_fwd(dt, a.out[0].data, cptr(a.in[0]), r, st);
+        launch_rope_fwd(dt, a.out[0].data, in_dt, cptr(a.in[0]), r, st);
       else
-        launch_rope_bwd(dt, a.out[0].data, cptr(a.in[0]), r, st);
+        launch_rope_bwd(dt, a.out[0].data, in_dt, cptr(a.in[0]), r, st);
       return;
     }
     case OpKind::attn_scores:
@@ -270,11 +283,13 @@ void CudaExecutor::run(const Operands& a) {
       attention(a);
       return;
     case OpKind::softmax_fwd:
-      launch_softmax_fwd(dt, a.out[0].data, cptr(a.in[0]), rows(a.in[0]), last_dim(a.in[0]), st);
+      // The scores may be 16-bit beside fp32 probabilities (Llama's softmax in fp32).
+      launch_softmax_fwd(dt, a.out[0].data, a.in[0].tensor->dtype, cptr(a.in[0]), rows(a.in[0]),
+                         last_dim(a.in[0]), st);
       return;
     case OpKind::softmax_bwd:
-      launch_softmax_bwd(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), rows(a.in[1]),
-                         last_dim(a.in[1]), st);
+      launch_softmax_bwd(dt, a.out[0].tensor->dtype, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]),
+                         rows(a.in[1]), last_dim(a.in[1]), st);
       return;
     case OpKind::flash_fwd:
     case OpKind::flash_bwd: {
@@ -312,7 +327,9 @@ void CudaExecutor::run(const Operands& a) {
     case OpKind::add:
       if (a.in[0].tensor->elements() != a.in[1].tensor->elements())
         a.fail("add operands differ in size");
-      launch_add(dt, a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), a.out[0].tensor->elements(), st);
+      // b may be a 16-bit branch beside an fp32 stream (autocast, QLoRA).
+      launch_add(dt, a.out[0].data, cptr(a.in[0]), a.in[1].tensor->dtype, cptr(a.in[1]),
+                 a.out[0].tensor->elements(), st);
       return;
     case OpKind::cross_entropy_fwd: {
       const DType logits_dt = a.in[0].tensor->dtype;
@@ -364,11 +381,23 @@ void CudaExecutor::attention(const Operands& a) {
     case OpKind::attn_scores: {
       const AttentionShape s = attn_shape(a);
       const GemmPlan plan = plan_attn_scores(s);
+      // Scores of another dtype (autocast's fp32 mask promotes them): the GEMMs write the product
+      // held with the op, in its dtype, which is cast into them.
+      const Operand& scores = a.out[0];
+      const DType scores_dt = scores.tensor->dtype;
+      const Operand* product = scores_dt == dt ? &scores : a.held_like(dt, scores.tensor->shape);
+      if (product == nullptr)
+        a.fail(fmt::format(
+            "'{}' is {} beside a {} product, and the op holds no {} tensor of its "
+            "shape for the product",
+            scores.tensor->name, dtype_name(scores_dt), dtype_name(dt), dtype_name(dt)));
       for (std::int64_t h = 0; h < s.heads; ++h)
         run_gemm(a, plan, offset(cptr(a.in[0]), s.k_offset(h), dt),
                  offset(cptr(a.in[0]), s.q_offset(h), dt),
-                 offset(a.out[0].data, s.scores_offset(h), dt));
-      launch_causal_mask(dt, a.out[0].data, s.batch * s.heads, s.seq, st);
+                 offset(product->data, s.scores_offset(h), dt));
+      if (product != &scores)
+        launch_cast(scores_dt, scores.data, dt, product->data, scores.tensor->elements(), st);
+      launch_causal_mask(scores_dt, scores.data, s.batch * s.heads, s.seq, st);
       return;
     }
     case OpKind::attn_values: {
@@ -543,30 +572,49 @@ void CudaExecutor::dequantize(const Operands& a) {
 }
 
 // xa = x a^T; y[:, col_offset:+N] += scale xa b^T: the second GEMM writes a column slice of y, so
-// its C has leading dimension Out (y's row length), not N.
+// its C has leading dimension Out (y's row length), not N. With y of another dtype than the
+// adapters (PEFT's fp32 adapters over a 16-bit layer, or autocast's 16-bit ones over QLoRA's fp32
+// stream) the product goes into lora_B's output first and is added into y's columns in fp32,
+// stored in y's dtype, as PEFT's `result + lora_B(...) * scaling` and its `.to()` do.
 void CudaExecutor::lora_fwd(const Operands& a) {
   const LoraDims d = lora_dims(a);
   const DType dt = a.dtype();
+  const Operand& y = a.out[1];
+  const DType y_dt = y.tensor->dtype;
   run_gemm(a, plan_linear_fwd(d.M, d.In, d.R), cptr(a.in[1]), cptr(a.in[0]), a.out[0].data);
   GemmPlan up = plan_linear_fwd(d.M, d.R, d.N);
-  up.ldc = d.Out;
   up.alpha = a.op.lora_scale;
+  void* y_cols = offset(y.data, a.op.col_offset, y_dt);
+  if (const Operand* cols = lora_columns(a, d)) {
+    run_gemm(a, up, cptr(a.in[2]), a.out[0].data, cols->data);
+    launch_cast_rows(y_dt, y_cols, d.Out, dt, cols->data, d.N, d.M, d.N, true, stream_.get());
+    return;
+  }
+  up.ldc = d.Out;
   up.beta = 1.0f;
-  run_gemm(a, up, cptr(a.in[2]), a.out[0].data, offset(a.out[1].data, a.op.col_offset, dt));
+  run_gemm(a, up, cptr(a.in[2]), a.out[0].data, y_cols);
 }
 
 // g = scale dy[:, cols]; db = g^T xa; dxa = g b; da = dxa^T x; dx (+)= dxa a. dy's column slice
-// is read with leading dimension Out; the scale rides on alpha.
+// is read with leading dimension Out (or first cast into the op's dtype when dy is of another);
+// the scale rides on alpha.
 void CudaExecutor::lora_bwd(const Operands& a) {
   const LoraDims d = lora_dims(a);
   const DType dt = a.dtype();
-  const void* dy = offset(cptr(a.in[0]), a.op.col_offset, dt);
+  const DType dy_dt = a.in[0].tensor->dtype;
+  const void* dy = offset(cptr(a.in[0]), a.op.col_offset, dy_dt);
+  std::int64_t ld = d.Out;
+  if (const Operand* cols = lora_columns(a, d)) {
+    launch_cast_rows(dt, cols->data, d.N, dy_dt, dy, d.Out, d.M, d.N, false, stream_.get());
+    dy = cols->data;
+    ld = d.N;
+  }
   GemmPlan db = plan_linear_bwd_dw(d.M, d.R, d.N, false);  // A = xa, B = dy slice, C = db
-  db.ldb = d.Out;
+  db.ldb = ld;
   db.alpha = a.op.lora_scale;
   run_gemm(a, db, cptr(a.in[2]), dy, a.out[1].data);
   GemmPlan dxa = plan_linear_bwd_dx(d.M, d.R, d.N);  // A = b, B = dy slice, C = dxa
-  dxa.ldb = d.Out;
+  dxa.ldb = ld;
   dxa.alpha = a.op.lora_scale;
   run_gemm(a, dxa, cptr(a.in[4]), dy, a.out[2].data);
   // A = x, B = dxa, C = da

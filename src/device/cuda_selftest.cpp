@@ -45,9 +45,7 @@ RunConfig small(Arch arch, Precision precision, Attention attention, Optimizer o
   c.dropout = dropout;
   c.scope = Scope::model;
   c.device = parse_device("cuda");
-  // lean: every op in one dtype. The hf programs of fine-tuning and autocast recipes mix dtypes
-  // the CUDA kernels do not take yet (fp32 adapters, QLoRA's fp32 stream); "llama bf16 flash hf"
-  // runs hf where they do.
+  // lean: every op in one dtype; the "hf" configs below run PyTorch's step, whose dtypes mix.
   c.framework = Framework::lean;
   return c;
 }
@@ -62,6 +60,12 @@ RunConfig finetune(RunConfig c, Finetune how, QuantKind quant, Toggle double_qua
   c.lora_rank = rank;
   c.lora_alpha = 2.0 * static_cast<double>(rank);
   c.lora_dropout = lora_dropout;
+  return c;
+}
+
+// The step PyTorch and transformers run (with PEFT and bitsandbytes when fine-tuning).
+RunConfig hf(RunConfig c) {
+  c.framework = Framework::hf;
   return c;
 }
 
@@ -90,11 +94,7 @@ std::vector<SelftestConfig> selftest_configs() {
        small(Arch::llama, Precision::fp16, Attention::flash, Optimizer::adamw, 0.0)},
       // hf: transformers' Llama step as PyTorch runs it, RMSNorm's input upcast to fp32.
       {"llama bf16 flash hf",
-       [] {
-         RunConfig c = small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0);
-         c.framework = Framework::hf;
-         return c;
-       }()},
+       hf(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0))},
       {"llama bf16 flash cudnn",
        small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
        FlashImpl::cudnn},
@@ -122,6 +122,23 @@ std::vector<SelftestConfig> selftest_configs() {
       // linear.
       {"phi3 bf16 flash qlora nf4", finetune(family("tiny-phi3", Precision::bf16, Attention::flash),
                                              Finetune::qlora, QuantKind::nf4, Toggle::on, 8, 0.0)},
+      // The hf step's mixed dtypes: PEFT's fp32 adapters over a bf16 base (the LoRA ops' y and
+      // dy of another dtype, fp32 GEMMs); QLoRA's fp32 stream under autocast (16-bit branches
+      // added into it, RoPE from fp32 into bf16); autocast's fp32 residual in gpt, and its fp32
+      // mask promoting eager attention's scores; Llama's fp32 softmax of bf16 scores; autocast's
+      // fp32 q/k norm weights beside 16-bit heads.
+      {"llama bf16 flash lora hf",
+       hf(finetune(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
+                   Finetune::lora, QuantKind::none, Toggle::off, 8, 0.0))},
+      {"llama bf16 flash qlora nf4 paged-adamw-8bit hf",
+       hf(finetune(
+           small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::paged_adamw_8bit, 0.0),
+           Finetune::qlora, QuantKind::nf4, Toggle::on, 64, 0.0))},
+      {"gpt amp-bf16 eager hf",
+       hf(small(Arch::gpt, Precision::amp_bf16, Attention::eager, Optimizer::adamw, 0.0))},
+      {"llama bf16 eager hf",
+       hf(small(Arch::llama, Precision::bf16, Attention::eager, Optimizer::adamw, 0.0))},
+      {"qwen3 amp-bf16 eager hf", hf(family("tiny-qwen3", Precision::amp_bf16, Attention::eager))},
   };
 }
 

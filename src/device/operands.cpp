@@ -54,7 +54,7 @@ Operands decode_operands(const Program& program, std::size_t op_index,
                          const std::vector<void*>& data) {
   const Op& op = program.ops.at(op_index);
   check_op(program, op);
-  Operands a{program, op, {}, {}, nullptr, 0};
+  Operands a{program, op, {}, {}, {}, nullptr, 0};
   auto bind = [&](const TensorIds& ids, std::vector<Operand>& into) {
     into.reserve(ids.size());
     for (int id : ids) {
@@ -72,7 +72,25 @@ Operands decode_operands(const Program& program, std::size_t op_index,
   };
   bind(op.inputs, a.in);
   bind(op.outputs, a.out);
+  a.held.reserve(op.held.size());
+  for (int id : op.held)
+    a.held.push_back({&program.tensor(id), data.at(static_cast<std::size_t>(id))});
   return a;
+}
+
+const Operand* Operands::held_like(DType dtype, const Shape& shape) const {
+  for (const Operand& h : held)
+    if (h.tensor->dtype == dtype && h.tensor->shape == shape && h.data != nullptr) return &h;
+  return nullptr;
+}
+
+DType Operands::dtype() const {
+  const OpSignature& sig = signature(op.kind);
+  for (std::size_t i = 0; i < out.size() && i < sig.outputs.size(); ++i)
+    if (!of_free_dtype(sig.outputs[i])) return out[i].tensor->dtype;
+  for (std::size_t i = 0; i < in.size() && i < sig.inputs.size(); ++i)
+    if (!of_free_dtype(sig.inputs[i])) return in[i].tensor->dtype;
+  return out.empty() ? in.at(0).tensor->dtype : out.at(0).tensor->dtype;
 }
 
 const Operand* operand_of_another_dtype(const Operands& a) {
@@ -88,18 +106,7 @@ const Operand* operand_of_another_dtype(const Operands& a) {
       break;
   }
   const OpSignature& sig = signature(a.op.kind);
-  // RMSNorm's x and dx may be fp32 beside a 16-bit y, dy, w and dw (cuda/rmsnorm.h: LlamaRMSNorm
-  // upcasts its input); its compute dtype is then y's (forward) or dy's (backward).
-  const bool rms = a.op.kind == OpKind::rmsnorm_fwd || a.op.kind == OpKind::rmsnorm_bwd;
-  const DType dt = !rms                               ? a.dtype()
-                   : a.op.kind == OpKind::rmsnorm_fwd ? a.out.at(0).tensor->dtype
-                                                      : a.in.at(0).tensor->dtype;
-  if (a.op.kind == OpKind::rmsnorm_bwd && a.out.at(0).tensor->dtype != a.in.at(1).tensor->dtype)
-    return &a.out[0];  // dx in x's dtype
-  auto upcast = [&](std::string_view listed, DType stored) {
-    const std::string_view name = operand_name(listed);
-    return rms && stored == DType::f32 && (name == "x" || name == "dx");
-  };
+  const DType dt = a.dtype();
   // An operand whose name the table gives a dtype of its own anywhere ("mean[M] f32" in
   // layernorm_fwd makes layernorm_bwd's "mean" one too; "mask u8", "tokens[B,S] i32"): the names,
   // read off the table once.
@@ -107,7 +114,8 @@ const Operand* operand_of_another_dtype(const Operands& a) {
     std::vector<std::string_view> names;
     auto add = [&](const auto& list) {
       for (std::string_view entry : list)
-        if (entry.find(' ') != std::string_view::npos) names.push_back(operand_name(entry));
+        if (!operand_dtype(entry).empty() && !of_free_dtype(entry))
+          names.push_back(operand_name(entry));
     };
     for (std::size_t k = 0; k < kOpKindCount; ++k) {
       add(signature(static_cast<OpKind>(k)).inputs);
@@ -119,11 +127,18 @@ const Operand* operand_of_another_dtype(const Operands& a) {
     return std::find(typed_names.begin(), typed_names.end(), operand_name(listed)) !=
            typed_names.end();
   };
+  auto allowed = [&](std::string_view listed, DType stored) {
+    const std::string_view d = operand_dtype(listed);
+    if (d == "any") return is_floating(stored);
+    if (!d.empty() && d.front() == '=') {
+      const Operand* o = a.input(d.substr(1));
+      return o != nullptr && o->tensor->dtype == stored;
+    }
+    return own_dtype(listed) || stored == dt;
+  };
   auto scan = [&](const auto& listed, const std::vector<Operand>& bound) -> const Operand* {
     for (std::size_t i = 0; i < bound.size() && i < listed.size(); ++i)
-      if (!own_dtype(listed[i]) && bound[i].tensor->dtype != dt &&
-          !upcast(listed[i], bound[i].tensor->dtype))
-        return &bound[i];
+      if (!allowed(listed[i], bound[i].tensor->dtype)) return &bound[i];
     return nullptr;
   };
   if (const Operand* o = scan(sig.inputs, a.in)) return o;
@@ -200,6 +215,20 @@ LoraDims lora_dims(const Operands& a) {
   else
     a.require(input(a, "xa").tensor->elements() == d.M * d.R, "xa must be [M,R]");
   return d;
+}
+
+const Operand* lora_columns(const Operands& a, const LoraDims& d) {
+  const bool fwd = a.op.kind == OpKind::lora_fwd;
+  const DType dt = a.dtype();
+  const Tensor& y = *input(a, fwd ? "y" : "dy").tensor;
+  if (y.dtype == dt) return nullptr;
+  Shape columns = y.shape;
+  columns.back() = d.N;
+  if (const Operand* h = a.held_like(dt, columns)) return h;
+  a.fail(
+      fmt::format("{} is of another dtype than its adapters ({}), and it holds no tensor of "
+                  "{} columns in theirs to keep the adapter's columns in",
+                  fwd ? "y" : "dy", dtype_name(dt), d.N));
 }
 
 DequantizeOperands dequantize_operands(const Operands& a) {

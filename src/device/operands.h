@@ -28,6 +28,8 @@ struct Operands {
   const Program& program;
   const Op& op;
   std::vector<Operand> in, out;  // the op's inputs and outputs, in its signature's order
+  // Its held tensors (Op::held), in order; data nullptr where one is not bound.
+  std::vector<Operand> held;
   // Its workspace tensor (the last one when inputs and outputs both list one), else nullptr / 0.
   void* workspace = nullptr;
   Bytes workspace_bytes = 0;
@@ -39,8 +41,14 @@ struct Operands {
 
   // Whether a write to `o` adds into it: the op accumulates and `o` is a gradient.
   bool accumulates(const Operand& o) const { return op.accumulate && o.tensor->role == Role::grad; }
-  // The op's compute dtype: its first output's, or its first input's when it writes none.
-  DType dtype() const { return out.empty() ? in.at(0).tensor->dtype : out.at(0).tensor->dtype; }
+  // The op's compute dtype: its first output's that the signature does not free from it ("any",
+  // "=x"), or else its first such input's.
+  DType dtype() const;
+
+  // Its first held tensor of `shape` in `dtype` that is bound, or nullptr: where a kernel keeps
+  // what PyTorch allocates there (a product in the op's dtype before its cast into an output of
+  // another).
+  const Operand* held_like(DType dtype, const Shape& shape) const;
 
   // InternalError naming the op and its kind.
   [[noreturn]] void fail(std::string_view what) const;
@@ -55,14 +63,15 @@ struct Operands {
 Operands decode_operands(const Program& program, std::size_t op_index,
                          const std::vector<void*>& data);
 
-// The first operand of `a` that a kernel of one dtype would read in the op's dtype (dtype()) but
-// that is stored in another, or nullptr. Operands the signature gives a dtype of their own (norm
-// statistics, masks, token ids), the kinds that read several dtypes by design (cast, the loss's
-// logits, optimizer state, quantised codes and scales), and RMSNorm's x and dx in fp32 beside a
-// 16-bit y and dy (LlamaRMSNorm's upcast, which its kernels take) never count. The hf step mixes them where
-// PyTorch does (autocast's fp32 residual beside 16-bit branches, PEFT's fp32 adapters over a
-// 16-bit base, QLoRA's fp32 stream): the cpu executor computes in fp32 whatever the storage, the
-// cuda kernels take one dtype per op.
+// The first operand of `a` stored in a dtype its signature does not allow, or nullptr: the cuda
+// kernels read each operand in the op's dtype (dtype()) unless the signature says otherwise.
+// Operands it gives a dtype of their own (norm statistics, masks, token ids) and the kinds that
+// read several dtypes by design (cast, the loss's logits, optimizer state, quantised codes and
+// scales) never count; an "any" operand counts when it is not of a floating dtype, an "=x" one
+// when it is not x's. The hf step mixes dtypes where PyTorch does (LlamaRMSNorm's fp32 input,
+// autocast's and QLoRA's fp32 stream, PEFT's fp32 adapters over a 16-bit base): the signature
+// marks those operands, the kernels take them, and the cpu executor computes in fp32 whatever
+// the storage.
 const Operand* operand_of_another_dtype(const Operands& a);
 
 inline std::int64_t last_dim(const Operand& o) {
@@ -96,6 +105,13 @@ struct LoraDims {
   std::int64_t M = 0, In = 0, R = 0, N = 0, Out = 0;
 };
 LoraDims lora_dims(const Operands& a);
+
+// Where a LoRA op whose y (dy) is of another dtype than its adapters keeps the adapter's columns
+// in the op's dtype: its first held tensor of y's shape but N columns in that dtype (lora_B's
+// output in the forward, the gradient of the adapter's columns in the backward: what PyTorch
+// allocates there). nullptr when y is of the op's dtype; throws InternalError when no such tensor
+// is held.
+const Operand* lora_columns(const Operands& a, const LoraDims& d);
 
 // dequantize: the quantised module's buffers (codes and absmax, with absmax2 and the offset under
 // double quantisation) and where its rows [row_offset, +rows) of w start.

@@ -152,7 +152,8 @@ struct Op {
   // autograd's saved intermediates of a composite function (the pieces of a python GELU), dropout
   // noise kept in the activation dtype, the copies a reshape makes, an optimizer's temporaries.
   // They take memory from the first op that lists them (in any of the three lists) to the last,
-  // like every operand; executors leave them alone.
+  // like every operand. Executors leave them alone but where the signature says a kernel uses one
+  // (a LoRA op over a layer output of another dtype keeps the adapter's columns there).
   TensorIds held;
   int layer = -1;           // block index, -1 outside blocks
   bool recompute = false;   // a forward op replayed in backward

@@ -6,6 +6,11 @@
 //
 // Operands are listed as "name[shape] dtype"; "[...]" around one marks it optional (present only
 // when the model has it: biases, positions, master weights), and optional operands come last.
+// Without a dtype an operand is stored in the op's dtype: its first output's (first input's when
+// it writes none) that is not marked "any" or "=". "any": stored in any floating dtype, which the
+// kernels convert (the hf step mixes them where PyTorch does: LlamaRMSNorm's fp32 input,
+// autocast's and QLoRA's fp32 stream beside 16-bit branches, PEFT's fp32 adapters over a 16-bit
+// base); "=x": stored in input x's dtype.
 // Shapes: M = B*S rows, H hidden, A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v
 // columns, F ffn, V vocab, P position rows. Unless noted, an op overwrites its outputs; with
 // `accumulate` it adds into its `grad` outputs. Tensors of role workspace may follow the listed
@@ -71,6 +76,20 @@ const OpSignature& signature(OpKind kind);
 constexpr std::string_view operand_name(std::string_view listed) {
   if (!listed.empty() && listed.front() == '[') listed.remove_prefix(1);
   return listed.substr(0, listed.find_first_of("[] "));
+}
+
+// What an operand's listing says of its dtype: "" (the op's), a dtype ("f32", "u8"), "any" or
+// "=name" (see above): "mean[M] f32" -> "f32", "dx =x" -> "=x".
+constexpr std::string_view operand_dtype(std::string_view listed) {
+  const std::size_t space = listed.find(' ');
+  if (space == std::string_view::npos) return {};
+  listed.remove_prefix(space + 1);
+  return listed.substr(0, listed.find(']'));
+}
+// Whether the listing frees the operand from the op's dtype ("any" or "=name").
+constexpr bool of_free_dtype(std::string_view listed) {
+  const std::string_view d = operand_dtype(listed);
+  return d == "any" || (!d.empty() && d.front() == '=');
 }
 
 // The number of op kinds: every OpKind has one row in the table.

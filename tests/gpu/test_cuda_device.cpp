@@ -20,6 +20,7 @@
 #include "device/sources.h"
 #include "gpu/require_gpu.h"
 #include "program/program.h"
+#include "program/signature.h"
 
 namespace vrambench {
 namespace {
@@ -249,23 +250,35 @@ TEST(CudaSelftest, ConfigsBuildAndCoverEveryOpKind) {
   EXPECT_EQ(dtypes.size(), 3u);
 }
 
-// Every operand of every selftest program is one the cuda kernels read in its own dtype: a config
-// that mixes them as the kernels cannot (an hf fine-tuning step) would fail on the GPU in one line
-// instead of testing its ops.
+// Every operand of every selftest program is one the cuda kernels read in the dtype it is stored
+// in: a config that mixes dtypes as the kernels cannot would fail on the GPU in one line instead
+// of testing its ops. And the selftest runs every kind that takes an operand of another dtype in
+// that form (the hf step's), so the GPU checks those kernels too.
 TEST(CudaSelftest, ConfigsAreStepsTheCudaKernelsRun) {
-  bool hf = false;
+  std::set<OpKind> mixed;
   for (const SelftestConfig& sc : selftest_configs()) {
     const Program p = build_program(sc.cfg, cuda::gemm_workspace_bytes(90));
-    hf = hf || framework_of(sc.cfg) == Framework::hf;
-    std::vector<void*> data(p.tensors.size(), &hf);
+    std::vector<void*> data(p.tensors.size(), &mixed);
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       const Operands a = decode_operands(p, i, data);
       const Operand* o = operand_of_another_dtype(a);
       EXPECT_EQ(o, nullptr) << sc.label << ": " << p.ops[i].name << " reads "
                             << (o ? o->tensor->name.str() : "") << " in another dtype";
+      const OpSignature& sig = signature(a.op.kind);
+      for (std::size_t k = 0; k < a.in.size(); ++k)
+        if (of_free_dtype(sig.inputs[k]) && a.in[k].tensor->dtype != a.dtype())
+          mixed.insert(a.op.kind);
+      for (std::size_t k = 0; k < a.out.size(); ++k)
+        if (of_free_dtype(sig.outputs[k]) && a.out[k].tensor->dtype != a.dtype())
+          mixed.insert(a.op.kind);
     }
   }
-  EXPECT_TRUE(hf);  // the hf step's fp32 RMSNorm input is among them
+  for (OpKind k :
+       {OpKind::rmsnorm_fwd, OpKind::rmsnorm_bwd, OpKind::add, OpKind::rope_fwd, OpKind::rope_bwd,
+        OpKind::lora_fwd, OpKind::lora_bwd, OpKind::softmax_fwd, OpKind::softmax_bwd,
+        OpKind::qk_norm_fwd, OpKind::qk_norm_bwd, OpKind::attn_scores})
+    EXPECT_TRUE(mixed.count(k)) << "no selftest op of " << to_string(k)
+                                << " reads an operand of another dtype";
 }
 
 TEST(CudaSelftest, EveryOpMatchesTheCpuReference) {

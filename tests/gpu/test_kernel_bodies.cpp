@@ -18,6 +18,7 @@
 #include "cpu/rope.h"
 #include "cuda/activation.h"
 #include "cuda/add.h"
+#include "cuda/cast.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/dropout.h"
 #include "cuda/embedding.h"
@@ -203,6 +204,51 @@ TYPED_TEST(Bodies, Add) {
   expect_near_all(to_double(c), want, tolerance<T>(), "add");
 }
 
+// Autocast's (and QLoRA's) fp32 residual stream takes a 16-bit branch: c and a fp32, b of T; the
+// sum is the fp32 sum of what is stored, exactly. And the other way: a 16-bit stream and an fp32
+// b, rounded once.
+TYPED_TEST(Bodies, AddTakesABranchOfAnotherDtype) {
+  using T = TypeParam;
+  const std::vector<float> a = random_floats(100, 61);
+  const auto b = to_storage<T>(random_floats(100, 62));
+  std::vector<float> c(100);
+  over(100, [&](std::int64_t i) { add_body(i, c.data(), a.data(), b.data()); });
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(c[i], a[i] + to_f32(b[i])) << i;
+  const auto a16 = to_storage<T>(a);
+  const std::vector<float> b32 = random_floats(100, 63);
+  std::vector<T> c16(100);
+  over(100, [&](std::int64_t i) { add_body(i, c16.data(), a16.data(), b32.data()); });
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(to_f32(c16[i]), to_f32(from_f32<T>(to_f32(a16[i]) + b32[i]))) << i;
+}
+
+// A LoRA adapter's columns of a layer output of another dtype: the forward adds the adapter's
+// product into y's columns [col, +N) (the sum in fp32, stored in y's dtype), the backward copies
+// dy's columns out into the adapter's dtype. Nothing outside the block changes.
+TYPED_TEST(Bodies, CastRowsReadsAndAddsIntoABlockOfColumns) {
+  using T = TypeParam;
+  const std::int64_t M = 5, Out = 11, N = 4, col = 3;
+  const auto y0 = to_storage<T>(random_floats(M * Out, 64));
+  const std::vector<float> p = random_floats(M * N, 65);
+  std::vector<T> y = y0;
+  over(M * N,
+       [&](std::int64_t i) { cast_rows_body(i, y.data() + col, Out, p.data(), N, N, true); });
+  for (std::int64_t r = 0; r < M; ++r)
+    for (std::int64_t c = 0; c < Out; ++c) {
+      const std::int64_t i = r * Out + c;
+      const bool inside = c >= col && c < col + N;
+      const float want =
+          inside ? to_f32(from_f32<T>(to_f32(y0[i]) + p[r * N + c - col])) : to_f32(y0[i]);
+      ASSERT_EQ(to_f32(y[i]), want) << r << "," << c;
+    }
+  std::vector<float> g(M * N, NAN);
+  over(M * N,
+       [&](std::int64_t i) { cast_rows_body(i, g.data(), N, y.data() + col, Out, N, false); });
+  for (std::int64_t r = 0; r < M; ++r)
+    for (std::int64_t c = 0; c < N; ++c)
+      ASSERT_EQ(g[r * N + c], to_f32(y[r * Out + col + c])) << r << "," << c;
+}
+
 TYPED_TEST(Bodies, DropoutKeepsAboutOneMinusPAndScales) {
   using T = TypeParam;
   const std::int64_t n = 20000;
@@ -272,6 +318,25 @@ std::vector<float> as_floats(const std::vector<T>& v) {
 }
 std::vector<double> widen(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
+}
+
+// QLoRA's fp32 q|k|v is rotated into the attention's 16 bits, and its gradient back into fp32:
+// the body reads one type and writes another, each element rotated in fp32 and rounded once.
+TYPED_TEST(Bodies, RopeReadsAndWritesAnotherDtype) {
+  using T = TypeParam;
+  RopeShape s{2, 5, 4, 2, 8};
+  const std::int64_t n = s.elements();
+  const std::vector<float> in = random_floats(n, 66);
+  std::vector<float> want(n), back_want(n);
+  cpu::rope_fwd(want.data(), in.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  std::vector<T> out(n);
+  over(n, [&](std::int64_t i) { rope_body(i, out.data(), in.data(), s, false); });
+  expect_near_all(to_double(out), widen(want), std::max(tolerance<T>(), 1e-6), "rope into T");
+  const std::vector<float> out_f = as_floats(out);
+  cpu::rope_bwd(back_want.data(), out_f.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  std::vector<float> back(n);
+  over(n, [&](std::int64_t i) { rope_body(i, back.data(), out.data(), s, true); });
+  expect_near_all(widen(back), widen(back_want), 1e-6, "rope back into fp32");
 }
 
 // Lane counts that split a row unevenly (more lanes than columns included).
@@ -481,6 +546,49 @@ TYPED_TEST(Bodies, RmsNormTakesAnFp32InputBesideItsDtype) {
   expect_near_all(to_double(y), widen(want_y), tolerance<T>(), "y");
   expect_near_all(widen(dx), widen(want_dx), 1e-5, "dx in fp32");
   expect_near_all(to_double(dw), widen(want_dw), 2 * tolerance<T>(), "dw");
+}
+
+// A norm's weight (and its gradient) in whichever dtype it is stored in, beside activations of T:
+// prepare_model_for_kbit_training and autocast keep it fp32. AnyFloats reads and AnyFloatsOut
+// writes each dtype exactly as a typed pointer does, bit for bit.
+TYPED_TEST(Bodies, RmsNormReadsAndWritesItsWeightInAnyDtype) {
+  using T = TypeParam;
+  const std::int64_t M = 3, H = 13, lanes = 4;
+  const auto x = to_storage<T>(random_floats(M * H, 71));
+  const auto dy = to_storage<T>(random_floats(M * H, 72));
+  const std::vector<float> rstd = {0.7f, 1.1f, 0.9f};
+  auto check = [&](auto w_tag, DType w_dtype) {
+    using W = decltype(w_tag);
+    SCOPED_TRACE(dtype_name(w_dtype));
+    const auto w = to_storage<W>(random_floats(H, 73, 0.5f, 1.5f));
+    const AnyFloats any{w.data(), w_dtype};
+    std::vector<T> y_typed(M * H), y_any(M * H), dx_typed(M * H), dx_any(M * H);
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t l = 0; l < lanes; ++l) {
+        rmsnorm_fwd_write(m, l, lanes, y_typed.data(), x.data(), w.data(), H, rstd[m], 1.0f);
+        rmsnorm_fwd_write(m, l, lanes, y_any.data(), x.data(), any, H, rstd[m], 1.0f);
+        EXPECT_EQ(rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(), w.data(), rstd[m], H, 0.0f),
+                  rmsnorm_dx_part(m, l, lanes, dy.data(), x.data(), any, rstd[m], H, 0.0f));
+        rmsnorm_dx_write(m, l, lanes, dx_typed.data(), dy.data(), x.data(), w.data(), rstd[m], H,
+                         0.3f, 0.0f);
+        rmsnorm_dx_write(m, l, lanes, dx_any.data(), dy.data(), x.data(), any, rstd[m], H, 0.3f,
+                         0.0f);
+      }
+    EXPECT_EQ(to_double(y_typed), to_double(y_any));
+    EXPECT_EQ(to_double(dx_typed), to_double(dx_any));
+    // dw added into what is there (accumulate), in the weight's dtype.
+    std::vector<W> dw_typed = w, dw_any = w;
+    const AnyFloatsOut out{dw_any.data(), w_dtype};
+    over(H, [&](std::int64_t h) {
+      rmsnorm_bwd_dw_body(h, dw_typed.data(), dy.data(), x.data(), rstd.data(), M, H, true);
+      rmsnorm_bwd_dw_body(h, out, dy.data(), x.data(), rstd.data(), M, H, true);
+    });
+    EXPECT_EQ(to_double(dw_typed), to_double(dw_any));
+    EXPECT_NE(to_double(dw_typed), to_double(w));
+  };
+  check(float{}, DType::f32);
+  check(__half{}, DType::f16);
+  check(__nv_bfloat16{}, DType::bf16);
 }
 
 // ---- column sums ------------------------------------------------------------------------------
@@ -712,6 +820,37 @@ TYPED_TEST(Bodies, CausalMaskSoftmaxAndBackwardMatchTheCpuReference) {
     }
     expect_near_all(to_double(ds), widen(want_ds), 2 * tolerance<T>(), "dscores");
   }
+}
+
+// transformers' Llama asks for an fp32 softmax of 16-bit scores, and its backward writes the
+// scores' gradient in 16 bits: the probabilities (and dprobs) fp32, the scores (and dscores) T.
+TYPED_TEST(Bodies, SoftmaxTakesScoresOfAnotherDtype) {
+  using T = TypeParam;
+  const std::int64_t rows = 4, S = 9, n = rows * S, lanes = 4;
+  const auto scores = to_storage<T>(random_floats(n, 74, -4, 4));
+  const std::vector<float> dp = random_floats(n, 75);
+  const auto sf = as_floats(scores);
+  std::vector<float> want_p(n), want_ds(n), probs(n);
+  cpu::softmax_fwd(want_p.data(), sf.data(), rows, S);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float mx = lanes_max(
+        lanes, [&](std::int64_t l) { return softmax_max_part(r, l, lanes, scores.data(), S); });
+    const float sum = lanes_sum(
+        lanes, [&](std::int64_t l) { return softmax_sum_part(r, l, lanes, scores.data(), S, mx); });
+    for (std::int64_t l = 0; l < lanes; ++l)
+      softmax_fwd_write(r, l, lanes, probs.data(), scores.data(), S, mx, sum);
+  }
+  expect_near_all(widen(probs), widen(want_p), 1e-6, "fp32 probs of T scores");
+  cpu::softmax_bwd(want_ds.data(), dp.data(), probs.data(), rows, S);
+  std::vector<T> ds(n);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float dot = lanes_sum(lanes, [&](std::int64_t l) {
+      return softmax_dot_part(r, l, lanes, dp.data(), probs.data(), S);
+    });
+    for (std::int64_t l = 0; l < lanes; ++l)
+      softmax_bwd_write(r, l, lanes, ds.data(), dp.data(), probs.data(), S, dot);
+  }
+  expect_near_all(to_double(ds), widen(want_ds), tolerance<T>(), "T dscores of fp32 probs");
 }
 
 // ---- cross-entropy ----------------------------------------------------------------------------

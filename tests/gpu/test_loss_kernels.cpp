@@ -132,7 +132,7 @@ TYPED_TEST(LossKernels, SoftmaxForwardAndBackward) {
     std::vector<float> probs(n);
     cpu::softmax_fwd(probs.data(), sf.data(), c.rows, c.cols);
     DeviceBuffer d_probs = poisoned(n * sizeof(T));
-    launch_softmax_fwd(dt, d_probs.get(), d_scores.get(), c.rows, c.cols, nullptr);
+    launch_softmax_fwd(dt, d_probs.get(), dt, d_scores.get(), c.rows, c.cols, nullptr);
     expect_close(download<T>(d_probs, n), widen(probs), rtol<T>(), 1e-6, "probs");
 
     // Backward from the reference probabilities rounded to T, on both sides.
@@ -145,7 +145,7 @@ TYPED_TEST(LossKernels, SoftmaxForwardAndBackward) {
     cpu::softmax_bwd(ds.data(), dpf.data(), pf.data(), c.rows, c.cols);
     const DeviceBuffer d_p = upload(p_t), d_dp = upload(dp);
     DeviceBuffer d_ds = poisoned(n * sizeof(T));
-    launch_softmax_bwd(dt, d_ds.get(), d_dp.get(), d_p.get(), c.rows, c.cols, nullptr);
+    launch_softmax_bwd(dt, dt, d_ds.get(), d_dp.get(), d_p.get(), c.rows, c.cols, nullptr);
     expect_close(download<T>(d_ds, n), widen(ds), 2 * rtol<T>(), 1e-5, "dscores");
   }
 }

@@ -192,7 +192,7 @@ TYPED_TEST(NormKernels, RmsNormForwardAndBackward) {
 
     const DeviceBuffer d_x = upload(x), d_w = upload(w), d_dy = upload(dy);
     DeviceBuffer d_y = poisoned(M * H * sizeof(T)), d_rstd = poisoned(M * 4);
-    launch_rmsnorm_fwd(dt, dt, d_y.get(), d_rstd.as<float>(), d_x.get(), d_w.get(), M, H, 1e-6f,
+    launch_rmsnorm_fwd(dt, dt, dt, d_y.get(), d_rstd.as<float>(), d_x.get(), d_w.get(), M, H, 1e-6f,
                        0.0f, nullptr);
     expect_close(download<T>(d_y, M * H), widen(y), rtol<T>(), rtol<T>(), "y");
     expect_close(download<float>(d_rstd, M), widen(rstd), 1e-5, 0, "rstd");
@@ -205,7 +205,7 @@ TYPED_TEST(NormKernels, RmsNormForwardAndBackward) {
         DeviceBuffer d_dx = poisoned(M * H * sizeof(T));
         DeviceBuffer d_dw = accumulate ? upload(old) : poisoned(H * sizeof(T));
         DeviceBuffer d_ws = poisoned(static_cast<std::size_t>(ws));
-        launch_rmsnorm_bwd(dt, dt, d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
+        launch_rmsnorm_bwd(dt, dt, dt, d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
                            d_rstd_ref.as<float>(), M, H, 0.0f, accumulate,
                            ws > 0 ? d_ws.get() : nullptr, ws, nullptr);
         std::vector<double> want_dw(H);
