@@ -125,6 +125,11 @@ def model_config(name, smoke):
     return cfg
 
 
+# The adapters every LoRA configuration makes (PEFT's LoraConfig), as the JSON records them.
+LORA_ALPHA_PER_RANK = 2
+LORA_TARGETS = "all-linear"
+
+
 def lora_rank(adapter):
     return int(adapter.split("-r")[1]) if adapter.startswith("lora-r") else 0
 
@@ -183,8 +188,8 @@ def build(c, device, smoke):
     rank = lora_rank(c["adapter"])
     if rank:
         model = peft.get_peft_model(model, peft.LoraConfig(
-            task_type="CAUSAL_LM", r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-            target_modules="all-linear"))
+            task_type="CAUSAL_LM", r=rank, lora_alpha=LORA_ALPHA_PER_RANK * rank, lora_dropout=0.0,
+            target_modules=LORA_TARGETS))
     model.train()
     return model, cfg
 
@@ -357,12 +362,27 @@ def main():
     started = time.time()
     rows, bisections = [], []
 
+    def document():
+        # What a comparison needs to rebuild each configuration without this script: the models'
+        # config.json (what `vrambench --model` reads), the adapters, where autocast was on.
+        described = []
+        for c in configs:
+            d = {k: v for k, v in c.items() if k not in ("batches", "bisect")}
+            rank = lora_rank(c["adapter"])
+            d.update({"autocast_bf16": c["base"] in ("amp-bf16", "nf4"),
+                      "lora": {"rank": rank, "alpha": LORA_ALPHA_PER_RANK * rank, "dropout": 0.0,
+                               "targets": LORA_TARGETS} if rank else None,
+                      "quantization": {"quant_type": "nf4", "double_quant": True,
+                                       "compute_dtype": "bf16"} if c["base"] == "nf4" else None})
+            described.append(d)
+        models = {name: model_config(name, args.smoke).to_dict()
+                  for name in sorted({c["model"] for c in configs})}
+        return {"environment": environment(device), "models": models, "configs": described,
+                "rows": rows, "bisections": bisections,
+                "seconds": round(time.time() - started, 1)}
+
     def write():
-        doc = {"environment": environment(device),
-               "configs": [{k: v for k, v in c.items() if k not in ("batches", "bisect")}
-                           for c in configs],
-               "rows": rows, "bisections": bisections,
-               "seconds": round(time.time() - started, 1)}
+        doc = document()
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
@@ -381,6 +401,7 @@ def main():
         if not args.smoke:  # after each configuration: a run stopped early keeps what it measured
             write()
     if args.smoke:
+        json.dumps(document())  # the document serialises, though a smoke run writes none
         print(f"smoke: {len(configs)} configurations ran on the CPU in {time.time() - started:.0f} s",
               file=sys.stderr)
         return 0
