@@ -39,6 +39,20 @@ DType gemm_storage(GemmMath math) {
   return DType::f32;
 }
 
+GemmMath gemm_math_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return GemmMath::fp32;
+    case DType::f16:
+      return GemmMath::fp16;
+    case DType::bf16:
+      return GemmMath::bf16;
+    default:
+      break;
+  }
+  throw std::invalid_argument("no GEMM computes in " + std::string(dtype_name(dtype)));
+}
+
 cublasComputeType_t compute_type(GemmMath math) {
   // 16-bit inputs accumulate in fp32; tf32 rounds fp32 inputs to 10 mantissa bits in the MMA.
   return math == GemmMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;

@@ -27,6 +27,9 @@ constexpr Bytes gemm_workspace_bytes(int compute_capability) {
 enum class GemmMath { fp32, tf32, fp16, bf16 };
 GemmMath gemm_math(Precision p);
 DType gemm_storage(GemmMath math);
+// The math of a GEMM whose operands are of `dtype` (fp32 without TF32, PyTorch's default for
+// matmuls): an op outside its recipe's dtype, as PEFT's fp32 adapters under a 16-bit recipe.
+GemmMath gemm_math_of(DType dtype);
 cublasComputeType_t compute_type(GemmMath math);
 cudaDataType_t cuda_data_type(DType dtype);
 

@@ -107,16 +107,9 @@ class CudaExecutor final : public Executor {
   GemmMath math(const Operands& a) const {
     const GemmMath m = gemm_math(a.program.config.dtype);
     if (gemm_storage(m) == a.dtype()) return m;
-    switch (a.dtype()) {
-      case DType::f32:
-        return GemmMath::fp32;
-      case DType::f16:
-        return GemmMath::fp16;
-      case DType::bf16:
-        return GemmMath::bf16;
-      default:
-        a.fail(fmt::format("no GEMM computes in {}", dtype_name(a.dtype())));
-    }
+    if (!is_floating(a.dtype()))
+      a.fail(fmt::format("no GEMM computes in {}", dtype_name(a.dtype())));
+    return gemm_math_of(a.dtype());
   }
   void run_gemm(const Operands& a, const GemmPlan& plan, const void* A, const void* B, void* C,
                 const void* bias = nullptr) {

@@ -1,22 +1,22 @@
 // The cuBLASLt plans of linear and eager-attention GEMMs, checked without a GPU: each plan is run
 // by a naive column-major GEMM on the CPU over the real row-major buffers (with the per-head
 // pointer offsets) and compared with the op's definition; descriptors are created and read back.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "gpu/require_gpu.h"
 #include "cuda/gemm.h"
 #include "cuda/lru_cache.h"
 #include "cuda/owners.h"
 #include "device/cuda_device.h"
+#include "gpu/require_gpu.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -216,6 +216,15 @@ std::int64_t layout_attr(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute
   return v;
 }
 
+// An op outside its recipe's dtype (PEFT's fp32 adapters under bf16) multiplies in its own: fp32
+// without TF32, or the 16-bit math of its storage; nothing computes in bytes or ids.
+TEST(GemmMath, OfADtypeIsTheMathThatStoresIt) {
+  for (GemmMath math : {GemmMath::fp32, GemmMath::fp16, GemmMath::bf16})
+    EXPECT_EQ(gemm_math_of(gemm_storage(math)), math);
+  EXPECT_EQ(gemm_math_of(DType::f32), GemmMath::fp32);  // not tf32
+  EXPECT_THROW(gemm_math_of(DType::u8), std::invalid_argument);
+}
+
 TEST(GemmDescriptors, CreatedWithoutADeviceWithThePlansDims) {
   const AttentionShape s{4, 128, 8, 2, 64};
   const GemmPlan p = plan_attn_scores(s);
@@ -300,7 +309,7 @@ TEST(PlanCache, KeepsTheMostRecentlyUsedWithinItsCapacity) {
   LruCache<Key, int, TupleHash> cache(3);
   for (int i = 0; i < 3; ++i) cache.insert({{i % 2 == 0, i, 1.0f}, i}, i);
   ASSERT_NE(cache.find({{true, 0, 1.0f}, 0}), nullptr);  // 0 is now the most recent
-  cache.insert({{true, 3, 1.0f}, 3}, 3);                  // evicts 1, the least recent
+  cache.insert({{true, 3, 1.0f}, 3}, 3);                 // evicts 1, the least recent
   EXPECT_EQ(cache.size(), 3u);
   EXPECT_EQ(cache.find({{false, 1, 1.0f}, 1}), nullptr);
   ASSERT_NE(cache.find({{true, 0, 1.0f}, 0}), nullptr);
