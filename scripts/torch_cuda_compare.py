@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""vrambench's hf predictions beside what PyTorch reached on a GPU.
+
+Reads what scripts/torch_cuda_reference.py measured (tests/data/torch_cuda_reference.json: the
+models' config.json, each configuration's recipe, the Trainer loop's peaks at B = 1, 2, 4 and the
+largest batch under a cap) and asks vrambench the same questions: `vrambench estimate --framework
+hf` with the same model, recipe, sequence and batch on the simulated profile of the card that was
+measured. Prints one Markdown table of the peaks (allocated, reserved, in use as the driver sees
+it) and one of the largest batches, each figure with vrambench's error against PyTorch's.
+
+    scripts/torch_cuda_compare.py                      both tables on stdout
+    scripts/torch_cuda_compare.py --out results/h100-80gb/pytorch-vs-vrambench.md
+    scripts/torch_cuda_compare.py --check              exit 1 naming each figure off by more than
+                                                       the tolerances (allocated 3%, reserved 5%,
+                                                       the largest batch one step); EXCEPTIONS are
+                                                       reported with their reason, not failed
+
+Standard library only. VRAMBENCH (or --vrambench) names the binary (default build/vrambench).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_JSON = ROOT / "tests" / "data" / "torch_cuda_reference.json"
+
+# vrambench against PyTorch, |error| at most (issue 32): the allocated peak, the reserved peak, and
+# the largest batch in batch steps.
+TOLERANCE = {"allocated": 0.03, "reserved": 0.05, "largest_batch": 1}
+# Rows a tolerance does not hold, by configuration id, with the reason; reported, not failed.
+EXCEPTIONS = {}
+
+# The simulated profile of a measured card, by the name torch gives it.
+PROFILES = [("H200", "sim:h200"), ("H100 PCIe", "sim:h100-pcie"), ("H100", "sim:h100-80gb"),
+            ("A100-SXM4-80GB", "sim:a100-80gb"), ("A100 80GB", "sim:a100-80gb"),
+            ("A100", "sim:a100-40gb"), ("L40S", "sim:l40s"), ("4090", "sim:rtx4090")]
+
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+GiB = 1 << 30
+
+
+def fail(message):
+    print(f"torch_cuda_compare.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def profile_of(environment):
+    gpu = environment.get("gpu") or ""
+    for fragment, profile in PROFILES:
+        if fragment in gpu:
+            return profile
+    fail(f"no simulated profile for the card {gpu!r}; add it to PROFILES")
+
+
+def context_bytes(binary, profile):
+    """The profile's CUDA context, as `vrambench devices` lists it."""
+    out = subprocess.run([binary, "devices", "--quiet"], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == profile:
+            value, unit = cells[3].split()
+            return round(float(value) * UNITS[unit])
+    fail(f"`vrambench devices` lists no {profile}")
+
+
+def recipe_args(config, model_file):
+    """vrambench's options for one configuration of the reference (its `configs` entry)."""
+    args = ["--model", str(model_file), "--framework", "hf", "--seq", str(config["seq"]),
+            "--attention", {"sdpa": "flash", "eager": "eager"}[config["attention"]],
+            "--recompute", "full" if config["checkpointing"] == "on" else "none",
+            "--optimizer", config["optimizer"].replace("_", "-"), "--dropout", "0"]
+    base = config["base"]
+    args += ["--dtype", "amp-bf16" if base == "amp-bf16" else "bf16"]
+    lora, quant = config.get("lora"), config.get("quantization")
+    if quant:
+        args += ["--finetune", "qlora", "--quant", quant["quant_type"],
+                 "--double-quant", "on" if quant["double_quant"] else "off"]
+    elif lora:
+        args += ["--finetune", "lora"]
+    if lora:
+        args += ["--lora-rank", str(lora["rank"]), "--lora-alpha", str(lora["alpha"]),
+                 "--lora-dropout", str(lora["dropout"]), "--lora-targets", lora["targets"]]
+    return args
+
+
+def estimate(binary, args, scratch):
+    """The first row of `vrambench estimate ARGS` as its JSON gives it."""
+    out = pathlib.Path(scratch)
+    result = subprocess.run([binary, "estimate", *args, "--quiet", "--format", "json", "--out",
+                             str(out), "--name", "estimate"], capture_output=True, text=True)
+    if result.returncode != 0:
+        fail(f"vrambench estimate {' '.join(args)}: {result.stderr.strip()}")
+    return json.loads((out / "estimate.json").read_text())["rows"][0]
+
+
+def error(predicted, measured):
+    return (predicted - measured) / measured
+
+
+def compare(doc, binary):
+    """Rows of peaks and of largest batches, vrambench beside PyTorch, with the errors."""
+    profile = profile_of(doc["environment"])
+    context = context_bytes(binary, profile)
+    configs = {c["id"]: c for c in doc["configs"]}
+    peaks, batches = [], []
+    with tempfile.TemporaryDirectory() as scratch:
+        models = pathlib.Path(scratch) / "models"
+        models.mkdir()
+        for name, fields in doc["models"].items():
+            (models / f"{name}.json").write_text(json.dumps(fields))
+
+        def args_of(config):
+            return recipe_args(config, models / f"{config['model']}.json")
+
+        for row in doc["rows"]:
+            config = configs[row["config"]]
+            est = estimate(binary, args_of(config) + ["--device", profile,
+                                                      "--batch", str(row["batch"])], scratch)
+            reserved = est["est_peak_bytes"] - context
+            peaks.append({
+                "config": row["config"], "batch": row["batch"],
+                "torch_allocated": row["allocated_peak_bytes"],
+                "est_allocated": est["allocated_peak_bytes"],
+                "allocated_error": error(est["allocated_peak_bytes"], row["allocated_peak_bytes"]),
+                "torch_reserved": row["reserved_peak_bytes"], "est_reserved": reserved,
+                "reserved_error": error(reserved, row["reserved_peak_bytes"]),
+                "torch_used": row["driver_used_bytes"], "est_used": est["est_peak_bytes"],
+                "used_error": error(est["est_peak_bytes"], row["driver_used_bytes"])})
+        for b in doc["bisections"]:
+            config = configs[b["config"]]
+            # PyTorch's cap bounds the allocator alone: vrambench's card is the cap plus its
+            # context. Uncapped, the whole card as torch saw it.
+            vram = (b["cap_bytes"] + context if b["cap_bytes"]
+                    else doc["environment"]["gpu_total_bytes"])
+            est = estimate(binary, args_of(config) + ["--device", profile, "--vram", f"{vram}B"],
+                           scratch)
+            batches.append({"config": b["config"], "cap_bytes": b["cap_bytes"],
+                            "torch_largest": b["largest_batch"],
+                            "est_largest": est["est_max_batch"],
+                            "steps": est["est_max_batch"] - b["largest_batch"],
+                            "torch_reserved": b["reserved_at_largest_bytes"]})
+    return peaks, batches
+
+
+def outside(rows):
+    """Figures beyond the tolerances: (config, what, text), exceptions included."""
+    out = []
+    for r in rows[0]:
+        for what in ("allocated", "reserved"):
+            e = r[f"{what}_error"]
+            if abs(e) > TOLERANCE[what]:
+                out.append((r["config"], what, f"B={r['batch']} {what} {e:+.1%}"))
+    for r in rows[1]:
+        if abs(r["steps"]) > TOLERANCE["largest_batch"]:
+            out.append((r["config"], "largest_batch",
+                        f"largest batch {r['est_largest']} against {r['torch_largest']}"))
+    return out
+
+
+def gib(n):
+    return f"{n / GiB:.2f} GiB"
+
+
+def markdown_table(header, rows):
+    cells = [header] + rows
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    right = [i > 0 for i in range(len(header))]
+
+    def line(r):
+        return "| " + " | ".join(c.rjust(w) if a else c.ljust(w)
+                                 for c, w, a in zip(r, widths, right)) + " |"
+    rule = "| " + " | ".join(("-" * (w - 1) + ":") if a else "-" * w
+                             for w, a in zip(widths, right)) + " |"
+    return "\n".join([line(header), rule] + [line(r) for r in rows])
+
+
+def report(doc, peaks, batches, source):
+    env = doc["environment"]
+    versions = ", ".join(f"{k} {env.get(k)}" for k in
+                         ("torch", "transformers", "peft", "bitsandbytes", "cuda", "driver"))
+    text = [f"# PyTorch + Hugging Face on {env.get('gpu')} beside vrambench's hf predictions",
+            "",
+            f"Measured by `scripts/torch_cuda_reference.py` ({versions}), read from `{source}`; "
+            f"predicted by `vrambench estimate --framework hf` on `{profile_of(env)}`. Errors are "
+            "vrambench's against PyTorch's: negative is an under-estimate (the dangerous "
+            "direction). Reserved is `max_memory_reserved`; in use is what the driver reports "
+            "after the step (context, cuBLAS and cuDNN included), beside vrambench's peak.", ""]
+    text.append(markdown_table(
+        ["config", "batch", "allocated", "est", "err", "reserved", "est", "err", "in use", "est",
+         "err"],
+        [[r["config"], str(r["batch"]), gib(r["torch_allocated"]), gib(r["est_allocated"]),
+          f"{r['allocated_error']:+.1%}", gib(r["torch_reserved"]), gib(r["est_reserved"]),
+          f"{r['reserved_error']:+.1%}", gib(r["torch_used"]), gib(r["est_used"]),
+          f"{r['used_error']:+.1%}"] for r in peaks]))
+    if batches:
+        text += ["", "The largest batch: PyTorch's bisection until `torch.OutOfMemoryError` (a few "
+                 "steps per trial, the cache emptied between), under "
+                 "`set_per_process_memory_fraction` (cap) or on the whole card; vrambench's "
+                 "estimate on a card of the cap plus its CUDA context.", ""]
+        text.append(markdown_table(
+            ["config", "cap", "largest batch", "est", "steps", "reserved there"],
+            [[b["config"], gib(b["cap_bytes"]) if b["cap_bytes"] else "whole card",
+              str(b["torch_largest"]), str(b["est_largest"]), f"{b['steps']:+d}",
+              gib(b["torch_reserved"]) if b["torch_reserved"] else "-"] for b in batches]))
+    errs = [abs(r[k]) for r in peaks for k in ("allocated_error", "reserved_error")]
+    if errs:
+        text += ["", f"{len(peaks)} rows, {len(batches)} bisections; |error| of allocated and "
+                 f"reserved: median {sorted(errs)[len(errs) // 2]:.1%}, max {max(errs):.1%}."]
+    return "\n".join(text) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json", nargs="?", default=str(DEFAULT_JSON),
+                    help="what torch_cuda_reference.py wrote (default: %(default)s)")
+    ap.add_argument("--vrambench", default=os.environ.get("VRAMBENCH", str(ROOT / "build" /
+                                                                            "vrambench")))
+    ap.add_argument("--out", help="write the Markdown here instead of stdout")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a figure is beyond the tolerances (exceptions apart)")
+    args = ap.parse_args()
+    path = pathlib.Path(args.json)
+    if not path.is_file():
+        fail(f"{path} does not exist: scripts/torch_cuda_reference.py writes it on a GPU")
+    doc = json.loads(path.read_text())
+    for key in ("environment", "models", "configs", "rows", "bisections"):
+        if key not in doc:
+            fail(f"{path} has no '{key}': written by an older torch_cuda_reference.py?")
+    peaks, batches = compare(doc, args.vrambench)
+    text = report(doc, peaks, batches, os.path.relpath(path, ROOT))
+    if args.out:
+        pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(args.out).write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if not args.check:
+        return 0
+    failed = 0
+    for config, what, detail in outside((peaks, batches)):
+        if config in EXCEPTIONS:
+            print(f"exception {config}: {detail} ({EXCEPTIONS[config]})", file=sys.stderr)
+        else:
+            print(f"outside the tolerance: {config} {detail}", file=sys.stderr)
+            failed += 1
+    print(f"check: {failed} figures outside the tolerances", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

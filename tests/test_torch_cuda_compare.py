@@ -1,0 +1,113 @@
+"""scripts/torch_cuda_compare.py against a reference whose PyTorch figures are vrambench's own
+predictions moved by known errors: the comparison must rebuild each configuration as vrambench
+is asked for it by hand (the model file, LoRA, QLoRA with paged 8-bit AdamW and checkpointing,
+the cap), report exactly those errors, and --check must fail on the figures beyond the tolerances
+and on nothing else.
+
+    python3 tests/test_torch_cuda_compare.py build/vrambench
+"""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+binary = sys.argv[1]
+root = pathlib.Path(__file__).resolve().parent.parent
+script = root / "scripts" / "torch_cuda_compare.py"
+MiB, GiB = 1 << 20, 1 << 30
+CONTEXT = 512 * MiB  # sim:h100-80gb's CUDA context (`vrambench devices`)
+
+# Llama-3-8B's config.json, as transformers writes it.
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "vocab_size": 128256, "tie_word_embeddings": False, "max_position_embeddings": 8192,
+         "rms_norm_eps": 1e-5}
+LORA = {"rank": 16, "alpha": 32, "dropout": 0.0, "targets": "all-linear"}
+CONFIGS = [
+    {"id": "lora", "model": "llama3-8b", "base": "bf16", "attention": "sdpa",
+     "checkpointing": "off", "adapter": "lora-r16", "optimizer": "adamw", "seq": 512,
+     "autocast_bf16": False, "lora": LORA, "quantization": None},
+    {"id": "qlora", "model": "llama3-8b", "base": "nf4", "attention": "sdpa",
+     "checkpointing": "on", "adapter": "lora-r16", "optimizer": "paged_adamw_8bit", "seq": 2048,
+     "autocast_bf16": True, "lora": LORA,
+     "quantization": {"quant_type": "nf4", "double_quant": True, "compute_dtype": "bf16"}},
+]
+
+
+def estimate(args, scratch):
+    subprocess.run([binary, "estimate", *args, "--quiet", "--format", "json", "--out", scratch,
+                    "--name", "hand"], check=True, capture_output=True)
+    return json.loads((pathlib.Path(scratch) / "hand.json").read_text())["rows"][0]
+
+
+with tempfile.TemporaryDirectory() as scratch:
+    model = pathlib.Path(scratch) / "llama.json"
+    model.write_text(json.dumps(LLAMA))
+    # The same questions written out by hand, not by the script's mapping.
+    hand = {
+        "lora": ["--model", str(model), "--framework", "hf", "--finetune", "lora", "--lora-rank",
+                 "16", "--lora-alpha", "32", "--lora-targets", "all-linear", "--seq", "512",
+                 "--attention", "flash", "--dtype", "bf16", "--device", "sim:h100-80gb"],
+        "qlora": ["--model", str(model), "--framework", "hf", "--finetune", "qlora", "--quant",
+                  "nf4", "--double-quant", "on", "--optimizer", "paged-adamw-8bit",
+                  "--recompute", "full", "--lora-rank", "16", "--lora-alpha", "32", "--seq",
+                  "2048", "--attention", "flash", "--dtype", "bf16", "--device", "sim:h100-80gb"],
+    }
+    # (config, batch, allocated error, reserved error): vrambench against the made-up PyTorch.
+    moved = [("lora", 1, +0.01, -0.02), ("lora", 2, +0.04, +0.01), ("qlora", 1, -0.005, -0.06)]
+    rows = []
+    for config, batch, e_alloc, e_reserved in moved:
+        est = estimate(hand[config] + ["--batch", str(batch)], scratch)
+        rows.append({"config": config, "batch": batch,
+                     "allocated_peak_bytes": round(est["allocated_peak_bytes"] / (1 + e_alloc)),
+                     "reserved_peak_bytes": round((est["est_peak_bytes"] - CONTEXT)
+                                                  / (1 + e_reserved)),
+                     "driver_used_bytes": est["est_peak_bytes"]})
+    cap = 40 * GiB
+    largest = {c: estimate(hand[c] + ["--vram", f"{cap + CONTEXT}B"], scratch)["est_max_batch"]
+               for c in ("lora", "qlora")}
+    assert largest["lora"] >= 3 and largest["qlora"] >= 3, largest
+    bisections = [
+        {"config": "lora", "cap_bytes": cap, "largest_batch": largest["lora"] - 1,
+         "reserved_at_largest_bytes": 20 * GiB},
+        {"config": "qlora", "cap_bytes": cap, "largest_batch": largest["qlora"] + 3,
+         "reserved_at_largest_bytes": 23 * GiB},
+    ]
+    doc = {"environment": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_total_bytes": 85520809984,
+                           "torch": "2.x", "cuda": "13.0"},
+           "models": {"llama3-8b": LLAMA}, "configs": CONFIGS, "rows": rows,
+           "bisections": bisections}
+    reference = pathlib.Path(scratch) / "reference.json"
+    reference.write_text(json.dumps(doc))
+    out = pathlib.Path(scratch) / "table.md"
+    run = subprocess.run([sys.executable, str(script), str(reference), "--vrambench", binary,
+                          "--out", str(out), "--check"], capture_output=True, text=True)
+    table = out.read_text()
+
+print(table)
+print(run.stderr)
+# The errors the figures were moved by, as the table prints them.
+for line, errors in [("| lora   |     1 |", ["+1.0%", "-2.0%", "+0.0%"]),
+                     ("| lora   |     2 |", ["+4.0%", "+1.0%"]),
+                     ("| qlora  |     1 |", ["-0.5%", "-6.0%"])]:
+    found = [r for r in table.splitlines() if r.startswith(line)]
+    assert len(found) == 1, f"no row '{line}' in the table"
+    for e in errors:
+        assert f" {e} " in found[0], f"'{found[0]}' lacks {e}"
+# The largest batches: PyTorch's, vrambench's on a card of the cap and its context, the steps.
+for config, torch_largest, steps in [("lora", largest["lora"] - 1, "+1"),
+                                     ("qlora", largest["qlora"] + 3, "-3")]:
+    found = [[c.strip() for c in r.strip("|").split("|")] for r in table.splitlines()
+             if r.startswith(f"| {config} ") and "40.00 GiB" in r]
+    assert found == [[config, "40.00 GiB", str(torch_largest), str(largest[config]), steps,
+                      found[0][5]]], found
+# --check: the three figures beyond the tolerances, named, and nothing else.
+assert run.returncode == 1, run.returncode
+outside = [l for l in run.stderr.splitlines() if l.startswith("outside the tolerance")]
+assert outside == ["outside the tolerance: lora B=2 allocated +4.0%",
+                   "outside the tolerance: qlora B=1 reserved -6.0%",
+                   f"outside the tolerance: qlora largest batch {largest['qlora']} against "
+                   f"{largest['qlora'] + 3}"], outside
+assert "check: 3 figures outside the tolerances" in run.stderr
+print("torch_cuda_compare: the moved figures come back as moved, and --check names the three")
