@@ -94,24 +94,28 @@ __global__ void qk_norm_copy_v_kernel(T* dst, const T* src, QkNormShape s) {
   }
 }
 
-// Column d of dqw (c < D) or dkw (c >= D): a sum over the tokens and the heads of its kind.
+// Column d of dqw (c < D) or dkw (c >= D) in one pass: a sum over all the tokens and the heads of
+// its kind.
 template <typename T>
 __global__ void qk_norm_dw_kernel(AnyFloatsOut dqw, AnyFloatsOut dkw, const T* dy, const T* x,
                                   const float* rstd, QkNormShape s, bool accumulate) {
   VB_GRID_STRIDE(c, 2 * s.D) {
     const bool query = c < s.D;
     const std::int64_t d = query ? c : c - s.D;
-    const std::int64_t first = query ? 0 : s.A, heads = query ? s.A : s.K;
-    float sum = 0.0f;
-    for (std::int64_t t = 0; t < s.tokens; ++t)
-      for (std::int64_t h = first; h < first + heads; ++h) {
-        const std::int64_t row = t * (s.A + s.K) + h;
-        const std::int64_t at = s.offset(row) + d;
-        sum += to_f32(dy[at]) * to_f32(x[at]) * rstd[row];
-      }
+    const float sum = qk_norm_dw_part(c, dy, x, rstd, s, 0, s.tokens);
     const AnyFloatsOut dw = query ? dqw : dkw;
     dw.store(d, sum + (accumulate ? dw[d] : 0.0f));
   }
+}
+
+// Stage 1: a block of columns per chunk of tokens (blockIdx.y).
+template <typename T>
+__global__ void qk_norm_dw_partial_kernel(float* partial, const T* dy, const T* x,
+                                          const float* rstd, QkNormShape s,
+                                          std::int64_t chunk_tokens, std::int64_t count) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c < 2 * s.D)
+    qk_norm_dw_partial_body(c, blockIdx.y, partial, dy, x, rstd, s, chunk_tokens, count);
 }
 
 template <typename T, typename X>
@@ -191,7 +195,10 @@ void launch_qk_norm_fwd(DType dtype, DType w_dtype, void* y, float* rstd, const 
 void launch_qk_norm_bwd(DType dtype, DType w_dtype, void* dqkv, void* dqw, void* dkw,
                         const void* dy, const void* qkv, const void* qw, const void* kw,
                         const float* rstd, const QkNormShape& s, float w_offset, bool accumulate,
-                        cudaStream_t stream) {
+                        void* workspace, Bytes workspace_bytes, cudaStream_t stream) {
+  const ColumnChunks chunks =
+      column_chunks(s.tokens, s.D, 2, workspace != nullptr ? workspace_bytes : 0);
+  auto* partial = static_cast<float*>(workspace);
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     qk_norm_bwd_dx_kernel<T><<<row_grid(s.rows()), kRowThreads, 0, stream>>>(
@@ -203,11 +210,23 @@ void launch_qk_norm_bwd(DType dtype, DType w_dtype, void* dqkv, void* dqw, void*
             static_cast<T*>(dqkv), static_cast<const T*>(dy), s);
     VB_CHECK_LAUNCH("qk_norm_copy_v_kernel");
     if (dqw == nullptr) return;  // frozen norms: dqkv alone
-    qk_norm_dw_kernel<T><<<grid_for(2 * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
-        any_floats_out(dqw, w_dtype), any_floats_out(dkw, w_dtype), static_cast<const T*>(dy),
-        static_cast<const T*>(qkv), rstd, s, accumulate);
-    VB_CHECK_LAUNCH("qk_norm_dw_kernel");
+    if (chunks.count == 1) {
+      qk_norm_dw_kernel<T><<<grid_for(2 * s.D, kColumnThreads), kColumnThreads, 0, stream>>>(
+          any_floats_out(dqw, w_dtype), any_floats_out(dkw, w_dtype), static_cast<const T*>(dy),
+          static_cast<const T*>(qkv), rstd, s, accumulate);
+      VB_CHECK_LAUNCH("qk_norm_dw_kernel");
+      return;
+    }
+    qk_norm_dw_partial_kernel<T><<<column_grid(2 * s.D, chunks.count), kColumnThreads, 0, stream>>>(
+        partial, static_cast<const T*>(dy), static_cast<const T*>(qkv), rstd, s, chunks.rows,
+        chunks.count);
+    VB_CHECK_LAUNCH("qk_norm_dw_partial_kernel");
   });
+  if (dqw == nullptr || chunks.count == 1) return;
+  require_floating(w_dtype);
+  launch_column_finish(w_dtype, dqw, partial, chunks.count, s.D, accumulate, stream);
+  launch_column_finish(w_dtype, dkw, partial + chunks.count * s.D, chunks.count, s.D, accumulate,
+                       stream);
 }
 
 }  // namespace vrambench::cuda

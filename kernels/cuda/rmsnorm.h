@@ -108,6 +108,39 @@ struct QkNormShape {
   __host__ __device__ bool query(std::int64_t row) const { return row % (A + K) < A; }
 };
 
+// Column c of the q/k norm weights' gradients (c < D: dq_w's column c, else dk_w's c - D): the
+// sum of dy * x * rstd over tokens [t_begin, t_end) and the heads of its kind.
+template <typename T>
+__host__ __device__ inline float qk_norm_dw_part(std::int64_t c, const T* dy, const T* x,
+                                                 const float* rstd, const QkNormShape& s,
+                                                 std::int64_t t_begin, std::int64_t t_end) {
+  const bool query = c < s.D;
+  const std::int64_t d = query ? c : c - s.D;
+  const std::int64_t first = query ? 0 : s.A, heads = query ? s.A : s.K;
+  float sum = 0.0f;
+  for (std::int64_t t = t_begin; t < t_end; ++t)
+    for (std::int64_t h = first; h < first + heads; ++h) {
+      const std::int64_t row = t * (s.A + s.K) + h;
+      const std::int64_t at = s.offset(row) + d;
+      sum += to_f32(dy[at]) * to_f32(x[at]) * rstd[row];
+    }
+  return sum;
+}
+// Stage 1 of the two-stage sum (cuda/reduce.h): column c over the tokens of chunk `chunk` into
+// partial: dq_w's partials [count, D] first, then dk_w's [count, D].
+template <typename T>
+__host__ __device__ inline void qk_norm_dw_partial_body(std::int64_t c, std::int64_t chunk,
+                                                        float* partial, const T* dy, const T* x,
+                                                        const float* rstd, const QkNormShape& s,
+                                                        std::int64_t chunk_tokens,
+                                                        std::int64_t count) {
+  const std::int64_t begin = chunk * chunk_tokens;
+  const std::int64_t end = begin + chunk_tokens < s.tokens ? begin + chunk_tokens : s.tokens;
+  const bool query = c < s.D;
+  partial[(query ? 0 : count * s.D) + chunk * s.D + (query ? c : c - s.D)] =
+      qk_norm_dw_part(c, dy, x, rstd, s, begin, end);
+}
+
 // dtype: y's; x_dtype: x's; w_dtype: w's; each any floating dtype.
 void launch_rmsnorm_fwd(DType dtype, DType x_dtype, DType w_dtype, void* y, float* rstd,
                         const void* x, const void* w, std::int64_t M, std::int64_t H, float eps,
@@ -125,11 +158,12 @@ void launch_rmsnorm_bwd(DType dtype, DType x_dtype, DType w_dtype, void* dx, voi
 void launch_qk_norm_fwd(DType dtype, DType w_dtype, void* y, float* rstd, const void* qkv,
                         const void* qw, const void* kw, const QkNormShape& s, float eps,
                         float w_offset, cudaStream_t stream);
-// dqkv (its v part dy's), and dqw, dkw (in w_dtype) when not null (one pass over the rows per
-// column).
+// dqkv (its v part dy's), and dqw, dkw (in w_dtype) when not null: a two-stage column sum over
+// the tokens with its partials in `workspace` (the GEMM workspace; column_chunks(s.tokens, s.D,
+// 2, workspace_bytes)), or one pass per column without room for two chunks.
 void launch_qk_norm_bwd(DType dtype, DType w_dtype, void* dqkv, void* dqw, void* dkw,
                         const void* dy, const void* qkv, const void* qw, const void* kw,
                         const float* rstd, const QkNormShape& s, float w_offset, bool accumulate,
-                        cudaStream_t stream);
+                        void* workspace, Bytes workspace_bytes, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

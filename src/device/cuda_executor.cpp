@@ -203,7 +203,7 @@ void CudaExecutor::run(const Operands& a) {
         launch_qk_norm_bwd(dt, a.in[2].tensor->dtype, a.out[0].data, dw ? a.out[1].data : nullptr,
                            dw ? a.out[2].data : nullptr, cptr(a.in[0]), cptr(a.in[1]),
                            cptr(a.in[2]), cptr(a.in[3]), f32(a.in[4]), q, op.norm_offset,
-                           dw && a.accumulates(a.out[1]), st);
+                           dw && a.accumulates(a.out[1]), a.workspace, a.workspace_bytes, st);
       }
       return;
     }

@@ -378,7 +378,7 @@ class ProgramWriter {
                      int dqkv, int layer) {
     TensorIds out{dqkv};
     if (qw.trainable()) out.insert(out.end(), {qw.grad, kw.grad});
-    Op& o = op(OpKind::qk_norm_bwd, name, {dy, qkv, qw.w, kw.w, rstd}, std::move(out), layer);
+    Op& o = row_sum(OpKind::qk_norm_bwd, name, {dy, qkv, qw.w, kw.w, rstd}, std::move(out), layer);
     attention_attrs(o);
     return rms_attrs(o);
   }

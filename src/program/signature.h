@@ -16,8 +16,8 @@
 // `accumulate` it adds into its `grad` outputs. Tensors of role workspace may follow the listed
 // inputs or outputs of any op and are not counted: the GEMM workspace as the last input of linear
 // and attention GEMM ops and of the ops whose kernels sum over the rows (layernorm_bwd,
-// rmsnorm_bwd: dw and db; embedding_bwd: the token sort and dwpe), which keep their fp32 partials
-// there; an op's own scratch as its last output. Kernels find them by role.
+// rmsnorm_bwd, qk_norm_bwd: dw and db; embedding_bwd: the token sort and dwpe), which keep their
+// fp32 partials there; an op's own scratch as its last output. Kernels find them by role.
 #pragma once
 
 #include <array>

@@ -591,6 +591,47 @@ TYPED_TEST(Bodies, RmsNormReadsAndWritesItsWeightInAnyDtype) {
   check(__nv_bfloat16{}, DType::bf16);
 }
 
+// The q/k norm weights' gradients as the kernels sum them: in one pass over all the tokens, and
+// in two stages (partials per chunk of tokens, dq_w's block then dk_w's, then a sum over the
+// chunks), both against the CPU reference's dq_w and dk_w. Chunks of 3 tokens leave the last
+// one short.
+TYPED_TEST(Bodies, QkNormWeightGradientsInOnePassAndInTwoStages) {
+  using T = TypeParam;
+  const QkNormShape s{7, 4, 2, 8};
+  const std::int64_t Q = s.width(), n = s.tokens * Q;
+  const auto qkv = to_storage<T>(random_floats(n, 81));
+  const auto dy = to_storage<T>(random_floats(n, 82));
+  const auto qw = random_floats(s.D, 83, 0.5f, 1.5f), kw = random_floats(s.D, 84, 0.5f, 1.5f);
+  const auto qkvf = as_floats(qkv), dyf = as_floats(dy);
+  std::vector<float> y(n), rstd(s.rows()), dqkv(n), want_dq(s.D), want_dk(s.D);
+  cpu::qk_norm_fwd(y.data(), rstd.data(), qkvf.data(), qw.data(), kw.data(), s.tokens, s.A, s.K,
+                   s.D, 1e-6f);
+  cpu::qk_norm_bwd(dqkv.data(), want_dq.data(), want_dk.data(), dyf.data(), qkvf.data(), qw.data(),
+                   kw.data(), rstd.data(), s.tokens, s.A, s.K, s.D);
+  std::vector<double> one(2 * s.D);
+  for (std::int64_t c = 0; c < 2 * s.D; ++c)
+    one[c] = qk_norm_dw_part(c, dy.data(), qkv.data(), rstd.data(), s, 0, s.tokens);
+  const std::int64_t chunk_tokens = 3, count = 3;
+  std::vector<float> partial(count * 2 * s.D, NAN);
+  for (std::int64_t chunk = 0; chunk < count; ++chunk)
+    for (std::int64_t c = 0; c < 2 * s.D; ++c)
+      qk_norm_dw_partial_body(c, chunk, partial.data(), dy.data(), qkv.data(), rstd.data(), s,
+                              chunk_tokens, count);
+  std::vector<double> two(2 * s.D, 0.0);
+  for (std::int64_t chunk = 0; chunk < count; ++chunk)
+    for (std::int64_t d = 0; d < s.D; ++d) {
+      two[d] += partial[chunk * s.D + d];
+      two[s.D + d] += partial[count * s.D + chunk * s.D + d];
+    }
+  std::vector<double> want(want_dq.begin(), want_dq.end());
+  want.insert(want.end(), want_dk.begin(), want_dk.end());
+  expect_near_all(one, want, 1e-5, "one pass");
+  expect_near_all(two, want, 1e-5, "two stages");
+  // A Qwen3 step of 8 x 4096 tokens (D 128) takes the two stages in Hopper's GEMM workspace: one
+  // pass would leave 256 threads to sum a million rows each.
+  EXPECT_GT(column_chunks(8 * 4096, 128, 2, 32 * MiB).count, 16);
+}
+
 // ---- column sums ------------------------------------------------------------------------------
 
 TYPED_TEST(Bodies, ColumnSumTwoStagesAndOnePassMatchAPlainSum) {
