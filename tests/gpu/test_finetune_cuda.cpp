@@ -90,6 +90,8 @@ TEST(FinetuneCuda, LoraAndQloraStepsMatchTheCpuExecutor) {
   VB_REQUIRE_GPU();
   for (const StepCase c :
        {StepCase{"lora fp32 adamw", Finetune::lora, Optimizer::adamw, Precision::fp32},
+        // PEFT's fp32 adapters over the bf16 base (hf): the LoRA ops' y of another dtype.
+        StepCase{"lora bf16 adamw", Finetune::lora, Optimizer::adamw, Precision::bf16},
         StepCase{"qlora bf16 adamw-8bit", Finetune::qlora, Optimizer::adamw_8bit, Precision::bf16},
         StepCase{"qlora fp32 paged-adamw-8bit", Finetune::qlora, Optimizer::paged_adamw_8bit,
                  Precision::fp32}}) {
