@@ -296,16 +296,9 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
                     << to_string(finetune) << " " << to_string(attention) << " "
                     << to_string(recompute) << ": " << p.ops[i].name.str() << " reads "
                     << o->tensor->name.str() << " in another dtype";
-                const OpSignature& sig = signature(a.op.kind);
-                auto& mixed = framework == Framework::lean ? mixed_lean : mixed_hf;
-                for (std::size_t k = 0; k < a.in.size(); ++k) {
-                  if (of_free_dtype(sig.inputs[k]) && a.in[k].tensor->dtype != a.dtype())
-                    mixed.insert(std::string(to_string(a.op.kind)));
-                }
-                for (std::size_t k = 0; k < a.out.size(); ++k) {
-                  if (of_free_dtype(sig.outputs[k]) && a.out[k].tensor->dtype != a.dtype())
-                    mixed.insert(std::string(to_string(a.op.kind)));
-                }
+                if (mixes_dtypes(a))
+                  (framework == Framework::lean ? mixed_lean : mixed_hf)
+                      .insert(std::string(to_string(a.op.kind)));
                 if (framework == Framework::lean) continue;
                 if (a.op.kind == OpKind::lora_fwd || a.op.kind == OpKind::lora_bwd) {
                   EXPECT_NO_THROW(lora_columns(a, lora_dims(a))) << p.ops[i].name.str();
@@ -372,6 +365,10 @@ TEST(Operands, TheSignatureFreesTheMixedOperandsAndNoOthers) {
   for (std::size_t i = 0; i < p.ops.size(); ++i) found.push_back(flagged(i));
   EXPECT_EQ(found, (std::vector<std::string>{"", "", "x8", "", "dx16", "w", "", "y", "", "lx16", "",
                                              "kw16"}));
+  // Mixed forms: a freed operand of another dtype (fp32 x, a 16-bit b); a flagged 'a' is not one.
+  EXPECT_TRUE(mixes_dtypes(decoded(0)));
+  EXPECT_TRUE(mixes_dtypes(decoded(6)));
+  EXPECT_FALSE(mixes_dtypes(decoded(7)));
   // The op's dtype comes from an operand it does not free: dy's (not dx's), the adapters'.
   EXPECT_EQ(decoded(3).dtype(), DType::bf16);
   EXPECT_EQ(decoded(8).dtype(), DType::f32);

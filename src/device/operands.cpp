@@ -145,6 +145,16 @@ const Operand* operand_of_another_dtype(const Operands& a) {
   return scan(sig.outputs, a.out);
 }
 
+bool mixes_dtypes(const Operands& a) {
+  const OpSignature& sig = signature(a.op.kind);
+  const DType dt = a.dtype();
+  for (std::size_t k = 0; k < a.in.size() && k < sig.inputs.size(); ++k)
+    if (of_free_dtype(sig.inputs[k]) && a.in[k].tensor->dtype != dt) return true;
+  for (std::size_t k = 0; k < a.out.size() && k < sig.outputs.size(); ++k)
+    if (of_free_dtype(sig.outputs[k]) && a.out[k].tensor->dtype != dt) return true;
+  return false;
+}
+
 LinearDims linear_dims(const Operands& a) {
   const OpKind kind = a.op.kind;
   if (kind != OpKind::linear_fwd && kind != OpKind::linear_bwd && kind != OpKind::linear_dgrad)

@@ -74,6 +74,10 @@ Operands decode_operands(const Program& program, std::size_t op_index,
 // the storage.
 const Operand* operand_of_another_dtype(const Operands& a);
 
+// Whether `a` runs in a mixed form: an operand its signature frees from the op's dtype ("any",
+// "=x") is stored in another.
+bool mixes_dtypes(const Operands& a);
+
 inline std::int64_t last_dim(const Operand& o) {
   return o.tensor->shape.empty() ? 1 : o.tensor->shape.back();
 }

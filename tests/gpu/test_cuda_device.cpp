@@ -20,7 +20,6 @@
 #include "device/sources.h"
 #include "gpu/require_gpu.h"
 #include "program/program.h"
-#include "program/signature.h"
 
 namespace vrambench {
 namespace {
@@ -264,13 +263,7 @@ TEST(CudaSelftest, ConfigsAreStepsTheCudaKernelsRun) {
       const Operand* o = operand_of_another_dtype(a);
       EXPECT_EQ(o, nullptr) << sc.label << ": " << p.ops[i].name << " reads "
                             << (o ? o->tensor->name.str() : "") << " in another dtype";
-      const OpSignature& sig = signature(a.op.kind);
-      for (std::size_t k = 0; k < a.in.size(); ++k)
-        if (of_free_dtype(sig.inputs[k]) && a.in[k].tensor->dtype != a.dtype())
-          mixed.insert(a.op.kind);
-      for (std::size_t k = 0; k < a.out.size(); ++k)
-        if (of_free_dtype(sig.outputs[k]) && a.out[k].tensor->dtype != a.dtype())
-          mixed.insert(a.op.kind);
+      if (mixes_dtypes(a)) mixed.insert(a.op.kind);
     }
   }
   for (OpKind k :
