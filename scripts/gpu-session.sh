@@ -37,7 +37,11 @@ for s in $steps; do
     selftest) step selftest 60 "$dev/bin/vrambench" selftest ;;
     # Written after each configuration: a timeout keeps what was measured.
     torch)
-      step torch 200 python3 scripts/torch_cuda_reference.py --out "$out/torch_cuda_reference.json" ;;
+      step torch 195 python3 scripts/torch_cuda_reference.py --out "$out/torch_cuda_reference.json"
+      # vrambench's hf predictions beside what was measured, after it in torch.txt (seconds, and
+      # no GPU: it asks the simulated profile of the card).
+      timeout 5 python3 scripts/torch_cuda_compare.py "$out/torch_cuda_reference.json" \
+        >>"$out/torch.txt" 2>&1 ;;
     tests) step tests 120 "$dev/bin/vrambench_gpu_tests" --gtest_brief=1 ;;
     quick)
       step quick 120 scripts/gpu-reference.sh --quick --out "$out/tables"
