@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/math.h"
 #include "core/dtype.h"
 
 namespace vrambench::cuda {
@@ -77,39 +78,19 @@ void dispatch_float_pair(DType dtype, DType x_dtype, F&& f) {
 
 // A small operand read (AnyFloats) or written (AnyFloatsOut) in whichever floating dtype it is
 // stored in: a norm's weight and its gradient, which the hf step may keep in fp32 beside 16-bit
-// activations (prepare_model_for_kbit_training, autocast's fp32 model). Each access branches on
-// the dtype, alike in every thread; the kernels stay templated on the activations' types alone.
-__host__ __device__ inline float load_any(const void* p, DType dtype, std::int64_t i) {
-  switch (dtype) {
-    case DType::f16:
-      return to_f32(static_cast<const __half*>(p)[i]);
-    case DType::bf16:
-      return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
+// activations (prepare_model_for_kbit_training, autocast's fp32 model). Each access goes through
+// kmath's load and store by DType, the path the cpu reference reads every tensor by, branching on
+// the dtype alike in every thread; the kernels stay templated on the activations' types alone.
 struct AnyFloats {
   const void* p = nullptr;
   DType dtype = DType::f32;
-  __host__ __device__ float operator[](std::int64_t i) const { return load_any(p, dtype, i); }
+  __host__ __device__ float operator[](std::int64_t i) const { return kmath::load(p, dtype, i); }
 };
 struct AnyFloatsOut {
   void* p = nullptr;
   DType dtype = DType::f32;
-  __host__ __device__ float operator[](std::int64_t i) const { return load_any(p, dtype, i); }
-  __host__ __device__ void store(std::int64_t i, float v) const {
-    switch (dtype) {
-      case DType::f16:
-        static_cast<__half*>(p)[i] = from_f32<__half>(v);
-        return;
-      case DType::bf16:
-        static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(v);
-        return;
-      default:
-        static_cast<float*>(p)[i] = v;
-    }
-  }
+  __host__ __device__ float operator[](std::int64_t i) const { return kmath::load(p, dtype, i); }
+  __host__ __device__ void store(std::int64_t i, float v) const { kmath::store(p, dtype, i, v); }
 };
 // Element i of `out` = v: a typed pointer's, or an AnyFloatsOut's in its dtype.
 template <typename T>
