@@ -253,7 +253,7 @@ TEST(Operands, LoraDimsAndTheirChecks) {
 // product) the op holds it. A builder change that mixes dtypes some kernel cannot read fails here,
 // not on the GPU.
 TEST(Operands, EveryStepIsReadOperandForOperand) {
-  int built = 0;
+  int built = 0, optimizer_ops = 0;
   // The kinds seen reading or writing an operand of another dtype than their op's, per framework.
   std::set<std::string> mixed_lean, mixed_hf;
   for (const char* preset :
@@ -264,6 +264,9 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
         for (Finetune finetune : {Finetune::full, Finetune::lora, Finetune::qlora})
           for (Attention attention : {Attention::eager, Attention::flash})
             for (Recompute recompute : {Recompute::none, Recompute::full}) {
+              // Each recipe meets each optimizer over its four attention and recompute forms.
+              const Optimizer optimizers[] = {Optimizer::adamw, Optimizer::sgd,
+                                              Optimizer::adamw_8bit, Optimizer::paged_adamw_8bit};
               RunConfig c;
               c.model = find_preset(preset).model;
               c.framework = framework;
@@ -275,7 +278,7 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
               c.attention = attention;
               c.recompute = recompute;
               c.optimizer =
-                  finetune == Finetune::qlora ? Optimizer::paged_adamw_8bit : Optimizer::adamw;
+                  optimizers[2 * (attention == Attention::flash) + (recompute == Recompute::full)];
               c.dropout = finetune == Finetune::full ? 0.1 : 0.0;
               c.lora_dropout = finetune == Finetune::lora ? 0.05 : 0.0;
               try {
@@ -299,6 +302,21 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
                 if (mixes_dtypes(a))
                   (framework == Framework::lean ? mixed_lean : mixed_hf)
                       .insert(std::string(to_string(a.op.kind)));
+                if (a.op.kind == OpKind::adamw_step || a.op.kind == OpKind::sgd_step) {
+                  // As both executors read them: under hf, torch.optim keeps the state in the
+                  // parameter's dtype (no master there); bitsandbytes' 32-bit state (its
+                  // optimizers' small parameters) is fp32, and so is the lean trainer's.
+                  OptimizerOperands opt;
+                  ASSERT_NO_THROW(opt = optimizer_operands(a)) << p.ops[i].name.str();
+                  ++optimizer_ops;
+                  const bool torch_optim =
+                      c.optimizer == Optimizer::adamw || c.optimizer == Optimizer::sgd;
+                  if (opt.master != nullptr || framework == Framework::lean || !torch_optim) {
+                    EXPECT_EQ(opt.state_dtype, DType::f32) << p.ops[i].name.str();
+                  } else {
+                    EXPECT_EQ(opt.state_dtype, opt.dtype) << p.ops[i].name.str();
+                  }
+                }
                 if (framework == Framework::lean) continue;
                 if (a.op.kind == OpKind::lora_fwd || a.op.kind == OpKind::lora_bwd) {
                   EXPECT_NO_THROW(lora_columns(a, lora_dims(a))) << p.ops[i].name.str();
@@ -310,12 +328,15 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
               }
             }
   EXPECT_GE(built, 500);  // 576 of the 720: the rest are recipes validate() refuses
-  // The lean step keeps one dtype per op; the hf step mixes them in each of these kinds.
-  EXPECT_TRUE(mixed_lean.empty()) << *mixed_lean.begin();
+  EXPECT_GT(optimizer_ops, 10000);
+  // The lean step keeps one dtype per op but the optimizer's fp32 state beside 16-bit weights;
+  // the hf step mixes them in each of these kinds (AdamW's where bitsandbytes keeps a small
+  // parameter's state in fp32).
+  EXPECT_EQ(mixed_lean, (std::set<std::string>{"adamw_step", "sgd_step"}));
   EXPECT_EQ(mixed_hf,
-            (std::set<std::string>{"add", "attn_scores", "lora_bwd", "lora_fwd", "qk_norm_bwd",
-                                   "qk_norm_fwd", "rmsnorm_bwd", "rmsnorm_fwd", "rope_bwd",
-                                   "rope_fwd", "softmax_bwd", "softmax_fwd"}));
+            (std::set<std::string>{"adamw_step", "add", "attn_scores", "lora_bwd", "lora_fwd",
+                                   "qk_norm_bwd", "qk_norm_fwd", "rmsnorm_bwd", "rmsnorm_fwd",
+                                   "rope_bwd", "rope_fwd", "softmax_bwd", "softmax_fwd"}));
 }
 
 // The signature frees the operands the hf step mixes ("any", "=x"), and no other: RMSNorm's input
@@ -403,6 +424,64 @@ TEST(Operands, LoraOverAnotherDtypeKeepsItsColumnsInAHeldTensor) {
   EXPECT_EQ(kept->data, reinterpret_cast<void*>(std::uintptr_t{128}));
   EXPECT_EQ(columns(1), nullptr);
   EXPECT_THROW(columns(2), InternalError);
+}
+
+// The typed accessors the cuda executor reads operands through check the dtype. On the first GPU
+// the hf bf16 step's AdamW state (bf16, as torch.optim keeps a bf16 parameter's) was read through
+// a float pointer: 4-byte reads past a 2-byte-per-element buffer, an illegal address. Read the old
+// way, m now fails here, naming the op; optimizer_operands, the executors' way, takes it as bf16.
+TEST(Operands, TypedAccessorsRefuseAnotherDtype) {
+  RunConfig c;
+  c.model = find_preset("tiny").model;
+  c.framework = Framework::hf;
+  c.dtype = Precision::bf16;
+  c.seq = 16;
+  c.batch = 2;
+  const Program p = build_program(c, 64);
+  const std::vector<void*> data(p.tensors.size(), reinterpret_cast<void*>(std::uintptr_t{64}));
+  int adamw = 0;
+  for (std::size_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].kind != OpKind::adamw_step) continue;
+    ++adamw;
+    const Operands a = decode_operands(p, i, data);
+    const Operand& m = *a.input("m");
+    ASSERT_EQ(m.tensor->dtype, DType::bf16) << p.ops[i].name.str();
+    try {
+      (void)a.f32(m);
+      FAIL() << "a bf16 m read as fp32";
+    } catch (const InternalError& e) {
+      EXPECT_NE(std::string(e.what()).find("is bf16, read as f32"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)a.i32(m), InternalError);
+    const OptimizerOperands o = optimizer_operands(a);
+    EXPECT_EQ(o.state_dtype, DType::bf16);
+    EXPECT_EQ(o.dtype, DType::bf16);
+    EXPECT_EQ(o.master, nullptr);
+  }
+  EXPECT_GT(adamw, 0);
+  // A state of a third dtype, m and v apart, a master that is not fp32: refused.
+  Program q;
+  auto t = [&](const char* name, DType dt) {
+    return q.add_tensor(name, {4}, dt, Role::optimizer_state);
+  };
+  const int w = t("w", DType::bf16), g = t("g", DType::bf16), m16 = t("m16", DType::f16),
+            m32 = t("m32", DType::f32), vb = t("vb", DType::bf16), master16 = t("ms", DType::bf16);
+  auto step = [&](const char* name, TensorIds in) -> Op& {
+    Op& op = q.add_op(OpKind::adamw_step, name, in, {});
+    return op;
+  };
+  step("f16 state", {w, g, m16, m16});
+  step("m and v apart", {w, g, m32, vb});
+  step("bf16 master", {w, g, m32, m32, master16});
+  step("fine", {w, g, m32, m32});
+  const std::vector<void*> qdata(q.tensors.size(), reinterpret_cast<void*>(std::uintptr_t{64}));
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_THROW(optimizer_operands(decode_operands(q, i, qdata)), InternalError) << i;
+  EXPECT_NO_THROW(optimizer_operands(decode_operands(q, 3, qdata)));
+  // The table says so too: v of another dtype than m, a master that is not fp32.
+  EXPECT_EQ(operand_of_another_dtype(decode_operands(q, 1, qdata))->tensor->name, "vb");
+  EXPECT_EQ(operand_of_another_dtype(decode_operands(q, 2, qdata))->tensor->name, "ms");
+  EXPECT_EQ(operand_of_another_dtype(decode_operands(q, 3, qdata)), nullptr);
 }
 
 }  // namespace

@@ -200,7 +200,7 @@ void BM_AdamW(benchmark::State& state) {
   VB_CUDA_CHECK(cudaMemset(v.get(), 0, v.bytes()));
   VB_CUDA_CHECK(cudaMemset(master.get(), 0, master.bytes()));
   time_with_events(state, stream.get(), [&] {
-    launch_adamw(DType::bf16, w.get(), g.get(), m.as<float>(), v.as<float>(), master.as<float>(),
+    launch_adamw(DType::bf16, DType::f32, w.get(), g.get(), m.get(), v.get(), master.as<float>(),
                  AdamWParams{}, n, stream.get());
   });
   state.SetBytesProcessed(state.iterations() * n * (2 + 2 + 3 * 4 * 2));

@@ -1,37 +1,61 @@
 // Optimizer kernels.
+#include <stdexcept>
+#include <string>
+
 #include "cuda/check.h"
 #include "cuda/optimizer.h"
 
 namespace vrambench::cuda {
 namespace {
-template <typename T>
-__global__ void adamw_kernel(T* w, const T* grad, float* m, float* v, float* master, AdamWParams p,
+template <typename T, typename S>
+__global__ void adamw_kernel(T* w, const T* grad, S* m, S* v, float* master, AdamWParams p,
                              std::int64_t n) {
   VB_GRID_STRIDE(i, n) adamw_body(i, w, grad, m, v, master, p);
 }
-template <typename T>
-__global__ void sgd_kernel(T* w, const T* grad, float* momentum, float* master, SgdParams p,
+template <typename T, typename S>
+__global__ void sgd_kernel(T* w, const T* grad, S* momentum, float* master, SgdParams p,
                            std::int64_t n) {
   VB_GRID_STRIDE(i, n) sgd_body(i, w, grad, momentum, master, p);
 }
-}  // namespace
 
-void launch_adamw(DType dtype, void* w, const void* grad, float* m, float* v, float* master,
-                  AdamWParams params, std::int64_t n, cudaStream_t stream) {
+// Calls f(T{}, S{}) with T the weight's storage type and S the state's: fp32 or T.
+template <typename F>
+void dispatch_weight_and_state(DType dtype, DType state_dtype, F&& f) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
-    adamw_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(
-        static_cast<T*>(w), static_cast<const T*>(grad), m, v, master, params, n);
+    if (state_dtype == DType::f32) {
+      f(tag, float{});
+    } else if (state_dtype == dtype) {
+      f(tag, T{});
+    } else {
+      throw std::invalid_argument(
+          "CUDA optimizer kernels: state in " + std::string(dtype_name(state_dtype)) + " beside " +
+          std::string(dtype_name(dtype)) + " weights; it is fp32 or the weights' dtype");
+    }
+  });
+}
+}  // namespace
+
+void launch_adamw(DType dtype, DType state_dtype, void* w, const void* grad, void* m, void* v,
+                  float* master, AdamWParams params, std::int64_t n, cudaStream_t stream) {
+  dispatch_weight_and_state(dtype, state_dtype, [&](auto tag, auto state_tag) {
+    using T = decltype(tag);
+    using S = decltype(state_tag);
+    adamw_kernel<T, S><<<grid_for(n, 256), 256, 0, stream>>>(
+        static_cast<T*>(w), static_cast<const T*>(grad), static_cast<S*>(m), static_cast<S*>(v),
+        master, params, n);
   });
   VB_CHECK_LAUNCH("adamw_kernel");
 }
 
-void launch_sgd(DType dtype, void* w, const void* grad, float* momentum, float* master,
-                SgdParams params, std::int64_t n, cudaStream_t stream) {
-  dispatch_float(dtype, [&](auto tag) {
+void launch_sgd(DType dtype, DType state_dtype, void* w, const void* grad, void* momentum,
+                float* master, SgdParams params, std::int64_t n, cudaStream_t stream) {
+  dispatch_weight_and_state(dtype, state_dtype, [&](auto tag, auto state_tag) {
     using T = decltype(tag);
-    sgd_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(
-        static_cast<T*>(w), static_cast<const T*>(grad), momentum, master, params, n);
+    using S = decltype(state_tag);
+    sgd_kernel<T, S>
+        <<<grid_for(n, 256), 256, 0, stream>>>(static_cast<T*>(w), static_cast<const T*>(grad),
+                                               static_cast<S*>(momentum), master, params, n);
   });
   VB_CHECK_LAUNCH("sgd_kernel");
 }

@@ -1,7 +1,8 @@
 // AdamW and SGD with momentum (kmath::adamw_update / sgd_update), element-wise and in place.
 // With fp32 master weights (mixed precision) the update is applied to the master copy and the
-// weight is its rounding to the storage type; otherwise the weight itself is fp32. The gradients
-// are divided by params.grad_scale (the static loss scale of fp16 training) in fp32 first.
+// weight is its rounding to the storage type; otherwise to the weight's own values in fp32. The
+// gradients are divided by params.grad_scale (the static loss scale of fp16 training) in fp32
+// first.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,28 +19,38 @@ namespace vrambench::cuda {
 using AdamWParams = kmath::AdamParams;
 using SgdParams = kmath::SgdParams;
 
-template <typename T>
-__host__ __device__ inline void adamw_body(std::int64_t i, T* w, const T* grad, float* m, float* v,
+// T is the weight's (and gradient's) storage, S the state's: fp32, or T itself where PyTorch keeps
+// the state in the parameter's dtype (torch.optim.AdamW and SGD make it zeros_like(param), so a
+// bf16 model without master weights has bf16 moments). The update runs in fp32 either way and the
+// state is stored rounded, as the cpu reference does.
+template <typename T, typename S>
+__host__ __device__ inline void adamw_body(std::int64_t i, T* w, const T* grad, S* m, S* v,
                                            float* master, AdamWParams p) {
   float param = master != nullptr ? master[i] : to_f32(w[i]);
-  kmath::adamw_update(&param, to_f32(grad[i]), &m[i], &v[i], p);
+  float mi = to_f32(m[i]), vi = to_f32(v[i]);
+  kmath::adamw_update(&param, to_f32(grad[i]), &mi, &vi, p);
+  m[i] = from_f32<S>(mi);
+  v[i] = from_f32<S>(vi);
   if (master != nullptr) master[i] = param;
   w[i] = from_f32<T>(param);
 }
 
-template <typename T>
-__host__ __device__ inline void sgd_body(std::int64_t i, T* w, const T* grad, float* momentum,
+template <typename T, typename S>
+__host__ __device__ inline void sgd_body(std::int64_t i, T* w, const T* grad, S* momentum,
                                          float* master, SgdParams p) {
   float param = master != nullptr ? master[i] : to_f32(w[i]);
-  kmath::sgd_update(&param, to_f32(grad[i]), &momentum[i], p);
+  float buf = to_f32(momentum[i]);
+  kmath::sgd_update(&param, to_f32(grad[i]), &buf, p);
+  momentum[i] = from_f32<S>(buf);
   if (master != nullptr) master[i] = param;
   w[i] = from_f32<T>(param);
 }
 
-// dtype is the weight's (and gradient's) storage; m, v, momentum and master are fp32.
-void launch_adamw(DType dtype, void* w, const void* grad, float* m, float* v, float* master,
-                  AdamWParams params, std::int64_t n, cudaStream_t stream);
-void launch_sgd(DType dtype, void* w, const void* grad, float* momentum, float* master,
-                SgdParams params, std::int64_t n, cudaStream_t stream);
+// dtype is the weight's (and gradient's) storage; state_dtype that of m and v (momentum): fp32 or
+// dtype, anything else throws; master is fp32.
+void launch_adamw(DType dtype, DType state_dtype, void* w, const void* grad, void* m, void* v,
+                  float* master, AdamWParams params, std::int64_t n, cudaStream_t stream);
+void launch_sgd(DType dtype, DType state_dtype, void* w, const void* grad, void* momentum,
+                float* master, SgdParams params, std::int64_t n, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

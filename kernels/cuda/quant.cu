@@ -474,7 +474,7 @@ void launch_adamw_8bit(DType dtype, void* w, const void* grad, const kquant::Ada
   if (!optimizer_state_is_8bit(n)) {
     require(kName, "state.m (fp32 state under kMin8bitSize elements)", state.m);
     require(kName, "state.v (fp32 state under kMin8bitSize elements)", state.v);
-    launch_adamw(dtype, w, grad, state.m, state.v, master, params, n, stream);
+    launch_adamw(dtype, DType::f32, w, grad, state.m, state.v, master, params, n, stream);
     return;
   }
   require(kName, "state.m_codes", state.m_codes);

@@ -558,13 +558,15 @@ class CpuExecutor final : public Executor {
   }
 
   // In place on the weight, its state and its master copy: the update runs in fp32 on the master
-  // when there is one (then weight = round(master)), else on the weight's own values.
+  // when there is one (then weight = round(master)), else on the weight's own values; the state
+  // is stored rounded to its dtype. optimizer_operands checks the operands as the cuda executor
+  // reads them.
   void optimizer_step(const Operands& a) {
+    (void)optimizer_operands(a);
     const Operand& weight = a.in[0];
     const Operand* master = a.input("master");
     auto param = load(master ? *master : weight);
     const auto grad = load(a.in[1]);
-    a.require(grad.size() == param.size(), "grad and weight differ in size");
     const int step = ++steps_[weight.tensor->name];
     const auto n = static_cast<std::int64_t>(param.size());
     if (a.op.kind == OpKind::adamw_step) {

@@ -40,12 +40,6 @@ using namespace vrambench::cuda;
 const void* cptr(const Operand& b) {
   return b.data;
 }
-const std::int32_t* ids(const Operand& b) {
-  return static_cast<const std::int32_t*>(b.data);
-}
-float* f32(const Operand& b) {
-  return static_cast<float*>(b.data);
-}
 template <typename P>
 P* offset(P* base, std::int64_t elements, DType dtype) {
   using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
@@ -151,7 +145,7 @@ void CudaExecutor::run(const Operands& a) {
     case OpKind::embedding_fwd: {
       const EmbeddingDims d = embedding_dims(a);
       const Operand* wpe = a.input("wpe");
-      launch_embedding_fwd(dt, a.out[0].data, ids(a.in[0]), cptr(a.in[1]),
+      launch_embedding_fwd(dt, a.out[0].data, a.i32(a.in[0]), cptr(a.in[1]),
                            wpe ? cptr(*wpe) : nullptr, d.B * d.S, d.S, d.H, op.embed_scale, st);
       return;
     }
@@ -159,34 +153,34 @@ void CudaExecutor::run(const Operands& a) {
       const EmbeddingDims d = embedding_dims(a);
       const Operand* dwpe = a.output("dwpe");
       launch_embedding_bwd(dt, a.out[0].data, dwpe ? dwpe->data : nullptr, cptr(a.in[0]),
-                           ids(a.in[1]), d.B * d.S, d.S, d.H, d.V, d.P, a.accumulates(a.out[0]),
+                           a.i32(a.in[1]), d.B * d.S, d.S, d.H, d.V, d.P, a.accumulates(a.out[0]),
                            op.embed_scale, a.workspace, a.workspace_bytes, st);
       return;
     }
     case OpKind::layernorm_fwd:
-      launch_layernorm_fwd(dt, a.out[0].data, f32(a.out[1]), f32(a.out[2]), cptr(a.in[0]),
+      launch_layernorm_fwd(dt, a.out[0].data, a.f32(a.out[1]), a.f32(a.out[2]), cptr(a.in[0]),
                            cptr(a.in[1]), a.in.size() == 3 ? cptr(a.in[2]) : nullptr, rows(a.in[0]),
                            last_dim(a.in[0]), op.eps, st);
       return;
     case OpKind::layernorm_bwd:
       // A frozen norm (fine-tuning) writes dx alone.
-      launch_layernorm_bwd(dt, a.out[0].data, a.out.size() >= 2 ? a.out[1].data : nullptr,
-                           a.out.size() == 3 ? a.out[2].data : nullptr, cptr(a.in[0]),
-                           cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f32(a.in[4]), rows(a.in[1]),
-                           last_dim(a.in[1]), a.out.size() >= 2 && a.accumulates(a.out[1]),
-                           a.workspace, a.workspace_bytes, st);
+      launch_layernorm_bwd(
+          dt, a.out[0].data, a.out.size() >= 2 ? a.out[1].data : nullptr,
+          a.out.size() == 3 ? a.out[2].data : nullptr, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]),
+          a.f32(a.in[3]), a.f32(a.in[4]), rows(a.in[1]), last_dim(a.in[1]),
+          a.out.size() >= 2 && a.accumulates(a.out[1]), a.workspace, a.workspace_bytes, st);
       return;
     case OpKind::rmsnorm_fwd:
       // x and w may be of other dtypes than y (LlamaRMSNorm's fp32 input, fp32 norm weights).
       launch_rmsnorm_fwd(dt, a.in[0].tensor->dtype, a.in[1].tensor->dtype, a.out[0].data,
-                         f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]), rows(a.in[0]),
+                         a.f32(a.out[1]), cptr(a.in[0]), cptr(a.in[1]), rows(a.in[0]),
                          last_dim(a.in[0]), op.eps, op.norm_offset, st);
       return;
     case OpKind::rmsnorm_bwd:
       // dy's dtype (dt), x's (and dx's) and w's (and dw's).
       launch_rmsnorm_bwd(dt, a.in[1].tensor->dtype, a.in[2].tensor->dtype, a.out[0].data,
                          a.out.size() == 2 ? a.out[1].data : nullptr, cptr(a.in[0]), cptr(a.in[1]),
-                         cptr(a.in[2]), f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
+                         cptr(a.in[2]), a.f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]),
                          op.norm_offset, a.out.size() == 2 && a.accumulates(a.out[1]), a.workspace,
                          a.workspace_bytes, st);
       return;
@@ -196,13 +190,13 @@ void CudaExecutor::run(const Operands& a) {
       const QkNormShape q{s.batch * s.seq, s.heads, s.kv_heads, s.head_dim};
       if (op.kind == OpKind::qk_norm_fwd) {
         // The weights may be of another dtype (autocast's fp32 model).
-        launch_qk_norm_fwd(dt, a.in[1].tensor->dtype, a.out[0].data, f32(a.out[1]), cptr(a.in[0]),
+        launch_qk_norm_fwd(dt, a.in[1].tensor->dtype, a.out[0].data, a.f32(a.out[1]), cptr(a.in[0]),
                            cptr(a.in[1]), cptr(a.in[2]), q, op.eps, op.norm_offset, st);
       } else {
         const bool dw = a.out.size() == 3;  // frozen norms write dqkv alone
         launch_qk_norm_bwd(dt, a.in[2].tensor->dtype, a.out[0].data, dw ? a.out[1].data : nullptr,
                            dw ? a.out[2].data : nullptr, cptr(a.in[0]), cptr(a.in[1]),
-                           cptr(a.in[2]), cptr(a.in[3]), f32(a.in[4]), q, op.norm_offset,
+                           cptr(a.in[2]), cptr(a.in[3]), a.f32(a.in[4]), q, op.norm_offset,
                            dw && a.accumulates(a.out[1]), a.workspace, a.workspace_bytes, st);
       }
       return;
@@ -301,10 +295,10 @@ void CudaExecutor::run(const Operands& a) {
                    s.kv_heads, s.head_dim, static_cast<float>(op.dropout_p),
                    op.seed};
       if (fwd)
-        launch_flash_fwd(dt, a.out[0].data, f32(a.out[1]), cptr(a.in[0]), f, st);
+        launch_flash_fwd(dt, a.out[0].data, a.f32(a.out[1]), cptr(a.in[0]), f, st);
       else
         launch_flash_bwd(dt, a.out[0].data, a.workspace, a.workspace_bytes, cptr(a.in[0]),
-                         cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]), f, st);
+                         cptr(a.in[1]), cptr(a.in[2]), a.f32(a.in[3]), f, st);
       return;
     }
     case OpKind::dropout_fwd:
@@ -326,12 +320,12 @@ void CudaExecutor::run(const Operands& a) {
       return;
     case OpKind::cross_entropy_fwd: {
       const DType logits_dt = a.in[0].tensor->dtype;
-      launch_cross_entropy_fwd(logits_dt, f32(a.out[0]), f32(a.out[1]), cptr(a.in[0]), ids(a.in[1]),
-                               rows(a.in[0]), last_dim(a.in[0]), st);
+      launch_cross_entropy_fwd(logits_dt, a.f32(a.out[0]), a.f32(a.out[1]), cptr(a.in[0]),
+                               a.i32(a.in[1]), rows(a.in[0]), last_dim(a.in[0]), st);
       return;
     }
     case OpKind::cross_entropy_bwd:
-      launch_cross_entropy_bwd(dt, a.out[0].data, cptr(a.in[0]), ids(a.in[1]), f32(a.in[2]),
+      launch_cross_entropy_bwd(dt, a.out[0].data, cptr(a.in[0]), a.i32(a.in[1]), a.f32(a.in[2]),
                                rows(a.in[0]), last_dim(a.in[0]), op.grad_scale, st);
       return;
     case OpKind::adamw_step:
@@ -462,11 +456,12 @@ void CudaExecutor::cudnn_flash(const Operands& a, const AttentionShape& s, DType
   // The forward and the backward of one attention carry the same seed, so they drop alike.
   const SdpaRng rng{static_cast<std::int64_t>(op.seed), 0};
   if (fwd)
-    cudnn_sdpa_->forward(a.out[0].data, f32(a.out[1]), cptr(a.in[0]), key, rng, a.workspace,
+    cudnn_sdpa_->forward(a.out[0].data, a.f32(a.out[1]), cptr(a.in[0]), key, rng, a.workspace,
                          a.workspace_bytes, op.name.str(), stream_.get());
   else
-    cudnn_sdpa_->backward(a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]), f32(a.in[3]),
-                          key, rng, a.workspace, a.workspace_bytes, op.name.str(), stream_.get());
+    cudnn_sdpa_->backward(a.out[0].data, cptr(a.in[0]), cptr(a.in[1]), cptr(a.in[2]),
+                          a.f32(a.in[3]), key, rng, a.workspace, a.workspace_bytes, op.name.str(),
+                          stream_.get());
 }
 
 // A part of a quantised frozen weight: the module's weight drawn on the device by the init rule
@@ -627,26 +622,20 @@ void CudaExecutor::adamw_8bit(const Operands& a) {
   const kquant::AdamW8bitState state = adamw_8bit_state(a);
   if (a.in[1].tensor->dtype != weight.tensor->dtype) a.fail("grad and weight differ in dtype");
   launch_adamw_8bit(
-      weight.tensor->dtype, weight.data, cptr(a.in[1]), state, master ? f32(*master) : nullptr,
+      weight.tensor->dtype, weight.data, cptr(a.in[1]), state, master ? a.f32(*master) : nullptr,
       adam_params(a.op, ++steps_[weight.tensor->name]), weight.tensor->elements(), stream_.get());
 }
 
-// In place on the weight, its state and its master copy (the last input when there is one).
+// In place on the weight, its state (fp32 or the weight's dtype) and its fp32 master copy.
 void CudaExecutor::optimizer(const Operands& a) {
-  const Operand& weight = a.in[0];
-  const Operand* master_operand = a.input("master");
-  float* master = master_operand ? f32(*master_operand) : nullptr;
-  if (a.in[1].tensor->elements() != weight.tensor->elements())
-    a.fail("grad and weight differ in size");
-  if (a.in[1].tensor->dtype != weight.tensor->dtype) a.fail("grad and weight differ in dtype");
-  const int step = ++steps_[weight.tensor->name];
-  const std::int64_t n = weight.tensor->elements();
+  const OptimizerOperands o = optimizer_operands(a);
+  const int step = ++steps_[a.in[0].tensor->name];
   if (a.op.kind == OpKind::adamw_step)
-    launch_adamw(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), f32(a.in[3]),
-                 master, adam_params(a.op, step), n, stream_.get());
+    launch_adamw(o.dtype, o.state_dtype, o.w, o.grad, o.m, o.v, o.master, adam_params(a.op, step),
+                 o.elements, stream_.get());
   else
-    launch_sgd(weight.tensor->dtype, weight.data, cptr(a.in[1]), f32(a.in[2]), master,
-               sgd_params(a.op), n, stream_.get());
+    launch_sgd(o.dtype, o.state_dtype, o.w, o.grad, o.m, o.master, sgd_params(a.op), o.elements,
+               stream_.get());
 }
 
 }  // namespace

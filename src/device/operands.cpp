@@ -46,6 +46,13 @@ const Operand* Operands::output(std::string_view name) const {
   return find(*this, signature(op.kind).outputs, out, name, "output");
 }
 
+void* Operands::typed(const Operand& o, DType dtype) const {
+  if (o.tensor->dtype != dtype)
+    fail(fmt::format("'{}' is {}, read as {}", o.tensor->name, dtype_name(o.tensor->dtype),
+                     dtype_name(dtype)));
+  return o.data;
+}
+
 void Operands::fail(std::string_view what) const {
   throw InternalError(fmt::format("op '{}' ({}): {}", op.name, to_string(op.kind), what));
 }
@@ -95,27 +102,29 @@ DType Operands::dtype() const {
 
 const Operand* operand_of_another_dtype(const Operands& a) {
   switch (a.op.kind) {
-    case OpKind::cast:
-    case OpKind::cross_entropy_fwd:
-    case OpKind::adamw_step:
-    case OpKind::sgd_step:
-    case OpKind::adamw8bit_step:
-    case OpKind::dequantize:
+    case OpKind::cast:               // any floating dtype into any other, by design
+    case OpKind::cross_entropy_fwd:  // the logits in whichever dtype the head wrote them
+    case OpKind::dequantize:         // the quantisation's own codes and constants
       return nullptr;
     default:
       break;
   }
   const OpSignature& sig = signature(a.op.kind);
   const DType dt = a.dtype();
-  // An operand whose name the table gives a dtype of its own anywhere ("mean[M] f32" in
-  // layernorm_fwd makes layernorm_bwd's "mean" one too; "mask u8", "tokens[B,S] i32"): the names,
-  // read off the table once.
-  static const std::vector<std::string_view> typed_names = [] {
-    std::vector<std::string_view> names;
+  // The dtype the table gives an operand's name where it gives one ("mean[M] f32" in
+  // layernorm_fwd makes layernorm_bwd's "mean" an fp32 one too; "mask u8", "tokens[B,S] i32"),
+  // read off the table once: the first listing that types the name.
+  static const std::vector<std::pair<std::string_view, std::string_view>> typed_names = [] {
+    std::vector<std::pair<std::string_view, std::string_view>> names;
     auto add = [&](const auto& list) {
-      for (std::string_view entry : list)
-        if (!operand_dtype(entry).empty() && !of_free_dtype(entry))
-          names.push_back(operand_name(entry));
+      for (std::string_view entry : list) {
+        const std::string_view d = operand_dtype(entry);
+        if (d.empty() || of_free_dtype(entry)) continue;
+        const std::string_view name = operand_name(entry);
+        if (std::none_of(names.begin(), names.end(),
+                         [&](const auto& n) { return n.first == name; }))
+          names.emplace_back(name, d);
+      }
     };
     for (std::size_t k = 0; k < kOpKindCount; ++k) {
       add(signature(static_cast<OpKind>(k)).inputs);
@@ -123,18 +132,21 @@ const Operand* operand_of_another_dtype(const Operands& a) {
     }
     return names;
   }();
-  auto own_dtype = [](std::string_view listed) {
-    return std::find(typed_names.begin(), typed_names.end(), operand_name(listed)) !=
-           typed_names.end();
-  };
   auto allowed = [&](std::string_view listed, DType stored) {
-    const std::string_view d = operand_dtype(listed);
+    std::string_view d = operand_dtype(listed);
     if (d == "any") return is_floating(stored);
     if (!d.empty() && d.front() == '=') {
       const Operand* o = a.input(d.substr(1));
       return o != nullptr && o->tensor->dtype == stored;
     }
-    return own_dtype(listed) || stored == dt;
+    if (d.empty()) {
+      const auto typed = std::find_if(typed_names.begin(), typed_names.end(), [&](const auto& n) {
+        return n.first == operand_name(listed);
+      });
+      if (typed == typed_names.end()) return stored == dt;
+      d = typed->second;
+    }
+    return dtype_name(stored) == d;
   };
   auto scan = [&](const auto& listed, const std::vector<Operand>& bound) -> const Operand* {
     for (std::size_t i = 0; i < bound.size() && i < listed.size(); ++i)
@@ -284,6 +296,41 @@ kquant::AdamW8bitState adamw_8bit_state(const Operands& a) {
   state.absmax_m = static_cast<float*>(absmax_m.data);
   state.absmax_v = static_cast<float*>(absmax_v.data);
   return state;
+}
+
+OptimizerOperands optimizer_operands(const Operands& a) {
+  a.require(a.op.kind == OpKind::adamw_step || a.op.kind == OpKind::sgd_step,
+            "not an adamw_step or sgd_step");
+  const bool adam = a.op.kind == OpKind::adamw_step;
+  const Operand &w = input(a, "w"), &grad = input(a, "grad");
+  const Operand& m = input(a, adam ? "m" : "momentum");
+  const Operand* master = a.input("master");
+  OptimizerOperands o;
+  o.w = w.data;
+  o.grad = grad.data;
+  o.dtype = w.tensor->dtype;
+  o.m = m.data;
+  o.state_dtype = m.tensor->dtype;
+  o.master = master ? a.f32(*master) : nullptr;
+  o.elements = w.tensor->elements();
+  a.require(grad.tensor->dtype == o.dtype, "grad and weight differ in dtype");
+  auto same_size = [&](const Operand& x) {
+    if (x.tensor->elements() != o.elements)
+      a.fail(fmt::format("'{}' and the weight differ in size", x.tensor->name));
+  };
+  same_size(grad);
+  same_size(m);
+  if (master) same_size(*master);
+  if (o.state_dtype != DType::f32 && o.state_dtype != o.dtype)
+    a.fail(fmt::format("state '{}' is {}: fp32 or the weight's {}", m.tensor->name,
+                       dtype_name(o.state_dtype), dtype_name(o.dtype)));
+  if (adam) {
+    const Operand& v = input(a, "v");
+    same_size(v);
+    a.require(v.tensor->dtype == o.state_dtype, "m and v differ in dtype");
+    o.v = v.data;
+  }
+  return o;
 }
 
 kmath::AdamParams adam_params(const Op& op, int step) {

@@ -50,6 +50,14 @@ struct Operands {
   // another).
   const Operand* held_like(DType dtype, const Shape& shape) const;
 
+  // `o`'s memory as the type a kernel reads it through, checked: an operand stored in another
+  // dtype fails naming the op (a cast pointer would read it as garbage, or past its end).
+  float* f32(const Operand& o) const { return static_cast<float*>(typed(o, DType::f32)); }
+  const std::int32_t* i32(const Operand& o) const {
+    return static_cast<const std::int32_t*>(typed(o, DType::i32));
+  }
+  void* typed(const Operand& o, DType dtype) const;
+
   // InternalError naming the op and its kind.
   [[noreturn]] void fail(std::string_view what) const;
   void require(bool ok, std::string_view what) const {
@@ -65,13 +73,13 @@ Operands decode_operands(const Program& program, std::size_t op_index,
 
 // The first operand of `a` stored in a dtype its signature does not allow, or nullptr: the cuda
 // kernels read each operand in the op's dtype (dtype()) unless the signature says otherwise.
-// Operands it gives a dtype of their own (norm statistics, masks, token ids) and the kinds that
-// read several dtypes by design (cast, the loss's logits, optimizer state, quantised codes and
-// scales) never count; an "any" operand counts when it is not of a floating dtype, an "=x" one
-// when it is not x's. The hf step mixes dtypes where PyTorch does (LlamaRMSNorm's fp32 input,
-// autocast's and QLoRA's fp32 stream, PEFT's fp32 adapters over a 16-bit base): the signature
-// marks those operands, the kernels take them, and the cpu executor computes in fp32 whatever
-// the storage.
+// An operand the table types ("rstd f32", "mask u8", "tokens i32", "[master f32]", here or
+// wherever the table lists its name with a dtype) counts when it is stored in another; an "any"
+// operand when it is not of a floating dtype, an "=x" one when it is not x's. The kinds that
+// read several dtypes by design (cast, the loss's logits, quantised codes and scales) never count.
+// The hf step mixes dtypes where PyTorch does (LlamaRMSNorm's fp32 input, autocast's and QLoRA's
+// fp32 stream, PEFT's fp32 adapters over a 16-bit base): the signature marks those operands, the
+// kernels take them, and the cpu executor computes in fp32 whatever the storage.
 const Operand* operand_of_another_dtype(const Operands& a);
 
 // Whether `a` runs in a mixed form: an operand its signature frees from the op's dtype ("any",
@@ -129,6 +137,21 @@ DequantizeOperands dequantize_operands(const Operands& a);
 // adamw8bit_step: the 8-bit moments and their absmax per block, checked against the weight's
 // elements (and the gradient's).
 kquant::AdamW8bitState adamw_8bit_state(const Operands& a);
+
+// adamw_step / sgd_step: the weight and its gradient (one dtype, one size), the state (m and v, or
+// the momentum) in one dtype, fp32 or the weight's (torch.optim keeps it in the parameter's dtype,
+// so a 16-bit model without master weights has 16-bit state), and the fp32 master copy or nullptr.
+struct OptimizerOperands {
+  void* w = nullptr;
+  const void* grad = nullptr;
+  DType dtype = DType::f32;  // the weight's and the gradient's
+  void* m = nullptr;         // or the momentum
+  void* v = nullptr;         // nullptr for sgd_step
+  DType state_dtype = DType::f32;
+  float* master = nullptr;
+  std::int64_t elements = 0;
+};
+OptimizerOperands optimizer_operands(const Operands& a);
 
 // The optimizer's parameters from the op's attributes; `step` is the weight's step count, which
 // the executor keeps.

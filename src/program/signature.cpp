@@ -67,12 +67,14 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
      {"loss[1] f32", "lse[M] f32"}, {}, "the mean over M"},
     {OpKind::cross_entropy_bwd, "cross_entropy_bwd", {"logits", "targets", "lse"},
      {"dlogits[M,V]"}, {.grad_scale = true}, "of grad_scale x the mean loss"},
-    {OpKind::adamw_step, "adamw_step", {"w", "grad", "m", "v", "[master]"}, {},
+    {OpKind::adamw_step, "adamw_step", {"w", "grad", "m any", "v =m", "[master f32]"}, {},
      {.grad_scale = true, .optimizer = true},
-     "updates w, m, v and master in place; grad is divided by grad_scale first"},
-    {OpKind::sgd_step, "sgd_step", {"w", "grad", "momentum", "[master]"}, {},
+     "updates w, m, v and master in place; grad is divided by grad_scale first; m and v fp32 "
+     "or w's dtype (torch.optim keeps the state in the parameter's dtype)"},
+    {OpKind::sgd_step, "sgd_step", {"w", "grad", "momentum any", "[master f32]"}, {},
      {.grad_scale = true, .optimizer = true},
-     "updates w, momentum and master in place; grad is divided by grad_scale first"},
+     "updates w, momentum and master in place; grad is divided by grad_scale first; momentum "
+     "fp32 or w's dtype"},
     {OpKind::dequantize, "dequantize", {"codes u8", "absmax", "[absmax2 f32]", "[offset f32]"},
      {"w[Out,In]"}, {.quant = true},
      "rows [row_offset, +rows) of w from 4-bit codes and a per-64 absmax (fp32, or 8-bit with "
@@ -91,7 +93,7 @@ constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
      "added into dx with accumulate (the frozen base wrote it first); with dy of another dtype "
      "its columns are cast into the op's first held tensor of [M,N] in its dtype first"},
     {OpKind::adamw8bit_step, "adamw8bit_step",
-     {"w", "grad", "m u8", "v u8", "m_absmax f32", "v_absmax f32", "[master]"}, {},
+     {"w", "grad", "m u8", "v u8", "m_absmax f32", "v_absmax f32", "[master f32]"}, {},
      {.grad_scale = true, .optimizer = true},
      "bitsandbytes' 8-bit AdamW: the moments dequantised per block of 256, updated in fp32, "
      "requantised with the new absmax; m and v may be paged"},

@@ -1016,6 +1016,25 @@ TYPED_TEST(Bodies, AdamWWithAndWithoutMaster) {
   EXPECT_EQ(master2, master);
   EXPECT_EQ(m2, m);
   EXPECT_EQ(v2, v);
+  // The state in the weight's dtype (torch.optim's for a 16-bit model without masters): the same
+  // fp32 update, the moments stored rounded, the weight as with fp32 state.
+  std::vector<T> w3 = to_storage<T>(wf), m3(n, from_f32<T>(0.1f)), v3(n, from_f32<T>(0.2f));
+  std::vector<float> m4(n), v4(n), master4(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    m4[i] = to_f32(m3[i]);
+    v4[i] = to_f32(v3[i]);
+    master4[i] = wf[i];
+  }
+  std::vector<T> w4 = to_storage<T>(wf);
+  over(n, [&](std::int64_t i) {
+    adamw_body(i, w3.data(), grad.data(), m3.data(), v3.data(), static_cast<float*>(nullptr), p);
+    adamw_body(i, w4.data(), grad.data(), m4.data(), v4.data(), static_cast<float*>(nullptr), p);
+  });
+  for (std::int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(to_f32(m3[i]), to_f32(from_f32<T>(m4[i]))) << i;
+    EXPECT_EQ(to_f32(v3[i]), to_f32(from_f32<T>(v4[i]))) << i;
+    EXPECT_EQ(to_f32(w3[i]), to_f32(w4[i])) << i;
+  }
 }
 
 TYPED_TEST(Bodies, SgdMomentum) {
@@ -1043,6 +1062,14 @@ TYPED_TEST(Bodies, SgdMomentum) {
   over(n, [&](std::int64_t i) { sgd_body(i, w2.data(), scaled.data(), mom2.data(), nullptr, ps); });
   EXPECT_EQ(mom2, mom);
   for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(to_f32(w2[i]), to_f32(w[i]));
+  // The momentum in the weight's dtype: the same update, the buffer stored rounded.
+  auto w3 = to_storage<T>(wf);
+  std::vector<T> mom3(n, from_f32<T>(0.5f));
+  over(n, [&](std::int64_t i) { sgd_body(i, w3.data(), grad.data(), mom3.data(), nullptr, p); });
+  for (std::int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(to_f32(mom3[i]), to_f32(from_f32<T>(mom[i]))) << i;
+    EXPECT_EQ(to_f32(w3[i]), to_f32(w[i])) << i;
+  }
 }
 
 }  // namespace

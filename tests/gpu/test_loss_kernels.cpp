@@ -13,7 +13,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "gpu/require_gpu.h"
 #include "cpu/attention.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/optimizer.h"
@@ -24,11 +23,11 @@
 #include "cuda/softmax.h"
 #include "cuda/types.h"
 #include "device/cuda_device.h"
+#include "gpu/require_gpu.h"
 #include "program/program.h"
 
 namespace vrambench::cuda {
 namespace {
-
 
 template <typename T>
 constexpr DType dtype_of() {
@@ -199,55 +198,78 @@ TYPED_TEST(LossKernels, CrossEntropyForwardAndBackward) {
   }
 }
 
-// AdamW and SGD, with and without fp32 masters, loss-scaled gradients divided out: the same
-// update as the CPU reference on the unscaled gradient.
+// AdamW and SGD, with and without fp32 masters, loss-scaled gradients divided out, the state in
+// fp32 or in the weight's dtype (torch.optim's state of a 16-bit model without masters): the same
+// update as the CPU reference on the unscaled gradient, the state rounded to its dtype.
+template <typename T, typename S>
+void optimizer_steps_match_the_cpu(std::int64_t n, bool with_master, float scale) {
+  const DType dt = dtype_of<T>(), st = dtype_of<S>();
+  const auto w = random_storage<T>(n, 5), g = random_storage<T>(n, 6);
+  std::vector<T> scaled(n);
+  for (std::int64_t i = 0; i < n; ++i) scaled[i] = from_f32<T>(to_f32(g[i]) * scale);
+  const auto m0 = random_storage<S>(n, 7, 0, 0.1f);
+  const auto v0 = random_storage<S>(n, 8, 0, 0.1f);
+  // CPU: the update of the unscaled gradient, on the master (the weight's value) in fp32.
+  std::vector<float> param = floats(w), m = floats(m0), v = floats(v0), grad = floats(g);
+  AdamWParams ap{1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3};
+  cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, ap);
+  const DeviceBuffer d_g = upload(scaled);
+  DeviceBuffer d_w = upload(w), d_m = upload(m0), d_v = upload(v0);
+  DeviceBuffer d_master = upload(floats(w));
+  AdamWParams gp = ap;
+  gp.grad_scale = scale;
+  launch_adamw(dt, st, d_w.get(), d_g.get(), d_m.get(), d_v.get(),
+               with_master ? d_master.as<float>() : nullptr, gp, n, nullptr);
+  expect_close(download<S>(d_m, n), widen(m), rtol<S>(), 1e-7, "adamw m");
+  expect_close(download<S>(d_v, n), widen(v), rtol<S>(), 1e-9, "adamw v");
+  expect_close(download<T>(d_w, n), widen(param), rtol<T>(), 1e-5, "adamw w");
+  if (with_master)
+    expect_close(download<float>(d_master, n), widen(param), 1e-5, 1e-6, "adamw master");
+
+  param = floats(w);
+  std::vector<float> mom = floats(m0);
+  SgdParams sp{0.1f, 0.9f, 0.01f};
+  cpu::sgd_step(param.data(), grad.data(), mom.data(), n, sp);
+  d_w = upload(w);
+  d_m = upload(m0);
+  d_master = upload(floats(w));
+  SgdParams gsp = sp;
+  gsp.grad_scale = scale;
+  launch_sgd(dt, st, d_w.get(), d_g.get(), d_m.get(), with_master ? d_master.as<float>() : nullptr,
+             gsp, n, nullptr);
+  expect_close(download<S>(d_m, n), widen(mom), rtol<S>(), 1e-7, "sgd momentum");
+  expect_close(download<T>(d_w, n), widen(param), rtol<T>(), 1e-5, "sgd w");
+  if (with_master)
+    expect_close(download<float>(d_master, n), widen(param), 1e-6, 1e-6, "sgd master");
+}
+
 TYPED_TEST(LossKernels, OptimizerStepsDivideTheLossScaleOut) {
   VB_REQUIRE_GPU();
   using T = TypeParam;
-  const DType dt = dtype_of<T>();
   for (std::int64_t n : {std::int64_t{1} << 20, std::int64_t{5}})
     for (bool with_master : {false, true})
       for (float scale : {1.0f, 1024.0f}) {
         SCOPED_TRACE(::testing::Message()
                      << n << " elements, master " << with_master << ", scale " << scale);
-        const auto w = random_storage<T>(n, 5), g = random_storage<T>(n, 6);
-        std::vector<T> scaled(n);
-        for (std::int64_t i = 0; i < n; ++i) scaled[i] = from_f32<T>(to_f32(g[i]) * scale);
-        const auto m0 = floats(random_storage<float>(n, 7, 0, 0.1f));
-        const auto v0 = floats(random_storage<float>(n, 8, 0, 0.1f));
-        // CPU: the update of the unscaled gradient, on the master (the weight's value) in fp32.
-        std::vector<float> param = floats(w), m = m0, v = v0, grad = floats(g);
-        AdamWParams ap{1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 3};
-        cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, ap);
-        const DeviceBuffer d_g = upload(scaled);
-        DeviceBuffer d_w = upload(w), d_m = upload(m0), d_v = upload(v0);
-        DeviceBuffer d_master = upload(floats(w));
-        AdamWParams gp = ap;
-        gp.grad_scale = scale;
-        launch_adamw(dt, d_w.get(), d_g.get(), d_m.as<float>(), d_v.as<float>(),
-                     with_master ? d_master.as<float>() : nullptr, gp, n, nullptr);
-        expect_close(download<float>(d_m, n), widen(m), 1e-5, 1e-7, "adamw m");
-        expect_close(download<float>(d_v, n), widen(v), 1e-5, 1e-9, "adamw v");
-        expect_close(download<T>(d_w, n), widen(param), rtol<T>(), 1e-5, "adamw w");
-        if (with_master)
-          expect_close(download<float>(d_master, n), widen(param), 1e-5, 1e-6, "adamw master");
-
-        param = floats(w);
-        std::vector<float> mom = m0;
-        SgdParams sp{0.1f, 0.9f, 0.01f};
-        cpu::sgd_step(param.data(), grad.data(), mom.data(), n, sp);
-        d_w = upload(w);
-        d_m = upload(m0);
-        d_master = upload(floats(w));
-        SgdParams gsp = sp;
-        gsp.grad_scale = scale;
-        launch_sgd(dt, d_w.get(), d_g.get(), d_m.as<float>(),
-                   with_master ? d_master.as<float>() : nullptr, gsp, n, nullptr);
-        expect_close(download<float>(d_m, n), widen(mom), 1e-6, 1e-7, "sgd momentum");
-        expect_close(download<T>(d_w, n), widen(param), rtol<T>(), 1e-5, "sgd w");
-        if (with_master)
-          expect_close(download<float>(d_master, n), widen(param), 1e-6, 1e-6, "sgd master");
+        {
+          SCOPED_TRACE("fp32 state");
+          optimizer_steps_match_the_cpu<T, float>(n, with_master, scale);
+        }
+        if constexpr (!std::is_same_v<T, float>) {
+          SCOPED_TRACE("state in the weight's dtype");
+          optimizer_steps_match_the_cpu<T, T>(n, with_master, scale);
+        }
       }
+}
+
+// A state in neither fp32 nor the weight's dtype is refused before any launch.
+TEST(OptimizerKernels, StateOfAThirdDtypeIsRefused) {
+  EXPECT_THROW(launch_adamw(DType::bf16, DType::f16, nullptr, nullptr, nullptr, nullptr, nullptr,
+                            AdamWParams{}, 4, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(launch_sgd(DType::f32, DType::bf16, nullptr, nullptr, nullptr, nullptr, SgdParams{},
+                          4, nullptr),
+               std::invalid_argument);
 }
 
 }  // namespace
