@@ -405,11 +405,21 @@ TEST(Cli, CrashedConfigurationBecomesAFailedRowAndTheSweepGoesOn) {
       "--out " +
           dir.string() + " --name c",
       "VRAMBENCH_FAULT=abort");
-  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // Every row is written, and the run still fails, naming how many rows have no answer.
+  ASSERT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_EQ(run.err, "vrambench: 2 of 2 configurations failed (see the note column)\n");
   const auto rows = table_rows(run.out);
   ASSERT_EQ(rows.size(), 2u) << run.out;
   for (const std::string& row : rows) EXPECT_NE(row.find("crashed: signal 6"), std::string::npos);
   EXPECT_NE(run.out.find("2 failed"), std::string::npos) << run.out;
+  EXPECT_EQ(csv_of(dir / "c.csv").size(), 3u) << "the header and both rows";
+  // One failed row of two fails the run too.
+  const CommandResult one =
+      vrambench("--isolate --device sim:rtx4090 --preset tiny --sweep seq=64,128 --out " +
+                    dir.string() + " --name one",
+                "VRAMBENCH_FAULT=abort@seq=128");
+  EXPECT_EQ(one.exit_code, 1) << one.err;
+  EXPECT_EQ(one.err, "vrambench: 1 of 2 configurations failed (see the note column)\n");
   fs::remove_all(dir);
 }
 
@@ -420,13 +430,15 @@ TEST(Cli, AHangingTrialTimesOutIntoARowAndTheSweepGoesOn) {
       "--preset tiny --sweep seq=64,128 --out " +
           dir.string() + " --name h",
       "VRAMBENCH_FAULT=hang");
-  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.exit_code, 1) << run.err;
   const auto rows = table_rows(run.out);
   ASSERT_EQ(rows.size(), 2u) << run.out;
   for (const std::string& row : rows)
     EXPECT_NE(row.find("timeout: the trial at batch 1 ran over 0.5 s"), std::string::npos) << row;
   EXPECT_NE(run.out.find("2 timed out"), std::string::npos) << run.out;
-  EXPECT_EQ(run.err, "") << "stderr is not a terminal: no progress line";
+  // stderr is not a terminal: no progress line, only the failure's.
+  EXPECT_EQ(run.err,
+            "vrambench: 2 of 2 configurations failed, 2 of them timed out (see the note column)\n");
   EXPECT_EQ(vrambench("--trial-timeout 0 --preset tiny").exit_code, 2);
   EXPECT_EQ(vrambench("--trial-timeout soon --preset tiny").exit_code, 2);
   fs::remove_all(dir);

@@ -425,6 +425,16 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   fmt::print("\n{}\n", summary_line);
   writer.finish(search_summary_json(summary, summary_line, seconds), true);
   print_written(writer);
+  // Every row is written first; a row without an answer still fails the run, so that a script
+  // (or CI) never takes a table of failed rows for a result.
+  const std::int64_t unanswered = summary.failed + summary.timed_out;
+  if (unanswered > 0) {
+    fmt::print(stderr, "vrambench: {} of {} configurations failed{} (see the note column)\n",
+               unanswered, summary.configurations,
+               summary.timed_out > 0 ? fmt::format(", {} of them timed out", summary.timed_out)
+                                     : std::string());
+    return 1;
+  }
   return 0;
 }
 
