@@ -46,7 +46,8 @@ for s in $steps; do
     quick)
       step quick 120 scripts/gpu-reference.sh --quick --out "$out/tables"
       tar czf "$out/quick-tables.tgz" -C "$out" tables && rm -rf "$out/tables" ;;
-    bench) step bench 45 "$dev/bin/vrambench_gpu_bench" --benchmark_min_time=0.2s ;;
+    # A bare number: Debian's Google Benchmark (1.7) reads it, and so do later ones (seconds).
+    bench) step bench 45 "$dev/bin/vrambench_gpu_bench" --benchmark_min_time=0.2 ;;
     *) echo "gpu-session: unknown step '$s' (smi selftest torch tests quick bench)" >&2; exit 2 ;;
   esac
 done
