@@ -190,6 +190,50 @@ void CachingAllocator::free(const Block& block) {
   insert_free(pool, index);
 }
 
+std::optional<std::vector<Block>> CachingAllocator::restore_segment(
+    Bytes size, const std::vector<std::pair<Bytes, Bytes>>& allocated) {
+  const bool small = size == kSmallBuffer;
+  const std::optional<std::int32_t> head = allocate_segment(size, small, false);
+  if (!head) return std::nullopt;
+  const std::int32_t segment = nodes_[*head].segment;
+  const std::uintptr_t base = nodes_[*head].address;
+  FreeIndex& pool = small ? free_small_ : free_large_;
+  // The head node becomes the first block; each next one is linked after the last.
+  std::vector<Block> live;
+  std::int32_t last = -1;
+  Bytes at = 0;
+  auto add = [&](Bytes offset, Bytes bytes, bool is_allocated) {
+    std::int32_t index = *head;
+    if (last >= 0) {
+      index = new_node(Node{base + static_cast<std::uintptr_t>(offset), bytes, segment, last, -1,
+                            is_allocated, false, small});
+      nodes_[last].next = index;
+    } else {
+      nodes_[index].size = bytes;
+      nodes_[index].allocated = is_allocated;
+    }
+    if (is_allocated) {
+      stats_.allocated += bytes;
+      live.push_back(Block{nodes_[index].address, bytes, index});
+    } else {
+      insert_free(pool, index);
+    }
+    last = index;
+  };
+  for (const auto& [offset, bytes] : allocated) {
+    if (offset < at || bytes <= 0 || bytes % kMinBlockSize != 0 || offset % kMinBlockSize != 0 ||
+        offset + bytes > size)
+      fail(fmt::format("restored block at {} of {} bytes does not fit segment of {} after {}",
+                       offset, bytes, size, at));
+    if (offset > at) add(at, offset - at, false);
+    add(offset, bytes, true);
+    at = offset + bytes;
+  }
+  if (at < size) add(at, size - at, false);
+  stats_.allocated_peak = std::max(stats_.allocated_peak, stats_.allocated);
+  return live;
+}
+
 std::int32_t CachingAllocator::new_node(const Node& node) {
   if (!spare_nodes_.empty()) {
     const std::int32_t index = spare_nodes_.back();

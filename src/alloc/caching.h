@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "alloc/allocator.h"
@@ -31,6 +32,14 @@ class CachingAllocator final : public Allocator {
   // nothing changed, the cache kept, where allocate() would free the cache and retry.
   std::optional<Block> allocate_without_retry(Bytes bytes);
   void free(const Block& block) override;
+  // A segment of `size` bytes from the source in a state recorded elsewhere (a PyTorch snapshot
+  // replayed, tests/test_allocator_traces.cpp): `allocated` lists its live blocks as (offset,
+  // bytes), by offset, each a multiple of 512 B; the space between them is free, as the
+  // allocator's merged free blocks would be. Returns the live blocks in that order, to free later,
+  // or nullopt when the source refuses the segment. The pool is the one whose segments have the
+  // size (2 MiB: small). Throws InternalError for blocks that overlap or pass the segment's end.
+  std::optional<std::vector<Block>> restore_segment(
+      Bytes size, const std::vector<std::pair<Bytes, Bytes>>& allocated);
   void release_cached() override { release_free_segments(); }
   const AllocStats& stats() const override { return stats_; }
   void reset_peaks() override { stats_.reset_peaks(); }
