@@ -877,11 +877,12 @@ TEST(Cli, PlanQloraOnSixGibPrintsTheBudgetAndASummary) {
 }
 
 // A recipe short of its target gets the ranked alternatives, each with its max micro-batch.
-// The plan keeps the batch asked for: gpt2 on 6 GiB fits micro-batch 3 in the 5 GiB planned, and
-// for 16 it planned 3 x 6 = 18 (said only in a comment of --emit hf). Now 2 x 8 = 16, with 3 x 5 =
-// 15 listed as a near alternative, never substituted; micro x accum is the target in every form.
+// The plan keeps the batch asked for: gpt2 on 6.5 GiB fits micro-batch 3 in the 5.5 GiB planned,
+// and for 16 it planned 3 x 6 = 18 (said only in a comment of --emit hf). Now 2 x 8 = 16, with 3 x
+// 5 = 15 listed as a near alternative, never substituted; micro x accum is the target in every
+// form.
 TEST(Cli, PlanKeepsTheEffectiveBatchAskedFor) {
-  const std::string args = "plan --preset gpt2 --vram 6GiB --target-batch 16";
+  const std::string args = "plan --preset gpt2 --vram 6.5GiB --target-batch 16";
   const CommandResult text = vrambench(args);
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("near alternative (not planned)"), std::string::npos) << text.out;

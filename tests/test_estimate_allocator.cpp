@@ -112,7 +112,7 @@ TEST(EstimateAtABatch, PeakIsWhatASimTrialAtThatBatchReserves) {
     validate(cfg);
     const Device device = make_device(cfg);
     const DeviceInfo& info = device.info;
-    const DeviceOverhead overhead{info.fixed_overhead, info.gemm_workspace, info.total};
+    const DeviceOverhead overhead = estimate_overhead(info);
     DeviceOverhead at_overhead = overhead;
     at_overhead.share_at_batch = true;
     const std::int64_t most = analyze(cfg, overhead).max_batch(info.total);
@@ -233,10 +233,10 @@ TEST(EstimateAgainstSim, TheSpeedGridToTheByteUnderBothAllocators) {
     base.allocator = allocator;
     std::vector<testing_grid::Case> cases;
     for (const RunConfig& cfg :
-         expand(base, {parse_axis("preset=gpt2,gpt2-large,llama2-7b,llama3-8b,tiny-llama"),
-                       parse_axis("seq=512..8192"), parse_axis("dtype=fp32,bf16"),
-                       parse_axis("attention=eager,flash"),
-                       parse_axis("recompute=none,selective,full")}))
+         expand(base,
+                {parse_axis("preset=gpt2,gpt2-large,llama2-7b,llama3-8b,tiny-llama"),
+                 parse_axis("seq=512..8192"), parse_axis("dtype=fp32,bf16"),
+                 parse_axis("attention=eager,flash"), parse_axis("recompute=none,selective,full")}))
       cases.push_back({cfg, label(cfg)});
     ASSERT_EQ(cases.size(), 300u);
     testing_grid::expect_estimate_exact(cases, false);

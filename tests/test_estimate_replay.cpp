@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "alloc/allocator.h"
+#include "device/device.h"
 #include "estimate/replay.h"
 #include "estimate_grid.h"
 #include "program/program.h"
@@ -47,11 +48,12 @@ Plain plain_replay(const TensorEvents& events, std::int64_t batch, Bytes capacit
   return {allocator->stats().reserved_peak, allocator->stats().retries};
 }
 
-// The events of cfg's step program at batch 2, each tensor's bytes its line in the batch.
+// The events of a sim trial of cfg's step program at batch 2 (two steps), each tensor's bytes its
+// line in the batch.
 TensorEvents events_of(const RunConfig& cfg) {
   BatchScaledProgram step(cfg, 4 * MiB);
   const Program& program = step.at(2);
-  return estimate_replay::step_events(program, step.liveness(), step.byte_lines());
+  return estimate_replay::step_events(program, step.liveness(), step.byte_lines(), kSimTrialSteps);
 }
 
 TEST(EstimateReplay, ForkedReplayGivesThePeaksOfTwoReplaysFromTheStart) {

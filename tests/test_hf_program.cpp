@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -215,6 +216,93 @@ TEST(HfProgram, ATiedEmbeddingModelKeepsOneEmbeddingGradient) {
     EXPECT_EQ(embedding_grads, tied ? 1 : 2) << preset;
     EXPECT_EQ(head_weights, tied ? 0 : 1) << preset;
   }
+}
+
+// What a training run makes on the way, as PyTorch does, and keeps (Tensor::lazy): the cuBLAS
+// workspace of each thread that runs GEMMs, the main thread's at the first forward GEMM and the
+// autograd engine's at the first GEMM of the backward (replays included), listed by their own
+// thread's GEMMs and by nothing else; torch.optim's state, all of it at the first optimizer step,
+// in the parameters' order; AdamW's foreach temporaries, one per parameter, from the first step
+// op to the last. The lean step keeps one workspace of the step, made up front like its state.
+TEST(HfProgram, ARunMakesWorkspacesAndOptimizerStateWhereTorchDoes) {
+  for (Recompute recompute : {Recompute::none, Recompute::full}) {
+    SCOPED_TRACE(std::string(to_string(recompute)));
+    RunConfig cfg = hf_config("tiny-llama", Precision::bf16, 1);
+    cfg.recompute = recompute;
+    const Program p = build_program(cfg, 4 * MiB);
+    const Liveness live = compute_liveness(p);
+    const auto id_of = [&](std::string_view name) {
+      for (const Tensor& t : p.tensors)
+        if (t.name == name) return t.id;
+      ADD_FAILURE() << "no tensor " << name;
+      return -1;
+    };
+    const int main_ws = id_of("gemm.workspace"), autograd_ws = id_of("gemm.workspace.autograd");
+    std::size_t backward = 0;  // the first op on the autograd thread
+    while (backward < p.ops.size() && p.ops[backward].name != "ce.bwd") ++backward;
+    ASSERT_LT(backward, p.ops.size());
+    int first_main = -1, first_autograd = -1;
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      const auto& in = p.ops[i].inputs;
+      const bool main = std::find(in.begin(), in.end(), main_ws) != in.end();
+      const bool autograd = std::find(in.begin(), in.end(), autograd_ws) != in.end();
+      EXPECT_FALSE(main && i >= backward) << p.ops[i].name;
+      EXPECT_FALSE(autograd && i < backward) << p.ops[i].name;
+      if (main && first_main < 0) first_main = static_cast<int>(i);
+      if (autograd && first_autograd < 0) first_autograd = static_cast<int>(i);
+    }
+    ASSERT_GE(first_main, 0);
+    ASSERT_GE(first_autograd, 0);
+    for (int ws : {main_ws, autograd_ws}) {
+      EXPECT_TRUE(p.tensor(ws).lazy);
+      EXPECT_EQ(p.tensor(ws).bytes, 4 * MiB);
+      EXPECT_NE(std::find(live.persistent.begin(), live.persistent.end(), ws),
+                live.persistent.end());
+    }
+    const auto made_at = [&](int id) {
+      for (std::size_t i = 0; i < p.ops.size(); ++i)
+        for (int made : live.first_step_allocs[i])
+          if (made == id) return static_cast<int>(i);
+      return -1;
+    };
+    EXPECT_EQ(made_at(main_ws), first_main);
+    EXPECT_EQ(made_at(autograd_ws), first_autograd);
+
+    // The state: every moment made before the first step op, in the parameters' order.
+    std::size_t first_step = 0;
+    while (p.ops[first_step].kind != OpKind::adamw_step) ++first_step;
+    std::vector<int> state;
+    for (const Tensor& t : p.tensors)
+      if (t.role == Role::optimizer_state) {
+        EXPECT_TRUE(t.lazy) << t.name;
+        EXPECT_FALSE(t.name.ends_with(".step")) << "a CPU tensor on the device: " << t.name;
+        EXPECT_EQ(made_at(t.id), static_cast<int>(first_step)) << t.name;
+        state.push_back(t.id);
+      }
+    const auto made = live.first_step_allocs[first_step];
+    EXPECT_EQ(std::vector<int>(made.begin(), made.end()), state);
+    // One square-root temporary per parameter, from the first step op to the last.
+    int steps = 0, temps = 0;
+    for (const Op& op : p.ops) steps += op.kind == OpKind::adamw_step;
+    for (const Tensor& t : p.tensors) {
+      if (!t.name.ends_with(".exp_avg_sq.sqrt")) continue;
+      ++temps;
+      EXPECT_EQ(live.alloc_at[static_cast<std::size_t>(t.id)], static_cast<int>(first_step));
+      EXPECT_EQ(live.free_after[static_cast<std::size_t>(t.id)],
+                static_cast<int>(first_step) + steps - 1);
+    }
+    EXPECT_EQ(temps, steps);
+  }
+  // lean: one workspace, not lazy, no per-thread copy.
+  RunConfig lean = hf_config("tiny-llama", Precision::bf16, 1);
+  lean.framework = Framework::lean;
+  const Program p = build_program(lean, 4 * MiB);
+  int workspaces = 0;
+  for (const Tensor& t : p.tensors) {
+    EXPECT_FALSE(t.lazy) << t.name;
+    workspaces += t.name.starts_with("gemm.workspace");
+  }
+  EXPECT_EQ(workspaces, 1);
 }
 
 }  // namespace

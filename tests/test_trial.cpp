@@ -314,6 +314,41 @@ TEST(Trial, TwoStepsNeedNoMoreThanOne) {
   EXPECT_EQ(tight.live_blocks(), 0u);
 }
 
+// A lazy persistent tensor (the optimizer state a run makes at its first step): the first step
+// makes and fills it before the op that first uses it, the second finds it there. One step peaks
+// at the optimizer (610: the state only from op5 on), two at op4 of the second step (750).
+TEST(Trial, LazyTensorsAreMadeAtTheirFirstUseAndKept) {
+  Program program = tiny_program();
+  program.tensors[w_m].lazy = true;
+  const Liveness liveness = compute_liveness(program);
+  CountingAllocator one_allocator(1 << 20, 1);
+  RecordingExecutor one;
+  const TrialResult r1 = run_step(program, liveness, one_allocator, &one, 0, 1);
+  EXPECT_EQ(r1.tensor_peak, 610);
+  EXPECT_EQ(r1.peak_op, 5);
+  EXPECT_EQ(one.initialized, (std::vector<int>{tokens, w, w_master, w_m}));
+  EXPECT_EQ(one.bound_per_call[0].count(w_m), 0u);
+  EXPECT_EQ(one.bound_per_call[5].count(w_m), 1u);
+
+  CountingAllocator two_allocator(1 << 20, 1);
+  RecordingExecutor two;
+  const TrialResult r2 = run_step(program, liveness, two_allocator, &two, 0, 2);
+  EXPECT_EQ(r2.tensor_peak, 750);
+  EXPECT_EQ(r2.peak_op, 4);
+  EXPECT_EQ(two.initialized, (std::vector<int>{tokens, w, w_master, w_m}));  // once
+  EXPECT_EQ(two.bound_per_call[6].count(w_m), 1u) << "kept from the first step";
+  EXPECT_EQ(two_allocator.allocations, 3 + 1 + 2 * 6);
+  EXPECT_EQ(two_allocator.live_blocks(), 0u);
+  // 749 bytes hold the first step and not the second, which fails where the first did not.
+  CountingAllocator tight(749, 1);
+  EXPECT_TRUE(run_step(program, liveness, tight, nullptr, 0, 1).fit);
+  const TrialResult failed = run_step(program, liveness, tight, nullptr, 0, 2);
+  EXPECT_FALSE(failed.fit);
+  ASSERT_TRUE(failed.oom);
+  EXPECT_EQ(failed.oom->op, "fc.bwd");
+  EXPECT_EQ(tight.live_blocks(), 0u);
+}
+
 // Throws from one op, as a device error would.
 class FailingExecutor : public RecordingExecutor {
  public:

@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/dtype.h"
+#include "core/presets.h"
 #include "core/units.h"
 #include "cuda/lru_cache.h"
 #include "cuda/owners.h"
@@ -19,10 +20,8 @@
 
 namespace vrambench::cuda {
 
-// cuBLASLt workspace the program reserves for every GEMM: Hopper kernels want more scratch.
-constexpr Bytes gemm_workspace_bytes(int compute_capability) {
-  return compute_capability >= 90 ? 32 * MiB : 4 * MiB;
-}
+// cuBLASLt's workspace, the program's: the size PyTorch gives its cuBLAS handles (core/presets.h).
+using vrambench::gemm_workspace_bytes;
 
 enum class GemmMath { fp32, tf32, fp16, bf16 };
 GemmMath gemm_math(Precision p);

@@ -76,13 +76,9 @@ Device planning_device(RunConfig cfg, bool vram_auto) {
     return d;
   }
   if (cfg.device.kind == Kind::automatic && cfg.vram > 0) {
-    const GpuProfile& profile = find_gpu_profile(kDefaultProfile);
-    DeviceInfo info;
-    info.total = cfg.vram;
-    info.fixed_overhead = profile.context_overhead;
-    info.gemm_workspace = profile.gemm_workspace();
-    info.label = fmt::format("sim ({})", format_bytes(cfg.vram));
-    return simulated(std::move(info));
+    Device d = sim_device(find_gpu_profile(kDefaultProfile), cfg.vram);
+    d.info.label = fmt::format("sim ({})", format_bytes(cfg.vram));
+    return d;
   }
   std::string note;
   Device d = make_device(cfg, {}, &note);

@@ -282,10 +282,6 @@ std::string joined_names(const Range& range) {
 
 }  // namespace
 
-Bytes GpuProfile::gemm_workspace() const {
-  return compute_capability >= 90 ? 32 * MiB : 4 * MiB;
-}
-
 std::span<const Preset> presets() {
   return preset_table();
 }

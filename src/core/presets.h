@@ -20,16 +20,24 @@ std::span<const Preset> presets();
 // Throws UsageError listing the known names when `name` is unknown.
 const Preset& find_preset(std::string_view name);
 
+// The GEMM workspace a process keeps per cuBLAS handle on a card of `compute_capability`:
+// PyTorch's default (CublasHandlePool.cpp: CUBLAS_WORKSPACE_CONFIG ":4096:8", 32 MiB, from sm_90;
+// ":4096:2:16:8", 8 MiB + 128 KiB, below), which vrambench's own cuBLASLt GEMMs take as their
+// scratch too.
+constexpr Bytes gemm_workspace_bytes(int compute_capability) {
+  return compute_capability >= 90 ? 32 * MiB : 8 * MiB + 128 * KiB;
+}
+
 // A GPU as the driver reports it. Totals are `nvidia-smi`'s (approximate: they vary by board and
 // driver); the context overhead is a typical CUDA context with lazy module loading plus the
 // cuBLASLt/cuDNN handles, which the device holds before any tensor is allocated.
 struct GpuProfile {
-  std::string_view name;         // "h100-80gb"
-  std::string_view label;        // "H100 SXM 80GB"
-  Bytes total;                   // memory the driver reports as total
-  Bytes context_overhead;        // CUDA context, module images, library handles
-  int compute_capability;        // 90 for sm_90
-  Bytes gemm_workspace() const;  // cuBLASLt workspace: 32 MiB on Hopper and newer, 4 MiB else
+  std::string_view name;   // "h100-80gb"
+  std::string_view label;  // "H100 SXM 80GB"
+  Bytes total;             // memory the driver reports as total
+  Bytes context_overhead;  // CUDA context, module images, library handles
+  int compute_capability;  // 90 for sm_90
+  Bytes gemm_workspace() const { return gemm_workspace_bytes(compute_capability); }
 };
 
 std::span<const GpuProfile> gpu_profiles();

@@ -20,13 +20,19 @@ namespace vrambench {
 
 enum class DeviceKind { sim, cpu, cuda };
 
+// The steps a sim trial replays: a training run's first and a second, which starts from the
+// first one's cache, as every later one does from its predecessor's (the steady state).
+inline constexpr int kSimTrialSteps = 2;
+
 struct DeviceInfo {
   DeviceKind kind = DeviceKind::sim;
   std::string label;         // "sim:h100-80gb (H100 SXM 80GB)"
   Bytes total = 0;           // the card's memory (or --vram): what device_peak is compared with
   Bytes fixed_overhead = 0;  // context and library handles, held before the step
   Bytes gemm_workspace = 0;  // cuBLASLt workspace, a tensor of the program
-  int trial_steps = 1;       // steps per trial: 2 on a GPU, whose second step is the steady state
+  // Steps per trial, one after the other as a training run takes them: 2 on a GPU and on sim
+  // (kSimTrialSteps), whose second step starts from what the first left cached; 1 on cpu.
+  int trial_steps = 1;
   // A real device whose libraries load code and build plans on first use (cuda): the measuring
   // process runs a warm-up trial at batch 1 first and then measures the fixed overhead itself, as
   // the driver reports it, so what the step cannot use is counted once everything is loaded.
@@ -96,6 +102,10 @@ struct Device {
 // Throws UsageError for cuda without a GPU.
 Device make_device(const RunConfig& cfg, const DeviceOptions& options = {},
                    std::string* note = nullptr);
+
+// A simulated card of `profile` (sim:PROFILE), of `vram` bytes where vram > 0.
+struct GpuProfile;
+Device sim_device(const GpuProfile& profile, Bytes vram);
 
 // `info`'s device replayed on virtual segments with nothing running (its kind becomes sim; the
 // capacity, overheads and steps per trial stay): the sim column of a real device's rows, and what

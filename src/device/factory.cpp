@@ -28,17 +28,18 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DeviceInfo, kind, label, total, fixed_overhea
                                    trial_steps, warm_up)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuPresence, available, why)
 
-namespace {
-
 Device sim_device(const GpuProfile& profile, Bytes vram) {
   DeviceInfo info;
   info.total = vram > 0 ? vram : profile.total;
   info.fixed_overhead = profile.context_overhead;
   info.gemm_workspace = profile.gemm_workspace();
+  info.trial_steps = kSimTrialSteps;
   info.label = fmt::format("sim:{} ({})", profile.name, profile.label);
   if (vram > 0) info.label += fmt::format(", capped at {}", format_bytes(vram));
   return simulated(std::move(info));
 }
+
+namespace {
 
 Device cpu_device(Bytes vram, const DeviceOptions& options) {
   Device d;

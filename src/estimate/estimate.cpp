@@ -213,11 +213,11 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
   // structure differs there).
   if (!overhead.allocator_share) return out;
   using namespace estimate_replay;  // NOLINT: the replay's vocabulary
-  const TensorEvents events = step_events(program, live, lines);
+  const TensorEvents events = step_events(program, live, lines, overhead.steps);
   TensorEvents batch_one;
   if (structure_key(cfg, 1) != structure_key(cfg, 2)) {
     const Program& one = step.at(1);
-    batch_one = step_events(one, step.liveness(), {});
+    batch_one = step_events(one, step.liveness(), {}, overhead.steps);
   }
   fit_allocator_share(out, events, batch_one, cfg, overhead);
   return out;

@@ -32,6 +32,9 @@ struct DeviceOverhead {
   // false: the tensors alone, no allocator's share (allocated bytes, as
   // torch.cuda.max_memory_allocated counts them, plus the context).
   bool allocator_share = true;
+  // The training steps the allocator's share replays, one after the other without emptying the
+  // cache (a trial's, DeviceInfo::trial_steps): its peak over them.
+  int steps = 1;
 };
 
 struct Component {

@@ -516,14 +516,26 @@ class ProgramWriter {
         dropout_seed(layer, static_cast<DropoutSite>(static_cast<std::uint64_t>(DropoutSite::lora) +
                                                      static_cast<std::uint64_t>(ad.index)));
   }
-  // One GEMM workspace for the whole step (cuBLASLt's scratch, and the row sums' partials),
-  // created by the first op that lists it, so that a program without such ops (the flash
-  // attention scope) lists no unused tensor.
+  // The GEMM workspace (cuBLASLt's scratch, and the row sums' partials), created by the first op
+  // that lists it, so that a program without such ops (the flash attention scope) lists no unused
+  // tensor. lean: one for the step, from its first user to its last. hf (per_thread_workspaces):
+  // PyTorch's cuBLAS workspace of each thread that runs GEMMs, the main thread's (the forward) and
+  // the autograd engine's (the backward, and the checkpointed blocks' replays), each made at its
+  // thread's first GEMM and kept for the rest of the run (Tensor::lazy); torch 2.11 holds one per
+  // cuBLAS handle, and a handle per thread (CublasHandlePool.cpp).
   int workspace() {
-    if (workspace_ < 0)
-      workspace_ = tensor("gemm.workspace", {gemm_workspace_}, DType::u8, Role::workspace);
-    return workspace_;
+    int& w = workspaces_[autograd_thread_ ? 1 : 0];
+    if (w < 0) {
+      w = tensor(autograd_thread_ ? "gemm.workspace.autograd" : "gemm.workspace", {gemm_workspace_},
+                 DType::u8, Role::workspace);
+      p_.tensors[static_cast<std::size_t>(w)].lazy = per_thread_workspaces_;
+    }
+    return w;
   }
+  void per_thread_workspaces() { per_thread_workspaces_ = true; }
+  // From here on the ops run on the autograd engine's thread (loss.backward()), which has a
+  // workspace of its own where they are per thread.
+  void on_autograd_thread() { autograd_thread_ = per_thread_workspaces_; }
   // Linear and eager attention GEMMs: the workspace is their last input.
   Op& gemm(OpKind kind, Name name, TensorIds inputs, TensorIds outputs, int layer,
            bool recompute = false) {
@@ -540,7 +552,8 @@ class ProgramWriter {
 
   Program p_;
   Bytes gemm_workspace_;
-  int workspace_ = -1;
+  int workspaces_[2] = {-1, -1};  // the main thread's, the autograd thread's
+  bool per_thread_workspaces_ = false, autograd_thread_ = false;
 };
 
 // hf: whether attention saves the query as a view of the q|k|v projection (build_hf.cpp); the one

@@ -81,6 +81,7 @@ class HfBuilder : private HfLinears {
  public:
   HfBuilder(const RunConfig& cfg, Bytes gemm_workspace, const HfOptions& options)
       : HfLinears(cfg, gemm_workspace, options.device == HfOptions::Device::cpu) {
+    if (!cpu_) per_thread_workspaces();
     eager_ = cfg.attention == Attention::eager;
     dropout_ = cfg.dropout > 0.0;
     fused_ = cfg.model.fused_linears;
@@ -817,7 +818,9 @@ class HfBuilder : private HfLinears {
                             tensor("ce.log_probs", {M_, V_}, DType::f32, Role::activation, kLoss));
     p_.loss_tensor = loss;
 
-    // Backward: the log-softmax's gradient and the logits' (both fp32, B S V) before the cast.
+    // Backward: the log-softmax's gradient and the logits' (both fp32, B S V) before the cast,
+    // on the autograd engine's thread.
+    on_autograd_thread();
     const int dlogits_f32 = grad_of(logits_f32);
     Op& ce_bwd =
         op(OpKind::cross_entropy_bwd, "ce.bwd", {logits_f32, targets, lse}, {dlogits_f32}, -1);
@@ -875,21 +878,28 @@ class HfBuilder : private HfLinears {
   // ---- optimizer ----------------------------------------------------------------------------
 
   // torch.optim.AdamW: foreach on CUDA, whose step makes sqrt(exp_avg_sq) for every parameter at
-  // once (one list of temporaries the size of the trainable parameters); the single-tensor loop
-  // (CPU) makes sqrt(exp_avg_sq) and its quotient for one parameter at a time. bitsandbytes'
-  // optimizers update each parameter in one kernel, in place: 8-bit state where the parameter
-  // has it, 32-bit elsewhere.
+  // once: _foreach_sqrt allocates one temporary per parameter, in the parameters' order, and the
+  // list goes after the last update (the first and the last step op hold them all); the
+  // single-tensor loop (CPU) makes sqrt(exp_avg_sq) and its quotient for one parameter at a time.
+  // bitsandbytes' optimizers update each parameter in one kernel, in place: 8-bit state where the
+  // parameter has it, 32-bit elsewhere.
   void add_optimizer() {
     if (cfg_.optimizer == Optimizer::none || params_.empty()) return;
     // The trainable parameters share a dtype: the model's, or the adapters' fp32.
     const DType dtype = dtype_of(params_.front().w);
-    int foreach_temp = -1;
-    if (cfg_.optimizer == Optimizer::adamw && !cpu_) {
-      std::int64_t numel = 0;
-      for (const Param& p : params_) numel += p.numel;
-      foreach_temp = tensor("adamw.foreach.denom", {numel}, dtype, Role::transient,
-                            MemoryComponent::optimizer_temporaries);
-    }
+    TensorIds foreach_temps;
+    if (cfg_.optimizer == Optimizer::adamw && !cpu_)
+      for (const Param& p : params_)
+        foreach_temps.push_back(tensor(p_.tensor(p.w).name + ".exp_avg_sq.sqrt", {p.numel}, dtype,
+                                       Role::transient, MemoryComponent::optimizer_temporaries));
+    // torch.optim makes every parameter's state (_init_group) before it updates one: the first
+    // step op holds it all, so that a run's first step makes it there, in the parameters' order.
+    TensorIds state;
+    if (cfg_.optimizer == Optimizer::adamw || cfg_.optimizer == Optimizer::sgd)
+      for (const Param& p : params_)
+        for (int id : {p.m, p.v, p.momentum})
+          if (id >= 0) state.push_back(id);
+    const Param* last = &params_.back();
     for (const Param& param : params_) {
       const Name name = p_.tensor(param.w).name + ".step";
       if (is_adamw(cfg_.optimizer)) {
@@ -900,15 +910,21 @@ class HfBuilder : private HfLinears {
                    param.layer);
         o.grad_scale = loss_scale_;
         o.weight_decay = 0.01f;  // torch's AdamW default, and bitsandbytes'
+        if (&param == &params_.front()) {
+          o.held.insert(o.held.end(), state.begin(), state.end());
+          // bitsandbytes moves its quantisation maps to the device at its first step.
+          if (qmaps_ >= 0) o.held.push_back(qmaps_);
+        }
         if (cfg_.optimizer != Optimizer::adamw) continue;
-        if (foreach_temp >= 0)
-          o.held.push_back(foreach_temp);
-        else
+        if (foreach_temps.empty())
           o.held.push_back(tensor(name + ".denom", {2, param.numel}, dtype, Role::transient,
                                   MemoryComponent::optimizer_temporaries));
+        else if (&param == &params_.front() || &param == last)
+          o.held.insert(o.held.end(), foreach_temps.begin(), foreach_temps.end());
       } else {
-        op(OpKind::sgd_step, name, {param.w, param.grad, param.momentum}, {}, param.layer)
-            .grad_scale = loss_scale_;
+        Op& o = op(OpKind::sgd_step, name, {param.w, param.grad, param.momentum}, {}, param.layer);
+        o.grad_scale = loss_scale_;
+        if (&param == &params_.front()) o.held.insert(o.held.end(), state.begin(), state.end());
       }
     }
   }

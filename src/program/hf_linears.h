@@ -108,15 +108,19 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   }
 
   // What the optimizer keeps for a trainable parameter. torch.optim.AdamW: exp_avg and
-  // exp_avg_sq in the parameter's dtype and a `step` scalar; SGD: momentum_buffer; bitsandbytes'
-  // AdamW8bit, PagedAdamW8bit and PagedAdamW32bit: bnb_adamw_state, and the quantisation maps of
-  // the 8-bit ones. bitsandbytes counts steps in Python, not in a tensor.
+  // exp_avg_sq in the parameter's dtype and a `step` scalar, which is a CPU tensor but where the
+  // reference runs on the CPU; SGD: momentum_buffer; bitsandbytes' AdamW8bit, PagedAdamW8bit and
+  // PagedAdamW32bit: bnb_adamw_state, and the quantisation maps of the 8-bit ones. bitsandbytes
+  // counts steps in Python, not in a tensor. Every optimizer makes its state at its first step()
+  // (Tensor::lazy): torch.optim for all parameters before it updates any (add_optimizer),
+  // bitsandbytes each parameter's as it comes to it.
   void optimizer_state(const Name& name, const Dims& dims, DType dtype, Param& param) {
     const Optimizer o = cfg_.optimizer;
+    const std::size_t before = p_.tensors.size();
     if (o == Optimizer::adamw) {
       param.m = tensor(name + ".exp_avg", dims, dtype, Role::optimizer_state);
       param.v = tensor(name + ".exp_avg_sq", dims, dtype, Role::optimizer_state);
-      tensor(name + ".step", {1}, DType::f32, Role::optimizer_state);
+      if (cpu_) tensor(name + ".step", {1}, DType::f32, Role::optimizer_state);
     } else if (o == Optimizer::sgd) {
       param.momentum = tensor(name + ".momentum_buffer", dims, dtype, Role::optimizer_state);
     } else if (is_adamw(o)) {
@@ -126,6 +130,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
         qmaps_ =
             tensor("optimizer.qmap", {2, kDynamicMapEntries}, DType::f32, Role::optimizer_state);
     }
+    for (std::size_t t = before; t < p_.tensors.size(); ++t) p_.tensors[t].lazy = !cpu_;
   }
 
   // A linear of `modules` (each a LoRA target and its rows, in row order) from `in` columns:

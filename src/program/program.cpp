@@ -1,6 +1,8 @@
 // Program construction helpers, names, and liveness.
 #include "program/program.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -148,9 +150,16 @@ Liveness compute_liveness(const Program& program) {
         live.free_after[t] = std::max(live.free_after[t], i);
       }
   }
+  std::vector<int> first_use(n_tensors, -1);  // a lazy tensor's first op
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const Role role = program.tensors[t].role;
-    if (whole_step(role) || live.alloc_at[t] == n_ops) {
+    if (program.tensors[t].lazy) {
+      if (live.alloc_at[t] == n_ops)
+        throw InternalError(fmt::format("compute_liveness: lazy tensor '{}' is used by no op",
+                                        program.tensors[t].name));
+      first_use[t] = live.alloc_at[t];
+    }
+    if (whole_step(role) || program.tensors[t].lazy || live.alloc_at[t] == n_ops) {
       // Parameters, their state and the inputs exist before the step; an unused tensor of another
       // role would be a builder bug, but keeping it whole-step makes it visible in the peaks.
       live.alloc_at[t] = -1;
@@ -172,6 +181,7 @@ Liveness compute_liveness(const Program& program) {
   // (n_ops).
   live.allocs_before = IdsPerOp(live.alloc_at, static_cast<std::size_t>(n_ops));
   live.frees_after = IdsPerOp(live.free_after, static_cast<std::size_t>(n_ops));
+  live.first_step_allocs = IdsPerOp(first_use, static_cast<std::size_t>(n_ops));
   return live;
 }
 

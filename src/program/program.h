@@ -82,6 +82,11 @@ struct Tensor {
   Bytes bytes = 0;  // product(shape) * dtype_size, or a library's stated size
   // What the estimate files its bytes under: set by its builder, its role's by default.
   MemoryComponent component = MemoryComponent::backward_transient;
+  // A persistent tensor a run creates at its first use in its first step rather than before it,
+  // and keeps (Liveness::first_step_allocs): what PyTorch makes on the way, torch.optim's and
+  // bitsandbytes' state at the first step(), the cuBLAS workspace of each thread at its first
+  // GEMM. Where the run places it depends on what the first step has cached by then.
+  bool lazy = false;
   std::int64_t elements() const;
   // False for paged optimizer state, which lives in managed memory outside the device's capacity.
   bool on_device() const { return role != Role::paged_optimizer_state; }
@@ -228,18 +233,23 @@ class IdsPerOp {
   std::vector<int> ids_;
 };
 
-// When each tensor is allocated and freed, derived from the op order alone.
-// Tensors of role weight, master_weight, optimizer_state and input are live for the whole step
-// (alloc_at = -1, free_after = ops.size()). Others are allocated before the first op that lists
-// them (as output, or as input for the GEMM workspace) and freed after the last op that lists them.
-// A grad stays until the end of the step, as parameter gradients do until the next zero_grad.
+// When each tensor is allocated and freed, derived from the op order alone, in the steady state of
+// a run of many steps. Tensors of role weight, master_weight, optimizer_state and input, and lazy
+// ones, are live for the whole step (alloc_at = -1, free_after = ops.size()). Others are allocated
+// before the first op that lists them (as output, or as input for the GEMM workspace) and freed
+// after the last op that lists them. A grad stays until the end of the step, as parameter
+// gradients do until the next zero_grad.
 struct Liveness {
   std::vector<int> alloc_at;    // per tensor: op index, or -1 for "before the first op"
   std::vector<int> free_after;  // per tensor: op index, or ops.size() for "after the step"
   // Per op: tensor ids to allocate before it runs, and to free after it has run.
   IdsPerOp allocs_before;
   IdsPerOp frees_after;
-  std::vector<int> persistent;  // allocated before the first op, freed after the step
+  std::vector<int> persistent;  // live for the whole step, kept from one step to the next
+  // Per op: the lazy persistent tensors a run's first step allocates before it (before the op's
+  // allocs_before), in id order; the run's other persistent tensors are allocated before its
+  // first op.
+  IdsPerOp first_step_allocs;
 };
 Liveness compute_liveness(const Program& program);
 

@@ -79,6 +79,7 @@ std::string Measurement::note() const {
 DeviceOverhead estimate_overhead(const DeviceInfo& device, bool share_at_batch) {
   DeviceOverhead overhead{device.fixed_overhead, device.gemm_workspace, device.total};
   overhead.share_at_batch = share_at_batch;
+  overhead.steps = device.trial_steps;
   return overhead;
 }
 

@@ -153,25 +153,37 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
     if (const std::optional<Bytes> used = sampled->device_used())
       result.driver_peak = std::max(result.driver_peak, *used);
   };
-  // Allocate every persistent tensor before initialising any, then initialise in id order:
-  // a master weight is initialised from its weight, which the builder creates first.
-  std::vector<int> persistent = liveness.persistent;
+  // Allocate every persistent tensor but the lazy ones before initialising any, then initialise
+  // in id order: a master weight is initialised from its weight, which the builder creates first.
+  std::vector<int> persistent;
+  for (int id : liveness.persistent)
+    if (!program.tensor(id).lazy) persistent.push_back(id);
   std::sort(persistent.begin(), persistent.end());
   for (int id : persistent)
     if (!replay.allocate(id, -1, result)) return;
-  if (executor) {
+  // Filling needed memory the device did not have: an OOM before the op (or the first op).
+  auto initialize = [&](int id, int op_index) {
     try {
-      for (int id : persistent) executor->initialize(program, id, replay.data(id));
+      executor->initialize(program, id, replay.data(id));
+      return true;
     } catch (const DeviceOutOfMemory&) {
-      // Filling the weights needed memory the device did not have: an OOM before the first op.
-      result.oom = OomInfo{"", "(initial values)", 0, replay.free_bytes()};
-      return;
+      result.oom = OomInfo{replay.op_name(op_index), "(initial values)", 0, replay.free_bytes()};
+      return false;
     }
-  }
+  };
+  if (executor)
+    for (int id : persistent)
+      if (!initialize(id, -1)) return;
   sample();
 
   for (int step = 0; step < steps; ++step) {
     for (std::size_t i = 0; i < program.ops.size(); ++i) {
+      // The lazy persistent tensors, made as the first step reaches them (and kept).
+      if (step == 0)
+        for (int id : liveness.first_step_allocs[i])
+          if (!replay.allocate(id, static_cast<int>(i), result) ||
+              (executor && !initialize(id, static_cast<int>(i))))
+            return;
       for (int id : liveness.allocs_before[i])
         if (!replay.allocate(id, static_cast<int>(i), result)) return;
       if (executor) {

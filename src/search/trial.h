@@ -49,8 +49,10 @@ struct TrialResult {
   bool operator==(const TrialResult&) const = default;
 };
 
-// Runs `steps` training steps of `program` (persistent tensors allocated once, the op walk
-// repeated; the second step is the steady state a caching allocator reaches). Resets the
+// Runs `steps` training steps of `program` as a training run does, without emptying the cache
+// between them: persistent tensors allocated once (the lazy ones as the first step reaches them:
+// Liveness::first_step_allocs), the op walk repeated; from the second step on, the step starts
+// from what the one before it left cached, the steady state a caching allocator reaches. Resets the
 // allocator's peaks first; frees every block and releases the allocator's cache before returning,
 // fit or not, so the next trial starts clean. An OOM is a result, never an exception; other
 // failures (an executor error, steps < 1) throw after the memory has been returned.
