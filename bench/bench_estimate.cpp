@@ -49,7 +49,7 @@ void BM_EstimateGrid(benchmark::State& state) {
   const std::vector<RunConfig> configs = grid();
   const GpuProfile& h100 = find_gpu_profile("h100-80gb");
   // With the capacity, as `vrambench estimate` runs it (the allocator's share is fitted there).
-  const DeviceOverhead overhead{h100.context_overhead, h100.gemm_workspace(), h100.total};
+  const DeviceOverhead overhead{h100.context_overhead(), h100.gemm_workspace(), h100.total};
   for (auto _ : state) {
     std::int64_t total = 0;
     for (const RunConfig& cfg : configs) total += analyze(cfg, overhead).max_batch(h100.total);

@@ -28,7 +28,7 @@ void BM_SimSweep100(benchmark::State& state) {
   const GpuProfile& profile = find_gpu_profile("h100-80gb");
   DeviceInfo device;
   device.total = profile.total;
-  device.fixed_overhead = profile.context_overhead;
+  device.fixed_overhead = profile.context_overhead();
   device.gemm_workspace = profile.gemm_workspace();
   std::int64_t trials = 0;
   for (auto _ : state) trials += measure_all(grid, device);

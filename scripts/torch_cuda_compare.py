@@ -9,11 +9,17 @@ measured. Prints one Markdown table of the peaks (allocated, reserved, in use as
 it) and one of the largest batches, each figure with vrambench's error against PyTorch's.
 
     scripts/torch_cuda_compare.py                      both tables on stdout
-    scripts/torch_cuda_compare.py --out results/h100-80gb/pytorch-vs-vrambench.md
-    scripts/torch_cuda_compare.py --check              exit 1 naming each figure off by more than
-                                                       the tolerances (allocated 3%, reserved 5%,
-                                                       the largest batch one step); EXCEPTIONS are
-                                                       reported with their reason, not failed
+    scripts/torch_cuda_compare.py --out results/h200/pytorch-vs-vrambench.md
+    scripts/torch_cuda_compare.py --check              exit 1 naming each figure beyond the
+                                                       tolerances; EXCEPTIONS are reported with
+                                                       their reason, not failed
+
+What --check holds: the allocated peak within 2%; the largest batch never above PyTorch's and at
+most one below; the reserved peak within 3% where the rows are a training run's steady state
+(written by torch_cuda_reference.py since it measures several steps from a fresh optimizer:
+`first_step_reserved_peak_bytes` beside it). vrambench predicts that steady state; the first
+reference's reserved figures are the first step after `empty_cache()` with the optimizer state made
+at batch 1 before, which no training run reaches: they are reported, not held.
 
 Standard library only. VRAMBENCH (or --vrambench) names the binary (default build/vrambench).
 """
@@ -31,7 +37,7 @@ DEFAULT_JSON = ROOT / "tests" / "data" / "torch_cuda_reference.json"
 
 # vrambench against PyTorch, |error| at most (issue 32): the allocated peak, the reserved peak, and
 # the largest batch in batch steps.
-TOLERANCE = {"allocated": 0.03, "reserved": 0.05, "largest_batch": 1}
+TOLERANCE = {"allocated": 0.02, "reserved": 0.03, "largest_batch_below": 1}
 # Rows a tolerance does not hold, by configuration id, with the reason; reported, not failed.
 EXCEPTIONS = {}
 
@@ -128,6 +134,7 @@ def compare(doc, binary):
                 "torch_allocated": row["allocated_peak_bytes"],
                 "est_allocated": est["allocated_peak_bytes"],
                 "allocated_error": error(est["allocated_peak_bytes"], row["allocated_peak_bytes"]),
+                "steady_state": steady_state(row),
                 "torch_reserved": row["reserved_peak_bytes"], "est_reserved": reserved,
                 "reserved_error": error(reserved, row["reserved_peak_bytes"]),
                 "torch_used": row["driver_used_bytes"], "est_used": est["est_peak_bytes"],
@@ -148,18 +155,29 @@ def compare(doc, binary):
     return peaks, batches
 
 
+def steady_state(row):
+    """Whether a row's reserved peak is a training run's steady state (several steps from a fresh
+    optimizer), which vrambench predicts, rather than a first step after empty_cache()."""
+    return "first_step_reserved_peak_bytes" in row
+
+
 def outside(peaks, batches):
-    """Figures beyond the tolerances as (config, what is off), exceptions included."""
+    """Figures beyond the tolerances as (config, what is off), exceptions included: the
+    allocated peak; the reserved peak of steady-state rows; a largest batch above PyTorch's (the
+    error that sends a user into out-of-memory) or more than one below."""
     out = []
     for r in peaks:
         for what in ("allocated", "reserved"):
+            if what == "reserved" and not r["steady_state"]:
+                continue
             e = r[f"{what}_error"]
             if abs(e) > TOLERANCE[what]:
                 out.append((r["config"], f"B={r['batch']} {what} {e:+.1%}"))
     for r in batches:
-        if abs(r["steps"]) > TOLERANCE["largest_batch"]:
-            out.append((r["config"],
-                        f"largest batch {r['est_largest']} against {r['torch_largest']}"))
+        if r["steps"] > 0 or -r["steps"] > TOLERANCE["largest_batch_below"]:
+            where = "above" if r["steps"] > 0 else "below"
+            out.append((r["config"], f"largest batch {r['est_largest']} {where} PyTorch's "
+                                     f"{r['torch_largest']}"))
     return out
 
 
@@ -189,8 +207,16 @@ def report(doc, peaks, batches, source):
             f"Measured by `scripts/torch_cuda_reference.py` ({versions}), read from `{source}`; "
             f"predicted by `vrambench estimate --framework hf` on `{profile_of(env)}`. Errors are "
             "vrambench's against PyTorch's: negative is an under-estimate (the dangerous "
-            "direction). Reserved is `max_memory_reserved`; in use is what the driver reports "
-            "after the step (context, cuBLAS and cuDNN included), beside vrambench's peak.", ""]
+            "direction). Allocated is `max_memory_allocated`. Reserved is `max_memory_reserved`: "
+            "vrambench predicts a training run's steady state (its first steps from a fresh "
+            "optimizer, no `empty_cache()` between them; docs/memory-model.md); "
+            + ("PyTorch's figures here are that steady state too. "
+               if all(r["steady_state"] for r in peaks) else
+               "PyTorch's figures here are the first step after `empty_cache()`, with the "
+               "optimizer state made at batch 1 before it, which no training run reaches: their "
+               "errors are reported, not held (the allocator-trace replays hold reserved). ")
+            + "In use is what the driver reports after the step (context, cuBLAS and cuDNN "
+            "included), beside vrambench's peak.", ""]
     text.append(markdown_table(
         ["config", "batch", "allocated", "est", "err", "reserved", "est", "err", "in use", "est",
          "err"],
@@ -199,19 +225,29 @@ def report(doc, peaks, batches, source):
           f"{r['reserved_error']:+.1%}", gib(r["torch_used"]), gib(r["est_used"]),
           f"{r['used_error']:+.1%}"] for r in peaks]))
     if batches:
-        text += ["", "The largest batch: PyTorch's bisection until `torch.OutOfMemoryError` (a few "
-                 "steps per trial, the cache emptied between), under "
+        text += ["", "The largest batch: PyTorch's bisection until `torch.OutOfMemoryError` (two "
+                 "or more steps per trial, the cache emptied before each), under "
                  "`set_per_process_memory_fraction` (cap) or on the whole card; vrambench's "
-                 "estimate on a card of the cap plus its CUDA context.", ""]
+                 "estimate on a card of the cap plus its CUDA context. It must never be above "
+                 "PyTorch's.", ""]
         text.append(markdown_table(
             ["config", "cap", "largest batch", "est", "steps", "reserved there"],
             [[b["config"], gib(b["cap_bytes"]) if b["cap_bytes"] else "whole card",
               str(b["torch_largest"]), str(b["est_largest"]), f"{b['steps']:+d}",
               gib(b["torch_reserved"]) if b["torch_reserved"] else "-"] for b in batches]))
-    errs = [abs(r[k]) for r in peaks for k in ("allocated_error", "reserved_error")]
-    if errs:
-        text += ["", f"{len(peaks)} rows, {len(batches)} bisections; |error| of allocated and "
-                 f"reserved: median {sorted(errs)[len(errs) // 2]:.1%}, max {max(errs):.1%}."]
+    def summary(key):
+        errs = sorted(r[key] for r in peaks)
+        mid = sorted(abs(e) for e in errs)[len(errs) // 2]
+        return f"median |error| {mid:.1%}, from {errs[0]:+.1%} to {errs[-1]:+.1%}"
+    if peaks:
+        line = (f"{len(peaks)} rows: allocated {summary('allocated_error')}; reserved "
+                f"{summary('reserved_error')}")
+        if batches:
+            steps = [b["steps"] for b in batches]
+            line += (f"; {len(batches)} largest batches: {steps.count(0)} equal, "
+                     f"{sum(1 for x in steps if x < 0)} below, "
+                     f"{sum(1 for x in steps if x > 0)} above")
+        text += ["", line + "."]
     return "\n".join(text) + "\n"
 
 

@@ -184,7 +184,9 @@ TEST(EstimateAgainstSim, AReplayThatFillsTheCapacityExactlyIsEstimatedToTheByte)
        {config("gpt2", Precision::fp32, Recompute::full, Finetune::qlora, 512),
         config("llama3.2-1b", Precision::fp32, Recompute::full, Finetune::lora, 512),
         config("tiny-llama", Precision::fp32, Recompute::none, Finetune::full, 512),
-        config("tiny-llama", Precision::bf16, Recompute::none, Finetune::lora, 2048)}) {
+        config("tiny-llama", Precision::bf16, Recompute::none, Finetune::lora, 2048),
+        config("gpt2-medium", Precision::fp32, Recompute::none, Finetune::lora, 512),
+        config("qwen2.5-0.5b", Precision::fp32, Recompute::full, Finetune::lora, 2048)}) {
     validate(cfg);
     SCOPED_TRACE(label(cfg));
     const Device device = make_device(cfg);

@@ -2,6 +2,10 @@
 // the fine-tuning options' parsing.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "core/config.h"
 #include "core/error.h"
 #include "core/fields.h"
@@ -68,9 +72,36 @@ TEST(Presets, GpuProfilesOfTheCardsPeopleUse) {
   EXPECT_EQ(&find_gpu_profile("A10G"), &find_gpu_profile("a10g"));
   EXPECT_EQ(parse_device("sim:RTX4090").profile, "rtx4090");
   EXPECT_THROW(find_gpu_profile("rtx9090"), UsageError);
-  // Hopper and newer get cuBLASLt's 32 MiB workspace; Volta its 4 MiB.
+  // PyTorch's cuBLAS workspace per handle: 32 MiB from Hopper on, 8 MiB + 128 KiB before.
   EXPECT_EQ(find_gpu_profile("b200").gemm_workspace(), 32 * MiB);
   EXPECT_EQ(find_gpu_profile("v100-16gb").gemm_workspace(), 8 * MiB + 128 * KiB);
+}
+
+// What a training process holds outside the allocator: 2 KiB per resident thread (the bare
+// context: 528 MiB on an H100's 132 SMs x 2048 threads, ~534 MiB measured; 592 MiB on a B200's
+// 148, 612 measured; 426 MiB on an RTX 6000 Ada's 142 x 1536, 426 measured), plus 384 MiB of
+// what the training step loads. On the H200 it covers what PyTorch held outside its allocator on
+// every row of the reference, whose most was 906.8 MiB.
+TEST(Presets, OutsideTheAllocatorFollowsTheSms) {
+  EXPECT_EQ(max_threads_per_sm(90), 2048);
+  EXPECT_EQ(max_threads_per_sm(75), 1024);
+  EXPECT_EQ(max_threads_per_sm(89), 1536);
+  EXPECT_EQ(find_gpu_profile("h100-80gb").context_overhead(), (528 + 384) * MiB);
+  EXPECT_EQ(find_gpu_profile("b200").context_overhead(), (592 + 384) * MiB);
+  EXPECT_EQ(find_gpu_profile("rtx6000-ada").context_overhead(), (426 + 384) * MiB);
+  EXPECT_EQ(find_gpu_profile("rtx4050-laptop").context_overhead(), (60 + 384) * MiB);
+  std::ifstream in(std::filesystem::path(VRAMBENCH_SOURCE_DIR) / "tests" / "data" /
+                   "torch_cuda_reference.json");
+  const nlohmann::json reference = nlohmann::json::parse(in);
+  ASSERT_EQ(reference["environment"]["gpu"], "NVIDIA H200");
+  int rows = 0;
+  for (const auto& row : reference["rows"]) {
+    EXPECT_GE(find_gpu_profile("h200").context_overhead(),
+              row["outside_allocator_bytes"].get<Bytes>())
+        << row["config"] << " B=" << row["batch"];
+    ++rows;
+  }
+  EXPECT_EQ(rows, 39);
 }
 
 TEST(Presets, QwenHasQkvBiasesAndLlamaThreeTwoTiesItsHead) {

@@ -16,7 +16,7 @@ DeviceInfo h100() {
   const GpuProfile& p = find_gpu_profile("h100-80gb");
   DeviceInfo d;
   d.total = p.total;
-  d.fixed_overhead = p.context_overhead;
+  d.fixed_overhead = p.context_overhead();
   d.gemm_workspace = p.gemm_workspace();
   d.label = "sim:h100-80gb";
   return d;
@@ -304,8 +304,8 @@ TEST(ResultTables, SimSummaryIsAPredictionWithTheFormulasError) {
   EXPECT_EQ(search_summary_json(s, line, 0.5).at("formula_compared"), 1);
 }
 
-// The recipe the summary lines name: each field (the dtype first) once, its values in grid order where it varies;
-// the base's storage under qlora is nf4 though --quant is not given.
+// The recipe the summary lines name: each field (the dtype first) once, its values in grid order
+// where it varies; the base's storage under qlora is nf4 though --quant is not given.
 TEST(ResultTables, RecipeNamesDtypeFinetuneQuantOptimizerAndRecompute) {
   RunConfig cfg;
   EXPECT_EQ(recipe_text({cfg}),

@@ -552,15 +552,19 @@ int run_devices_command() {
                {"total_bytes", "total", CellKind::bytes},
                {"context_bytes", "context", CellKind::bytes},
                {"gemm_workspace_bytes", "GEMM workspace", CellKind::bytes},
-               {"compute_capability", "sm", CellKind::integer}};
+               {"compute_capability", "sm", CellKind::integer},
+               {"sms", "SMs", CellKind::integer}};
   for (const GpuProfile& p : gpu_profiles()) {
     t.add_row({Cell::of_text("sim:" + std::string(p.name)), Cell::of_text(std::string(p.label)),
-               Cell::of_bytes(p.total), Cell::of_bytes(p.context_overhead),
-               Cell::of_bytes(p.gemm_workspace()), Cell::of_int(p.compute_capability)});
+               Cell::of_bytes(p.total), Cell::of_bytes(p.context_overhead()),
+               Cell::of_bytes(p.gemm_workspace()), Cell::of_int(p.compute_capability),
+               Cell::of_int(p.sms)});
   }
   fmt::print(
       "Simulated devices (--device sim:PROFILE; totals as nvidia-smi reports them, "
-      "approximate, varying by board and driver):\n\n{}",
+      "approximate, varying by board and driver; context: what a PyTorch training process "
+      "holds outside its caching allocator, 2 KiB per resident thread + 384 MiB, "
+      "docs/memory-model.md):\n\n{}",
       to_markdown(t));
   return 0;
 }

@@ -230,11 +230,7 @@ constexpr Bytes mib(std::int64_t n) {
   return n * MiB;
 }
 
-// Context overhead: ~250-450 MiB for a lazy-loading CUDA context (shared/reference/facts.md) plus
-// the cuBLASLt and cuDNN handles; 512 MiB is a typical figure, replaced by the measured baseline
-// on a real device.
-constexpr Bytes kContext = mib(512);
-
+// SMs: the spec sheets' (NVIDIA's data sheets and whitepapers; the A10G has 80, the A10 72).
 // Totals: what `nvidia-smi` prints after the slash of Memory-Usage (driver 525 and later; older
 // drivers print less for the same card), from public outputs (shared/reference/facts.md lists the
 // first fifteen):
@@ -246,28 +242,28 @@ constexpr Bytes kContext = mib(512);
 //   h100-pcie    81559   "NVIDIA H100 PCIe ... 0MiB / 81559MiB", as the SXM card
 //   b200         183359  github.com/NVIDIA/TensorRT-LLM/issues/10278
 constexpr std::array<GpuProfile, 22> kProfiles{{
-    {"h100-80gb", "H100 SXM 80GB", mib(81559), kContext, 90},
-    {"h100-pcie", "H100 PCIe 80GB", mib(81559), kContext, 90},
-    {"h200", "H200 141GB", mib(143771), kContext, 90},
-    {"b200", "B200 180GB", mib(183359), kContext, 100},
-    {"a100-80gb", "A100 80GB", mib(81920), kContext, 80},
-    {"a100-40gb", "A100 40GB", mib(40960), kContext, 80},
-    {"l40s", "L40S 48GB", mib(46068), kContext, 89},
-    {"rtx6000-ada", "RTX 6000 Ada 48GB", mib(49140), kContext, 89},
-    {"a6000", "RTX A6000 48GB", mib(49140), kContext, 86},
-    {"a10g", "A10G 24GB", mib(23028), kContext, 86},
-    {"l4", "L4 24GB", mib(23034), kContext, 89},
-    {"v100-32gb", "Tesla V100 32GB", mib(32768), kContext, 70},
-    {"v100-16gb", "Tesla V100 16GB", mib(16384), kContext, 70},
-    {"rtx5090", "GeForce RTX 5090 32GB", mib(32607), kContext, 120},
-    {"rtx4090", "GeForce RTX 4090 24GB", mib(24564), kContext, 89},
-    {"rtx3090", "GeForce RTX 3090 24GB", mib(24576), kContext, 86},
-    {"rtx4080", "GeForce RTX 4080 16GB", mib(16376), kContext, 89},
-    {"rtx4060ti-16gb", "GeForce RTX 4060 Ti 16GB", mib(16380), kContext, 89},
-    {"t4", "Tesla T4 16GB", mib(15360), kContext, 75},
-    {"rtx3060", "GeForce RTX 3060 12GB", mib(12288), kContext, 86},
-    {"rtx4060", "GeForce RTX 4060 8GB", mib(8188), kContext, 89},
-    {"rtx4050-laptop", "GeForce RTX 4050 Laptop 6GB", mib(6141), kContext, 89},
+    {"h100-80gb", "H100 SXM 80GB", mib(81559), 90, 132},
+    {"h100-pcie", "H100 PCIe 80GB", mib(81559), 90, 114},
+    {"h200", "H200 141GB", mib(143771), 90, 132},
+    {"b200", "B200 180GB", mib(183359), 100, 148},
+    {"a100-80gb", "A100 80GB", mib(81920), 80, 108},
+    {"a100-40gb", "A100 40GB", mib(40960), 80, 108},
+    {"l40s", "L40S 48GB", mib(46068), 89, 142},
+    {"rtx6000-ada", "RTX 6000 Ada 48GB", mib(49140), 89, 142},
+    {"a6000", "RTX A6000 48GB", mib(49140), 86, 84},
+    {"a10g", "A10G 24GB", mib(23028), 86, 80},
+    {"l4", "L4 24GB", mib(23034), 89, 58},
+    {"v100-32gb", "Tesla V100 32GB", mib(32768), 70, 80},
+    {"v100-16gb", "Tesla V100 16GB", mib(16384), 70, 80},
+    {"rtx5090", "GeForce RTX 5090 32GB", mib(32607), 120, 170},
+    {"rtx4090", "GeForce RTX 4090 24GB", mib(24564), 89, 128},
+    {"rtx3090", "GeForce RTX 3090 24GB", mib(24576), 86, 82},
+    {"rtx4080", "GeForce RTX 4080 16GB", mib(16376), 89, 76},
+    {"rtx4060ti-16gb", "GeForce RTX 4060 Ti 16GB", mib(16380), 89, 34},
+    {"t4", "Tesla T4 16GB", mib(15360), 75, 40},
+    {"rtx3060", "GeForce RTX 3060 12GB", mib(12288), 86, 28},
+    {"rtx4060", "GeForce RTX 4060 8GB", mib(8188), 89, 24},
+    {"rtx4050-laptop", "GeForce RTX 4050 Laptop 6GB", mib(6141), 89, 20},
 }};
 
 template <typename Range>

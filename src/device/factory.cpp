@@ -31,7 +31,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuPresence, available, why)
 Device sim_device(const GpuProfile& profile, Bytes vram) {
   DeviceInfo info;
   info.total = vram > 0 ? vram : profile.total;
-  info.fixed_overhead = profile.context_overhead;
+  info.fixed_overhead = profile.context_overhead();
   info.gemm_workspace = profile.gemm_workspace();
   info.trial_steps = kSimTrialSteps;
   info.label = fmt::format("sim:{} ({})", profile.name, profile.label);
