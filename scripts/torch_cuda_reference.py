@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
 """What PyTorch + Hugging Face really reach on a GPU: allocated, reserved and the largest batch.
 
-For each configuration a training loop as transformers' Trainer runs it (forward with labels,
-backward, optimizer step, zero_grad; two iterations, the second measured) records
-torch.cuda.max_memory_allocated(), max_memory_reserved() and what the driver reports in use
-(torch.cuda.mem_get_info: the CUDA context and the libraries' workspaces included), at batch 1, 2
-and 4. For some configurations it then bisects the batch until torch.OutOfMemoryError, on the card
-capped with torch.cuda.set_per_process_memory_fraction (24 GiB, or the whole card), and records
-the largest batch that ran and the reserved peak at it.
+For each configuration a training run as transformers' Trainer runs it (forward with labels,
+backward, optimizer step, zero_grad; --steps of them, 2 by default, from a fresh optimizer whose
+state the first step makes, without empty_cache() between them) records at batch 1, 2 and 4
+torch.cuda.max_memory_allocated() and max_memory_reserved() over the run (its steady state, what
+vrambench predicts) and over its first step, and what the driver reports in use after it
+(torch.cuda.mem_get_info: the CUDA context and the libraries' workspaces included). For some
+configurations it then bisects the batch until torch.OutOfMemoryError, each trial such a run, on
+the card capped with torch.cuda.set_per_process_memory_fraction (24 GiB, or the whole card), and
+records the largest batch that ran and the reserved peak at it. With --snapshots DIR it also runs
+the largest batch and the first that failed once more, records the allocator's history over the
+last step (torch.cuda.memory._record_memory_history) and pickles torch.cuda.memory._snapshot()
+into DIR with an index, snapshots.json, which scripts/allocator_trace.py converts.
 
 Models are built from their configs with random weights on the GPU (no download); a QLoRA base is
 built with bitsandbytes' Linear4bit (NF4, double quantisation, bf16 compute) in place of the
 block linears, as from_pretrained(quantization_config=...) stores them, then
 peft.prepare_model_for_kbit_training. The result, tests/data/torch_cuda_reference.json, is what
-vrambench's hf profile is compared with (results/<gpu>/pytorch-vs-vrambench.md).
+vrambench's hf profile is compared with (scripts/torch_cuda_compare.py).
 
 Nothing in the build or the tests needs this script, torch or a GPU: the JSON is committed.
 """
@@ -35,8 +40,10 @@ examples:
     python3 scripts/torch_cuda_reference.py --out $OUT/torch_cuda_reference.json
   one configuration, no bisection:
     python3 scripts/torch_cuda_reference.py --only llama3.2-1b-lora --no-bisect --out /tmp/x.json
+  the allocator's history at the boundary of each bisection, for scripts/allocator_trace.py:
+    python3 scripts/torch_cuda_reference.py --only llama3-8b-qlora-s512 --snapshots $OUT/snap
   the code paths on the CPU with tiny models, nothing measured (no GPU needed):
-    ~/venv-torch/bin/python scripts/torch_cuda_reference.py --smoke
+    ~/venv-torch/bin/python scripts/torch_cuda_reference.py --smoke --snapshots /tmp/snap
 """
 
 # The models, as their config.json on the Hugging Face hub give them (the fields that shape
@@ -237,21 +244,55 @@ def out_of_memory(e):
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
-def measure_rows(c, model, optimizer, cfg, device, smoke):
-    """Rows at each of the configuration's batches: the second iteration's figures."""
+class Run:
+    """A training run at one batch, as the Trainer makes it: a fresh optimizer (the last one's
+    state freed, the cache emptied), then `steps` steps without empty_cache() between them. The
+    optimizer lives on for the next run's release."""
+
+    def __init__(self, c, model, cfg, device, smoke, steps):
+        self.c, self.model, self.cfg, self.device, self.smoke = c, model, cfg, device, smoke
+        self.steps = steps
+        self.optimizer = None
+
+    def fresh(self):
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer = None
+        self.model.zero_grad(set_to_none=True)
+        release()
+        self.optimizer = make_optimizer(self.c, self.model, self.smoke)
+        if not self.smoke:
+            torch.cuda.reset_peak_memory_stats()
+
+    def __call__(self, batch, record=None):
+        """Runs it; the loss of the last step and the first step's peaks (CUDA). `record`, when
+        given, is called before the last step (the allocator's history starts there)."""
+        self.fresh()
+        first, loss = {}, None
+        for i in range(self.steps):
+            if record is not None and i == self.steps - 1:
+                record()
+            loss = step(self.c, self.model, self.optimizer, self.cfg, batch, self.device)
+            if i == 0 and not self.smoke:
+                torch.cuda.synchronize()
+                first = {"first_step_allocated_peak_bytes": torch.cuda.max_memory_allocated(),
+                         "first_step_reserved_peak_bytes": torch.cuda.max_memory_reserved()}
+        return loss, first
+
+
+def measure_rows(c, run):
+    """Rows at each of the configuration's batches: a run's peaks over all its steps (the steady
+    state) and over its first, and what the driver holds after it."""
     rows = []
     for batch in c["batches"]:
-        step(c, model, optimizer, cfg, batch, device)
-        if not smoke:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        loss = step(c, model, optimizer, cfg, batch, device)
-        seconds = time.perf_counter() - start
-        row = {"config": c["id"], "batch": batch, "loss": round(loss, 3),
+        loss, first = run(batch)
+        seconds = (time.perf_counter() - start) / run.steps
+        row = {"config": c["id"], "batch": batch, "steps": run.steps, "loss": round(loss, 3),
                "step_seconds": round(seconds, 3)}
-        if not smoke:
+        if not run.smoke:
             row.update(cuda_figures())
+            row.update(first)
         rows.append(row)
         print(f"  {c['id']} B={batch}: " + ", ".join(
             f"{k} {v / GiB:.2f} GiB" if k.endswith("_bytes") else f"{k} {v}"
@@ -259,52 +300,106 @@ def measure_rows(c, model, optimizer, cfg, device, smoke):
     return rows
 
 
-def fits(c, model, optimizer, cfg, batch, device, smoke, steps=2):
-    """Whether `steps` training steps at `batch` run on the model as it is (its optimizer state
-    made already); the reserved peak where they do. The cache is emptied before and after."""
-    release()
-    if not smoke:
-        torch.cuda.reset_peak_memory_stats()
-    ok = True
+def fits(run, batch, record=None, recorded=None):
+    """Whether a run at `batch` fits; its reserved peak and allocated peak where it does, and the
+    error where it does not. The cache is emptied after it. `record` is called before the run's
+    last step, `recorded` right after the run (an out-of-memory's frames released), before the
+    gradients go and the cache is emptied."""
+    ok, error = True, None
     try:
-        for _ in range(steps):
-            step(c, model, optimizer, cfg, batch, device)
+        run(batch, record)
     except (torch.OutOfMemoryError, RuntimeError) as e:
         if not out_of_memory(e):
             raise
-        ok = False
+        ok, error = False, str(e)
     # Out of the except clause: the exception's frames no longer hold the step's tensors.
-    optimizer.zero_grad(set_to_none=True)
-    reserved = 0 if smoke or not ok else torch.cuda.max_memory_reserved()
+    if recorded is not None:
+        recorded()
+    run.optimizer.zero_grad(set_to_none=True)
+    figures = {"reserved": 0, "allocated": 0}
+    if not run.smoke:
+        figures = {"reserved": torch.cuda.max_memory_reserved(),
+                   "allocated": torch.cuda.max_memory_allocated()}
     release()
-    return ok, reserved
+    return ok, error, figures
 
 
-def bisect(c, model, optimizer, cfg, cap_gib, device, smoke):
+def bisect(c, run, cap_gib):
     """The largest batch that runs under the cap: doubling from 1, then halving the gap."""
-    if not smoke:
+    if not run.smoke:
         total = torch.cuda.get_device_properties(0).total_memory
         fraction = 1.0 if cap_gib == 0 else min(1.0, cap_gib * GiB / total)
         torch.cuda.set_per_process_memory_fraction(fraction)
     good, reserved_at_good, bad, trials = 0, 0, None, 0
     batch = 1
     while bad is None or bad - good > 1:
-        ok, reserved = fits(c, model, optimizer, cfg, batch, device, smoke)
+        ok, _, figures = fits(run, batch)
         trials += 1
         print(f"  {c['id']} cap {cap_gib or 'card'} B={batch}: {'fits' if ok else 'OOM'}",
               file=sys.stderr, flush=True)
         if ok:
-            good, reserved_at_good = batch, reserved
+            good, reserved_at_good = batch, figures["reserved"]
         else:
             bad = batch
-        if bad is None and smoke and trials >= 3:
+        if bad is None and run.smoke and trials >= 3:
             break
         batch = batch * 2 if bad is None else (good + bad) // 2
-    if not smoke:
+    if not run.smoke:
         torch.cuda.set_per_process_memory_fraction(1.0)
     return {"config": c["id"], "cap_bytes": cap_gib * GiB if cap_gib else None,
             "largest_batch": good, "first_oom_batch": bad,
-            "reserved_at_largest_bytes": reserved_at_good, "trials": trials}
+            "reserved_at_largest_bytes": reserved_at_good, "steps": run.steps, "trials": trials}
+
+
+def snapshot_boundary(c, run, bisection, cap_gib, folder):
+    """The bisection's largest batch and the first that failed, each run once more with the
+    allocator's history recorded over its last step; each snapshot pickled into `folder` (its
+    stack frames dropped), an entry of snapshots.json per case."""
+    import pickle
+    cases = []
+    if not run.smoke:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(
+            1.0 if cap_gib == 0 else min(1.0, cap_gib * GiB / total))
+
+    def record():
+        if not run.smoke:
+            torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
+
+    taken = []
+
+    def recorded():
+        if not run.smoke:
+            taken.append(torch.cuda.memory._snapshot())
+            torch.cuda.memory._record_memory_history(enabled=None)
+
+    for batch in [b for b in (bisection["largest_batch"], bisection["first_oom_batch"]) if b]:
+        start = time.perf_counter()
+        name = f"{c['id']}-B{batch}-cap{cap_gib}.pickle"
+        taken.clear()
+        ok, error, figures = fits(run, batch, record, recorded)
+        snap = taken[0] if taken else None
+        if snap is not None:
+            for segment in snap["segments"]:
+                segment["frames"] = []
+                for block in segment["blocks"]:
+                    block.pop("frames", None)
+            for trace in snap["device_traces"]:
+                for event in trace:
+                    event.pop("frames", None)
+            with open(os.path.join(folder, name), "wb") as f:
+                pickle.dump(snap, f)
+        cases.append({"config": c["id"], "batch": batch, "cap_gib": cap_gib, "fits": ok,
+                      "error": None if error is None else error[:400],
+                      "allocated_peak_bytes": figures["allocated"],
+                      "reserved_peak_bytes": figures["reserved"], "steps": run.steps,
+                      "seconds": round(time.perf_counter() - start, 1),
+                      "snapshot": name if snap is not None else None})
+        print(f"  {c['id']} cap {cap_gib or 'card'} B={batch}: snapshot, "
+              f"{'fits' if ok else 'OOM'}", file=sys.stderr, flush=True)
+    if not run.smoke:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    return cases
 
 
 def environment(device):
@@ -342,7 +437,16 @@ def main():
                     help="run every code path on the CPU with tiny models; measures nothing, "
                     "writes nothing")
     ap.add_argument("--list", action="store_true", help="print the configuration ids and stop")
+    ap.add_argument("--steps", type=int, default=2,
+                    help="training steps per run, each row's and each bisection trial's "
+                    "(default: %(default)s; vrambench's sim replays two)")
+    ap.add_argument("--snapshots", metavar="DIR",
+                    help="after each bisection, the allocator's history over the last step at "
+                    "the largest batch and the first that failed, pickled into DIR with "
+                    "DIR/snapshots.json (smoke: the index alone)")
     args = ap.parse_args()
+    if args.steps < 1:
+        fail(f"--steps {args.steps}: a run takes at least one step")
 
     configs = [c for c in CONFIGS if not args.only or c["id"] in args.only.split(",")]
     if not configs:
@@ -360,7 +464,9 @@ def main():
             c["seq"] = 32
 
     started = time.time()
-    rows, bisections = [], []
+    rows, bisections, snapshots = [], [], []
+    if args.snapshots:
+        os.makedirs(args.snapshots, exist_ok=True)
 
     def document():
         # What a comparison needs to rebuild each configuration without this script: the models'
@@ -378,28 +484,42 @@ def main():
         models = {name: model_config(name, args.smoke).to_dict()
                   for name in sorted({c["model"] for c in configs})}
         return {"environment": environment(device), "models": models, "configs": described,
+                "protocol": f"each row and bisection trial a training run of {args.steps} steps "
+                            "from a fresh optimizer, the cache emptied before it",
                 "rows": rows, "bisections": bisections,
                 "seconds": round(time.time() - started, 1)}
 
-    def write():
-        doc = document()
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
+    def write_json(path, doc):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".partial", "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
+        os.replace(path + ".partial", path)
+
+    def write():
+        write_json(args.out, document())
+        if args.snapshots:
+            env = environment(device)
+            write_json(os.path.join(args.snapshots, "snapshots.json"),
+                       {"torch": env.get("torch"), "gpu": env.get("gpu"), "cases": snapshots})
 
     for c in configs:
         print(f"{c['id']}", file=sys.stderr, flush=True)
         model, cfg = build(c, device, args.smoke)
-        optimizer = make_optimizer(c, model, args.smoke)
-        rows += measure_rows(c, model, optimizer, cfg, device, args.smoke)
+        run = Run(c, model, cfg, device, args.smoke, args.steps)
+        rows += measure_rows(c, run)
         if not args.no_bisect:
             for cap in c["bisect"]:
-                bisections.append(bisect(c, model, optimizer, cfg, cap, device, args.smoke))
-        del model, optimizer
+                bisections.append(bisect(c, run, cap))
+                if args.snapshots:
+                    snapshots.extend(
+                        snapshot_boundary(c, run, bisections[-1], cap, args.snapshots))
+        del model, run
         release()
         if not args.smoke:  # after each configuration: a run stopped early keeps what it measured
             write()
+    if args.snapshots and args.smoke:  # the index alone: there is no allocator history on a CPU
+        write()
     if args.smoke:
         json.dumps(document())  # the document serialises, though a smoke run writes none
         print(f"smoke: {len(configs)} configurations ran on the CPU in {time.time() - started:.0f} s",
