@@ -496,12 +496,15 @@ def main():
             f.write("\n")
         os.replace(path + ".partial", path)
 
+    def write_index():
+        env = environment(device)
+        write_json(os.path.join(args.snapshots, "snapshots.json"),
+                   {"torch": env.get("torch"), "gpu": env.get("gpu"), "cases": snapshots})
+
     def write():
         write_json(args.out, document())
         if args.snapshots:
-            env = environment(device)
-            write_json(os.path.join(args.snapshots, "snapshots.json"),
-                       {"torch": env.get("torch"), "gpu": env.get("gpu"), "cases": snapshots})
+            write_index()
 
     for c in configs:
         print(f"{c['id']}", file=sys.stderr, flush=True)
@@ -519,7 +522,7 @@ def main():
         if not args.smoke:  # after each configuration: a run stopped early keeps what it measured
             write()
     if args.snapshots and args.smoke:  # the index alone: there is no allocator history on a CPU
-        write()
+        write_index()
     if args.smoke:
         json.dumps(document())  # the document serialises, though a smoke run writes none
         print(f"smoke: {len(configs)} configurations ran on the CPU in {time.time() - started:.0f} s",
