@@ -33,7 +33,6 @@ Device sim_device(const GpuProfile& profile, Bytes vram) {
   info.total = vram > 0 ? vram : profile.total;
   info.fixed_overhead = profile.context_overhead();
   info.gemm_workspace = profile.gemm_workspace();
-  info.trial_steps = kSimTrialSteps;
   info.label = fmt::format("sim:{} ({})", profile.name, profile.label);
   if (vram > 0) info.label += fmt::format(", capped at {}", format_bytes(vram));
   return simulated(std::move(info));
@@ -61,7 +60,6 @@ Device cuda_device(const RunConfig& cfg, const DeviceOptions& options) {
   if (!answer) throw UsageError(fmt::format("--device cuda: {}", to_string(why)));
   Device d;
   d.info = answer->get<DeviceInfo>();
-  d.info.trial_steps = 2;  // the second step is the steady state
   d.info.warm_up = true;   // modules load and cuDNN plans build on first use
   if (options.memory == CudaMemory::async)
     d.sources = [](Bytes capacity) { return make_cuda_async_source(capacity); };
