@@ -244,6 +244,29 @@ std::uint32_t operand_alignment(const void* p, std::int64_t ld, std::int64_t bat
   return align;
 }
 
+MatmulPreference make_gemm_preference(Bytes workspace_bytes, std::uint32_t align_a,
+                                      std::uint32_t align_b, std::uint32_t align_c) {
+  cublasLtMatmulPreference_t raw = nullptr;
+  VB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw));
+  MatmulPreference pref(raw);
+  const auto max_ws = static_cast<std::uint64_t>(workspace_bytes);
+  VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
+  VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+  const std::uint32_t reduction =
+      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)));
+  return pref;
+}
+
 GemmRunner::GemmRunner() : handle_(make_cublaslt_handle()) {}
 
 void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const void* b, void* c,
@@ -259,37 +282,13 @@ void GemmRunner::run(const GemmPlan& plan, GemmMath math, const void* a, const v
   Entry* cached = cache_.find(key);
   if (cached == nullptr) {
     Entry entry{make_gemm_descriptors(plan, math, bias != nullptr), {}, 0};
-    cublasLtMatmulPreference_t pref_raw = nullptr;
-    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
-    MatmulPreference pref(pref_raw);
-    const auto max_ws = static_cast<std::uint64_t>(workspace_bytes);
-    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
-    const std::uint32_t align_a = std::get<0>(align), align_b = std::get<1>(align),
-                        align_c = std::get<2>(align);
-    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
-    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
-    // Partial sums of a split K are reduced in fp32 (in the workspace) or not split at all. The
-    // default mask also lets cuBLASLt reduce them in place or in the output type, which rounds
-    // each partial to 16 bits: on an H200 the 2048 x 768 x 50257 lm head's dx came out 0.1 off
-    // in bf16 and its y 0.004 off in fp16, 400 times an fp32 accumulation's error. 16-bit inputs
-    // accumulate in fp32 here (compute_type) all the way, as the cpu reference does; the memory is
-    // the same, the workspace being the program's.
-    const std::uint32_t reduction =
-        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    VB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)));
+    const MatmulPreference pref = make_gemm_preference(workspace_bytes, std::get<0>(align),
+                                                       std::get<1>(align), std::get<2>(align));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     VB_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
         handle_.get(), entry.desc.op.get(), entry.desc.a.get(), entry.desc.b.get(),
-        entry.desc.c.get(), entry.desc.c.get(), pref_raw, 1, &result, &found));
+        entry.desc.c.get(), entry.desc.c.get(), pref.get(), 1, &result, &found));
     if (found == 0)
       throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(plan.m) + "x" +
                                std::to_string(plan.n) + "x" + std::to_string(plan.k) +

@@ -114,6 +114,10 @@ VRAMBENCH_FORWARD(cublaslt, kNoCublasLt, cublasStatus_t, cublasLtMatrixLayoutGet
                   (cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, void* buf,
                    size_t bytes, size_t* written),
                   (layout, attr, buf, bytes, written))
+VRAMBENCH_FORWARD(cublaslt, kNoCublasLt, cublasStatus_t, cublasLtMatmulPreferenceGetAttribute,
+                  (cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                   void* buf, size_t bytes, size_t* written),
+                  (pref, attr, buf, bytes, written))
 
 // NVRTC: cudnn-frontend's headers hold an NVRTC-compiled engine that nothing here selects; its
 // calls are linked all the same.

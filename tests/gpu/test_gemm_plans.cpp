@@ -269,6 +269,34 @@ TEST(GemmDescriptors, CreatedWithoutADeviceWithThePlansDims) {
   EXPECT_EQ(layout_attr(lin.c.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT), 1);
 }
 
+// The heuristic's preference, made without a device: the workspace, the alignments, and split
+// K's partial sums reduced in fp32 or not split (the default mask let cuBLASLt round them to the
+// 16-bit output: LmHeadGemm failed on the H200 by 2-5 %).
+TEST(GemmPreference, ReducesSplitKInFp32AndHoldsTheWorkspaceAndAlignments) {
+  const MatmulPreference pref = make_gemm_preference(32 * MiB, 16, 2, 256);
+  ASSERT_TRUE(pref);
+  auto get32 = [&](cublasLtMatmulPreferenceAttributes_t attr) {
+    std::uint32_t v = 0;
+    std::size_t written = 0;
+    EXPECT_EQ(cublasLtMatmulPreferenceGetAttribute(pref.get(), attr, &v, sizeof(v), &written),
+              CUBLAS_STATUS_SUCCESS);
+    return v;
+  };
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK),
+            static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES), 16u);
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES), 2u);
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES), 256u);
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES), 256u);
+  std::uint64_t workspace = 0;
+  std::size_t written = 0;
+  EXPECT_EQ(
+      cublasLtMatmulPreferenceGetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace, sizeof(workspace), &written),
+      CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(workspace, std::uint64_t{32} * MiB);
+}
+
 TEST(GemmPlans, PointerAlignment) {
   alignas(256) static char buffer[1024];
   EXPECT_EQ(pointer_alignment(buffer), 256u);
