@@ -14,6 +14,7 @@
 #include "device/host_runner.h"
 #include "device/sources.h"
 #include "program/program.h"
+#include "program/schedule.h"
 #include "search/measure.h"
 #include "search/trial.h"
 

@@ -12,6 +12,7 @@
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "program/program.h"
+#include "program/schedule.h"
 #include "search/measure.h"
 
 namespace vrambench {

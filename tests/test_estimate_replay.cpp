@@ -53,7 +53,7 @@ Plain plain_replay(const TensorEvents& events, std::int64_t batch, Bytes capacit
 TensorEvents events_of(const RunConfig& cfg) {
   BatchScaledProgram step(cfg, 4 * MiB);
   const Program& program = step.at(2);
-  return estimate_replay::step_events(program, step.liveness(), step.byte_lines(), kTrialSteps);
+  return estimate_replay::step_events(program, step.schedule(), step.byte_lines());
 }
 
 TEST(EstimateReplay, ForkedReplayGivesThePeaksOfTwoReplaysFromTheStart) {

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/presets.h"
 #include "program/program.h"
+#include "program/schedule.h"
 
 namespace vrambench {
 namespace {

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/presets.h"
 #include "program/program.h"
+#include "program/schedule.h"
 #include "report/program_table.h"
 
 namespace vrambench {

@@ -15,15 +15,11 @@
 #include "core/dtype.h"
 #include "core/units.h"
 #include "device/executor.h"
+#include "program/schedule.h"
 
 namespace vrambench {
 
 enum class DeviceKind { sim, cpu, cuda };
-
-// The steps a trial runs, on every device: a training run's first and a second, which starts
-// from the first one's cache, as every later one does from its predecessor's (the steady state,
-// which the estimate describes).
-inline constexpr int kTrialSteps = 2;
 
 struct DeviceInfo {
   DeviceKind kind = DeviceKind::sim;
@@ -31,7 +27,7 @@ struct DeviceInfo {
   Bytes total = 0;           // the card's memory (or --vram): what device_peak is compared with
   Bytes fixed_overhead = 0;  // context and library handles, held before the step
   Bytes gemm_workspace = 0;  // cuBLASLt workspace, a tensor of the program
-  // Steps per trial, one after the other as a training run takes them (kTrialSteps).
+  // Steps per trial, one after the other as a training run takes them (program/schedule.h).
   int trial_steps = kTrialSteps;
   // A real device whose libraries load code and build plans on first use (cuda): the measuring
   // process runs a warm-up trial at batch 1 first and then measures the fixed overhead itself, as

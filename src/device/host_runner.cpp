@@ -1,6 +1,7 @@
 // HostRunner: std::vector storage per live tensor, bound and unbound at the liveness points.
 #include "device/host_runner.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -13,11 +14,16 @@ HostRunner::HostRunner(const Program& program, Executor& executor)
     : program_(program),
       executor_(executor),
       liveness_(compute_liveness(program)),
+      schedule_(program, liveness_, kTrialSteps),
       kept_(program.tensors.size(), false),
       storage_(program.tensors.size()),
       data_(program.tensors.size(), nullptr) {
   if (program.loss_tensor >= 0) kept_[static_cast<std::size_t>(program.loss_tensor)] = true;
-  for (int id : liveness_.persistent) {
+  // Every persistent tensor, the lazy ones too, so that a test may read or set them before the
+  // first step.
+  std::vector<int> persistent = liveness_.persistent;
+  std::sort(persistent.begin(), persistent.end());
+  for (int id : persistent) {
     bind(id, false);
     executor_.initialize(program_, id, data_[static_cast<std::size_t>(id)]);
   }
@@ -48,13 +54,28 @@ void HostRunner::step() {
   const auto n_tensors = static_cast<int>(program_.tensors.size());
   for (int id = 0; id < n_tensors; ++id)
     if (liveness_.alloc_at[static_cast<std::size_t>(id)] >= 0) unbind(id);
-  for (std::size_t i = 0; i < program_.ops.size(); ++i) {
-    for (int id : liveness_.allocs_before[i]) bind(id, true);
-    executor_.execute(program_, i, data_);
-    for (int id : liveness_.frees_after[i])
-      if (!kept_[static_cast<std::size_t>(id)]) unbind(id);
+  // The run's first step, then its steady state, as the schedule has them; the persistent
+  // tensors are bound already, and what a step keeps to its end stays readable until the next.
+  for (const RunEvent& e : schedule_.step(steps_run_ == 0 ? 0 : kTrialSteps - 1)) {
+    switch (e.kind) {
+      case RunEvent::Kind::alloc:
+        if (data_[static_cast<std::size_t>(e.id)] == nullptr) bind(e.id, true);
+        break;
+      case RunEvent::Kind::run:
+        executor_.execute(program_, static_cast<std::size_t>(e.op), data_);
+        break;
+      case RunEvent::Kind::free:
+        if (e.op >= 0 && !kept_[static_cast<std::size_t>(e.id)]) unbind(e.id);
+        break;
+      case RunEvent::Kind::step_end:
+        executor_.synchronize();
+        break;
+      case RunEvent::Kind::init:   // filled when bound, at construction
+      case RunEvent::Kind::ready:  // not in a step
+        break;
+    }
   }
-  executor_.synchronize();
+  ++steps_run_;
 }
 
 std::vector<float> HostRunner::values(int tensor_id) const {

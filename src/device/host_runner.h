@@ -14,6 +14,7 @@
 
 #include "device/executor.h"
 #include "program/program.h"
+#include "program/schedule.h"
 
 namespace vrambench {
 
@@ -40,6 +41,8 @@ class HostRunner {
   const Program& program_;
   Executor& executor_;
   Liveness liveness_;
+  Schedule schedule_;
+  int steps_run_ = 0;
   std::vector<bool> kept_;
   std::vector<std::vector<std::uint8_t>> storage_;  // per tensor; empty while unbound
   std::vector<void*> data_;

@@ -111,43 +111,21 @@ constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
 
 }  // namespace
 
-TensorEvents step_events(const Program& program, const Liveness& liveness,
-                         const std::vector<BatchScaledProgram::Line>& lines, int steps) {
+TensorEvents step_events(const Program& program, const Schedule& schedule,
+                         const std::vector<BatchScaledProgram::Line>& lines) {
   TensorEvents events;
-  events.reserve(2 * static_cast<std::size_t>(steps) * program.tensors.size());
-  std::vector<bool> live(program.tensors.size(), false);
-  auto alloc = [&](int id) {
-    if (!program.tensor(id).on_device()) return;
-    const auto i = static_cast<std::size_t>(id);
+  events.reserve(schedule.events().size());
+  for (const RunEvent& e : schedule.events()) {
+    if (e.kind != RunEvent::Kind::alloc && e.kind != RunEvent::Kind::free) continue;
+    if (!program.tensor(e.id).on_device()) continue;
+    if (e.kind == RunEvent::Kind::free) {
+      events.push_back({e.id, false, 0, 0});
+      continue;
+    }
+    const auto i = static_cast<std::size_t>(e.id);
     const BatchScaledProgram::Line line =
         lines.empty() ? BatchScaledProgram::Line{program.tensors[i].bytes, 0} : lines[i];
-    events.push_back({id, true, line.intercept, line.slope});
-    live[i] = true;
-  };
-  auto free = [&](int id) {
-    if (!program.tensor(id).on_device()) return;
-    events.push_back({id, false, 0, 0});
-    live[static_cast<std::size_t>(id)] = false;
-  };
-  std::vector<bool> persistent(program.tensors.size(), false);
-  std::vector<int> upfront;
-  for (int id : liveness.persistent) {
-    persistent[static_cast<std::size_t>(id)] = true;
-    if (!program.tensor(id).lazy) upfront.push_back(id);
-  }
-  std::sort(upfront.begin(), upfront.end());
-  for (int id : upfront) alloc(id);
-  for (int step = 0; step < steps; ++step) {
-    for (std::size_t i = 0; i < program.ops.size(); ++i) {
-      if (step == 0)
-        for (int id : liveness.first_step_allocs[i]) alloc(id);
-      for (int id : liveness.allocs_before[i]) alloc(id);
-      for (int id : liveness.frees_after[i]) free(id);
-    }
-    // What the step keeps to its end (the gradients) goes before the next one, in id order.
-    if (step + 1 < steps)
-      for (std::size_t id = 0; id < live.size(); ++id)
-        if (live[id] && !persistent[id]) free(static_cast<int>(id));
+    events.push_back({e.id, true, line.intercept, line.slope});
   }
   return events;
 }

@@ -28,8 +28,9 @@ struct LiveLine {
   Bytes per_sample = 0;
 };
 
-// The device's live bytes at every op.
-std::vector<LiveLine> points_of(const Program& p, const Liveness& live,
+// The device's live bytes at every op of the run's last step (the steady state, with two steps
+// or more: what the lazy tensors hold is live throughout).
+std::vector<LiveLine> points_of(const Program& p, const Schedule& schedule,
                                 const std::vector<Line>& lines, Bytes context) {
   Bytes fixed = context, per_sample = 0;
   auto add = [&](int id, Bytes sign) {
@@ -38,13 +39,14 @@ std::vector<LiveLine> points_of(const Program& p, const Liveness& live,
     fixed = checked_add(fixed, sign * l.intercept, "live bytes");
     per_sample = checked_add(per_sample, sign * l.slope, "live bytes");
   };
-  for (int id : live.persistent) add(id, 1);
   std::vector<LiveLine> points;
   points.reserve(p.ops.size());
-  for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    for (int id : live.allocs_before[i]) add(id, 1);
-    points.push_back({i, fixed, per_sample});
-    for (int id : live.frees_after[i]) add(id, -1);
+  const int last = schedule.steps() - 1;
+  for (const RunEvent& e : schedule.events()) {
+    if (e.kind == RunEvent::Kind::alloc) add(e.id, 1);
+    if (e.kind == RunEvent::Kind::free) add(e.id, -1);
+    if (e.kind == RunEvent::Kind::run && e.step == last)
+      points.push_back({static_cast<std::size_t>(e.op), fixed, per_sample});
   }
   return points;
 }
@@ -97,14 +99,22 @@ struct ByComponent {
   std::array<Bytes, kComponents> fixed{};
   std::array<Bytes, kComponents> per_sample{};
 };
-ByComponent components_at(const Program& p, const Liveness& live, const std::vector<Line>& lines,
-                          std::size_t at, Bytes context) {
+ByComponent components_at(const Program& p, const Schedule& schedule,
+                          const std::vector<Line>& lines, std::size_t at, Bytes context) {
   ByComponent out;
   out.fixed[static_cast<std::size_t>(MemoryComponent::cuda_context)] = context;
-  const auto op = static_cast<int>(at);
+  // What is live while op `at` of the last step runs.
+  std::vector<bool> live(p.tensors.size(), false);
+  const int last = schedule.steps() - 1;
+  for (const RunEvent& e : schedule.events()) {
+    if (e.kind == RunEvent::Kind::alloc) live[static_cast<std::size_t>(e.id)] = true;
+    if (e.kind == RunEvent::Kind::free) live[static_cast<std::size_t>(e.id)] = false;
+    if (e.kind == RunEvent::Kind::run && e.step == last && static_cast<std::size_t>(e.op) == at)
+      break;
+  }
   for (const Tensor& t : p.tensors) {
     const auto id = static_cast<std::size_t>(t.id);
-    if (live.alloc_at[id] > op || live.free_after[id] < op) continue;
+    if (!live[id]) continue;
     const auto c = static_cast<std::size_t>(t.component);
     out.fixed[c] = checked_add(out.fixed[c], lines[id].intercept, "component bytes");
     out.per_sample[c] = checked_add(out.per_sample[c], lines[id].slope, "component bytes");
@@ -181,17 +191,17 @@ Bytes Breakdown::component(MemoryComponent kind, std::int64_t batch) const {
 Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
   const RunConfig& cfg = step.config();
   const Program& program = step.at(2);
-  const Liveness& live = step.liveness();
+  const Schedule& schedule = step.schedule(overhead.steps);
   const std::vector<Line>& lines = step.byte_lines();
   if (lines.size() != program.tensors.size() || program.ops.empty())
     throw InternalError("estimate: the step program's sizes are no lines in the batch");
 
-  const std::vector<LiveLine> points = points_of(program, live, lines, overhead.context);
+  const std::vector<LiveLine> points = points_of(program, schedule, lines, overhead.context);
   const std::vector<std::size_t> order = envelope(points);
   const LiveLine& main = points[order.back()];
   Breakdown out;
   out.moment = program.ops[main.op].name.str();
-  const ByComponent at_peak = components_at(program, live, lines, main.op, overhead.context);
+  const ByComponent at_peak = components_at(program, schedule, lines, main.op, overhead.context);
   out.fixed = listed(at_peak.fixed);
   out.per_sample = listed(at_peak.per_sample);
   for (std::size_t k = 0; k + 1 < order.size(); ++k) {
@@ -203,7 +213,7 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
   const LiveLine& last = points.back();
   if (std::find(order.begin(), order.end(), points.size() - 1) == order.end())
     out.other_moments.push_back({program.ops[last.op].name.str(), last.fixed, last.per_sample});
-  const ByComponent at_end = components_at(program, live, lines, last.op, 0);
+  const ByComponent at_end = components_at(program, schedule, lines, last.op, 0);
   for (std::size_t c = 0; c < kComponents; ++c)
     if (is_model_state(static_cast<MemoryComponent>(c)))
       out.model_state = checked_add(out.model_state, at_end.fixed[c], "model state");
@@ -213,11 +223,11 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
   // structure differs there).
   if (!overhead.allocator_share) return out;
   using namespace estimate_replay;  // NOLINT: the replay's vocabulary
-  const TensorEvents events = step_events(program, live, lines, overhead.steps);
+  const TensorEvents events = step_events(program, schedule, lines);
   TensorEvents batch_one;
   if (structure_key(cfg, 1) != structure_key(cfg, 2)) {
     const Program& one = step.at(1);
-    batch_one = step_events(one, step.liveness(), {}, overhead.steps);
+    batch_one = step_events(one, step.schedule(overhead.steps), {});
   }
   fit_allocator_share(out, events, batch_one, cfg, overhead);
   return out;
@@ -228,7 +238,7 @@ Bytes allocated_peak(BatchScaledProgram& step, std::int64_t batch) {
   std::vector<Line> bytes(program.tensors.size());
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i].intercept = program.tensors[i].bytes;
   Bytes peak = 0;
-  for (const LiveLine& p : points_of(program, step.liveness(), bytes, 0))
+  for (const LiveLine& p : points_of(program, step.schedule(), bytes, 0))
     peak = std::max(peak, p.fixed);
   return peak;
 }

@@ -12,6 +12,7 @@
 #include "core/units.h"
 #include "program/memory_component.h"
 #include "program/scaled_program.h"
+#include "program/schedule.h"
 
 namespace vrambench {
 
@@ -32,9 +33,10 @@ struct DeviceOverhead {
   // false: the tensors alone, no allocator's share (allocated bytes, as
   // torch.cuda.max_memory_allocated counts them, plus the context).
   bool allocator_share = true;
-  // The training steps the allocator's share replays, one after the other without emptying the
-  // cache (a trial's, DeviceInfo::trial_steps): its peak over them.
-  int steps = 1;
+  // The training steps the estimate describes (a trial's, DeviceInfo::trial_steps): the live
+  // bytes of the last, and the allocator's share replayed over all of them, one after the other
+  // without emptying the cache.
+  int steps = kTrialSteps;
 };
 
 struct Component {

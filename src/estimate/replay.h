@@ -12,6 +12,7 @@
 #include "estimate/estimate.h"
 #include "program/program.h"
 #include "program/scaled_program.h"
+#include "program/schedule.h"
 
 namespace vrambench::estimate_replay {
 
@@ -25,14 +26,11 @@ struct TensorEvent {
 };
 using TensorEvents = std::vector<TensorEvent>;
 
-// What a trial of `steps` steps of `program` allocates and frees on the device, in its order
-// (search/trial.cpp: the persistent tensors by id but the lazy ones; then, step by step, each
-// op's allocations before it (the lazy ones first, in the first step) and frees after it, and at
-// a step's end, before the next, what it kept to its end; paged optimizer state lives in managed
-// memory, outside these), each tensor's bytes its line in `lines` or, where `lines` is empty, its
-// bytes in `program`. The last step's own leftovers are not freed: nothing follows them.
-TensorEvents step_events(const Program& program, const Liveness& liveness,
-                         const std::vector<BatchScaledProgram::Line>& lines, int steps);
+// What the training run of `schedule` allocates and frees on the device, in its order (the
+// trial's: program/schedule.h; paged optimizer state lives in managed memory, outside these), each
+// tensor's bytes its line in `lines` or, where `lines` is empty, its bytes in `program`.
+TensorEvents step_events(const Program& program, const Schedule& schedule,
+                         const std::vector<BatchScaledProgram::Line>& lines);
 
 // What `allocator` reserves at its peak when the step of `events` runs at `batch` on a virtual
 // source of `capacity` bytes (the caching allocator frees its cache and retries there, as it does

@@ -185,22 +185,4 @@ Liveness compute_liveness(const Program& program) {
   return live;
 }
 
-LiveProfile live_profile(const Program& program, const Liveness& liveness) {
-  LiveProfile profile;
-  Bytes live = 0;
-  for (int id : liveness.persistent) live += program.tensor(id).bytes;
-  profile.peak = live;
-  for (std::size_t i = 0; i < program.ops.size(); ++i) {
-    for (int id : liveness.allocs_before[i]) live += program.tensor(id).bytes;
-    // The peak is reached while the op runs: its outputs and inputs are all live.
-    if (live > profile.peak) {
-      profile.peak = live;
-      profile.peak_op = static_cast<int>(i);
-    }
-    for (int id : liveness.frees_after[i]) live -= program.tensor(id).bytes;
-    profile.live_after.push_back(live);
-  }
-  return profile;
-}
-
 }  // namespace vrambench

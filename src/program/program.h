@@ -308,12 +308,4 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
 // other tensors at batch 1.
 int structure_key(const RunConfig& cfg, std::int64_t batch);
 
-// Sum of bytes by role of the tensors live after each op, and the peak.
-struct LiveProfile {
-  std::vector<Bytes> live_after;  // per op
-  Bytes peak = 0;
-  int peak_op = -1;
-};
-LiveProfile live_profile(const Program& program, const Liveness& liveness);
-
 }  // namespace vrambench

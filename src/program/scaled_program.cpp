@@ -77,13 +77,24 @@ void BatchScaledProgram::build(std::int64_t batch) {
   if (builds_ > 1) {
     // Without lines, every batch is built (with them, only a batch whose sizes pass 64 bits is,
     // and the builder throws).
-    if (!scaled_) liveness_ = compute_liveness(program_);
+    if (!scaled_) {
+      liveness_ = compute_liveness(program_);
+      schedule_.reset();
+    }
     return;
   }
   for (std::size_t i = 0; i < program_.ops.size(); ++i)
     if (signature(program_.ops[i].kind).attrs.grad_scale) scale_ops_.push_back(static_cast<int>(i));
   liveness_ = compute_liveness(program_);
+  schedule_.reset();
   if (scales_follow_the_loss(program_)) lines_from_batch_dims(batch);
+}
+
+const Schedule& BatchScaledProgram::schedule(int steps) {
+  std::optional<Schedule>& cached = last_apart_ ? apart_schedule_ : schedule_;
+  if (!cached || cached->steps() != steps)
+    cached.emplace(last_apart_ ? apart_ : program_, liveness(), steps);
+  return *cached;
 }
 
 const Program& BatchScaledProgram::at(std::int64_t batch) {
@@ -93,6 +104,7 @@ const Program& BatchScaledProgram::at(std::int64_t batch) {
     at.batch = batch;
     apart_ = builder_(at, gemm_workspace_);
     apart_liveness_ = compute_liveness(apart_);
+    apart_schedule_.reset();
     ++builds_;
     return apart_;
   }

@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/config.h"
 #include "core/units.h"
 #include "program/program.h"
+#include "program/schedule.h"
 
 namespace vrambench {
 
@@ -36,6 +38,9 @@ class BatchScaledProgram {
   const Program& at(std::int64_t batch);
   // Of the program `at` returned last.
   const Liveness& liveness() const { return last_apart_ ? apart_liveness_ : liveness_; }
+  // The training run of `steps` steps of the program `at` returned last: made once per structure
+  // and number of steps.
+  const Schedule& schedule(int steps = kTrialSteps);
 
   int builds() const { return builds_; }  // programs built so far (the rest were scaled)
   const RunConfig& config() const { return cfg_; }
@@ -77,6 +82,7 @@ class BatchScaledProgram {
   Program apart_;
   Liveness apart_liveness_;
   bool last_apart_ = false;
+  std::optional<Schedule> schedule_, apart_schedule_;
 };
 
 }  // namespace vrambench

@@ -4,11 +4,11 @@
 
 #include <fmt/format.h>
 
-#include <span>
 #include <string>
 #include <vector>
 
 #include "core/units.h"
+#include "program/schedule.h"
 #include "program/signature.h"
 #include "report/table.h"
 
@@ -26,11 +26,6 @@ std::vector<Bytes> live_bytes_by_role(const Program& program, const Liveness& li
 
 std::string format_program(const Program& program, const Liveness& liveness) {
   const LiveProfile profile = live_profile(program, liveness);
-  auto sum_bytes = [&](std::span<const int> ids) {
-    Bytes total = 0;
-    for (int id : ids) total += program.tensor(id).bytes;
-    return total;
-  };
   Table table;
   table.columns = {
       {"op_index", "#", CellKind::integer},      {"op", "op", CellKind::text},
@@ -41,8 +36,7 @@ std::string format_program(const Program& program, const Liveness& liveness) {
     const Op& op = program.ops[i];
     table.add_row({Cell::of_int(static_cast<std::int64_t>(i)), Cell::of_text(op.name.str()),
                    Cell::of_text(std::string(signature(op.kind).name)),
-                   Cell::of_bytes(sum_bytes(liveness.allocs_before[i])),
-                   Cell::of_bytes(sum_bytes(liveness.frees_after[i])),
+                   Cell::of_bytes(profile.allocated[i]), Cell::of_bytes(profile.freed[i]),
                    Cell::of_bytes(profile.live_after[i]),
                    Cell::of_text(static_cast<int>(i) == profile.peak_op ? "<- peak" : "")});
   }

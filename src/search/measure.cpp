@@ -46,7 +46,7 @@ namespace {
 
 // One trial of a program already built: cfg's allocator over a fresh source of `capacity` bytes of
 // `device`, and paged optimizer state in its own pool.
-TrialResult replay(const Program& program, const Liveness& liveness, const RunConfig& cfg,
+TrialResult replay(const Program& program, const Schedule& schedule, const RunConfig& cfg,
                    const Device& device, Bytes capacity, Executor* executor) {
   std::unique_ptr<SegmentSource> source = device.make_source(capacity);
   std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
@@ -57,8 +57,8 @@ TrialResult replay(const Program& program, const Liveness& liveness, const RunCo
     paged_source = device.make_paged_source();
     paged = make_allocator(AllocatorKind::direct, *paged_source);
   }
-  return run_step(program, liveness, *allocator, executor, device.info.fixed_overhead,
-                  device.info.trial_steps, source.get(), paged.get());
+  return run_step(program, schedule, *allocator, executor, device.info.fixed_overhead, source.get(),
+                  paged.get());
 }
 
 }  // namespace
@@ -68,7 +68,8 @@ TrialResult run_trial(const RunConfig& cfg, const Device& device, std::int64_t b
   RunConfig at = cfg;
   at.batch = batch;
   const Program program = build_program(at, device.info.gemm_workspace);
-  return replay(program, compute_liveness(program), cfg, device, capacity, executor);
+  return replay(program, Schedule(program, compute_liveness(program), device.info.trial_steps), cfg,
+                device, capacity, executor);
 }
 
 std::string Measurement::note() const {
@@ -146,7 +147,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
   auto allocate_only = [&](std::int64_t batch, Bytes capacity, const Device& on) {
     const Program& program = sizes.at(batch);
-    return replay(program, sizes.liveness(), cfg, on, capacity, nullptr);
+    return replay(program, sizes.schedule(on.info.trial_steps), cfg, on, capacity, nullptr);
   };
   // What a batch would need, replayed without a limit (sizes only).
   const Device unlimited_sizes = simulated(info);

@@ -83,15 +83,6 @@ class Replay {
     live_by_role_[tensor.role] -= tensor.bytes;
   }
 
-  // Frees the live tensors that are not persistent: what liveness keeps "until the end of the
-  // step" (the gradients) is gone before the next step allocates it again.
-  void release_step_tensors(const Liveness& liveness) {
-    std::vector<bool> persistent(blocks_.size(), false);
-    for (int id : liveness.persistent) persistent[static_cast<std::size_t>(id)] = true;
-    for (std::size_t id = 0; id < blocks_.size(); ++id)
-      if (blocks_[id] && !persistent[id]) release(static_cast<int>(id));
-  }
-
   void release_all() {
     for (std::size_t id = 0; id < blocks_.size(); ++id)
       if (blocks_[id]) release(static_cast<int>(id));
@@ -134,17 +125,9 @@ class Replay {
   RoleBytes live_by_role_;
 };
 
-void check_shapes(const Program& program, const Liveness& liveness, int steps) {
-  if (steps < 1)
-    throw InternalError(fmt::format("run_step: steps must be at least 1, got {}", steps));
-  if (liveness.alloc_at.size() != program.tensors.size() ||
-      liveness.allocs_before.size() != program.ops.size() ||
-      liveness.frees_after.size() != program.ops.size())
-    throw InternalError("run_step: liveness was computed for a different program");
-}
-
-// The walk itself; returns with result.oom set at the first allocation that fails.
-void walk(const Program& program, const Liveness& liveness, Executor* executor, int steps,
+// The walk itself, event by event; returns with result.oom set at the first allocation that
+// fails.
+void walk(const Program& program, const Schedule& schedule, Executor* executor,
           const SegmentSource* sampled, Replay& replay, TrialResult& result) {
   // What the driver says is in use, once this op's memory is allocated: it sees what the
   // allocator's bookkeeping cannot (library scratch, driver-side rounding).
@@ -153,55 +136,43 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
     if (const std::optional<Bytes> used = sampled->device_used())
       result.driver_peak = std::max(result.driver_peak, *used);
   };
-  // Allocate every persistent tensor but the lazy ones before initialising any, then initialise
-  // in id order: a master weight is initialised from its weight, which the builder creates first.
-  std::vector<int> persistent;
-  for (int id : liveness.persistent)
-    if (!program.tensor(id).lazy) persistent.push_back(id);
-  std::sort(persistent.begin(), persistent.end());
-  for (int id : persistent)
-    if (!replay.allocate(id, -1, result)) return;
-  // Filling needed memory the device did not have: an OOM before the op (or the first op).
-  auto initialize = [&](int id, int op_index) {
-    try {
-      executor->initialize(program, id, replay.data(id));
-      return true;
-    } catch (const DeviceOutOfMemory&) {
-      result.oom = OomInfo{replay.op_name(op_index), "(initial values)", 0, replay.free_bytes()};
-      return false;
-    }
-  };
-  if (executor)
-    for (int id : persistent)
-      if (!initialize(id, -1)) return;
-  sample();
-
-  for (int step = 0; step < steps; ++step) {
-    for (std::size_t i = 0; i < program.ops.size(); ++i) {
-      // The lazy persistent tensors, made as the first step reaches them (and kept).
-      if (step == 0)
-        for (int id : liveness.first_step_allocs[i])
-          if (!replay.allocate(id, static_cast<int>(i), result) ||
-              (executor && !initialize(id, static_cast<int>(i))))
-            return;
-      for (int id : liveness.allocs_before[i])
-        if (!replay.allocate(id, static_cast<int>(i), result)) return;
-      if (executor) {
-        sample();
+  for (const RunEvent& e : schedule.events()) {
+    switch (e.kind) {
+      case RunEvent::Kind::alloc:
+        if (!replay.allocate(e.id, e.op, result)) return;
+        break;
+      case RunEvent::Kind::init:
+        if (!executor) break;
         try {
-          executor->execute(program, i, replay.data());
+          executor->initialize(program, e.id, replay.data(e.id));
         } catch (const DeviceOutOfMemory&) {
-          // A library's own scratch (cuBLASLt, cuDNN) did not fit: an OOM like any other.
-          result.oom =
-              OomInfo{program.ops[i].name.str(), "(library scratch)", 0, replay.free_bytes()};
+          // Filling the tensor needed memory the device did not have: an OOM before the op.
+          result.oom = OomInfo{replay.op_name(e.op), "(initial values)", 0, replay.free_bytes()};
           return;
         }
-      }
-      for (int id : liveness.frees_after[i]) replay.release(id);
+        break;
+      case RunEvent::Kind::ready:
+        sample();
+        break;
+      case RunEvent::Kind::run:
+        if (!executor) break;
+        sample();
+        try {
+          executor->execute(program, static_cast<std::size_t>(e.op), replay.data());
+        } catch (const DeviceOutOfMemory&) {
+          // A library's own scratch (cuBLASLt, cuDNN) did not fit: an OOM like any other.
+          result.oom = OomInfo{replay.op_name(e.op), "(library scratch)", 0, replay.free_bytes()};
+          return;
+        }
+        break;
+      case RunEvent::Kind::free:
+        replay.release(e.id);
+        break;
+      case RunEvent::Kind::step_end:
+        // Queued kernels may still use the blocks about to be freed and handed out again.
+        if (executor) executor->synchronize();
+        break;
     }
-    // Queued kernels may still use the blocks about to be freed and handed out again.
-    if (executor) executor->synchronize();
-    replay.release_step_tensors(liveness);
   }
   result.fit = true;
 }
@@ -211,12 +182,20 @@ void walk(const Program& program, const Liveness& liveness, Executor* executor, 
 TrialResult run_step(const Program& program, const Liveness& liveness, Allocator& allocator,
                      Executor* executor, Bytes fixed_overhead, int steps,
                      const SegmentSource* sampled, Allocator* paged) {
-  check_shapes(program, liveness, steps);
+  return run_step(program, Schedule(program, liveness, steps), allocator, executor, fixed_overhead,
+                  sampled, paged);
+}
+
+TrialResult run_step(const Program& program, const Schedule& schedule, Allocator& allocator,
+                     Executor* executor, Bytes fixed_overhead, const SegmentSource* sampled,
+                     Allocator* paged) {
+  if (schedule.ops() != program.ops.size() || schedule.tensors() != program.tensors.size())
+    throw InternalError("run_step: the schedule was made for a different program");
   allocator.reset_peaks();
   TrialResult result;
   Replay replay(program, allocator, paged);
   try {
-    walk(program, liveness, executor, steps, sampled, replay, result);
+    walk(program, schedule, executor, sampled, replay, result);
     // After an OOM, kernels queued before it may still be running over live blocks.
     if (!result.fit && executor) executor->synchronize();
   } catch (...) {
