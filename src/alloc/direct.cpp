@@ -19,7 +19,6 @@ namespace {
       fmt::format("{}:{}: direct allocator: {}", where.file_name(), where.line(), what));
 }
 
-
 class DirectAllocator final : public Allocator {
  public:
   explicit DirectAllocator(SegmentSource& source) : source_(source) {}

@@ -5,95 +5,19 @@
 // of the step's allocations and frees (which freed block each new tensor is carved from, which
 // segment a survivor pins), so the estimate follows that order rather than a formula;
 // docs/memory-model.md, "The allocator".
+#include "estimate/allocator_share.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <utility>
 #include <vector>
 
-#include "alloc/caching.h"
-#include "alloc/virtual_source.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "estimate/replay.h"
 
-namespace vrambench::estimate_replay {
+namespace vrambench::allocator_share {
 namespace {
-
-Bytes bytes_at(const TensorEvent& e, std::int64_t batch) {
-  return checked_add(e.fixed, checked_mul(batch, e.per_sample, "tensor bytes"), "tensor bytes");
-}
-
-// One caching replay in progress: the allocator, its source and the blocks of the live slots.
-struct CachingReplay {
-  VirtualSource source;
-  CachingAllocator allocator;
-  std::vector<Block> blocks;
-
-  explicit CachingReplay(Bytes capacity) : source(capacity), allocator(source) {}
-  // `other`'s state, handed segments up to `capacity` from now on.
-  CachingReplay(const CachingReplay& other, Bytes capacity)
-      : source(other.source, capacity), allocator(other.allocator, source), blocks(other.blocks) {}
-
-  // Runs events[from..] and returns the index of the first allocation that failed (the events'
-  // size when none did). Without `retry` an allocation fails where the source first refuses a
-  // segment, with nothing changed, so that the replay can go on from there another way.
-  std::size_t run(const TensorEvents& events, std::size_t from, std::int64_t batch, bool retry) {
-    for (std::size_t i = from; i < events.size(); ++i) {
-      const TensorEvent& e = events[i];
-      const auto slot = static_cast<std::size_t>(e.slot);
-      if (!e.alloc) {
-        allocator.free(blocks[slot]);
-        continue;
-      }
-      const Bytes bytes = bytes_at(e, batch);
-      const std::optional<Block> block =
-          retry ? allocator.allocate(bytes) : allocator.allocate_without_retry(bytes);
-      if (!block) return i;
-      assign_fields(blocks[slot], *block);
-    }
-    return events.size();
-  }
-};
-
-ReplayedPeak caching_peak(const TensorEvents& events, std::int64_t batch, Bytes capacity) {
-  CachingReplay replay(capacity);
-  std::int32_t slots = 0;
-  for (const TensorEvent& e : events) slots = std::max(slots, e.slot + 1);
-  replay.blocks.resize(static_cast<std::size_t>(slots));
-  // Until the source first refuses a segment, the replay at the capacity and one without a limit
-  // are the same; from there the first frees its cache and retries, the second goes on.
-  const std::size_t refused = replay.run(events, 0, batch, false);
-  if (refused == events.size()) return {replay.allocator.stats().reserved_peak, true};
-  CachingReplay unlimited(replay, std::numeric_limits<Bytes>::max());
-  if (replay.run(events, refused, batch, true) == events.size())
-    return {replay.allocator.stats().reserved_peak, true};
-  if (unlimited.run(events, refused, batch, true) != events.size())
-    throw InternalError("allocator replay: an allocation failed without a limit");
-  return {unlimited.allocator.stats().reserved_peak, false};
-}
-
-// Raw cudaMalloc: a segment per tensor, rounded (direct_segment_bytes), returned at its free; a
-// request fails where the segments in use would pass the capacity, so the step fits exactly when
-// its peak does.
-ReplayedPeak direct_peak(const TensorEvents& events, std::int64_t batch, Bytes capacity) {
-  std::int32_t slots = 0;
-  for (const TensorEvent& e : events) slots = std::max(slots, e.slot + 1);
-  std::vector<Bytes> held(static_cast<std::size_t>(slots), 0);
-  Bytes reserved = 0, peak = 0;
-  for (const TensorEvent& e : events) {
-    Bytes& segment = held[static_cast<std::size_t>(e.slot)];
-    if (!e.alloc) {
-      reserved -= segment;
-      continue;
-    }
-    segment = direct_segment_bytes(bytes_at(e, batch));
-    reserved = checked_add(reserved, segment, "reserved bytes");
-    peak = std::max(peak, reserved);
-  }
-  return {peak, peak <= capacity};
-}
 
 // Adds `fixed + batch * per_sample` (the allocator's share) to every moment of `out`.
 void add_allocator_share(Breakdown& out, Bytes fixed, Bytes per_sample) {
@@ -111,44 +35,21 @@ constexpr std::int64_t kLargestBatch = std::int64_t{1} << 24;
 
 }  // namespace
 
-TensorEvents step_events(const Program& program, const Schedule& schedule,
-                         const std::vector<BatchScaledProgram::Line>& lines) {
-  TensorEvents events;
-  events.reserve(schedule.events().size());
-  for (const RunEvent& e : schedule.events()) {
-    if (e.kind != RunEvent::Kind::alloc && e.kind != RunEvent::Kind::free) continue;
-    if (!program.tensor(e.id).on_device()) continue;
-    if (e.kind == RunEvent::Kind::free) {
-      events.push_back({e.id, false, 0, 0});
-      continue;
-    }
-    const auto i = static_cast<std::size_t>(e.id);
-    const BatchScaledProgram::Line line =
-        lines.empty() ? BatchScaledProgram::Line{program.tensors[i].bytes, 0} : lines[i];
-    events.push_back({e.id, true, line.intercept, line.slope});
-  }
-  return events;
+Bytes share_capacity(const DeviceOverhead& overhead) {
+  return overhead.capacity > overhead.context ? overhead.capacity - overhead.context
+                                              : std::numeric_limits<Bytes>::max() / 4;
 }
 
-ReplayedPeak replayed_peak(const TensorEvents& events, std::int64_t batch, AllocatorKind allocator,
-                           Bytes capacity) {
-  return allocator == AllocatorKind::caching ? caching_peak(events, batch, capacity)
-                                             : direct_peak(events, batch, capacity);
-}
-
-void fit_allocator_share(Breakdown& out, const TensorEvents& events, const TensorEvents& batch_one,
-                         const RunConfig& cfg, const DeviceOverhead& overhead) {
+void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
+                         const DeviceOverhead& overhead) {
   std::vector<std::pair<std::int64_t, Bytes>> seen;  // batch, replayed device peak
-  const Bytes limit = overhead.capacity > overhead.context ? overhead.capacity - overhead.context
-                                                           : std::numeric_limits<Bytes>::max();
   auto replayed = [&](std::int64_t batch) {
     for (const auto& [b, peak] : seen)
       if (b == batch) return peak;
     // On the device when it fits there (its cache freed and retried at the limit, as a trial's
     // is); else what it needs, without a limit.
-    const TensorEvents& step = batch == 1 && !batch_one.empty() ? batch_one : events;
-    const Bytes peak = checked_add(replayed_peak(step, batch, cfg.allocator, limit).reserved,
-                                   overhead.context, "replayed peak");
+    const Bytes peak =
+        checked_add(runs.at(batch).needed_reserved(), overhead.context, "replayed peak");
     seen.emplace_back(batch, peak);
     return peak;
   };
@@ -206,4 +107,4 @@ void fit_allocator_share(Breakdown& out, const TensorEvents& events, const Tenso
   add_allocator_share(out, fixed, per_sample);
 }
 
-}  // namespace vrambench::estimate_replay
+}  // namespace vrambench::allocator_share

@@ -8,11 +8,12 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "estimate/replay.h"
+#include "estimate/allocator_share.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -188,7 +189,7 @@ Bytes Breakdown::component(MemoryComponent kind, std::int64_t batch) const {
   return total;
 }
 
-Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
+Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead, SimRuns* runs) {
   const RunConfig& cfg = step.config();
   const Program& program = step.at(2);
   const Schedule& schedule = step.schedule(overhead.steps);
@@ -219,17 +220,16 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead) {
       out.model_state = checked_add(out.model_state, at_end.fixed[c], "model state");
 
   // The allocator's share, the same at every moment, so that the tensor bytes stay apart: a replay
-  // of this program's allocations and frees (at batch 1 those of its own program where the
-  // structure differs there).
+  // of this program's training run (at batch 1 its own program's where the structure differs
+  // there), the sim device's trial.
   if (!overhead.allocator_share) return out;
-  using namespace estimate_replay;  // NOLINT: the replay's vocabulary
-  const TensorEvents events = step_events(program, schedule, lines);
-  TensorEvents batch_one;
-  if (structure_key(cfg, 1) != structure_key(cfg, 2)) {
-    const Program& one = step.at(1);
-    batch_one = step_events(one, step.schedule(overhead.steps), {});
-  }
-  fit_allocator_share(out, events, batch_one, cfg, overhead);
+  std::optional<SimRuns> own;
+  if (runs == nullptr)
+    runs = &own.emplace(step, overhead.steps, cfg.allocator,
+                        allocator_share::share_capacity(overhead), overhead.context);
+  if (runs->capacity() != allocator_share::share_capacity(overhead))
+    throw InternalError("estimate: the runs given were replayed on another capacity");
+  allocator_share::fit_allocator_share(out, *runs, cfg, overhead);
   return out;
 }
 

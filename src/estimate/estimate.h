@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/sim_run.h"
 #include "core/config.h"
 #include "core/units.h"
 #include "program/memory_component.h"
@@ -84,8 +85,11 @@ struct Breakdown {
 // The breakdown of the step program of `step`'s configuration, whose sizes it reads at batch 2 (the
 // structure of every batch from 2; a batch of another structure, hf gpt2's eager attention at 1,
 // is replayed on its own for the allocator's share). `overhead.gemm_workspace` is the one `step`
-// was made with. Throws what build_program throws at the batches it asks for.
-Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead);
+// was made with. `runs`, when given, holds the replays of the run (alloc/sim_run.h) on the
+// capacity the share is taken at, those made before and those the share makes, for whoever reads
+// them next (a sim search's trials). Throws what build_program throws at the batches it asks for.
+Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead,
+                  SimRuns* runs = nullptr);
 // The same for `cfg` (validated), its program built here.
 Breakdown analyze(const RunConfig& cfg, const DeviceOverhead& overhead);
 

@@ -139,10 +139,15 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   // The estimate reads the step program, and replays that run no executor (every trial on sim,
   // and what a batch needs) rescale the same one instead of building one per batch.
   BatchScaledProgram sizes(cfg, info.gemm_workspace);
+  // On sim a trial is the replay the estimate makes (alloc/sim_run.h): the two read each other's.
+  std::optional<SimRuns> runs;
+  if (!executor)
+    runs.emplace(sizes, info.trial_steps, cfg.allocator, info.tensor_capacity(),
+                 info.fixed_overhead);
   Measurement m;
   m.config = cfg;
   m.fixed_overhead = info.fixed_overhead;
-  m.estimate = analyze(sizes, estimate_overhead(info));
+  m.estimate = analyze(sizes, estimate_overhead(info), runs ? &*runs : nullptr);
   m.est_max_batch = m.estimate.max_batch(info.total);
   if (executor) m.attention_impl = std::string(executor->attention_impl(cfg));
   auto allocate_only = [&](std::int64_t batch, Bytes capacity, const Device& on) {
@@ -152,6 +157,8 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   // What a batch would need, replayed without a limit (sizes only).
   const Device unlimited_sizes = simulated(info);
   auto needed = [&](std::int64_t batch) {
+    if (runs)
+      if (const SimRun& run = runs->at(batch); run.unlimited) return *run.unlimited;
     return allocate_only(batch, std::numeric_limits<Bytes>::max() / 4, unlimited_sizes);
   };
   const SearchHint hint = search_hint(m.estimate, m.est_max_batch, limits);
@@ -161,7 +168,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
     if (starting) starting(batch);
     TrialResult result = executor
                              ? run_trial(cfg, device, batch, info.tensor_capacity(), executor.get())
-                             : allocate_only(batch, info.tensor_capacity(), device);
+                             : runs->at(batch).at_capacity;
     if (observe) observe(batch, result);
     // The peak of a failure is what it reached before the OOM; the search predicts from what the
     // batch needs, which the replay without a limit tells. With the hint's fixed bytes it reads

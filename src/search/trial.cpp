@@ -13,13 +13,6 @@
 
 namespace vrambench {
 
-std::string to_string(const OomInfo& oom) {
-  const std::string where =
-      oom.op.empty() ? "before the first op" : fmt::format("in op '{}'", oom.op);
-  return fmt::format("OOM {} allocating '{}': {} requested, {} free", where, oom.tensor,
-                     format_bytes(oom.requested), format_bytes(oom.free));
-}
-
 namespace {
 
 // The live tensors of one trial: their blocks, the pointers the executor sees, and the running

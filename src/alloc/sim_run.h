@@ -1,0 +1,82 @@
+// A training run replayed through an allocator policy on virtual memory, no kernel run: the sim
+// device's trial, and the estimate's allocator share (estimate/allocator_share.cpp), which are
+// therefore one computation. It walks the run's allocations and frees (program/schedule.h) with
+// each tensor's bytes a line in the batch, so one list serves every batch.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "alloc/run_result.h"
+#include "core/config.h"
+#include "core/units.h"
+#include "program/program.h"
+#include "program/scaled_program.h"
+#include "program/schedule.h"
+
+namespace vrambench {
+
+// One allocation or free of a run, in its order: tensor `id` (its role and, for an allocation,
+// its bytes `fixed + batch * per_sample`), for op `op` (-1: before the first op or at a step's
+// end). Paged optimizer state is managed memory: counted apart, never refused.
+struct RunAllocation {
+  std::int32_t id = 0;
+  std::int32_t op = -1;
+  bool alloc = false;
+  bool paged = false;
+  Role role = Role::transient;
+  Bytes fixed = 0;
+  Bytes per_sample = 0;
+};
+using RunAllocations = std::vector<RunAllocation>;
+
+// The run's allocations and frees (the schedule's), each tensor's bytes its line in `lines` or,
+// where `lines` is empty, its bytes in `program`.
+RunAllocations run_allocations(const Program& program, const Schedule& schedule,
+                               const std::vector<BatchScaledProgram::Line>& lines);
+
+// A run at one batch on `capacity` bytes: as a trial runs it (the allocator frees its cache and
+// retries at the limit), and where it fails, the same run without a limit (what it needs). The
+// device peaks carry `fixed_overhead`.
+struct SimRun {
+  TrialResult at_capacity;
+  std::optional<TrialResult> unlimited;  // set exactly when at_capacity did not fit
+  // The reserved peak the run needs: at the capacity where it fits, else without a limit.
+  Bytes needed_reserved() const {
+    return unlimited ? unlimited->reserved_peak : at_capacity.reserved_peak;
+  }
+};
+
+// `names`: a program of the run's structure, for the OOM report's op and tensor names. Under the
+// caching allocator the two runs are one until the source first refuses a segment: the replay is
+// copied there and the copy goes on without a limit.
+SimRun sim_run(const RunAllocations& run, const Program& names, std::int64_t batch,
+               AllocatorKind allocator, Bytes capacity, Bytes fixed_overhead);
+
+// The runs of one configuration replayed so far, by batch, so that whoever asks again (the
+// estimate's share, then the search's trials and what a failing batch needs) reads them: a
+// configuration's allocations at `steps` steps on `capacity` bytes.
+class SimRuns {
+ public:
+  SimRuns(BatchScaledProgram& sizes, int steps, AllocatorKind allocator, Bytes capacity,
+          Bytes fixed_overhead);
+  const SimRun& at(std::int64_t batch);
+  Bytes capacity() const { return capacity_; }
+
+ private:
+  BatchScaledProgram& sizes_;
+  int steps_;
+  AllocatorKind allocator_;
+  Bytes capacity_;
+  Bytes fixed_overhead_;
+  std::map<std::int64_t, SimRun> runs_;
+  // The structure of batch 2 and up: a program of it (its names; BatchScaledProgram keeps it in
+  // place as it rescales it) and its allocations, each size its line.
+  const Program* names_ = nullptr;
+  RunAllocations lines_;
+};
+
+}  // namespace vrambench
