@@ -10,7 +10,7 @@
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "measure_all.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 #include "sweep/sweep.h"
 
 namespace vrambench {

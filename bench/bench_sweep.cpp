@@ -4,7 +4,7 @@
 
 #include "core/presets.h"
 #include "measure_all.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 #include "sweep/sweep.h"
 
 namespace vrambench {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "device/device.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 
 namespace vrambench {
 

@@ -47,11 +47,11 @@ class CheckLayers(unittest.TestCase):
         units = root / "src" / "core" / "units.h"
         lines = units.read_text().splitlines()
         at = next(i for i, line in enumerate(lines) if line.startswith("#include")) + 1
-        lines.insert(at, '#include "search/measure.h"')
+        lines.insert(at, '#include "measure/measure.h"')
         units.write_text("\n".join(lines) + "\n")
         result = run(root)
         self.assertEqual(result.returncode, 1)
-        self.assertIn(f"src/core/units.h:{at + 1}: core includes search, a layer above it",
+        self.assertIn(f"src/core/units.h:{at + 1}: core includes measure, a layer above it",
                       result.stderr)
 
     def test_downward_includes_pass(self):

@@ -15,8 +15,8 @@
 #include "device/sources.h"
 #include "program/program.h"
 #include "program/schedule.h"
-#include "search/measure.h"
-#include "search/trial.h"
+#include "measure/measure.h"
+#include "measure/trial.h"
 
 namespace vrambench {
 namespace {

@@ -13,7 +13,7 @@
 #include "estimate/estimate.h"
 #include "program/program.h"
 #include "program/schedule.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 
 namespace vrambench {
 namespace {

@@ -16,8 +16,8 @@
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "estimate_grid.h"
-#include "search/measure.h"
-#include "search/trial.h"
+#include "measure/measure.h"
+#include "measure/trial.h"
 #include "sweep/sweep.h"
 
 namespace vrambench {

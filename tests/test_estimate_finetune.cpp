@@ -13,7 +13,7 @@
 #include "core/presets.h"
 #include "device/device.h"
 #include "estimate_grid.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 
 namespace vrambench {
 namespace {

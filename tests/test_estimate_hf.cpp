@@ -15,7 +15,7 @@
 #include "estimate/estimate.h"
 #include "estimate_grid.h"
 #include "program/program.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 
 namespace vrambench {
 namespace {

@@ -8,7 +8,7 @@
 #include "core/quant.h"
 #include "device/device.h"
 #include "program/program.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 
 namespace vrambench {
 namespace {

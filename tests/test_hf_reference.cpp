@@ -24,7 +24,7 @@
 #include "core/presets.h"
 #include "device/sources.h"
 #include "program/program.h"
-#include "search/trial.h"
+#include "measure/trial.h"
 
 namespace vrambench {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/presets.h"
-#include "search/isolate.h"
-#include "search/json.h"
+#include "measure/isolate.h"
+#include "measure/measurement_json.h"
 
 namespace vrambench {
 namespace {

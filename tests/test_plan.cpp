@@ -13,7 +13,7 @@
 #include "device/device.h"
 #include "plan/emit.h"
 #include "plan/plan.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 #include "search/search.h"
 
 namespace vrambench {

@@ -6,7 +6,7 @@
 
 #include "core/presets.h"
 #include "device/device.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 
 namespace vrambench {
 namespace {

@@ -18,9 +18,9 @@
 #include "device/device.h"
 #include "device/sources.h"
 #include "program/signature.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 #include "program/scaled_program.h"
-#include "search/trial.h"
+#include "measure/trial.h"
 
 namespace vrambench {
 namespace {

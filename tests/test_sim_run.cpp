@@ -1,6 +1,6 @@
 // The replay of a training run on virtual memory (alloc/sim_run.h), the sim device's trial and the
 // estimate's allocator share: the same result, field for field, as the trial runner over the same
-// program with no executor (search/trial.h), under either allocator, at capacities where the run
+// program with no executor (measure/trial.h), under either allocator, at capacities where the run
 // fits at once, fits only after the caching allocator freed its cache, and does not fit; where it
 // does not, the copy that went on without a limit is the run without a limit from the start. And
 // a configuration's runs are replayed once.
@@ -14,7 +14,7 @@
 #include "alloc/sim_run.h"
 #include "estimate_grid.h"
 #include "program/scaled_program.h"
-#include "search/trial.h"
+#include "measure/trial.h"
 
 namespace vrambench {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "device/sources.h"
 #include "search/search.h"
-#include "search/trial.h"
+#include "measure/trial.h"
 
 namespace vrambench {
 namespace {

@@ -1,5 +1,5 @@
 // What running a training run's step program through an allocator gives, whoever runs it (the
-// trial runner over an executor, search/trial.h; the replay on virtual memory, alloc/sim_run.h):
+// trial runner over an executor, measure/trial.h; the replay on virtual memory, alloc/sim_run.h):
 // whether it fit, where it ran out of memory if not, and the peaks it reached.
 #pragma once
 
@@ -25,7 +25,7 @@ struct OomInfo {
 // "OOM before the first op allocating 'wte': 1.50 GiB requested, 812.0 KiB free".
 std::string to_string(const OomInfo& oom);
 
-// Bytes per Role, indexed by the role (JSON: an object keyed by role name, search/json.h).
+// Bytes per Role, indexed by the role (JSON: an object keyed by role name, measure/measurement_json.h).
 struct RoleBytes {
   std::array<Bytes, kRoleCount> bytes{};
   Bytes& operator[](Role r) { return bytes[static_cast<std::size_t>(r)]; }

@@ -41,7 +41,7 @@ std::int32_t slots_of(const RunAllocations& run) {
   return slots;
 }
 
-// The live tensors' bytes and the peaks, as the trial runner keeps them (search/trial.cpp).
+// The live tensors' bytes and the peaks, as the trial runner keeps them (measure/trial.cpp).
 struct Tally {
   std::vector<Bytes> bytes;  // per tensor id, while live
   Bytes live = 0;

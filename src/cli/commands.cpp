@@ -18,6 +18,8 @@
 #include "device/device.h"
 #include "device/gpu.h"
 #include "estimate/estimate.h"
+#include "measure/isolate.h"
+#include "measure/measure.h"
 #include "program/program.h"
 #include "report/compare.h"
 #include "report/merge.h"
@@ -26,8 +28,6 @@
 #include "report/result_tables.h"
 #include "report/table.h"
 #include "report/writer.h"
-#include "search/isolate.h"
-#include "search/measure.h"
 
 namespace vrambench {
 namespace {

@@ -1,5 +1,5 @@
 // Runs a whole Program on plain host memory, op by op, allocating and freeing tensors by liveness:
-// the small driver the CPU tests and benchmarks use (the trial runner in src/search/ is the one the
+// the small driver the CPU tests and benchmarks use (the trial runner in src/measure/ is the one the
 // tool measures with; this one has no allocator and no capacity).
 //
 // Persistent tensors (weights, master weights, optimizer state, inputs) are allocated and

@@ -14,7 +14,7 @@
 #include "core/units.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
-#include "search/measure.h"
+#include "measure/measure.h"
 #include "search/search.h"
 
 namespace vrambench {

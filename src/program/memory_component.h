@@ -1,5 +1,5 @@
 // What a tensor's bytes are reported under: the one vocabulary of memory components, for the
-// program's tensors, the estimate read off them, the tables and the JSON (estimate/json.h names
+// program's tensors, the estimate read off them, the tables and the JSON (estimate/breakdown_json.h names
 // them). A builder sets each tensor's component where it makes it; most take their role's.
 #pragma once
 

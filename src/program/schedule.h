@@ -1,5 +1,5 @@
 // A training run of a step program, event by event, in the order the run makes them: the one walk
-// of the step that the trial runs (search/trial.cpp), the estimate's allocator share replays and
+// of the step that the trial runs (measure/trial.cpp), the estimate's allocator share replays and
 // its live lines sum (src/estimate/), the host runner binds (device/host_runner.cpp) and the
 // listing prints (report/program_table.cpp). Written once, here, from the liveness.
 #pragma once

@@ -10,7 +10,7 @@
 
 #include "core/fields.h"
 #include "estimate/formula.h"
-#include "search/json.h"
+#include "measure/measurement_json.h"
 
 namespace vrambench {
 namespace {

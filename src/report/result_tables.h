@@ -10,8 +10,8 @@
 #include "core/config.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
+#include "measure/measure.h"
 #include "report/table.h"
-#include "search/measure.h"
 
 namespace vrambench {
 

@@ -1,6 +1,6 @@
 // The JSON of what a search measures: the hand-written parts (roles by name, the configuration
 // given back).
-#include "search/json.h"
+#include "measure/measurement_json.h"
 
 #include <string>
 

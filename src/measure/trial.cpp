@@ -1,7 +1,7 @@
 // The trial runner: binds every live tensor of a step program to a block from the allocator, runs
 // the ops in order, and measures the peaks. Sim, cpu and cuda differ only in the allocator's
 // SegmentSource and the executor passed in.
-#include "search/trial.h"
+#include "measure/trial.h"
 
 #include <fmt/format.h>
 

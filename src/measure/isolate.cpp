@@ -1,5 +1,5 @@
 // measure() in a child process: trials reported as they start and end, the Measurement as JSON.
-#include "search/isolate.h"
+#include "measure/isolate.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "core/fields.h"
 #include "device/child_process.h"
-#include "search/json.h"
+#include "measure/measurement_json.h"
 
 namespace vrambench {
 

@@ -4,17 +4,17 @@
 // measurement with its reason.
 #pragma once
 
-#include "search/measure.h"
+#include "measure/measure.h"
 
 namespace vrambench {
 
 // What the child does wrong on purpose, to test the crash and timeout paths without a GPU.
 enum class Fault { none, abort, segfault, exit_nonzero, hang_up, hang };
 
-// Measures in a forked child and returns what it sent back (as JSON, search/json.h); on a crash, a
-// Measurement with config, estimate and est_max_batch filled, failure crashed and its detail
-// (search left empty). The child reports each trial as it starts and ends: `observe` runs in the
-// parent, and a trial (or the device's start before the first) silent for more than
+// Measures in a forked child and returns what it sent back (as JSON, measure/measurement_json.h);
+// on a crash, a Measurement with config, estimate and est_max_batch filled, failure crashed and its
+// detail (search left empty). The child reports each trial as it starts and ends: `observe` runs in
+// the parent, and a trial (or the device's start before the first) silent for more than
 // `trial_timeout_seconds` (0: no limit) is killed with its child; the failure is then timeout, the
 // detail names the batch, and the trials that finished before it are kept.
 Measurement measure_isolated(const RunConfig& cfg, const Device& device, const SearchLimits& limits,

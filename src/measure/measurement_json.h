@@ -5,11 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "core/json.h"
-#include "estimate/json.h"
-#include "search/measure.h"
+#include "core/json_optional.h"
+#include "estimate/breakdown_json.h"
+#include "measure/measure.h"
+#include "measure/trial.h"
 #include "search/search.h"
-#include "search/trial.h"
 
 namespace vrambench {
 

@@ -12,8 +12,8 @@
 #include "device/child_process.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
+#include "measure/trial.h"
 #include "search/search.h"
-#include "search/trial.h"
 
 namespace vrambench {
 

@@ -1,5 +1,5 @@
 // measure(): estimate, then search with real trials, keeping what the report needs.
-#include "search/measure.h"
+#include "measure/measure.h"
 
 #include <fmt/format.h>
 
