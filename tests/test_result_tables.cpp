@@ -36,11 +36,13 @@ TEST(ResultTables, ModelStateIsSixteenBytesPerParameterForMixedAdamW) {
   cfg.dtype = Precision::bf16;
   cfg.optimizer = Optimizer::adamw;
   const DeviceInfo d = h100();
-  const Breakdown b = analyze(cfg, {d.fixed_overhead, d.gemm_workspace});
+  const EstimateFigures e = estimate_figures(cfg, d, false);
+  const Breakdown& b = e.breakdown;
   const Table t = estimate_table({}, false);
-  const std::vector<Cell> row = estimate_row(cfg, b, {}, d, false);
+  const std::vector<Cell> row = estimate_row(e, {}, false);
   ASSERT_EQ(row.size(), t.columns.size());
   EXPECT_EQ(row[column_index(t, "model_state_bytes")].integer, 124'439'808LL * 16);
+  EXPECT_EQ(row[column_index(t, "params")].integer, 124'439'808LL);
   EXPECT_EQ(row[column_index(t, "est_max_batch")].integer, b.max_batch(d.total));
   EXPECT_EQ(row[column_index(t, "capacity_bytes")].integer, d.total);
 }
@@ -60,7 +62,7 @@ TEST(ResultTables, EstimateRowHasTheFormulaBesideTheModel) {
   const DeviceInfo d = h100();
   const Breakdown b = analyze(cfg, {d.fixed_overhead, d.gemm_workspace, d.total});
   const Table t = estimate_table({}, false);
-  const std::vector<Cell> row = estimate_row(cfg, b, {}, d, false);
+  const std::vector<Cell> row = estimate_row(estimate_figures(cfg, d, false), {}, false);
   ASSERT_EQ(row.size(), t.columns.size());
   const std::int64_t max_batch = b.max_batch(d.total);
   RunConfig at = cfg;
@@ -73,21 +75,24 @@ TEST(ResultTables, EstimateRowHasTheFormulaBesideTheModel) {
   EXPECT_EQ(row[column_index(t, "formula_max_batch")].integer,
             formula_max_batch(cfg, d.fixed_overhead, d.total));
 
-  // At a batch: the formula there, against the estimate's peak there.
+  // At a batch: the formula there, against the estimate's peak there, the allocator's share taken
+  // at that batch.
   cfg.batch = 3;
+  const Breakdown b3 = analyze(cfg, {d.fixed_overhead, d.gemm_workspace, d.total, true});
   const Table at_batch = estimate_table({}, true);
-  const std::vector<Cell> row3 = estimate_row(cfg, b, {}, d, true);
+  const std::vector<Cell> row3 = estimate_row(estimate_figures(cfg, d, true), {}, true);
   ASSERT_EQ(row3.size(), at_batch.columns.size());
   EXPECT_FALSE(has_column(at_batch, "formula_max_batch"));
   EXPECT_EQ(row3[column_index(at_batch, "formula_peak_bytes")].integer,
             formula_peak(cfg, d.fixed_overhead));
   EXPECT_DOUBLE_EQ(row3[column_index(at_batch, "formula_vs_est")].real,
-                   static_cast<double>(formula_peak(cfg, d.fixed_overhead) - b.peak(3)) /
-                       static_cast<double>(b.peak(3)));
+                   static_cast<double>(formula_peak(cfg, d.fixed_overhead) - b3.peak(3)) /
+                       static_cast<double>(b3.peak(3)));
+  EXPECT_EQ(row3[column_index(at_batch, "est_peak_bytes")].integer, b3.peak(3));
 
   // A scope the formula does not describe: no figure, no error.
   cfg.scope = Scope::layer;
-  const std::vector<Cell> layer = estimate_row(cfg, analyze(cfg, {d.fixed_overhead}), {}, d, true);
+  const std::vector<Cell> layer = estimate_row(estimate_figures(cfg, d, true), {}, true);
   EXPECT_TRUE(layer[column_index(at_batch, "formula_peak_bytes")].empty);
   EXPECT_TRUE(layer[column_index(at_batch, "formula_vs_est")].empty);
 }
@@ -117,6 +122,7 @@ Measurement hand_measurement() {
   needed.fit = true;
   needed.device_peak = 1800;
   m.next_needed = needed;
+  m.formula = formula_figures(m.config, 400, 2000, 7);  // as measure() takes it
   return m;
 }
 
@@ -130,12 +136,37 @@ double relative(Bytes a, Bytes b) {
   return static_cast<double>(a - b) / static_cast<double>(b);
 }
 
+// The formula's figures are taken with the measurement, at the batch it compares, with the context
+// it used; a failed one at batch 1; a scope the formula does not describe has none.
+TEST(ResultTables, TheMeasurementCarriesTheFormulaAtTheBatchCompared) {
+  RunConfig cfg;
+  cfg.framework = Framework::lean;
+  cfg.model = find_preset("tiny").model;
+  cfg.seq = 64;
+  DeviceInfo d;
+  d.total = 64 * MiB;
+  d.fixed_overhead = 8 * MiB;
+  const Measurement m = measure(cfg, simulated(d), {});
+  ASSERT_GT(m.compared_batch(), 1);
+  ASSERT_TRUE(m.formula.has_value());
+  RunConfig at = cfg;
+  at.batch = m.compared_batch();
+  EXPECT_EQ(m.formula->peak, formula_peak(at, d.fixed_overhead));
+  EXPECT_EQ(m.formula->max_batch, formula_max_batch(cfg, d.fixed_overhead, d.total));
+  const Measurement failed = failed_measurement(cfg, d, Failure::crashed, "signal 6 (Aborted)");
+  at.batch = 1;
+  ASSERT_TRUE(failed.formula.has_value());
+  EXPECT_EQ(failed.formula->peak, formula_peak(at, d.fixed_overhead));
+  cfg.scope = Scope::layer;
+  EXPECT_FALSE(measure(cfg, simulated(d), {}).formula.has_value());
+}
+
 // On sim a row is a prediction: the max batch once, the peak there as allocated and reserved,
 // what max + 1 needs, the formula and its error against the estimate; no est against sim.
 TEST(ResultTables, SimSearchRowIsAPredictionWithTheFormula) {
   const Measurement m = hand_measurement();
   const Table t = search_table({"seq"}, "sim");
-  const std::vector<Cell> row = search_row(m, {"seq"}, 2000);
+  const std::vector<Cell> row = search_row(m, {"seq"});
   ASSERT_EQ(row.size(), t.columns.size());
   for (const char* key : {"est_max_batch", "est_peak_bytes", "sim_peak_bytes", "compared_batch",
                           "rel_error", "under_estimate", "formula_vs_sim"})
@@ -163,9 +194,9 @@ TEST(ResultTables, SimSearchRowNotesAnEstimateThatDisagrees) {
   Measurement m = hand_measurement();
   m.est_max_batch = 8;
   const Table t = search_table({"seq"}, "sim");
-  EXPECT_EQ(search_row(m, {"seq"}, 2000)[column_index(t, "note")].text, "est max batch 8");
+  EXPECT_EQ(search_row(m, {"seq"})[column_index(t, "note")].text, "est max batch 8");
   m.search.hit_limit = true;  // the limit says why
-  EXPECT_EQ(search_row(m, {"seq"}, 2000)[column_index(t, "note")].text, "hit --max-batch 7");
+  EXPECT_EQ(search_row(m, {"seq"})[column_index(t, "note")].text, "hit --max-batch 7");
 }
 
 // On a real device est, sim and meas sit side by side, est's error against meas and whether it
@@ -175,7 +206,7 @@ TEST(ResultTables, DeviceSearchRowComparesEstAndTheFormulaWithMeas) {
   Measurement sim = hand_measurement();
   sim.trials.at(7).device_peak = 1640;
   const Table t = search_table({"seq"}, "meas");
-  const std::vector<Cell> row = search_row(m, {"seq"}, 2000, &sim);
+  const std::vector<Cell> row = search_row(m, {"seq"}, &sim);
   ASSERT_EQ(row.size(), t.columns.size());
   EXPECT_FALSE(has_column(t, "allocated_peak_bytes"));
   EXPECT_EQ(row[column_index(t, "est_max_batch")].integer, 7);
@@ -203,7 +234,7 @@ TEST(ResultTables, SearchRowAndDetailsUseTheEstimatesPeakTakenAtTheBatchCompared
   EXPECT_FALSE(search_details(m, h100()).contains("est_peak_at_compared_bytes"));
   m.est_peak_at_compared = 1660;
   const Table t = search_table({"seq"}, "meas");
-  const std::vector<Cell> row = search_row(m, {"seq"}, 2000, &m);
+  const std::vector<Cell> row = search_row(m, {"seq"}, &m);
   EXPECT_EQ(row[column_index(t, "est_peak_bytes")].integer, 1660);  // not 1000 + 7 * 100
   EXPECT_DOUBLE_EQ(row[column_index(t, "rel_error")].real, 10.0 / 1650.0);
   EXPECT_DOUBLE_EQ(row[column_index(t, "formula_vs_est")].real, relative(formula_of(m, 7), 1660));
@@ -220,8 +251,9 @@ TEST(ResultTables, SearchRowOfAFailedMeasurementSaysHowItFailed) {
   m.next_needed.reset();
   m.failure = Failure::timeout;
   m.reason = "the trial at batch 4 ran over 60 s";
+  m.formula = formula_figures(m.config, 400, 2000, m.compared_batch());
   const Table t = search_table({"seq"}, "sim");
-  const std::vector<Cell> row = search_row(m, {"seq"}, 2000);
+  const std::vector<Cell> row = search_row(m, {"seq"});
   EXPECT_EQ(row[column_index(t, "sim_max_batch")].integer, 0);
   EXPECT_TRUE(row[column_index(t, "allocated_peak_bytes")].empty);
   EXPECT_TRUE(row[column_index(t, "reserved_peak_bytes")].empty);
@@ -242,10 +274,10 @@ TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrorsFromTheRows) {
   for (std::int64_t seq : {32, 64, 128}) {
     cfg.seq = seq;
     rows.push_back(measure(cfg, simulated(d), {}));
-    table.add_row(search_row(rows.back(), {"seq"}, d.total, &rows.back()));
+    table.add_row(search_row(rows.back(), {"seq"}, &rows.back()));
   }
   const Measurement failed = failed_measurement(cfg, d, Failure::crashed, "signal 6 (Aborted)");
-  table.add_row(search_row(failed, {"seq"}, d.total, &failed));
+  table.add_row(search_row(failed, {"seq"}, &failed));
   const SearchSummary s = summarize_search(table);
   EXPECT_EQ(s.measured, "meas");
   EXPECT_EQ(s.configurations, 4);
@@ -289,7 +321,7 @@ TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrorsFromTheRows) {
 TEST(ResultTables, SimSummaryIsAPredictionWithTheFormulasError) {
   Table table = search_table({"seq"}, "sim");
   const Measurement m = hand_measurement();
-  table.add_row(search_row(m, {"seq"}, 2000));
+  table.add_row(search_row(m, {"seq"}));
   const SearchSummary s = summarize_search(table);
   EXPECT_EQ(s.measured, "sim");
   EXPECT_EQ(s.errors.compared, 0);

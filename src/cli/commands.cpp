@@ -11,7 +11,7 @@
 #include <map>
 #include <optional>
 
-#include "cli/progress.h"
+#include "cli/grid_run.h"
 #include "core/error.h"
 #include "core/fields.h"
 #include "core/presets.h"
@@ -31,152 +31,6 @@
 
 namespace vrambench {
 namespace {
-
-// The device of every grid point, made up front so a bad device fails before any output. Each
-// distinct (device, vram) is made once (on a GPU that takes a child process and a context) and
-// held once: a sweep's configurations point at it.
-class GridDevices {
- public:
-  GridDevices(const Grid& grid, const DeviceOptions& options) {
-    std::map<std::pair<DeviceChoice, Bytes>, std::uint32_t> made;
-    std::string note;
-    for (const RunConfig& cfg : grid.configs) {
-      const std::pair<DeviceChoice, Bytes> key{cfg.device, cfg.vram};
-      auto it = made.find(key);
-      if (it == made.end()) {
-        std::string this_note;
-        it = made.emplace(key, static_cast<std::uint32_t>(distinct_.size())).first;
-        distinct_.push_back(make_device(cfg, options, &this_note));
-        if (note.empty()) note = this_note;
-      }
-      of_config_.push_back(it->second);
-    }
-    if (!note.empty()) fmt::print(stderr, "{}\n", note);
-  }
-  const Device& operator[](std::size_t config) const { return distinct_[of_config_[config]]; }
-  // Every distinct device, in the order the grid first names them.
-  const std::vector<Device>& distinct() const { return distinct_; }
-
- private:
-  std::vector<Device> distinct_;
-  std::vector<std::uint32_t> of_config_;
-};
-
-std::string device_label(const std::vector<Device>& devices) {
-  for (const Device& d : devices)
-    if (d.info.label != devices.front().info.label)
-      return "several (see the device and vram columns)";
-  return devices.front().info.label;
-}
-
-// The device of the run, as provenance names it: that of its configurations, or for an empty shard
-// (more shards than configurations) that of the base configuration, so that its table has the
-// columns and device of the other shards.
-struct RunDevice {
-  DeviceKind kind;
-  std::string label;
-};
-RunDevice run_device(const GridDevices& grid_devices, const CliOptions& options) {
-  const std::vector<Device>& devices = grid_devices.distinct();
-  if (devices.empty()) {
-    const Device base = make_device(base_config(options), options.device);
-    return {base.info.kind, base.info.label};
-  }
-  return {devices.front().info.kind, device_label(devices)};
-}
-
-// Whose allocations the table's step reproduces (docs/memory-model.md, "Frameworks"): the one
-// framework of the sweep's rows, or "per row" when they differ (a framework column when the sweep
-// varies it; auto's rule otherwise: hf for every recipe it models, lean for the rest). Every table
-// states it: in its provenance (extra.framework) and on its summary line.
-Provenance provenance_of(const Grid& grid, int argc, const char* const* argv,
-                         const std::string& device) {
-  Provenance p = make_provenance(argc, argv, device);
-  p.extra["framework"] = grid.framework;
-  p.extra["recipe"] = grid.recipe;
-  return p;
-}
-// "sim:h100-80gb (H100 SXM 80GB), framework lean, finetune full, quant none, optimizer adamw,
-// recompute none": what the summary line says the rows ran on, and the recipe they ran.
-std::string on_device(const std::string& device, const Provenance& p) {
-  std::string out = device;
-  if (const auto it = p.extra.find("framework"); it != p.extra.end())
-    out += fmt::format(", framework {}", it->second);
-  if (const auto it = p.extra.find("recipe"); it != p.extra.end()) out += ", " + it->second;
-  return out;
-}
-
-std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
-  std::string out;
-  for (const std::string& f : key_columns(varying))
-    out += fmt::format("{}{}={}", out.empty() ? "" : " ", f,
-                       field_text(find_field(f), get_field(cfg, find_field(f))));
-  return out;
-}
-
-// --resume: the rows an earlier run of this command (--out, --name) finished, kept by the writer
-// at their configuration's index with their details (the point added); true for each index kept.
-// The run must be this one (run_differences, the rule merge reads: the command but for where and
-// how it writes, the tool, the device), and every row one of its configurations: a UsageError
-// otherwise, before anything is written.
-std::vector<bool> resume_rows(const Grid& grid, ResultWriter& writer,
-                              const std::vector<Column>& columns, const Provenance& provenance) {
-  std::vector<bool> kept(grid.configs.size(), false);
-  std::map<std::string, std::size_t> index;
-  for (std::size_t i = 0; i < grid.configs.size(); ++i) {
-    std::string key;
-    for (const Cell& cell : key_cells(grid.configs[i], grid.varying)) key += cell_text(cell) + '\n';
-    index.emplace(std::move(key), i);
-  }
-  const std::size_t key_width = key_columns(grid.varying).size();
-  Table header;
-  header.columns = columns;
-  const auto check = [&](const std::string& path, const nlohmann::json& stored) {
-    if (stored.is_null())
-      throw UsageError(fmt::format(
-          "--resume: '{}' does not say which command wrote it (a CSV alone, or an older "
-          "vrambench's partial), so its rows cannot be checked: run without --resume, or give "
-          "another --name",
-          path));
-    if (const auto differences = run_differences(stored, nlohmann::json(provenance));
-        !differences.empty())
-      throw UsageError(fmt::format(
-          "--resume: '{}' is of another run ({}): its rows are not this command's; run the "
-          "command that wrote it, or give another --name",
-          path, describe(differences)));
-  };
-  writer.resume([&](const ResultWriter::Keep& keep) {
-    std::string path;
-    read_finished_rows(
-        writer.path(""), header,
-        [&](const std::string& found, const nlohmann::json& stored) {
-          path = found;
-          check(found, stored);
-        },
-        [&](FinishedRow&& row) {
-          std::string key;
-          for (std::size_t c = 0; c < key_width; ++c) key += cell_text(row.cells[c]) + '\n';
-          const auto it = index.find(key);
-          if (it == index.end()) {
-            std::replace(key.begin(), key.end(), '\n', ' ');
-            throw UsageError(fmt::format(
-                "--resume: '{}' has a row ({}) that this command does not run: another sweep?",
-                path, key.substr(0, key.size() - 1)));
-          }
-          if (kept[it->second]) return;  // a row twice: the first is the one kept
-          kept[it->second] = true;
-          nlohmann::json details =
-              row.details.is_object() ? std::move(row.details) : nlohmann::json::object();
-          details["point"] = describe_point(grid.configs[it->second], grid.varying);
-          keep(it->second, row.cells, details);
-        });
-  });
-  return kept;
-}
-
-bool stderr_is_terminal() {
-  return isatty(STDERR_FILENO) != 0;
-}
 
 // `vrambench devices`: the detected GPUs (none without one).
 Table gpu_table() {
@@ -211,65 +65,32 @@ bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
   return !ec_a && !ec_b && resolved_a == resolved_b;
 }
 
-// The aligned Markdown table of the writer's rows, read back a row at a time.
-void print_markdown(const ResultWriter& writer) {
-  fmt::print("{}", writer.markdown().header());
-  writer.for_each_row(
-      [&](const std::vector<Cell>& row) { fmt::print("{}", writer.markdown().line(row)); });
-}
-
-RowSource rows_of(const ResultWriter& writer) {
-  return [&writer](const RowVisitor& visit) { writer.for_each_row(visit); };
-}
-
-void print_written(const ResultWriter& writer) {
-  for (const std::string& path : writer.written_files()) fmt::print("wrote {}\n", path);
-}
-
 }  // namespace
 
 int run_estimate_command(const CliOptions& options, int argc, const char* const* argv) {
-  const Formats& formats = options.formats;
-  const Grid grid = make_grid(options);
-  const GridDevices devices(grid, {});
-  const std::string device_name = run_device(devices, options).label;
+  Grid grid = make_grid(options);
   // A batch given or swept: each row is the peak at its batch.
   const bool at_batch = options.fields.count("batch") > 0 ||
                         std::any_of(grid.axes.begin(), grid.axes.end(),
                                     [](const Axis& a) { return a.field == "batch"; });
-
-  const Provenance provenance = provenance_of(grid, argc, argv, device_name);
-  const Table header = estimate_table(grid.varying, at_batch);
-  ResultWriter writer(options.out,
-                      options.name.empty() ? default_output_name("estimate") : options.name, header,
-                      provenance, formats.csv, formats.json);
+  GridRun run(options, std::move(grid), {}, argc, argv);
+  const Table header = estimate_table(run.grid().varying, at_batch);
+  run.open(header, "estimate");
   std::int64_t smallest = INT64_MAX, largest = 0;
-  for (std::size_t i = 0; i < grid.configs.size(); ++i) {
-    const RunConfig& cfg = grid.configs[i];
-    const DeviceInfo& device = devices[i].info;
-    BatchScaledProgram step(cfg, device.gemm_workspace);
-    const Breakdown breakdown = analyze(step, estimate_overhead(device));
-    // At a batch, the allocator's share is taken there, so that the row's peak is that batch's
-    // replay and not a point of the line fitted where the largest batch is decided.
-    writer.append(
-        i, estimate_row(cfg, at_batch ? analyze(step, estimate_overhead(device, true)) : breakdown,
-                        grid.varying, device, at_batch,
-                        [&](std::int64_t batch) { return allocated_peak(step, batch); }));
-    const std::int64_t max_batch = breakdown.max_batch(device.total);
-    smallest = std::min(smallest, max_batch);
-    largest = std::max(largest, max_batch);
-  }
-  if (grid.configs.empty()) smallest = largest = 0;  // an empty shard
-  if (formats.markdown) print_markdown(writer);
-  const std::string summary_line = estimate_summary_line(
-      header.columns, rows_of(writer), on_device(device_name, provenance), smallest, largest);
-  fmt::print("\n{}\n", summary_line);
-  writer.finish({{"configurations", grid.configs.size()},
-                 {"min_est_max_batch", smallest},
-                 {"max_est_max_batch", largest},
-                 {"summary", summary_line}},
-                false);
-  print_written(writer);
+  run.run([&](std::size_t i, const TrialObserver&) {
+    const EstimateFigures e = estimate_figures(run.grid().configs[i], run.device(i).info, at_batch);
+    smallest = std::min(smallest, e.est_max_batch);
+    largest = std::max(largest, e.est_max_batch);
+    return GridRow{estimate_row(e, run.grid().varying, at_batch), nullptr};
+  });
+  if (run.grid().configs.empty()) smallest = largest = 0;  // an empty shard
+  const std::string line =
+      estimate_summary_line(header.columns, run.rows(), run.ran_on(), smallest, largest);
+  run.finish(line,
+             {{"configurations", run.grid().configs.size()},
+              {"min_est_max_batch", smallest},
+              {"max_est_max_batch", largest}},
+             false);
   return 0;
 }
 
@@ -277,58 +98,76 @@ namespace {
 
 // `search --over seq`: the longest sequence at cfg.batch per configuration, in this process (sim
 // and cpu; a GPU's trials need the isolation of measure_isolated, which searches over the batch).
-int run_seq_search(const CliOptions& options, const Grid& grid, int argc, const char* const* argv) {
+int run_seq_search(const CliOptions& options, Grid grid, int argc, const char* const* argv) {
   if (options.fields.count("seq") > 0 ||
       std::any_of(grid.axes.begin(), grid.axes.end(),
                   [](const Axis& a) { return a.field == "seq"; }))
     throw UsageError("--over seq: the sequence is what the search finds; drop --seq and its sweep");
   if (options.resume)
     throw UsageError("--over seq: --resume finishes searches over the batch only");
-  const GridDevices devices(grid, options.device);
-  const RunDevice run = run_device(devices, options);
-  if (run.kind == DeviceKind::cuda)
+  GridRun run(options, std::move(grid), options.device, argc, argv);
+  if (run.kind() == DeviceKind::cuda)
     throw UsageError(
         "--over seq runs on sim and cpu devices; on a GPU, `vrambench plan --seq max` gives the "
         "sim replay's answer, or sweep --sweep seq=... over the batch search");
-  const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
-  const Table header = seq_search_table(grid.varying, measured);
-  const Provenance provenance = provenance_of(grid, argc, argv, run.label);
-  ResultWriter writer(options.out,
-                      options.name.empty() ? default_output_name("search-seq") : options.name,
-                      header, provenance, options.formats.csv, options.formats.json);
-  Progress progress(!options.quiet && stderr_is_terminal(),
-                    static_cast<std::int64_t>(grid.configs.size()));
-  const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < grid.configs.size(); ++i) {
-    progress.starting(describe_point(grid.configs[i], grid.varying));
-    const TrialObserver observe = [&](std::int64_t seq, const TrialResult& result) {
-      progress.trial(seq, result.fit);
-    };
-    const SeqMeasurement m = measure_max_seq(grid.configs[i], devices[i], SeqLimits{},
-                                             progress.enabled() ? observe : TrialObserver{});
-    writer.append(i, seq_search_row(m, grid.varying, devices[i].info.total));
-    progress.finished(true);
-  }
-  progress.clear();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (options.formats.markdown) print_markdown(writer);
-  const std::string summary_line = seq_search_summary_line(
-      header.columns, rows_of(writer), on_device(run.label, provenance), seconds);
-  fmt::print("\n{}\n", summary_line);
-  writer.finish(
-      {{"configurations", grid.configs.size()}, {"seconds", seconds}, {"summary", summary_line}},
-      false);
-  print_written(writer);
+  const std::string measured = run.kind() == DeviceKind::sim ? "sim" : "meas";
+  const Table header = seq_search_table(run.grid().varying, measured);
+  run.open(header, "search-seq");
+  const double seconds = run.run([&](std::size_t i, const TrialObserver& observe) {
+    const SeqMeasurement m =
+        measure_max_seq(run.grid().configs[i], run.device(i), SeqLimits{}, observe);
+    return GridRow{seq_search_row(m, run.grid().varying, run.device(i).info.total), nullptr};
+  });
+  const std::string line =
+      seq_search_summary_line(header.columns, run.rows(), run.ran_on(), seconds);
+  run.finish(line, {{"configurations", run.grid().configs.size()}, {"seconds", seconds}}, false);
   return 0;
+}
+
+// One row of the search: the measurement on the configuration's device (in a child process on
+// CUDA, or with --isolate), on a real device beside the sim replay of the same configuration.
+GridRow search_grid_row(const CliOptions& options, const GridRun& run, std::size_t i,
+                        const TrialObserver& observe, bool with_sim, bool with_paged) {
+  const RunConfig& cfg = run.grid().configs[i];
+  const Device& device = run.device(i);
+  const SearchLimits limits{options.max_batch};
+  std::optional<Measurement> measured_row;
+  try {
+    // On CUDA a sticky error poisons the process: each configuration gets its own child.
+    if (options.isolate || device.info.kind == DeviceKind::cuda)
+      measured_row = measure_isolated(cfg, device, limits, fault_from_environment(cfg), observe,
+                                      options.trial_timeout);
+    else
+      measured_row = measure(cfg, device, limits, observe);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A broken configuration becomes a failed row; the sweep goes on.
+    measured_row = failed_measurement(cfg, device.info, Failure::failed, e.what());
+  }
+  const Measurement& m = *measured_row;
+  std::optional<Measurement> sim;
+  if (with_sim) {
+    // The sim replays the same step with the fixed overhead the device measured for this row
+    // (after its warm-up), so that meas vs sim compares the allocations and nothing else.
+    DeviceInfo replayed_info = device.info;
+    if (m.fixed_overhead > 0) replayed_info.fixed_overhead = m.fixed_overhead;
+    const Device replayed = simulated(replayed_info);
+    sim = measure(cfg, replayed, limits);
+    // Make sure the sim has a trial at the device's batch, for the side-by-side peak.
+    if (!sim->trials.count(m.compared_batch()))
+      sim->trials.emplace(m.compared_batch(), run_trial(cfg, replayed, m.compared_batch(),
+                                                        replayed.info.tensor_capacity(), nullptr));
+  }
+  return GridRow{search_row(m, run.grid().varying, sim ? &*sim : nullptr, with_paged),
+                 search_details(m, device.info)};
 }
 
 }  // namespace
 
 int run_search_command(const CliOptions& options, int argc, const char* const* argv) {
-  const Formats& formats = options.formats;
-  const Grid grid = make_grid(options);
-  if (options.over_seq) return run_seq_search(options, grid, argc, argv);
+  Grid grid = make_grid(options);
+  if (options.over_seq) return run_seq_search(options, std::move(grid), argc, argv);
   const bool batch_given = options.fields.count("batch") > 0 ||
                            std::any_of(grid.axes.begin(), grid.axes.end(),
                                        [](const Axis& a) { return a.field == "batch"; });
@@ -341,90 +180,23 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
     throw UsageError(
         "--resume: give the --name of the run to finish (and the same --out), e.g. --name grid "
         "--resume");
-  const GridDevices devices(grid, options.device);
-  const RunDevice run = run_device(devices, options);
-  const std::string measured = run.kind == DeviceKind::sim ? "sim" : "meas";
-  const SearchLimits limits{options.max_batch};
-
+  GridRun run(options, std::move(grid), options.device, argc, argv);
+  const std::string measured = run.kind() == DeviceKind::sim ? "sim" : "meas";
   // On a real device each row also gets the sim replay of the same configuration.
   const bool with_sim = measured != "sim";
-  const bool with_paged = std::any_of(grid.configs.begin(), grid.configs.end(),
+  const std::vector<RunConfig>& configs = run.grid().configs;
+  const bool with_paged = std::any_of(configs.begin(), configs.end(),
                                       [](const RunConfig& c) { return is_paged(c.optimizer); });
-  const Table header = search_table(grid.varying, measured, with_paged);
-  const Provenance provenance = provenance_of(grid, argc, argv, run.label);
-  ResultWriter writer(options.out,
-                      options.name.empty() ? default_output_name("search") : options.name, header,
-                      provenance, formats.csv, formats.json);
-  // Rows and their details go to the writer as they finish and are not held here: a sweep's
+  const Table header = search_table(run.grid().varying, measured, with_paged);
+  // Rows and their details go to the files as they finish and are not held here: a sweep's
   // memory stays flat in its length.
-  const std::vector<bool> kept = options.resume
-                                     ? resume_rows(grid, writer, header.columns, provenance)
-                                     : std::vector<bool>(grid.configs.size(), false);
-
-  // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
-  Progress progress(!options.quiet && stderr_is_terminal(),
-                    static_cast<std::int64_t>(grid.configs.size()));
-  const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < grid.configs.size(); ++i) {
-    if (kept[i]) {
-      progress.finished(false);
-      continue;
-    }
-    const RunConfig& cfg = grid.configs[i];
-    const Device& device = devices[i];
-    const std::string point = describe_point(cfg, grid.varying);
-    progress.starting(point);
-    const TrialObserver observe = [&](std::int64_t batch, const TrialResult& result) {
-      progress.trial(batch, result.fit);
-    };
-    const TrialObserver maybe_observe = progress.enabled() ? observe : TrialObserver{};
-    std::optional<Measurement> measured_row;
-    try {
-      // On CUDA a sticky error poisons the process: each configuration gets its own child.
-      if (options.isolate || device.info.kind == DeviceKind::cuda)
-        measured_row = measure_isolated(cfg, device, limits, fault_from_environment(cfg),
-                                        maybe_observe, options.trial_timeout);
-      else
-        measured_row = measure(cfg, device, limits, maybe_observe);
-    } catch (const UsageError&) {
-      throw;
-    } catch (const std::exception& e) {
-      // A broken configuration becomes a failed row; the sweep goes on.
-      measured_row = failed_measurement(cfg, device.info, Failure::failed, e.what());
-    }
-    Measurement& m = *measured_row;
-    std::optional<Measurement> sim;
-    if (with_sim) {
-      // The sim replays the same step with the fixed overhead the device measured for this row
-      // (after its warm-up), so that meas vs sim compares the allocations and nothing else.
-      DeviceInfo replayed_info = device.info;
-      if (m.fixed_overhead > 0) replayed_info.fixed_overhead = m.fixed_overhead;
-      const Device replayed = simulated(replayed_info);
-      sim = measure(cfg, replayed, limits);
-      // Make sure the sim has a trial at the device's batch, for the side-by-side peak.
-      if (!sim->trials.count(m.compared_batch()))
-        sim->trials.emplace(
-            m.compared_batch(),
-            run_trial(cfg, replayed, m.compared_batch(), replayed.info.tensor_capacity(), nullptr));
-    }
-    nlohmann::json details = search_details(m, device.info);
-    details["point"] = point;
-    writer.append(i,
-                  search_row(m, grid.varying, device.info.total, sim ? &*sim : nullptr, with_paged),
-                  details);
-    progress.finished(true);
-  }
-  progress.clear();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  if (formats.markdown) print_markdown(writer);
-  const SearchSummary summary = summarize_search(header.columns, rows_of(writer));
-  const std::string summary_line =
-      search_summary_line(summary, on_device(run.label, provenance), seconds);
-  fmt::print("\n{}\n", summary_line);
-  writer.finish(search_summary_json(summary, summary_line, seconds), true);
-  print_written(writer);
+  run.open(header, "search", options.resume);
+  const double seconds = run.run([&](std::size_t i, const TrialObserver& observe) {
+    return search_grid_row(options, run, i, observe, with_sim, with_paged);
+  });
+  const SearchSummary summary = summarize_search(header.columns, run.rows());
+  const std::string line = search_summary_line(summary, run.ran_on(), seconds);
+  run.finish(line, search_summary_json(summary, line, seconds), true);
   // Every row is written first; a row without an answer still fails the run, so that a script
   // (or CI) never takes a table of failed rows for a result.
   const std::int64_t unanswered = summary.failed + summary.timed_out;
@@ -510,7 +282,7 @@ int run_merge_command(const CliOptions& options) {
   if (options.formats.markdown) fmt::print("{}", to_markdown(merged.table));
   fmt::print("\n{}\n", summary_line);
   writer.finish(summary, with_details);
-  print_written(writer);
+  for (const std::string& path : writer.written_files()) fmt::print("wrote {}\n", path);
   return 0;
 }
 

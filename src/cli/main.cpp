@@ -344,16 +344,8 @@ std::vector<std::string> with_default_command(int argc, char** argv) {
   return args;
 }
 
-int run(int argc, char** argv) {
-  CliOptions options;
-  CLI::App app{
-      "vrambench: the largest training batch that fits on a GPU, measured, next to the "
-      "estimate read off the same step program, and the formula calculators use."};
-  app.name("vrambench");
-  app.set_version_flag("--version", fmt::format("vrambench {} ({})", kVersion, kGitCommit));
-  app.footer(kExamples);
-  app.require_subcommand(1, 1);
-
+// `search`, the default command: the batch search and its options.
+CLI::App* add_search_command(CLI::App& app, CliOptions& options) {
   CLI::App* search = app.add_subcommand(
       "search", "binary-search the largest batch per configuration on the device (the default)");
   add_config_options(search, options);
@@ -398,14 +390,11 @@ int run(int argc, char** argv) {
       "--no-execute", [&options] { options.device.execute = false; },
       "allocate every tensor of the step but run no kernel (cpu, cuda)");
   search->footer(kExamples);
+  return search;
+}
 
-  CLI::App* estimate = app.add_subcommand(
-      "estimate", "the memory model over a sweep, read off the step program (no search)");
-  add_config_options(estimate, options);
-  add_output_options(estimate, options);
-  add_shard_option(estimate, options);
-  estimate->footer(kExamples);
-
+// `plan`: trainer settings for a capacity.
+CLI::App* add_plan_command(CLI::App& app, CliOptions& options) {
   CLI::App* plan = app.add_subcommand(
       "plan",
       "trainer settings for a capacity: micro-batch and grad-accum for a target batch, the "
@@ -430,11 +419,11 @@ int run(int argc, char** argv) {
       ->capture_default_str()
       ->group("Plan");
   plan->footer(kPlanExamples);
+  return plan;
+}
 
-  CLI::App* program = app.add_subcommand(
-      "program", "print the op list of one training step with the live bytes after each op");
-  add_config_options(program, options);
-
+// `compare`: two result files joined on their configurations.
+CLI::App* add_compare_command(CLI::App& app, CliOptions& options) {
   CLI::App* compare = app.add_subcommand(
       "compare",
       "join two result files (CSV or JSON) on their configuration columns and show what moved; "
@@ -464,7 +453,11 @@ int run(int argc, char** argv) {
       a GPU run against its reference: peaks within 1%, max batches within 1
   vrambench compare old.csv new.csv --all
       every row with its changes, not only those out of tolerance)");
+  return compare;
+}
 
+// `merge`: the shards of one sweep joined.
+CLI::App* add_merge_command(CLI::App& app, CliOptions& options) {
   CLI::App* merge = app.add_subcommand(
       "merge",
       "join the JSON of the shards of one sweep (--shard K/N) into one table, in the sweep's "
@@ -477,6 +470,37 @@ int run(int argc, char** argv) {
       writes results/h100/grid.csv and .json, prints the table
   vrambench merge results/h100/grid parts/grid-*.json --format csv,json
       (see docs/cluster.md for Slurm job arrays and one process per GPU))");
+  return merge;
+}
+
+int run(int argc, char** argv) {
+  CliOptions options;
+  CLI::App app{
+      "vrambench: the largest training batch that fits on a GPU, measured, next to the "
+      "estimate read off the same step program, and the formula calculators use."};
+  app.name("vrambench");
+  app.set_version_flag("--version", fmt::format("vrambench {} ({})", kVersion, kGitCommit));
+  app.footer(kExamples);
+  app.require_subcommand(1, 1);
+
+  CLI::App* search = add_search_command(app, options);
+
+  CLI::App* estimate = app.add_subcommand(
+      "estimate", "the memory model over a sweep, read off the step program (no search)");
+  add_config_options(estimate, options);
+  add_output_options(estimate, options);
+  add_shard_option(estimate, options);
+  estimate->footer(kExamples);
+
+  CLI::App* plan = add_plan_command(app, options);
+
+  CLI::App* program = app.add_subcommand(
+      "program", "print the op list of one training step with the live bytes after each op");
+  add_config_options(program, options);
+
+  CLI::App* compare = add_compare_command(app, options);
+
+  CLI::App* merge = add_merge_command(app, options);
 
   CLI::App* presets =
       app.add_subcommand("presets", "list the model presets with their parameter counts");

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "estimate/formula.h"
 #include "program/program.h"
 #include "program/scaled_program.h"
 
@@ -84,6 +85,36 @@ DeviceOverhead estimate_overhead(const DeviceInfo& device, bool share_at_batch) 
   return overhead;
 }
 
+std::optional<FormulaFigures> formula_figures(const RunConfig& cfg, Bytes context, Bytes capacity,
+                                              std::int64_t batch) {
+  if (!has_formula(cfg)) return std::nullopt;
+  const Formula f = formula(cfg, context);
+  return FormulaFigures{f.max_batch(capacity), batch > 0 ? f.peak(batch) : 0};
+}
+
+EstimateFigures estimate_figures(const RunConfig& cfg, const DeviceInfo& device, bool at_batch) {
+  EstimateFigures e;
+  e.config = cfg;
+  e.capacity = device.total;
+  BatchScaledProgram step(cfg, device.gemm_workspace);
+  e.breakdown = analyze(step, estimate_overhead(device));
+  e.est_max_batch = e.breakdown.max_batch(device.total);
+  if (at_batch) {
+    e.breakdown = analyze(step, estimate_overhead(device, true));
+    e.batch = cfg.batch;
+  } else {
+    e.batch = e.est_max_batch;
+  }
+  if (e.batch > 0) {
+    e.peak = e.breakdown.peak(e.batch);
+    e.allocated = allocated_peak(step, e.batch);
+  }
+  e.fits = e.peak <= device.total;
+  e.formula = formula_figures(cfg, device.fixed_overhead, device.total, e.batch);
+  e.parameters = parameter_count(cfg.model);
+  return e;
+}
+
 Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
                                std::string detail) {
   Measurement m;
@@ -93,6 +124,7 @@ Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, F
   m.est_max_batch = m.estimate.max_batch(device.total);
   m.failure = failure;
   m.reason = std::move(detail);
+  m.formula = formula_figures(cfg, m.fixed_overhead, device.total, m.compared_batch());
   return m;
 }
 
@@ -210,6 +242,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   if (m.search.non_monotone)
     m.reason = fmt::format("non-monotone: batch {} failed but batch {} fit",
                            m.search.non_monotone->first, m.search.non_monotone->second);
+  m.formula = formula_figures(cfg, m.fixed_overhead, info.total, compared);
   return m;
 }
 

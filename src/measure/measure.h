@@ -22,6 +22,18 @@ using TrialObserver = std::function<void(std::int64_t batch, const TrialResult& 
 // Told before each trial starts: a watchdog can name the trial that hangs.
 using TrialStarting = std::function<void(std::int64_t batch)>;
 
+// The formula's figures of a row (estimate/formula.h), computed with the measurement or the
+// estimate so that the tables only format them: its largest batch on the device's capacity and its
+// peak at the batch the row is of (0 where that batch is 0).
+struct FormulaFigures {
+  std::int64_t max_batch = 0;
+  Bytes peak = 0;
+  bool operator==(const FormulaFigures&) const = default;
+};
+// None where cfg has no formula (has_formula: a scope other than the model).
+std::optional<FormulaFigures> formula_figures(const RunConfig& cfg, Bytes context, Bytes capacity,
+                                              std::int64_t batch);
+
 struct Measurement {
   RunConfig config;
   Breakdown estimate;
@@ -44,6 +56,8 @@ struct Measurement {
   // or found another max batch), the estimate's peak at that batch with the share taken there
   // (DeviceOverhead::share_at_batch), as `estimate --batch` gives it; else empty.
   std::optional<Bytes> est_peak_at_compared;
+  // The formula at compared_batch() with the context used, its max batch on the device's total.
+  std::optional<FormulaFigures> formula;
 
   const TrialResult* at_max() const;   // nullptr when max batch is 0
   const TrialResult* at_next() const;  // the first failure (max + 1) as it ran, up to its OOM
@@ -69,6 +83,24 @@ DeviceOverhead estimate_overhead(const DeviceInfo& device, bool share_at_batch =
 // A configuration that could not be measured: the estimate and how it failed, no trials.
 Measurement failed_measurement(const RunConfig& cfg, const DeviceInfo& device, Failure failure,
                                std::string detail);
+
+// A configuration's estimate alone (`vrambench estimate`): the figures of its row. Without a
+// batch, at the estimate's largest batch on the device; `at_batch`, at cfg.batch with the
+// allocator's share taken there (DeviceOverhead::share_at_batch), so that the peak is that batch's
+// replay and not a point of the line fitted where the largest batch is decided.
+struct EstimateFigures {
+  RunConfig config;
+  Breakdown breakdown;             // the row's: at cfg.batch's share when at_batch
+  std::int64_t est_max_batch = 0;  // the largest batch on the device (share at its boundary)
+  std::int64_t batch = 0;          // the batch the row's peak is of: cfg.batch or est_max_batch
+  Bytes peak = 0;                  // est's peak there (0 where the batch is 0)
+  Bytes allocated = 0;             // the tensors' own peak there (allocated_peak; 0: none)
+  bool fits = false;               // peak <= capacity
+  std::optional<FormulaFigures> formula;  // at `batch`, with the device's context
+  std::int64_t parameters = 0;
+  Bytes capacity = 0;  // the device's total
+};
+EstimateFigures estimate_figures(const RunConfig& cfg, const DeviceInfo& device, bool at_batch);
 
 // On a device that warms up, the first thing measure() does: one trial at batch 1 (its result is
 // dropped, an OOM included), then the driver's view of the memory in use with nothing allocated.

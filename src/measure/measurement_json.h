@@ -22,11 +22,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrialResult, fit, oom, tensor_peak, reserved_
                                    driver_peak, peak_op, peak_by_role, paged_bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Probe, batch, fits)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SearchResult, max_batch, hit_limit, trials, non_monotone)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(FormulaFigures, max_batch, peak)
 // Everything but the configuration, which whoever reads it back already has
 // (measurement_from_json).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Measurement, estimate, est_max_batch, search, trials,
                                    next_needed, failure, reason, attention_impl, fixed_overhead,
-                                   est_peak_at_compared)
+                                   est_peak_at_compared, formula)
 
 // A Measurement of `cfg` from its JSON.
 Measurement measurement_from_json(const nlohmann::json& j, const RunConfig& cfg);

@@ -9,7 +9,6 @@
 #include <optional>
 
 #include "core/fields.h"
-#include "estimate/formula.h"
 #include "measure/measurement_json.h"
 
 namespace vrambench {
@@ -68,16 +67,12 @@ Cell bytes_cell(Bytes bytes) {
   return bytes > 0 ? Cell::of_bytes(bytes) : Cell::none(CellKind::bytes);
 }
 
-// The formula's peak of cfg at `batch` with `context`; 0 where it has none (another scope than
-// the model, or no batch).
-Bytes formula_peak_at(const RunConfig& cfg, std::int64_t batch, Bytes context) {
-  if (!has_formula(cfg) || batch < 1) return 0;
-  return formula(cfg, context).peak(batch);
+// The formula's max batch and peak, none where the row's configuration has no formula.
+Cell formula_max_batch_cell(const std::optional<FormulaFigures>& f) {
+  return f ? Cell::of_int(f->max_batch) : Cell::none(CellKind::integer);
 }
-
-Cell formula_max_batch_cell(const RunConfig& cfg, Bytes context, Bytes capacity) {
-  return has_formula(cfg) ? Cell::of_int(formula_max_batch(cfg, context, capacity))
-                          : Cell::none(CellKind::integer);
+Bytes formula_peak(const std::optional<FormulaFigures>& f) {
+  return f ? f->peak : 0;
 }
 
 }  // namespace
@@ -106,40 +101,29 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
   return t;
 }
 
-std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
-                               const std::vector<std::string>& varying, const DeviceInfo& device,
-                               bool at_batch,
-                               const std::function<Bytes(std::int64_t)>& allocated_at) {
-  std::vector<Cell> row = key_cells(cfg, varying);
-  auto allocated = [&](std::int64_t batch) {
-    return allocated_at && batch > 0 ? Cell::of_bytes(allocated_at(batch))
-                                     : Cell::none(CellKind::bytes);
-  };
-  // The batch the row's peak is of, and that peak.
-  std::int64_t batch = cfg.batch;
-  Bytes peak = 0;
+std::vector<Cell> estimate_row(const EstimateFigures& e, const std::vector<std::string>& varying,
+                               bool at_batch) {
+  std::vector<Cell> row = key_cells(e.config, varying);
+  const Cell allocated =
+      e.allocated > 0 ? Cell::of_bytes(e.allocated) : Cell::none(CellKind::bytes);
   if (at_batch) {
-    peak = breakdown.peak(batch);
-    if (!has_batch_key(varying)) row.push_back(Cell::of_int(batch));
-    row.push_back(Cell::of_bytes(peak));
-    row.push_back(allocated(batch));
-    row.push_back(Cell::of_flag(peak <= device.total));
+    if (!has_batch_key(varying)) row.push_back(Cell::of_int(e.batch));
+    row.push_back(Cell::of_bytes(e.peak));
+    row.push_back(allocated);
+    row.push_back(Cell::of_flag(e.fits));
   } else {
-    batch = breakdown.max_batch(device.total);
-    peak = batch > 0 ? breakdown.peak(batch) : 0;
-    row.push_back(Cell::of_int(batch));
-    row.push_back(bytes_cell(peak));
-    row.push_back(allocated(batch));
-    row.push_back(formula_max_batch_cell(cfg, device.fixed_overhead, device.total));
+    row.push_back(Cell::of_int(e.batch));
+    row.push_back(bytes_cell(e.peak));
+    row.push_back(allocated);
+    row.push_back(formula_max_batch_cell(e.formula));
   }
-  const Bytes formula = formula_peak_at(cfg, batch, device.fixed_overhead);
-  row.push_back(bytes_cell(formula));
-  row.push_back(relative_cell(formula, peak));
-  row.push_back(Cell::of_int(parameter_count(cfg.model)));
-  row.push_back(Cell::of_bytes(breakdown.model_state));
-  row.push_back(Cell::of_bytes(breakdown.fixed_total()));
-  row.push_back(Cell::of_bytes(breakdown.per_sample_total()));
-  row.push_back(Cell::of_bytes(device.total));
+  row.push_back(bytes_cell(formula_peak(e.formula)));
+  row.push_back(relative_cell(formula_peak(e.formula), e.peak));
+  row.push_back(Cell::of_int(e.parameters));
+  row.push_back(Cell::of_bytes(e.breakdown.model_state));
+  row.push_back(Cell::of_bytes(e.breakdown.fixed_total()));
+  row.push_back(Cell::of_bytes(e.breakdown.per_sample_total()));
+  row.push_back(Cell::of_bytes(e.capacity));
   return row;
 }
 
@@ -253,14 +237,14 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
 }
 
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             Bytes capacity, const Measurement* sim, bool with_paged) {
+                             const Measurement* sim, bool with_paged) {
   const RunConfig& cfg = m.config;
   std::vector<Cell> row = key_cells(cfg, varying);
   const TrialResult* at = m.at_max();
   const std::int64_t compared = m.compared_batch();
   const Bytes estimated = m.estimated_peak();
   const Bytes measured = m.measured_peak();
-  const Bytes formula = formula_peak_at(cfg, compared, m.fixed_overhead);
+  const Bytes formula = formula_peak(m.formula);
   const auto paged = [&] {
     if (!with_paged) return;
     // Managed memory, outside the peak: the same at every batch.
@@ -278,7 +262,7 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
     row.push_back(at ? Cell::of_bytes(at->device_peak) : Cell::none(CellKind::bytes));
     paged();
     row.push_back(next);
-    row.push_back(formula_max_batch_cell(cfg, m.fixed_overhead, capacity));
+    row.push_back(formula_max_batch_cell(m.formula));
     row.push_back(bytes_cell(formula));
     row.push_back(relative_cell(formula, estimated));
     // Equal by construction; where they are not, the note says so.
@@ -304,7 +288,7 @@ std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string
       row.push_back(Cell::none(CellKind::percent));
       row.push_back(Cell::none(CellKind::flag));
     }
-    row.push_back(formula_max_batch_cell(cfg, m.fixed_overhead, capacity));
+    row.push_back(formula_max_batch_cell(m.formula));
     row.push_back(bytes_cell(formula));
     row.push_back(relative_cell(formula, estimated));
     row.push_back(relative_cell(formula, measured));

@@ -21,12 +21,9 @@ namespace vrambench {
 // batch (estimate/formula.h, with the device's context) and its error against the estimate's;
 // without a batch also the formula's max batch.
 Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
-// `allocated_at`: the tensors' own peak at a batch (estimate.h, allocated_peak), the row's
-// `allocated` beside its peak as reserved; without it that cell is empty.
-std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
-                               const std::vector<std::string>& varying, const DeviceInfo& device,
-                               bool at_batch,
-                               const std::function<Bytes(std::int64_t)>& allocated_at = {});
+// The row of a configuration's estimate (measure/measure.h computes its figures).
+std::vector<Cell> estimate_row(const EstimateFigures& e, const std::vector<std::string>& varying,
+                               bool at_batch);
 
 // `measured`: the column prefix of the device's figures, "sim" or "meas".
 //
@@ -40,15 +37,15 @@ std::vector<Cell> estimate_row(const RunConfig& cfg, const Breakdown& breakdown,
 // configuration (`sim`, given to search_row) and the device side by side, est's error against
 // the device and whether it under-estimated, the formula's error against est and the device.
 //
-// The formula's peak is taken at the batch compared (the max batch, or 1 when nothing fits) with
-// the context the measurement used, its max batch on `capacity` (the device's total).
+// The formula's figures are the measurement's (Measurement::formula): its peak at the batch
+// compared (the max batch, or 1 when nothing fits) with the context the measurement used, its max
+// batch on the device's total.
 // with_paged: a column of the paged optimizer state (managed memory, outside the peaks), for
 // grids with a paged optimizer.
 Table search_table(const std::vector<std::string>& varying, const std::string& measured,
                    bool with_paged = false);
 std::vector<Cell> search_row(const Measurement& m, const std::vector<std::string>& varying,
-                             Bytes capacity, const Measurement* sim = nullptr,
-                             bool with_paged = false);
+                             const Measurement* sim = nullptr, bool with_paged = false);
 // `search --over seq`: the longest sequence (a multiple of 64) at cfg.batch per configuration. Key
 // columns are those of key_columns() without seq (what the search finds), then the batch.
 std::vector<std::string> seq_key_columns(const std::vector<std::string>& varying);
