@@ -679,6 +679,32 @@ TEST(Cli, TwoShardsMergedEqualTheUnshardedRunRowForRow) {
   fs::remove_all(dir);
 }
 
+// A sim sweep worked on by several threads writes the tables one thread writes: the same rows in
+// the grid's order, with the same details, for the search and the estimate.
+TEST(Cli, SeveralJobsWriteTheTablesOneJobWrites) {
+  const fs::path dir = scratch("jobs");
+  const std::string sweep =
+      "--device sim:rtx4090 --framework hf --sweep preset=tiny,tiny-llama --sweep seq=32..1024 "
+      "--sweep finetune=full,lora --quiet --out " +
+      dir.string();
+  for (const std::string command : {"search", "estimate"}) {
+    SCOPED_TRACE(command);
+    ASSERT_EQ(vrambench(command + " " + sweep + " --name one --jobs 1").exit_code, 0);
+    const CommandResult several = vrambench(command + " " + sweep + " --name three --jobs 3");
+    ASSERT_EQ(several.exit_code, 0) << several.err;
+    EXPECT_EQ(table_rows(several.out).size(), 24u);
+    EXPECT_EQ(slurp(dir / "three.csv"), slurp(dir / "one.csv"));
+    auto one = nlohmann::json::parse(slurp(dir / "one.json"));
+    auto three = nlohmann::json::parse(slurp(dir / "three.json"));
+    EXPECT_EQ(three["rows"], one["rows"]);
+    // The summary but for the time taken (details and trials included).
+    for (auto* j : {&one, &three})
+      for (const char* key : {"seconds", "summary"}) (*j)["summary"].erase(key);
+    EXPECT_EQ(three["summary"], one["summary"]);
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Cli, ResumeAfterAKillFinishesWithEveryRowExactlyOnce) {
   const fs::path dir = scratch("resume");
   const std::string sweep =

@@ -41,7 +41,7 @@ TEST(Merge, CommandWordsDropWhereARunWritesAndItsShard) {
   Shard shard;
   EXPECT_EQ(
       command_words("build/vrambench search --sweep 'seq=[512:4096:512]' --shard 1/3 --out "
-                    "parts --name=p1 --quiet --resume --format csv,json --device cpu",
+                    "parts --name=p1 --quiet --resume --format csv,json --jobs 4 --device cpu",
                     &shard),
       (std::vector<std::string>{"search", "--sweep", "seq=[512:4096:512]", "--device", "cpu"}));
   EXPECT_EQ(shard, (Shard{1, 3}));

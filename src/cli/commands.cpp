@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "cli/grid_run.h"
@@ -77,12 +78,17 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
   const Table header = estimate_table(run.grid().varying, at_batch);
   run.open(header, "estimate");
   std::int64_t smallest = INT64_MAX, largest = 0;
-  run.run([&](std::size_t i, const TrialObserver&) {
-    const EstimateFigures e = estimate_figures(run.grid().configs[i], run.device(i).info, at_batch);
-    smallest = std::min(smallest, e.est_max_batch);
-    largest = std::max(largest, e.est_max_batch);
-    return GridRow{estimate_row(e, run.grid().varying, at_batch), nullptr};
-  });
+  std::mutex range;  // the rows are made on several threads
+  run.run(
+      [&](std::size_t i, const TrialObserver&) {
+        const EstimateFigures e =
+            estimate_figures(run.grid().configs[i], run.device(i).info, at_batch);
+        const std::lock_guard<std::mutex> lock(range);
+        smallest = std::min(smallest, e.est_max_batch);
+        largest = std::max(largest, e.est_max_batch);
+        return GridRow{estimate_row(e, run.grid().varying, at_batch), nullptr};
+      },
+      true);
   if (run.grid().configs.empty()) smallest = largest = 0;  // an empty shard
   const std::string line =
       estimate_summary_line(header.columns, run.rows(), run.ran_on(), smallest, largest);
@@ -113,11 +119,13 @@ int run_seq_search(const CliOptions& options, Grid grid, int argc, const char* c
   const std::string measured = run.kind() == DeviceKind::sim ? "sim" : "meas";
   const Table header = seq_search_table(run.grid().varying, measured);
   run.open(header, "search-seq");
-  const double seconds = run.run([&](std::size_t i, const TrialObserver& observe) {
-    const SeqMeasurement m =
-        measure_max_seq(run.grid().configs[i], run.device(i), SeqLimits{}, observe);
-    return GridRow{seq_search_row(m, run.grid().varying, run.device(i).info.total), nullptr};
-  });
+  const double seconds = run.run(
+      [&](std::size_t i, const TrialObserver& observe) {
+        const SeqMeasurement m =
+            measure_max_seq(run.grid().configs[i], run.device(i), SeqLimits{}, observe);
+        return GridRow{seq_search_row(m, run.grid().varying, run.device(i).info.total), nullptr};
+      },
+      run.kind() == DeviceKind::sim);
   const std::string line =
       seq_search_summary_line(header.columns, run.rows(), run.ran_on(), seconds);
   run.finish(line, {{"configurations", run.grid().configs.size()}, {"seconds", seconds}}, false);
@@ -191,9 +199,14 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   // Rows and their details go to the files as they finish and are not held here: a sweep's
   // memory stays flat in its length.
   run.open(header, "search", options.resume);
-  const double seconds = run.run([&](std::size_t i, const TrialObserver& observe) {
-    return search_grid_row(options, run, i, observe, with_sim, with_paged);
-  });
+  // Sim rows run no kernel and share nothing: several at once. A GPU's or the cpu device's run
+  // one at a time, and so do rows measured in a child process.
+  const bool parallel = run.kind() == DeviceKind::sim && !options.isolate;
+  const double seconds = run.run(
+      [&](std::size_t i, const TrialObserver& observe) {
+        return search_grid_row(options, run, i, observe, with_sim, with_paged);
+      },
+      parallel);
   const SearchSummary summary = summarize_search(header.columns, run.rows());
   const std::string line = search_summary_line(summary, run.ran_on(), seconds);
   run.finish(line, search_summary_json(summary, line, seconds), true);

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "cli/progress.h"
 #include "core/error.h"
@@ -155,28 +158,63 @@ void GridRun::open(const Table& header, std::string_view default_name, bool resu
                  : std::vector<bool>(grid_.configs.size(), false);
 }
 
-double GridRun::run(const RowMaker& row) {
+int GridRun::jobs() const {
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const int asked = options_.jobs > 0 ? options_.jobs : cores;
+  const auto rows = static_cast<int>(std::count(kept_.begin(), kept_.end(), false));
+  return std::max(1, std::min(asked, rows));
+}
+
+double GridRun::run(const RowMaker& row, bool parallel) {
   if (!writer_) throw InternalError("GridRun::run before open");
   // One line on the terminal, rewritten after every trial; nothing when stderr is not a terminal.
   Progress progress(!options_.quiet && isatty(STDERR_FILENO) != 0,
                     static_cast<std::int64_t>(grid_.configs.size()));
+  std::mutex mutex;  // the writer and the progress line, between the threads
   const TrialObserver observe = [&](std::int64_t batch, const TrialResult& result) {
+    const std::lock_guard<std::mutex> lock(mutex);
     progress.trial(batch, result.fit);
   };
-  const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < grid_.configs.size(); ++i) {
-    if (kept_[i]) {
-      progress.finished(false);
-      continue;
+  for (std::size_t i = 0; i < grid_.configs.size(); ++i)
+    if (kept_[i]) progress.finished(false);
+  std::size_t next = 0;  // the next configuration to start, under the mutex
+  std::exception_ptr error;
+  const auto work = [&] {
+    for (;;) {
+      std::size_t i = 0;
+      std::string point;
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        while (next < kept_.size() && kept_[next]) ++next;
+        if (error || next >= kept_.size()) return;
+        i = next++;
+        point = describe_point(grid_.configs[i], grid_.varying);
+        progress.starting(point);
+      }
+      try {
+        GridRow made = row(i, progress.enabled() ? observe : TrialObserver{});
+        if (made.details.is_object()) made.details["point"] = point;
+        const std::lock_guard<std::mutex> lock(mutex);
+        writer_->append(i, made.cells, made.details);
+        progress.finished(true);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        if (!error) error = std::current_exception();
+        return;
+      }
     }
-    const std::string point = describe_point(grid_.configs[i], grid_.varying);
-    progress.starting(point);
-    GridRow made = row(i, progress.enabled() ? observe : TrialObserver{});
-    if (made.details.is_object()) made.details["point"] = point;
-    writer_->append(i, made.cells, made.details);
-    progress.finished(true);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const int threads = parallel ? jobs() : 1;
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+    for (std::thread& t : pool) t.join();
   }
   progress.clear();
+  if (error) std::rethrow_exception(error);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

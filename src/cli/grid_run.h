@@ -70,11 +70,17 @@ class GridRun {
   // before anything is written, when they are another run's).
   void open(const Table& header, std::string_view default_name, bool resume = false);
 
-  // Makes the row of every configuration not kept, in order, each written as it finishes. `row`
-  // gets the configuration's index and an observer for its trials (the progress line's; empty when
-  // there is none). Returns the seconds the rows took.
+  // Makes the row of every configuration not kept, each written as it finishes. `row` gets the
+  // configuration's index and an observer for its trials (the progress line's; empty when there
+  // is none). With `parallel`, --jobs rows are made at once on as many threads (`row` must then
+  // be safe to call from several: a sim device's or the estimate's, never a GPU's), in the grid's
+  // order as each thread frees up; the files hold the rows in that order all the same. An error
+  // a row throws stops the run: no row starts after it, those started finish, and it is
+  // rethrown. Returns the seconds the rows took.
   using RowMaker = std::function<GridRow(std::size_t index, const TrialObserver& observe)>;
-  double run(const RowMaker& row);
+  double run(const RowMaker& row, bool parallel = false);
+  // The threads run(row, true) would use: --jobs, or one per core, at most one per row.
+  int jobs() const;
 
   // The rows written or kept, read back one at a time (a sweep's are never all held).
   RowSource rows() const;

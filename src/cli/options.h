@@ -49,6 +49,9 @@ struct CliOptions {
   bool resume = false;    // --resume: keep the rows a run of --name finished
   std::optional<Shard> shard;  // --shard K/N: every N-th configuration from K
   bool isolate = false;        // --isolate: a child process per configuration
+  // --jobs: configurations worked on at once where they run no kernel (the sim device, the
+  // estimate); 0: one per core. A GPU's or the cpu device's configurations run one at a time.
+  int jobs = 0;
   DeviceOptions device;        // --no-execute, --flash-impl, --cuda-memory (cpu and cuda devices)
   double trial_timeout = 600;  // --trial-timeout: seconds per isolated trial
   CompareOptions compare;      // compare: --tolerance, --batch-tolerance, --all

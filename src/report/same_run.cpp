@@ -43,7 +43,8 @@ std::vector<std::string> command_words(const std::string& command_line, Shard* s
       if (shard) *shard = parse_shard(*value);
       continue;
     }
-    if (value_of("--out") || value_of("--name") || value_of("--format")) continue;
+    if (value_of("--out") || value_of("--name") || value_of("--format") || value_of("--jobs"))
+      continue;
     if (w == "--quiet" || w == "--resume") continue;
     kept.push_back(w);
   }

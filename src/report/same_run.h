@@ -11,8 +11,8 @@
 
 namespace vrambench {
 
-// A command line without what only says where and how a run writes (--out, --name, --format,
-// --quiet, --resume) and without its --shard, which `shard` receives when given; argv[0] dropped.
+// A command line without what only says where and how a run writes or works (--out, --name,
+// --format, --quiet, --resume, --jobs) and without its --shard, which `shard` receives when given; argv[0] dropped.
 std::vector<std::string> command_words(const std::string& command_line, Shard* shard = nullptr);
 // Those words as a command line again: "vrambench search --dtype fp32", quoted for a shell.
 std::string quoted_command(const std::vector<std::string>& words);
