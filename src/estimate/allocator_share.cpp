@@ -58,16 +58,18 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
     // The largest batch whose replay fits, in a bracket: batch 0 fits, and past the tensors' own
     // largest batch nothing does. Each probe is a guess, the tensors' line plus the share per
     // sample the last replay showed (a failure's is too large, a fit's too small near a cliff,
-    // so they close in from both sides), unless the guess leaves the bracket or two probes in a
-    // row fell on the same side: then its middle.
+    // so they close in from both sides), or after a failure the batches its run lacked at the
+    // capacity, whichever is larger; unless the guess leaves the bracket or, once a batch fit,
+    // two probes in a row fell on the same side: then its middle.
     const Bytes capacity = overhead.capacity;
     const std::int64_t most = std::clamp<std::int64_t>(out.max_batch(capacity), 1, kLargestBatch);
     std::int64_t lo = 0, hi = most + 1;
     std::int64_t guess = most;
     int in_a_row = 0;
     bool last_fit = false;
+    std::int64_t step_down = 0;  // how far the last failure's guess went below it
     while (hi - lo > 1) {
-      const bool creeping = in_a_row >= 2;
+      const bool creeping = in_a_row >= 2 && lo > 0;
       const std::int64_t b = guess > lo && guess < hi && !creeping ? guess : lo + (hi - lo) / 2;
       const Bytes peak = replayed(b);
       const bool fit = peak <= capacity;
@@ -76,8 +78,28 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
       (fit ? lo : hi) = b;
       guess = out.max_batch(capacity, std::max<Bytes>(peak - out.peak(b), 0) / b);
       if (fit && guess <= b) guess = b + 1;
+      if (!fit) {
+        // Where the run at the capacity failed even after freeing its cache, what it lacked there
+        // says how far below the answer is: near a cliff (the cache freed and retried until this
+        // batch) the share without a limit overstates it by far, and a batch or two less fits.
+        // Failures in a row double the step, so that a bracket closes in a few probes.
+        if (const std::optional<OomInfo>& oom = runs.at(b).at_capacity.oom; oom) {
+          const Bytes slope = std::max<Bytes>(out.per_sample_total(), 1);
+          const Bytes lacked = std::max<Bytes>(oom->requested - oom->free, 1);
+          std::int64_t step = std::max<std::int64_t>((lacked + slope - 1) / slope, 1);
+          if (in_a_row >= 2) step = std::max(step, 2 * step_down);
+          if (b - step > guess) {
+            guess = b - step;
+            step_down = step;
+          }
+        }
+      }
     }
     at = std::max<std::int64_t>(lo, 1);
+    // The bracket closes on a batch that fits (or none) and the next that does not; where fitting
+    // is not monotone in the batch (the cache can make a batch fail and the next one fit), the
+    // batch after the one it closed on may still fit: the answer goes up while the next one does.
+    while (at < kLargestBatch && replayed(at + 1) <= capacity) ++at;
   }
   const Bytes tensors_at = out.peak(at), tensors_next = out.peak(at + 1);
   const Bytes share_at = std::max<Bytes>(replayed(at) - tensors_at, 0);
