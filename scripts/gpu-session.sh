@@ -37,7 +37,11 @@ for s in $steps; do
     selftest) step selftest 60 "$dev/bin/vrambench" selftest ;;
     # Written after each configuration: a timeout keeps what was measured.
     torch)
-      step torch 195 python3 scripts/torch_cuda_reference.py --out "$out/torch_cuda_reference.json"
+      # The allocator's history at each bisection's boundary (scripts/allocator_trace.py reads
+      # it), packed into one file: at most 8 files come back.
+      step torch 195 python3 scripts/torch_cuda_reference.py --out "$out/torch_cuda_reference.json" \
+        --snapshots "$out/snapshots"
+      tar czf "$out/snapshots.tgz" -C "$out" snapshots 2>/dev/null && rm -rf "$out/snapshots"
       # vrambench's hf predictions beside what was measured, after it in torch.txt (seconds, and
       # no GPU: it asks the simulated profile of the card).
       timeout 5 python3 scripts/torch_cuda_compare.py "$out/torch_cuda_reference.json" \
