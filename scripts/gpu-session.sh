@@ -33,7 +33,9 @@ step() {
 steps=${*:-smi selftest torch tests quick bench}
 for s in $steps; do
   case $s in
-    smi) step smi 15 nvidia-smi ;;
+    # On stdout, which comes back whole, not a file: the steps' files fill the 8 that come back.
+    smi) timeout 15 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version \
+      --format=csv ;;
     selftest) step selftest 60 "$dev/bin/vrambench" selftest ;;
     # Written after each configuration: a timeout keeps what was measured.
     torch)
