@@ -59,9 +59,9 @@ TEST(SimRun, IsTheTrialRunnersAnswerFieldForField) {
                   sim_run(run, program, batch, AllocatorKind::caching, capacity, kFixed);
               const TrialResult want = trial(program, AllocatorKind::caching, capacity);
               EXPECT_EQ(got.at_capacity, want);
-              EXPECT_EQ(got.unlimited.has_value(), !want.fit);
-              if (got.unlimited) {
-                EXPECT_EQ(*got.unlimited, whole);
+              EXPECT_EQ(got.unlimited().has_value(), !want.fit);
+              if (got.unlimited()) {
+                EXPECT_EQ(*got.unlimited(), whole);
               }
               EXPECT_EQ(got.needed_reserved(), want.fit ? want.reserved_peak : whole.reserved_peak);
               if (!want.fit)
@@ -95,8 +95,8 @@ TEST(SimRun, DirectIsTheTrialRunnersAnswerToo) {
         for (Bytes capacity : {whole.reserved_peak - 1, whole.reserved_peak}) {
           const SimRun got = sim_run(run, program, batch, AllocatorKind::direct, capacity, kFixed);
           EXPECT_EQ(got.at_capacity, trial(program, AllocatorKind::direct, capacity));
-          if (got.unlimited) {
-            EXPECT_EQ(*got.unlimited, whole);
+          if (got.unlimited()) {
+            EXPECT_EQ(*got.unlimited(), whole);
           }
           ++(got.at_capacity.fit ? fits : fails);
         }

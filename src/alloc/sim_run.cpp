@@ -122,15 +122,16 @@ struct Replay {
   }
 
   // The trial's result once the replay ended: fit, or the allocation at `failed` refused.
-  TrialResult finish(const RunAllocations& run, std::size_t failed, const Program& names,
+  TrialResult finish(const RunAllocations& run, std::size_t failed, const Program* names,
                      std::int64_t batch, Bytes fixed_overhead) {
     TrialResult r = tally.result;
     r.fit = failed == run.size();
     if (!r.fit) {
+      if (names == nullptr) throw InternalError("allocator replay: a failure without its names");
       const RunAllocation& e = run[failed];
       r.oom =
-          OomInfo{e.op < 0 ? std::string{} : names.ops[static_cast<std::size_t>(e.op)].name.str(),
-                  names.tensors[static_cast<std::size_t>(e.id)].name.str(), bytes_at(e, batch),
+          OomInfo{e.op < 0 ? std::string{} : names->ops[static_cast<std::size_t>(e.op)].name.str(),
+                  names->tensors[static_cast<std::size_t>(e.id)].name.str(), bytes_at(e, batch),
                   allocator().free_bytes()};
     }
     r.reserved_peak = allocator().stats().reserved_peak;
@@ -141,41 +142,67 @@ struct Replay {
 
 }  // namespace
 
+namespace {
+constexpr Bytes kUnlimited = std::numeric_limits<Bytes>::max() / 4;
+}  // namespace
+
+// What a failed run needs to go on without a limit: the allocations, and (caching) the replay
+// copied where the source first refused a segment, or (direct) nothing: it starts again.
+struct UnlimitedRest {
+  const RunAllocations* run = nullptr;
+  std::int64_t batch = 0;
+  Bytes fixed_overhead = 0;
+  AllocatorKind allocator{};
+  std::size_t from = 0;
+  std::unique_ptr<Replay> replay;
+};
+
+SimRun::SimRun() = default;
+SimRun::SimRun(TrialResult result, std::unique_ptr<UnlimitedRest> rest)
+    : at_capacity(std::move(result)), rest_(std::move(rest)) {}
+SimRun::SimRun(SimRun&&) noexcept = default;
+SimRun& SimRun::operator=(SimRun&&) noexcept = default;
+SimRun::~SimRun() = default;
+
+const std::optional<TrialResult>& SimRun::unlimited() const {
+  if (rest_) {
+    const UnlimitedRest& rest = *rest_;
+    std::unique_ptr<Replay> fresh;
+    Replay& replay = rest.replay ? *rest.replay
+                                 : *(fresh = std::make_unique<Replay>(rest.allocator, kUnlimited,
+                                                                      slots_of(*rest.run)));
+    const std::size_t none = replay.go(*rest.run, rest.from, rest.batch, true);
+    if (none != rest.run->size())
+      throw InternalError("allocator replay: an allocation failed without a limit");
+    unlimited_ = replay.finish(*rest.run, none, nullptr, rest.batch, rest.fixed_overhead);
+    rest_.reset();
+  }
+  return unlimited_;
+}
+
 SimRun sim_run(const RunAllocations& run, const Program& names, std::int64_t batch,
                AllocatorKind allocator, Bytes capacity, Bytes fixed_overhead) {
   const std::int32_t slots = slots_of(run);
-  constexpr Bytes kUnlimited = std::numeric_limits<Bytes>::max() / 4;
-  SimRun out;
-  if (allocator != AllocatorKind::caching) {
-    Replay at(allocator, capacity, slots);
-    const std::size_t failed = at.go(run, 0, batch, true);
-    out.at_capacity = at.finish(run, failed, names, batch, fixed_overhead);
-    if (!out.at_capacity.fit) {
-      Replay unlimited(allocator, kUnlimited, slots);
-      const std::size_t none = unlimited.go(run, 0, batch, true);
-      if (none != run.size())
-        throw InternalError("allocator replay: an allocation failed without a limit");
-      out.unlimited = unlimited.finish(run, none, names, batch, fixed_overhead);
-    }
-    return out;
-  }
+  auto rest = std::make_unique<UnlimitedRest>();
+  *rest = UnlimitedRest{&run, batch, fixed_overhead, allocator, 0, nullptr};
   Replay at(allocator, capacity, slots);
-  // Until the source first refuses a segment, the replay at the capacity and one without a limit
-  // are the same; from there the first frees its cache and retries, the second goes on.
-  const std::size_t refused = at.go(run, 0, batch, false);
-  if (refused == run.size()) {
-    out.at_capacity = at.finish(run, refused, names, batch, fixed_overhead);
-    return out;
+  std::size_t failed = 0;
+  if (allocator != AllocatorKind::caching) {
+    failed = at.go(run, 0, batch, true);
+  } else {
+    // Until the source first refuses a segment, the replay at the capacity and one without a
+    // limit are the same; from there the first frees its cache and retries, the second goes on.
+    rest->from = at.go(run, 0, batch, false);
+    if (rest->from < run.size()) {
+      rest->replay = std::make_unique<Replay>(at, kUnlimited);
+      failed = at.go(run, rest->from, batch, true);
+    } else {
+      failed = rest->from;
+    }
   }
-  Replay unlimited(at, kUnlimited);
-  const std::size_t failed = at.go(run, refused, batch, true);
-  out.at_capacity = at.finish(run, failed, names, batch, fixed_overhead);
-  if (out.at_capacity.fit) return out;
-  const std::size_t none = unlimited.go(run, refused, batch, true);
-  if (none != run.size())
-    throw InternalError("allocator replay: an allocation failed without a limit");
-  out.unlimited = unlimited.finish(run, none, names, batch, fixed_overhead);
-  return out;
+  TrialResult result = at.finish(run, failed, &names, batch, fixed_overhead);
+  if (result.fit) rest.reset();
+  return SimRun(std::move(result), std::move(rest));
 }
 
 SimRuns::SimRuns(BatchScaledProgram& sizes, int steps, AllocatorKind allocator, Bytes capacity,
@@ -205,8 +232,9 @@ const SimRun& SimRuns::at(std::int64_t batch) {
   }
   // A structure of its own, or sizes without lines: this batch's program, its own bytes.
   const Program& program = sizes_.at(batch);
-  run = sim_run(run_allocations(program, sizes_.schedule(steps_), {}), program, 1, allocator_,
-                capacity_, fixed_overhead_);
+  const RunAllocations& own = apart_[batch] =
+      run_allocations(program, sizes_.schedule(steps_), {});
+  run = sim_run(own, program, 1, allocator_, capacity_, fixed_overhead_);
   return runs_.emplace(batch, std::move(run)).first->second;
 }
 

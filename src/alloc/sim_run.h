@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -38,21 +39,39 @@ using RunAllocations = std::vector<RunAllocation>;
 RunAllocations run_allocations(const Program& program, const Schedule& schedule,
                                const std::vector<BatchScaledProgram::Line>& lines);
 
+// The rest of a failed run, replayed without a limit on demand (sim_run.cpp).
+struct UnlimitedRest;
+
 // A run at one batch on `capacity` bytes: as a trial runs it (the allocator frees its cache and
-// retries at the limit), and where it fails, the same run without a limit (what it needs). The
-// device peaks carry `fixed_overhead`.
-struct SimRun {
+// retries at the limit), and where it fails, the same run without a limit (what it needs), which
+// is replayed only when asked for: a search reads it at one failing batch, the estimate's bracket
+// at the batch after the largest that fits, and most probes that fail never need it.
+class SimRun {
+ public:
+  SimRun();
+  SimRun(TrialResult result, std::unique_ptr<UnlimitedRest> rest);
+  SimRun(SimRun&&) noexcept;
+  SimRun& operator=(SimRun&&) noexcept;
+  ~SimRun();
+
   TrialResult at_capacity;
-  std::optional<TrialResult> unlimited;  // set exactly when at_capacity did not fit
+  // The run without a limit: set exactly when at_capacity did not fit (replayed on the first call
+  // from where the run at the capacity first had a segment refused).
+  const std::optional<TrialResult>& unlimited() const;
   // The reserved peak the run needs: at the capacity where it fits, else without a limit.
   Bytes needed_reserved() const {
-    return unlimited ? unlimited->reserved_peak : at_capacity.reserved_peak;
+    return at_capacity.fit ? at_capacity.reserved_peak : unlimited()->reserved_peak;
   }
+
+ private:
+  mutable std::unique_ptr<UnlimitedRest> rest_;  // null once replayed, or where the run fit
+  mutable std::optional<TrialResult> unlimited_;
 };
 
-// `names`: a program of the run's structure, for the OOM report's op and tensor names. Under the
-// caching allocator the two runs are one until the source first refuses a segment: the replay is
-// copied there and the copy goes on without a limit.
+// `names`: a program of the run's structure, for the OOM report's op and tensor names (read before
+// sim_run returns). Under the caching allocator the two runs are one until the source first
+// refuses a segment: the replay is copied there, and the copy goes on without a limit when asked.
+// `run` must outlive the SimRun where it does not fit (the rest reads it).
 SimRun sim_run(const RunAllocations& run, const Program& names, std::int64_t batch,
                AllocatorKind allocator, Bytes capacity, Bytes fixed_overhead);
 
@@ -77,6 +96,8 @@ class SimRuns {
   // place as it rescales it) and its allocations, each size its line.
   const Program* names_ = nullptr;
   RunAllocations lines_;
+  // The allocations of the batches built apart (another structure), which their runs read.
+  std::map<std::int64_t, RunAllocations> apart_;
 };
 
 }  // namespace vrambench

@@ -56,11 +56,11 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
   std::int64_t at = std::max<std::int64_t>(cfg.batch, 1);
   if (overhead.capacity > 0 && !overhead.share_at_batch) {
     // The largest batch whose replay fits, in a bracket: batch 0 fits, and past the tensors' own
-    // largest batch nothing does. Each probe is a guess, the tensors' line plus the share per
-    // sample the last replay showed (a failure's is too large, a fit's too small near a cliff,
-    // so they close in from both sides), or after a failure the batches its run lacked at the
-    // capacity, whichever is larger; unless the guess leaves the bracket or, once a batch fit,
-    // two probes in a row fell on the same side: then its middle.
+    // largest batch nothing does. Each probe is a guess: after a fit, the tensors' line plus the
+    // share per sample its replay showed; after a failure, the batches its run lacked at the
+    // capacity below it (a failure is never replayed without a limit here: only the batch after
+    // the answer is); unless the guess leaves the bracket or, once a batch fit, two probes in a
+    // row fell on the same side: then its middle.
     const Bytes capacity = overhead.capacity;
     const std::int64_t most = std::clamp<std::int64_t>(out.max_batch(capacity), 1, kLargestBatch);
     std::int64_t lo = 0, hi = most + 1;
@@ -71,29 +71,31 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
     while (hi - lo > 1) {
       const bool creeping = in_a_row >= 2 && lo > 0;
       const std::int64_t b = guess > lo && guess < hi && !creeping ? guess : lo + (hi - lo) / 2;
-      const Bytes peak = replayed(b);
-      const bool fit = peak <= capacity;
+      // A run fits on the device exactly when it fits at the capacity: one that fails there had
+      // a segment refused first, which the run without a limit then takes, passing the capacity.
+      const SimRun& run = runs.at(b);
+      const bool fit = run.at_capacity.fit;
       in_a_row = fit == last_fit && !creeping ? in_a_row + 1 : 1;
       last_fit = fit;
       (fit ? lo : hi) = b;
-      guess = out.max_batch(capacity, std::max<Bytes>(peak - out.peak(b), 0) / b);
-      if (fit && guess <= b) guess = b + 1;
-      if (!fit) {
-        // Where the run at the capacity failed even after freeing its cache, what it lacked there
-        // says how far below the answer is: near a cliff (the cache freed and retried until this
-        // batch) the share without a limit overstates it by far, and a batch or two less fits.
-        // Failures in a row double the step, so that a bracket closes in a few probes.
-        if (const std::optional<OomInfo>& oom = runs.at(b).at_capacity.oom; oom) {
-          const Bytes slope = std::max<Bytes>(out.per_sample_total(), 1);
-          const Bytes lacked = std::max<Bytes>(oom->requested - oom->free, 1);
-          std::int64_t step = std::max<std::int64_t>((lacked + slope - 1) / slope, 1);
-          if (in_a_row >= 2) step = std::max(step, 2 * step_down);
-          if (b - step > guess) {
-            guess = b - step;
-            step_down = step;
-          }
-        }
+      if (fit) {
+        const Bytes peak = replayed(b);
+        guess = out.max_batch(capacity, std::max<Bytes>(peak - out.peak(b), 0) / b);
+        if (guess <= b) guess = b + 1;
+        continue;
       }
+      // Where the run at the capacity failed even after freeing its cache, what it lacked there
+      // says how far below the answer is: near a cliff (the cache freed and retried until this
+      // batch) the share without a limit overstates it by far, and a batch or two less fits.
+      // Failures in a row double the step, so that a bracket closes in a few probes; the run
+      // without a limit is not replayed for a probe.
+      const OomInfo& oom = *run.at_capacity.oom;
+      const Bytes slope = std::max<Bytes>(out.per_sample_total(), 1);
+      const Bytes lacked = std::max<Bytes>(oom.requested - oom.free, 1);
+      std::int64_t step = std::max<std::int64_t>((lacked + slope - 1) / slope, 1);
+      if (in_a_row >= 2) step = std::max(step, 2 * step_down);
+      guess = b - step;
+      step_down = step;
     }
     at = std::max<std::int64_t>(lo, 1);
     // The bracket closes on a batch that fits (or none) and the next that does not; where fitting

@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -100,27 +101,37 @@ struct ByComponent {
   std::array<Bytes, kComponents> fixed{};
   std::array<Bytes, kComponents> per_sample{};
 };
-ByComponent components_at(const Program& p, const Schedule& schedule,
-                          const std::vector<Line>& lines, std::size_t at, Bytes context) {
-  ByComponent out;
-  out.fixed[static_cast<std::size_t>(MemoryComponent::cuda_context)] = context;
-  // What is live while op `at` of the last step runs.
+// The bytes by component live while op `peak_op` and op `end_op` of the last step run (the
+// context not included), in one walk of the run.
+std::pair<ByComponent, ByComponent> components_at(const Program& p, const Schedule& schedule,
+                                                  const std::vector<Line>& lines,
+                                                  std::size_t peak_op, std::size_t end_op) {
+  ByComponent now, at_peak, at_end;
   std::vector<bool> live(p.tensors.size(), false);
+  auto add = [&](std::size_t id, Bytes sign) {
+    const auto c = static_cast<std::size_t>(p.tensors[id].component);
+    now.fixed[c] = checked_add(now.fixed[c], sign * lines[id].intercept, "component bytes");
+    now.per_sample[c] = checked_add(now.per_sample[c], sign * lines[id].slope, "component bytes");
+  };
   const int last = schedule.steps() - 1;
   for (const RunEvent& e : schedule.events()) {
-    if (e.kind == RunEvent::Kind::alloc) live[static_cast<std::size_t>(e.id)] = true;
-    if (e.kind == RunEvent::Kind::free) live[static_cast<std::size_t>(e.id)] = false;
-    if (e.kind == RunEvent::Kind::run && e.step == last && static_cast<std::size_t>(e.op) == at)
-      break;
+    const auto id = static_cast<std::size_t>(e.id);
+    if (e.kind == RunEvent::Kind::alloc && !live[id]) {
+      live[id] = true;
+      add(id, 1);
+    } else if (e.kind == RunEvent::Kind::free && live[id]) {
+      live[id] = false;
+      add(id, -1);
+    } else if (e.kind == RunEvent::Kind::run && e.step == last) {
+      const auto op = static_cast<std::size_t>(e.op);
+      if (op == peak_op) at_peak = now;
+      if (op == end_op) {
+        at_end = now;
+        break;  // the last op of the step: nothing after it is read
+      }
+    }
   }
-  for (const Tensor& t : p.tensors) {
-    const auto id = static_cast<std::size_t>(t.id);
-    if (!live[id]) continue;
-    const auto c = static_cast<std::size_t>(t.component);
-    out.fixed[c] = checked_add(out.fixed[c], lines[id].intercept, "component bytes");
-    out.per_sample[c] = checked_add(out.per_sample[c], lines[id].slope, "component bytes");
-  }
-  return out;
+  return {at_peak, at_end};
 }
 
 std::vector<Component> listed(const std::array<Bytes, kComponents>& bytes) {
@@ -202,7 +213,10 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead, SimR
   const LiveLine& main = points[order.back()];
   Breakdown out;
   out.moment = program.ops[main.op].name.str();
-  const ByComponent at_peak = components_at(program, schedule, lines, main.op, overhead.context);
+  const LiveLine& last = points.back();
+  auto [at_peak, at_end] = components_at(program, schedule, lines, main.op, last.op);
+  constexpr auto kContext = static_cast<std::size_t>(MemoryComponent::cuda_context);
+  at_peak.fixed[kContext] = checked_add(at_peak.fixed[kContext], overhead.context, "context");
   out.fixed = listed(at_peak.fixed);
   out.per_sample = listed(at_peak.per_sample);
   for (std::size_t k = 0; k + 1 < order.size(); ++k) {
@@ -211,10 +225,8 @@ Breakdown analyze(BatchScaledProgram& step, const DeviceOverhead& overhead, SimR
   }
   // The end of the step holds the whole model state; listed so that it can be read off even when
   // it is never the peak (it cannot raise the peak above the envelope).
-  const LiveLine& last = points.back();
   if (std::find(order.begin(), order.end(), points.size() - 1) == order.end())
     out.other_moments.push_back({program.ops[last.op].name.str(), last.fixed, last.per_sample});
-  const ByComponent at_end = components_at(program, schedule, lines, last.op, 0);
   for (std::size_t c = 0; c < kComponents; ++c)
     if (is_model_state(static_cast<MemoryComponent>(c)))
       out.model_state = checked_add(out.model_state, at_end.fixed[c], "model state");

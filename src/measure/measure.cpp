@@ -190,7 +190,7 @@ Measurement measure(const RunConfig& cfg, const Device& given, const SearchLimit
   const Device unlimited_sizes = simulated(info);
   auto needed = [&](std::int64_t batch) {
     if (runs)
-      if (const SimRun& run = runs->at(batch); run.unlimited) return *run.unlimited;
+      if (const SimRun& run = runs->at(batch); run.unlimited()) return *run.unlimited();
     return allocate_only(batch, std::numeric_limits<Bytes>::max() / 4, unlimited_sizes);
   };
   const SearchHint hint = search_hint(m.estimate, m.est_max_batch, limits);
