@@ -2,8 +2,9 @@
 // 100-configuration sweep (gpt2 × seq × dtype × attention × recompute).
 #include <benchmark/benchmark.h>
 
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
 #include "measure_all.h"
+#include "model/families.h"
 #include "search/measure.h"
 #include "sweep/sweep.h"
 

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/presets.h"
 #include "device/device.h"
+#include "model/families.h"
 #include "search/measure.h"
 
 namespace vrambench::testing_grid {

@@ -9,10 +9,10 @@
 
 #include "alloc/allocator.h"
 #include "common/math.h"
-#include "core/presets.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
 #include "device/sources.h"
+#include "model/families.h"
 #include "program/program.h"
 #include "program/schedule.h"
 #include "search/measure.h"

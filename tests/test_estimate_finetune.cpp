@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/presets.h"
 #include "device/device.h"
 #include "estimate_grid.h"
+#include "model/families.h"
 #include "search/measure.h"
 
 namespace vrambench {

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/presets.h"
+#include "model/families.h"
 #include "search/isolate.h"
 #include "search/json.h"
 

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "core/presets.h"
 #include "device/device.h"
+#include "model/families.h"
 #include "search/measure.h"
 
 namespace vrambench {

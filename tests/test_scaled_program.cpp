@@ -13,13 +13,13 @@
 
 #include "alloc/allocator.h"
 #include "core/error.h"
-#include "core/presets.h"
 #include "core/quant.h"
 #include "device/device.h"
 #include "device/sources.h"
+#include "model/families.h"
+#include "program/scaled_program.h"
 #include "program/signature.h"
 #include "search/measure.h"
-#include "program/scaled_program.h"
 #include "search/trial.h"
 
 namespace vrambench {

@@ -12,12 +12,14 @@
 #include <optional>
 
 #include "cli/progress.h"
+#include "config/fields.h"
+#include "config/gpu_profiles.h"
 #include "core/error.h"
-#include "core/fields.h"
-#include "core/presets.h"
 #include "device/device.h"
 #include "device/gpu.h"
 #include "estimate/estimate.h"
+#include "model/families.h"
+#include "model/weights.h"
 #include "program/program.h"
 #include "report/compare.h"
 #include "report/merge.h"

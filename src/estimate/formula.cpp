@@ -3,6 +3,7 @@
 
 #include "core/dtype.h"
 #include "core/quant.h"
+#include "model/weights.h"
 
 namespace vrambench {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 
 namespace vrambench {

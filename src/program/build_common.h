@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/quant.h"
 #include "core/units.h"
 #include "program/program.h"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/quant.h"
 #include "program/build_common.h"
 #include "program/program.h"

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/quant.h"
 #include "program/build_common.h"
 #include "program/program.h"
@@ -16,8 +16,8 @@
 namespace vrambench::build_lean {
 
 using build_common::Adapter;
-using build_common::BlockWeights;
 using build_common::block_prefix;
+using build_common::BlockWeights;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Linear;
@@ -102,11 +102,9 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
   }
 
   void mlp_weights(int l, BlockWeights& w) {
-    build_common::mlp_linears(
-        *this, cfg_.model, l, w,
-        [&](const Name& name, std::int64_t in, const LinearModules& modules, bool bias) {
-          return linear(name, in, modules, bias, l);
-        });
+    build_common::mlp_linears(*this, cfg_.model, l, w,
+                              [&](const Name& name, std::int64_t in, const LinearModules& modules,
+                                  bool bias) { return linear(name, in, modules, bias, l); });
   }
 
   // ---- linears of the fine-tuning recipes ---------------------------------------------------

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/dtype.h"
 #include "core/name.h"
 #include "core/small_vector.h"

@@ -8,8 +8,9 @@
 #include <cmath>
 #include <optional>
 
-#include "core/fields.h"
+#include "config/fields.h"
 #include "estimate/formula.h"
+#include "model/weights.h"
 #include "search/json.h"
 
 namespace vrambench {
