@@ -96,7 +96,7 @@ bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, L
 
 LoraModules lora_modules(const ModelConfig& model) {
   LoraModules out;
-  for (const WeightModule& w : block_weights(model))
+  for (const WeightModule& w : block_modules(model))
     for (const ModuleRows& m : w.modules()) out.push_back(m.module);
   return out;
 }

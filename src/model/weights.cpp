@@ -78,7 +78,7 @@ std::int64_t WeightModule::parameters() const {
   return checked_add(weight_elements(), bias ? rows : 0, "parameters");
 }
 
-WeightModules block_weights(const ModelConfig& m) {
+WeightModules block_modules(const ModelConfig& m) {
   return m.arch == Arch::gpt ? gpt2_block(m) : llama_block(m);
 }
 
@@ -97,7 +97,7 @@ ModelWeights model_weights(const ModelConfig& m, std::int64_t seq) {
                             .name = "wpe",
                             .rows = position_rows(m, seq),
                             .cols = m.hidden});
-  w.block = block_weights(m);
+  w.block = block_modules(m);
   w.head.push_back(norm(P::final_norm, gpt ? "ln_f" : "norm", m.hidden, gpt));
   w.tied = m.tied_embeddings;
   if (!w.tied)
@@ -120,7 +120,7 @@ std::int64_t sum_parameters(const WeightModules& modules) {
 }  // namespace
 
 std::int64_t layer_parameter_count(const ModelConfig& m) {
-  return sum_parameters(block_weights(m));
+  return sum_parameters(block_modules(m));
 }
 
 std::int64_t parameter_count(const ModelConfig& m) {

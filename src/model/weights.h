@@ -85,7 +85,7 @@ struct ModelWeights {
 // (position_rows); seq 0 gives the model's own table.
 ModelWeights model_weights(const ModelConfig& m, std::int64_t seq = 0);
 // A decoder block's modules (ModelWeights::block).
-WeightModules block_weights(const ModelConfig& m);
+WeightModules block_modules(const ModelConfig& m);
 // Whether a block module belongs to the MLP (fc, up, out): what the lean mlp scope holds.
 constexpr bool in_mlp(WeightPart part) {
   return part == WeightPart::fc || part == WeightPart::up || part == WeightPart::out;
