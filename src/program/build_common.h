@@ -1,5 +1,5 @@
-// What the step program builders (build.cpp: lean, build_hf.cpp: hf) share: the step's sizes, a
-// parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
+// What the step program builders (build_lean.cpp: lean, build_hf.cpp: hf) share: the step's sizes,
+// a parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
 // that both frameworks draw the same masks at the same sites.
 #pragma once
 

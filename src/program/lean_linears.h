@@ -1,6 +1,6 @@
-// The lean builder's parameters and linears (LeanLinears, the base of build.cpp's LeanBuilder): a
-// parameter with its optimizer state, a block linear stored whole or quantised with its LoRA
-// adapters, and a linear's forward and backward.
+// The lean builder's parameters and linears (LeanLinears, the base of build_lean.cpp's
+// LeanBuilder): a parameter with its optimizer state, a block linear stored whole or quantised with
+// its LoRA adapters, and a linear's forward and backward.
 #pragma once
 
 #include <cstdint>

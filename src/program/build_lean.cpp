@@ -1,6 +1,6 @@
-// Builds the program of one training step: forward, loss, backward (recompute replays inserted
-// where the recompute mode asks) and the optimizer, for the gpt and llama blocks and the four
-// scopes.
+// Builds the lean step program, what a hand-written trainer in the manner of llm.c allocates for
+// one training step: forward, loss, backward (recompute replays inserted where the recompute mode
+// asks) and the optimizer, for the gpt and llama blocks and the four scopes.
 //
 // Layout (the estimate and the kernels are written against it):
 //   model:  embedding [+ dropout] -> L blocks -> final norm -> lm head -> cross entropy,
