@@ -3,9 +3,9 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "core/presets.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
+#include "model/families.h"
 #include "program/program.h"
 
 namespace vrambench {

@@ -5,8 +5,9 @@
 #include <array>
 #include <vector>
 
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
 #include "estimate/estimate.h"
+#include "model/families.h"
 
 namespace vrambench {
 namespace {

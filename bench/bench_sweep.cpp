@@ -2,9 +2,10 @@
 // 100-configuration sweep (gpt2 × seq × dtype × attention × recompute).
 #include <benchmark/benchmark.h>
 
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
 #include "measure_all.h"
 #include "measure/measure.h"
+#include "model/families.h"
 #include "sweep/sweep.h"
 
 namespace vrambench {

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/presets.h"
 #include "device/device.h"
 #include "measure/measure.h"
+#include "model/families.h"
 
 namespace vrambench::testing_grid {
 

@@ -14,8 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
 #include "estimate/formula.h"
+#include "model/families.h"
 #include "report/csv.h"
 
 namespace {

@@ -9,12 +9,12 @@
 
 #include "alloc/allocator.h"
 #include "common/math.h"
-#include "core/presets.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
 #include "device/sources.h"
 #include "measure/measure.h"
 #include "measure/trial.h"
+#include "model/families.h"
 #include "program/program.h"
 #include "program/schedule.h"
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/math.h"
-#include "core/presets.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
+#include "model/families.h"
 #include "program/program.h"
 
 namespace vrambench {

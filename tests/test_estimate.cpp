@@ -8,9 +8,9 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/presets.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
+#include "model/families.h"
 #include "program/program.h"
 #include "program/schedule.h"
 #include "measure/measure.h"

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "core/presets.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "estimate_grid.h"
 #include "measure/measure.h"
 #include "measure/trial.h"
+#include "model/families.h"
 #include "sweep/sweep.h"
 
 namespace vrambench {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/presets.h"
 #include "device/device.h"
 #include "estimate_grid.h"
 #include "measure/measure.h"
+#include "model/families.h"
 
 namespace vrambench {
 namespace {

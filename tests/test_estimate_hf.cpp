@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/presets.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "estimate_grid.h"
+#include "model/families.h"
 #include "program/program.h"
 #include "measure/measure.h"
 

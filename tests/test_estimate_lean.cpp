@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/presets.h"
 #include "estimate_grid.h"
+#include "model/families.h"
 #include "program/program.h"
 
 namespace vrambench {

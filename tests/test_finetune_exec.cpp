@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "common/math.h"
-#include "core/presets.h"
 #include "core/quant.h"
 #include "cpu/quant.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
 #include "device/init.h"
+#include "model/families.h"
 #include "program/program.h"
 
 namespace vrambench {

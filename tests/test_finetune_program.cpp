@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "core/presets.h"
 #include "core/quant.h"
 #include "device/device.h"
+#include "model/families.h"
 #include "program/program.h"
 #include "measure/measure.h"
 
@@ -35,7 +35,7 @@ TEST(FinetuneProgram, QloraStoresEveryBlockLinearOfLlama2In4Bits) {
   // q, k, v, o [H,H]; gate, up [F,H]; down [H,F]: 7 modules per layer, 224 in 32 layers.
   Bytes expected = 0;
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{H, H}, {H, H}, {H, H}, {H, H},
-                                                         {F, H}, {F, H}, {H, F}};
+                                                          {F, H}, {F, H}, {H, F}};
   for (const auto& [rows, cols] : shapes)
     expected += quantized_weight_bytes(rows * cols, rows, QuantKind::nf4, true).total;
   expected *= m.layers;

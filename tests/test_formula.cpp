@@ -5,8 +5,8 @@
 
 #include <string_view>
 
-#include "core/presets.h"
 #include "estimate/formula.h"
+#include "model/families.h"
 
 namespace vrambench {
 namespace {

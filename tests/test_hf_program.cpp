@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/error.h"
-#include "core/presets.h"
+#include "model/families.h"
 #include "program/program.h"
 #include "program/schedule.h"
 

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "alloc/allocator.h"
-#include "core/config.h"
-#include "core/model_file.h"
-#include "core/presets.h"
+#include "config/run_config.h"
 #include "device/sources.h"
+#include "model/families.h"
+#include "model/model_file.h"
 #include "program/program.h"
 #include "measure/trial.h"
 

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/presets.h"
 #include "measure/isolate.h"
 #include "measure/measurement_json.h"
+#include "model/families.h"
 
 namespace vrambench {
 namespace {

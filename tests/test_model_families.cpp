@@ -8,11 +8,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/error.h"
-#include "core/presets.h"
 #include "device/host_runner.h"
 #include "estimate/formula.h"
+#include "model/families.h"
 #include "program/program.h"
 
 namespace vrambench {

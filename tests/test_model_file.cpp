@@ -10,12 +10,13 @@
 #include <map>
 #include <string>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/error.h"
-#include "core/model_file.h"
-#include "core/presets.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
+#include "model/families.h"
+#include "model/model_file.h"
+#include "model/weights.h"
 #include "program/program.h"
 
 namespace vrambench {
@@ -218,14 +219,14 @@ TEST(ModelFile, WhatIsNotModelledIsRefusedInOneLineNamingIt) {
 // The dtype the checkpoint is stored in (transformers 5's "dtype", or "torch_dtype") is the
 // model's; a name that is not a dtype ("auto") leaves it to --dtype.
 TEST(ModelFile, TorchDtypeIsTheModelsDtype) {
-  EXPECT_EQ(model_from_config_text(kGemma2_2b, "g", "").dtype, Precision::fp32);
-  EXPECT_EQ(model_from_config_text(kQwen3_0_6b, "q", "").dtype, Precision::bf16);
+  EXPECT_EQ(model_from_config_text(kGemma2_2b, "g", "").dtype, DType::f32);
+  EXPECT_EQ(model_from_config_text(kQwen3_0_6b, "q", "").dtype, DType::bf16);
   const std::string shape = R"("model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
                                "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 16)";
   auto dtype_of = [&](const std::string& fields) {
     return model_from_config_text("{" + shape + fields + "}", "m", "").dtype;
   };
-  EXPECT_EQ(dtype_of(R"(, "dtype": "float16", "torch_dtype": "float32")"), Precision::fp16);
+  EXPECT_EQ(dtype_of(R"(, "dtype": "float16", "torch_dtype": "float32")"), DType::f16);
   EXPECT_EQ(dtype_of(R"(, "torch_dtype": "auto")"), std::nullopt);
   EXPECT_EQ(dtype_of(""), std::nullopt);
   EXPECT_THROW(dtype_of(R"(, "torch_dtype": 16)"), UsageError);

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/presets.h"
 #include "device/operands.h"
+#include "model/families.h"
 #include "program_memory.h"
 
 namespace vrambench {

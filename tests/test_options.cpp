@@ -2,9 +2,10 @@
 #include <gtest/gtest.h>
 
 #include "cli/options.h"
+#include "config/fields.h"
 #include "core/error.h"
-#include "core/fields.h"
-#include "core/presets.h"
+#include "model/families.h"
+#include "model/weights.h"
 
 namespace vrambench {
 namespace {

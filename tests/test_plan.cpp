@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/presets.h"
 #include "device/device.h"
+#include "model/families.h"
 #include "plan/emit.h"
 #include "plan/plan.h"
 #include "measure/measure.h"
@@ -194,8 +194,8 @@ TEST(PlanBudget, LinesSumToTheCapacityAndThePeakIsTheReplays) {
   EXPECT_GE(plan.budget.free(), 0);
   EXPECT_TRUE(plan.budget.fits);
   const Device planning = simulated(with_margin(device.info, plan.margin));
-  const TrialResult replay = run_trial(plan.config, planning, plan.budget.batch,
-                                       planning.info.tensor_capacity(), nullptr);
+  const TrialResult replay =
+      run_trial(plan.config, planning, plan.budget.batch, planning.info.tensor_capacity(), nullptr);
   ASSERT_TRUE(replay.fit);
   EXPECT_EQ(plan.budget.device_peak, replay.device_peak);
   EXPECT_EQ(tensors, replay.tensor_peak);

@@ -6,10 +6,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
+#include "config/fields.h"
+#include "config/gpu_profiles.h"
+#include "config/run_config.h"
 #include "core/error.h"
-#include "core/fields.h"
-#include "core/presets.h"
+#include "model/families.h"
+#include "model/weights.h"
 
 namespace vrambench {
 namespace {
@@ -59,7 +61,7 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
   EXPECT_EQ(parameter_count(find_preset("phi4").model), 14'659'507'200);
 }
 
-// Totals as nvidia-smi prints them (presets.cpp cites each), and names in any case.
+// Totals as nvidia-smi prints them (config/gpu_profiles.cpp cites each), and names in any case.
 TEST(Presets, GpuProfilesOfTheCardsPeopleUse) {
   EXPECT_EQ(find_gpu_profile("rtx5090").total, 32'607 * MiB);
   EXPECT_EQ(find_gpu_profile("a10g").total, 23'028 * MiB);

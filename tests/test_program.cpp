@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/error.h"
-#include "core/presets.h"
+#include "model/families.h"
+#include "model/weights.h"
 #include "program/program.h"
 #include "program/schedule.h"
 #include "report/program_table.h"

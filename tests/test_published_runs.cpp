@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "core/presets.h"
 #include "device/device.h"
 #include "measure/measure.h"
+#include "model/families.h"
 
 namespace vrambench {
 namespace {

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
 #include "estimate/formula.h"
+#include "model/families.h"
 #include "report/result_tables.h"
 
 namespace vrambench {

@@ -13,14 +13,15 @@
 
 #include "alloc/allocator.h"
 #include "core/error.h"
-#include "core/presets.h"
 #include "core/quant.h"
 #include "device/device.h"
 #include "device/sources.h"
+#include "model/families.h"
+#include "program/scaled_program.h"
 #include "program/signature.h"
 #include "measure/measure.h"
-#include "program/scaled_program.h"
 #include "measure/trial.h"
+#include "program/scaled_program.h"
 
 namespace vrambench {
 namespace {

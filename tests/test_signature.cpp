@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/presets.h"
+#include "model/families.h"
 #include "program/signature.h"
 
 namespace vrambench {

@@ -1,8 +1,8 @@
 // The --sweep grammar, its errors, and the Cartesian expansion of axes into configurations.
 #include <gtest/gtest.h>
 
+#include "config/fields.h"
 #include "core/error.h"
-#include "core/fields.h"
 #include "core/units.h"
 #include "sweep/sweep.h"
 

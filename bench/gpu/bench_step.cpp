@@ -13,11 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
 #include "cuda/check.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
 #include "device/cuda_device.h"
+#include "model/families.h"
 #include "program/program.h"
 
 namespace vrambench {

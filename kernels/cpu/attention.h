@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "core/config.h"
+#include "model/model_config.h"
 
 namespace vrambench::cpu {
 

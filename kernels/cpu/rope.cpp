@@ -2,7 +2,7 @@
 #include "cpu/rope.h"
 
 #include "common/math.h"
-#include "core/config.h"
+#include "model/model_config.h"
 
 namespace vrambench::cpu {
 namespace {

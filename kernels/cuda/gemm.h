@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <tuple>
 
-#include "core/config.h"
+#include "config/gpu_profiles.h"
+#include "config/run_config.h"
 #include "core/dtype.h"
-#include "core/presets.h"
 #include "core/units.h"
 #include "cuda/lru_cache.h"
 #include "cuda/owners.h"
@@ -20,7 +20,8 @@
 
 namespace vrambench::cuda {
 
-// cuBLASLt's workspace, the program's: the size PyTorch gives its cuBLAS handles (core/presets.h).
+// cuBLASLt's workspace, the program's: the size PyTorch gives its cuBLAS handles
+// (config/gpu_profiles.h).
 using vrambench::gemm_workspace_bytes;
 
 enum class GemmMath { fp32, tf32, fp16, bf16 };

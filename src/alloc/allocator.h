@@ -8,7 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 
 namespace vrambench {

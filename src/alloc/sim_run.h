@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "alloc/run_result.h"
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 #include "program/program.h"
 #include "program/scaled_program.h"

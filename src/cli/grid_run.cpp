@@ -12,7 +12,7 @@
 
 #include "cli/progress.h"
 #include "core/error.h"
-#include "core/fields.h"
+#include "config/fields.h"
 #include "report/read.h"
 #include "report/result_tables.h"
 #include "report/same_run.h"

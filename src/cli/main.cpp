@@ -10,14 +10,14 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "config/fields.h"
 #include "core/error.h"
-#include "core/fields.h"
 #include "core/heap.h"
-#include "core/model_file.h"
-#include "core/presets.h"
 #include "core/units.h"
 #include "core/version.h"
 #include "device/device.h"
+#include "model/families.h"
+#include "model/model_file.h"
 #include "sweep/shard.h"
 #include "sweep/sweep.h"
 

@@ -9,9 +9,9 @@
 #include <set>
 #include <sstream>
 
+#include "config/fields.h"
 #include "core/error.h"
-#include "core/fields.h"
-#include "core/presets.h"
+#include "model/families.h"
 #include "report/result_tables.h"
 
 namespace vrambench {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/fields.h"
+#include "config/fields.h"
+#include "config/run_config.h"
 #include "device/device.h"
 #include "plan/emit.h"
 #include "plan/plan.h"

@@ -6,8 +6,8 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "config/gpu_profiles.h"
 #include "core/error.h"
-#include "core/presets.h"
 #include "device/device.h"
 #include "device/gpu.h"
 #include "plan/emit.h"

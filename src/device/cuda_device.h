@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "alloc/allocator.h"
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/units.h"

@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "common/math.h"
-#include "core/config.h"
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
+#include "config/run_config.h"
 #include "cuda/check.h"
 #include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
 #include "device/cpu_executor.h"
 #include "device/cuda_device.h"
+#include "model/families.h"
 #include "program/program.h"
 
 namespace vrambench {

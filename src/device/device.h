@@ -11,7 +11,7 @@
 #include <string>
 
 #include "alloc/allocator.h"
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/dtype.h"
 #include "core/units.h"
 #include "device/executor.h"
@@ -52,7 +52,7 @@ FlashImpl resolve_flash_impl(FlashImpl impl, DType storage);
 // Where cuda segments come from: cudaMalloc, or cudaMallocAsync on a pool of their own.
 enum class CudaMemory { malloc, async };
 
-// The names --flash-impl and --cuda-memory take (core/config.h's enum_names).
+// The names --flash-impl and --cuda-memory take (core/enum_names.h).
 template <>
 EnumNames<FlashImpl> enum_names<FlashImpl>();
 template <>

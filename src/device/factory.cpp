@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "config/gpu_profiles.h"
 #include "core/error.h"
-#include "core/presets.h"
 #include "device/child_process.h"
 #include "device/cpu_executor.h"
 #include "device/device.h"

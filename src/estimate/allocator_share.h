@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "alloc/sim_run.h"
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 #include "estimate/estimate.h"
 

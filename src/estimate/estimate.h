@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "alloc/sim_run.h"
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 #include "program/memory_component.h"
 #include "program/scaled_program.h"

@@ -3,6 +3,7 @@
 
 #include "core/dtype.h"
 #include "core/quant.h"
+#include "model/weights.h"
 
 namespace vrambench {
 namespace {
@@ -65,21 +66,13 @@ Bytes korthikanti_layer_bytes(std::int64_t seq, std::int64_t batch, std::int64_t
 }
 
 std::int64_t lora_parameter_count(const RunConfig& cfg) {
-  const ModelConfig& m = cfg.model;
-  const std::int64_t H = m.hidden, F = m.ffn, KD = m.kv_heads * m.head_dim();
   std::int64_t per_layer = 0;
-  for (LoraModule module : lora_modules(m)) {
-    if (!lora_targets_module(cfg.lora_targets, m, module)) continue;
-    std::int64_t in = H, out = H;  // q, o, the attention's c_proj
-    if (module == LoraModule::k || module == LoraModule::v) out = KD;
-    if (module == LoraModule::c_attn || module == LoraModule::qkv_proj) out = qkv_width(m);
-    if (module == LoraModule::gate || module == LoraModule::up || module == LoraModule::c_fc)
-      out = F;
-    if (module == LoraModule::gate_up_proj) out = 2 * F;
-    if (module == LoraModule::down || module == LoraModule::mlp_c_proj) in = F;
-    per_layer = checked_add(per_layer, checked_mul(cfg.lora_rank, in + out, "lora"), "lora");
-  }
-  return checked_mul(per_layer, m.layers, "lora parameters");
+  for (const WeightModule& linear : block_modules(cfg.model))
+    for (const ModuleRows& module : linear.modules())
+      if (lora_targets_module(cfg.lora_targets, cfg.model, module.module))
+        per_layer = checked_add(
+            per_layer, checked_mul(cfg.lora_rank, linear.cols + module.rows, "lora"), "lora");
+  return checked_mul(per_layer, cfg.model.layers, "lora parameters");
 }
 
 Formula formula(const RunConfig& cfg, Bytes context) {

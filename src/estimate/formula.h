@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 
 namespace vrambench {
@@ -14,7 +14,7 @@ namespace vrambench {
 // The formula's terms for one configuration: peak(B) = fixed + B * per_sample, every term present
 // at once (weights, gradients and optimizer state beside every activation and the logits).
 struct Formula {
-  std::int64_t parameters = 0;          // P: the model's (parameter_count)
+  std::int64_t parameters = 0;          // P: the model's (parameter_count, model/weights.h)
   std::int64_t adapter_parameters = 0;  // LoRA's A and B over the targets; 0 for full training
   // Full training: P times weight + gradient + fp32 master (16-bit weights with an optimizer) +
   // optimizer state bytes. LoRA / QLoRA: the frozen base, P times 2 or 4 bytes (lora), 1 (int8)
@@ -52,7 +52,8 @@ std::int64_t formula_max_batch(const RunConfig& cfg, Bytes context, Bytes capaci
 Bytes korthikanti_layer_bytes(std::int64_t seq, std::int64_t batch, std::int64_t hidden,
                               std::int64_t heads, bool scores);
 
-// LoRA's trainable parameters: rank * (in + out) for every targeted linear of every block.
+// LoRA's trainable parameters: rank * (in + out) for every targeted module of every block, its
+// in and out read off the weights description (model/weights.h).
 std::int64_t lora_parameter_count(const RunConfig& cfg);
 
 }  // namespace vrambench

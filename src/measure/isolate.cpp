@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/fields.h"
+#include "config/fields.h"
 #include "device/child_process.h"
 #include "measure/measurement_json.h"
 

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "estimate/formula.h"
+#include "model/weights.h"
 #include "program/program.h"
 #include "program/scaled_program.h"
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "device/child_process.h"
 #include "device/device.h"
 #include "estimate/estimate.h"

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
+#include "config/fields.h"
 #include "core/error.h"
-#include "core/fields.h"
 #include "report/result_tables.h"
 #include "report/table.h"
 

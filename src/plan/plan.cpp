@@ -149,7 +149,7 @@ TrialResult replay_unlimited(const RunConfig& cfg, const DeviceInfo& info, std::
 }
 
 // The largest micro-batch of cfg on `device`, up to `limit`. With a target, a micro-batch below it
-// needs accumulation, which keeps every gradient live for the whole step (core/config.h): the
+// needs accumulation, which keeps every gradient live for the whole step (config/run_config.h): the
 // search runs without accumulation first, and again with it when the target is not reached. The
 // measurement's config says which.
 Measurement search_micro_batch(RunConfig cfg, const Device& device,
@@ -249,7 +249,7 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
   const Device planning = simulated(planning_info);
   const Device whole = simulated(device.info);
 
-  // Accumulating gradients keeps every gradient live for the whole step (core/config.h), so a
+  // Accumulating gradients keeps every gradient live for the whole step (config/run_config.h), so a
   // micro-batch that needs accumulation is searched with it. With a target the plan chooses the
   // accumulation; without one it is --grad-accum's.
   const std::int64_t target = request.target_batch.value_or(0);

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "estimate/estimate.h"

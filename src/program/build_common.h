@@ -1,5 +1,5 @@
-// What the step program builders (build.cpp: lean, build_hf.cpp: hf) share: the step's sizes, a
-// parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
+// What the step program builders (build_lean.cpp: lean, build_hf.cpp: hf) share: the step's sizes,
+// a parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
 // that both frameworks draw the same masks at the same sites.
 #pragma once
 
@@ -7,14 +7,17 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
+#include "core/error.h"
 #include "core/quant.h"
 #include "core/units.h"
+#include "model/weights.h"
 #include "program/program.h"
 
 namespace vrambench::build_common {
@@ -95,22 +98,82 @@ struct Linear {
   bool quantized() const { return !quant.empty(); }
 };
 
-// A decoder layer's parameters and linears.
-struct BlockWeights {
-  Param norm1_w, norm1_b;    // gpt: ln1 weight and bias; llama: attn_norm weight
-  Linear qkv;                // [Q,H], [Q]
-  Param q_norm_w, k_norm_w;  // qk_norm: [D] each
-  Linear proj;               // attention output projection [H,H], [H]
-  Param post_attn_norm_w;    // sandwich_norms: the attention output's norm [H]
-  Param norm2_w, norm2_b;    // gpt: ln2; llama: mlp_norm
-  Param post_mlp_norm_w;     // sandwich_norms: the MLP output's norm [H]
-  Linear fc;                 // gpt: fc [F,H], [F]; llama: gate [F,H]; fused: gate|up [2F,H]
-  Linear up;                 // llama: up [F,H] (absent where fused)
-  Linear out;                // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+// A norm's parameters: its scale and, for layernorm, its bias. Its ops and tensors are named
+// after it ("layer0.ln1", "layer0.ln1.out").
+struct Norm {
+  Name name;
+  Param w, b;
+  bool present() const { return w.present(); }
 };
 
-// The modules of a linear, each a LoRA target and its rows, in row order.
-using LinearModules = std::vector<std::pair<LoraModule, std::int64_t>>;
+// A decoder layer's parameters and linears, each in the slot of its module in the weights
+// description (model/weights.h); a slot the model's blocks lack stays absent.
+struct BlockWeights {
+  Norm norm1;           // gpt: ln1 (weight and bias); llama: attn_norm
+  Linear qkv;           // [Q,H], [Q]
+  Norm q_norm, k_norm;  // qk_norm: [D] each
+  Linear proj;          // attention output projection [H,AD], [H]
+  Norm post_attn_norm;  // sandwich_norms: the attention output's norm [H]
+  Norm norm2;           // gpt: ln2; llama: mlp_norm
+  Norm post_mlp_norm;   // sandwich_norms: the MLP output's norm [H]
+  Linear fc;            // gpt: fc [F,H], [F]; llama: gate [F,H]; fused: gate|up [2F,H]
+  Linear up;            // llama: up [F,H] (absent where fused)
+  Linear out;           // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+
+  // Files a module's parameters under its slot.
+  void set(WeightPart part, Norm norm) {
+    switch (part) {
+      case WeightPart::norm1:
+        norm1 = std::move(norm);
+        return;
+      case WeightPart::q_norm:
+        q_norm = std::move(norm);
+        return;
+      case WeightPart::k_norm:
+        k_norm = std::move(norm);
+        return;
+      case WeightPart::post_attn_norm:
+        post_attn_norm = std::move(norm);
+        return;
+      case WeightPart::norm2:
+        norm2 = std::move(norm);
+        return;
+      case WeightPart::post_mlp_norm:
+        post_mlp_norm = std::move(norm);
+        return;
+      default:
+        throw InternalError("BlockWeights: not a norm of a block");
+    }
+  }
+  void set(WeightPart part, Linear linear) {
+    switch (part) {
+      case WeightPart::qkv:
+        qkv = std::move(linear);
+        return;
+      case WeightPart::proj:
+        proj = std::move(linear);
+        return;
+      case WeightPart::fc:
+        fc = std::move(linear);
+        return;
+      case WeightPart::up:
+        up = std::move(linear);
+        return;
+      case WeightPart::out:
+        out = std::move(linear);
+        return;
+      default:
+        throw InternalError("BlockWeights: not a linear of a block");
+    }
+  }
+};
+
+// The model's parameters outside its blocks.
+struct ModelParams {
+  Param wte, wpe;   // token and (gpt) position embeddings
+  Norm final_norm;  // gpt: ln_f; llama: norm
+  Param lm_head;    // the token embedding where tied
+};
 
 // A module's own name inside a packed linear ("layer0.attn.q" in "layer0.attn.qkv"), or the
 // linear's when it is one module.
@@ -149,56 +212,64 @@ struct StepShape {
   Dim M_;
 };
 
-// Layer l's parameters in the order the model holds them, in two parts: its norms and attention
-// linears (norm1, q|k|v, the output projection, norm2), each norm parameter by norm(name, shape),
-// each linear by linear(name, in, modules, bias); and its MLP linears (fc or gate and up, proj or
-// down), which the lean mlp scope makes alone. Both builders lay a block out through these.
-template <typename Norm, typename MakeLinear>
-void norm_and_attention_weights(const StepShape& s, const ModelConfig& m, int l, BlockWeights& w,
-                                Norm norm, MakeLinear linear) {
+// Block l's parameters as the weights description lists them (`modules`, model/weights.h), in
+// its order: each norm's by param(name, shape), each linear by linear(name, module). `mlp_only`
+// keeps the MLP's linears alone (the lean mlp scope). Both builders lay a block out through it.
+template <typename MakeParam, typename MakeLinear>
+BlockWeights lay_out_block(const WeightModules& modules, int l, bool mlp_only, MakeParam param,
+                           MakeLinear linear) {
   const Name pre = block_prefix(l);
-  if (m.arch == Arch::gpt) {
-    w.norm1_w = norm(pre + "ln1.w", Shape{s.H_});
-    w.norm1_b = norm(pre + "ln1.b", Shape{s.H_});
-    w.qkv = linear(pre + "attn.qkv", s.H_, LinearModules{{LoraModule::c_attn, s.Q_}}, true);
-    w.proj = linear(pre + "attn.proj", s.H_, LinearModules{{LoraModule::attn_c_proj, s.H_}}, true);
-    w.norm2_w = norm(pre + "ln2.w", Shape{s.H_});
-    w.norm2_b = norm(pre + "ln2.b", Shape{s.H_});
-  } else {
-    w.norm1_w = norm(pre + "attn_norm.w", Shape{s.H_});
-    w.qkv = linear(pre + "attn.qkv", s.H_,
-                   m.fused_linears ? LinearModules{{LoraModule::qkv_proj, s.Q_}}
-                                   : LinearModules{{LoraModule::q, s.AD_},
-                                                   {LoraModule::k, s.K_ * s.D_},
-                                                   {LoraModule::v, s.K_ * s.D_}},
-                   m.qkv_bias);
-    if (m.qk_norm) {
-      w.q_norm_w = norm(pre + "attn.q_norm.w", Shape{s.D_});
-      w.k_norm_w = norm(pre + "attn.k_norm.w", Shape{s.D_});
+  BlockWeights w;
+  for (const WeightModule& module : modules) {
+    if (mlp_only && !in_mlp(module.part)) continue;
+    const Name name = pre + module.name;
+    if (module.kind == WeightKind::linear) {
+      w.set(module.part, linear(name, module));
+      continue;
     }
-    w.proj = linear(pre + "attn.o", s.AD_, LinearModules{{LoraModule::o, s.H_}}, m.o_bias);
-    if (m.sandwich_norms) w.post_attn_norm_w = norm(pre + "post_attn_norm.w", Shape{s.H_});
-    w.norm2_w = norm(pre + "mlp_norm.w", Shape{s.H_});
-    if (m.sandwich_norms) w.post_mlp_norm_w = norm(pre + "post_mlp_norm.w", Shape{s.H_});
+    Norm norm{name, param(name + ".w", Shape{module.rows}), {}};
+    if (module.bias) norm.b = param(name + ".b", Shape{module.rows});
+    w.set(module.part, std::move(norm));
+  }
+  return w;
+}
+
+// Parameters of the model outside its blocks (ModelWeights::embeddings or head) into `p`, in
+// the description's order, each by param(name, shape).
+template <typename MakeParam>
+void lay_out_modules(const WeightModules& modules, ModelParams& p, MakeParam param) {
+  for (const WeightModule& module : modules) {
+    const Name name(module.name);
+    switch (module.part) {
+      case WeightPart::token_embedding:
+        p.wte = param(name, Shape{module.rows, module.cols});
+        break;
+      case WeightPart::position_embedding:
+        p.wpe = param(name, Shape{module.rows, module.cols});
+        break;
+      case WeightPart::final_norm:
+        p.final_norm.name = name;
+        p.final_norm.w = param(name + ".w", Shape{module.rows});
+        if (module.bias) p.final_norm.b = param(name + ".b", Shape{module.rows});
+        break;
+      case WeightPart::lm_head:
+        p.lm_head = param(name + ".w", Shape{module.rows, module.cols});
+        break;
+      default:
+        throw InternalError("lay_out_modules: a block's module");
+    }
   }
 }
-template <typename MakeLinear>
-void mlp_linears(const StepShape& s, const ModelConfig& m, int l, BlockWeights& w,
-                 MakeLinear linear) {
-  const Name pre = block_prefix(l);
-  if (m.arch == Arch::gpt) {
-    w.fc = linear(pre + "mlp.fc", s.H_, LinearModules{{LoraModule::c_fc, s.F_}}, true);
-    w.out = linear(pre + "mlp.proj", s.F_, LinearModules{{LoraModule::mlp_c_proj, s.H_}}, true);
-  } else {
-    if (m.fused_linears) {  // one [2F, H] linear, gate's rows first (w.up stays absent)
-      w.fc = linear(pre + "mlp.gate_up", s.H_, LinearModules{{LoraModule::gate_up_proj, 2 * s.F_}},
-                    m.mlp_bias);
-    } else {
-      w.fc = linear(pre + "mlp.gate", s.H_, LinearModules{{LoraModule::gate, s.F_}}, m.mlp_bias);
-      w.up = linear(pre + "mlp.up", s.H_, LinearModules{{LoraModule::up, s.F_}}, m.mlp_bias);
-    }
-    w.out = linear(pre + "mlp.down", s.F_, LinearModules{{LoraModule::down, s.H_}}, m.mlp_bias);
-  }
+// The embeddings, made before the blocks, and the head, after them: a tied lm head is the token
+// embedding.
+template <typename MakeParam>
+void lay_out_embeddings(const ModelWeights& weights, ModelParams& p, MakeParam param) {
+  lay_out_modules(weights.embeddings, p, param);
+}
+template <typename MakeParam>
+void lay_out_head(const ModelWeights& weights, ModelParams& p, MakeParam param) {
+  lay_out_modules(weights.head, p, param);
+  if (weights.tied) p.lm_head = p.wte;
 }
 
 // How a forward pass treats what it makes.
@@ -445,37 +516,39 @@ class ProgramWriter {
     }
     return q;
   }
-  // A linear of `modules` (each a LoRA target and its rows, in row order) from `in` columns, as
-  // the program's configuration has it: its weight by make_weight(name, shape, false), or under
-  // `quant` the quantised modules standing for it; its bias by make_weight(name, shape, true);
-  // under fine-tuning an adapter on each targeted module, A and B by make_adapter(name, shape),
-  // numbered from `adapter_index` (the layer's count so far, advanced).
+  // The block linear `module` of the weights description (its LoRA target modules and their rows,
+  // in row order, from `module.cols` columns), named `name`, as the program's configuration has
+  // it: its weight by make_weight(name, shape, false), or under `quant` the quantised modules
+  // standing for it; its bias by make_weight(name, shape, true); under fine-tuning an adapter on
+  // each targeted module, A and B by make_adapter(name, shape), numbered from `adapter_index`
+  // (the layer's count so far, advanced).
   template <typename MakeWeight, typename MakeAdapter>
-  Linear linear_of(const Name& name, std::int64_t in, const LinearModules& modules, bool bias,
-                   QuantKind quant, int& adapter_index, MakeWeight make_weight,
-                   MakeAdapter make_adapter) {
+  Linear linear_of(const Name& name, const WeightModule& module, QuantKind quant,
+                   int& adapter_index, MakeWeight make_weight, MakeAdapter make_adapter) {
     const RunConfig& cfg = p_.config;
+    const std::span<const ModuleRows> modules = module.modules();
+    const std::int64_t in = module.cols;
     Linear lin;
     lin.name = name;
     lin.in = in;
-    for (const auto& [module, rows] : modules) lin.out += rows;
+    lin.out = module.rows;
     if (quant == QuantKind::none) {
       lin.w = make_weight(name + ".w", Shape{lin.out, in}, false);
     } else {
       std::int64_t row = 0;
-      for (const auto& [module, rows] : modules) {
-        lin.quant.push_back(quantized_module(module_name(name, module, modules.size()), row, rows,
+      for (const auto& [target, rows] : modules) {
+        lin.quant.push_back(quantized_module(module_name(name, target, modules.size()), row, rows,
                                              in, quant, cfg.double_quant == Toggle::on));
         row += rows;
       }
     }
-    if (bias) lin.b = make_weight(name + ".b", Shape{lin.out}, true);
+    if (module.bias) lin.b = make_weight(name + ".b", Shape{lin.out}, true);
     if (!is_finetune(cfg)) return lin;
     std::int64_t col = 0;
-    for (const auto& [module, rows] : modules) {
-      if (lora_targets_module(cfg.lora_targets, cfg.model, module)) {
+    for (const auto& [target, rows] : modules) {
+      if (lora_targets_module(cfg.lora_targets, cfg.model, target)) {
         Adapter ad;
-        ad.name = module_name(name, module, modules.size());
+        ad.name = module_name(name, target, modules.size());
         ad.index = adapter_index++;
         ad.a = make_adapter(ad.name + ".lora_A", Shape{cfg.lora_rank, in});
         ad.b = make_adapter(ad.name + ".lora_B", Shape{rows, cfg.lora_rank});

@@ -295,12 +295,12 @@ class HfBuilder : private HfLinears {
     const Name name = pre + "attn.qk_norm";
     const DType x_dtype = dtype_of(b.qkv);
     const Role x_role = saved(attn_pass);
-    const Role out_role = w.q_norm_w.trainable() ? x_role : Role::transient;
+    const Role out_role = w.q_norm.w.trainable() ? x_role : Role::transient;
     const Dims qk{B_, S_, (A_ + K_) * D_};
     b.qk_normed = tensor(suffixed(pass, name + ".out"), {B_, S_, Q_}, x_dtype, Role::transient);
     b.qk_rstd = tensor(suffixed(pass, name + ".rstd"), {B_, S_, A_ + K_}, DType::f32, x_role,
                        stats_component(pass.replay));
-    Op& o = qk_norm_op(name, b.qkv, w.q_norm_w, w.k_norm_w, b.qk_normed, b.qk_rstd, l, pass.replay);
+    Op& o = qk_norm_op(name, b.qkv, w.q_norm.w, w.k_norm.w, b.qk_normed, b.qk_rstd, l, pass.replay);
     // The norms compute on an fp32 copy of q and k (x.to(float32); q|k|v itself where it is
     // fp32), which their backward reads. The backward kernel reads q|k|v, kept to it: q|k|v
     // stands for as many of the copy's bytes as it holds, a held tensor for the rest.
@@ -313,7 +313,7 @@ class HfBuilder : private HfLinears {
       o.held.push_back(x_f32);
       b.qk_held.push_back(x_f32);
     }
-    rms_pieces(name, qk, x_dtype, out_role, pass, w.q_norm_w.trainable(), o.held, b.qk_held);
+    rms_pieces(name, qk, x_dtype, out_role, pass, w.q_norm.w.trainable(), o.held, b.qk_held);
     return b.qk_normed;
   }
   // Its backward from the gradient of what rope read into the gradient of q|k|v: in fp32, then
@@ -321,7 +321,7 @@ class HfBuilder : private HfLinears {
   int qk_norm_bwd(const Name& pre, int l, const BlockWeights& w, const HfBlockTensors& b,
                   int dnormed) {
     const int dqkv = grad_of(b.qkv);
-    Op& o = qk_norm_bwd_op(pre + "attn.qk_norm.bwd", dnormed, b.qkv, w.q_norm_w, w.k_norm_w,
+    Op& o = qk_norm_bwd_op(pre + "attn.qk_norm.bwd", dnormed, b.qkv, w.q_norm.w, w.k_norm.w,
                            b.qk_rstd, dqkv, l);
     o.held = b.qk_held;
     if (dtype_of(b.qkv) != DType::f32)
@@ -354,7 +354,7 @@ class HfBuilder : private HfLinears {
     b.mlp_grad = b.act_grad || !w.out.lora.empty() || w.out.trainable();
     const Role role = saved(pass);
     const Pass attn_pass = keeping(pass, b.qkv_grad);
-    norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, x_in_grad,
+    norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1.w, w.norm1.b, pass, l, x_in_grad,
              b.norm1_x, b.norm1_out, b.norm1_mean, b.norm1_rstd, b.norm1_held);
     const DType qkv_dtype = out_dtype(w.qkv, b.norm1_out);
     b.qkv = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, qkv_dtype,
@@ -418,12 +418,12 @@ class HfBuilder : private HfLinears {
                                            mask_dtype(b.proj_out), b.proj_mask);
     if (cfg_.model.sandwich_norms)
       residual = b.post_attn_out =
-          post_norm_fwd(pre + "post_attn_norm", b.proj_out, w.post_attn_norm_w, pass, l,
+          post_norm_fwd(pre + "post_attn_norm", b.proj_out, w.post_attn_norm.w, pass, l,
                         b.proj_grad, b.post_attn_x, b.post_attn_rstd, b.post_attn_held);
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), promoted(dtype_of(x_in), cdt_), role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
-    norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l,
+    norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2.w, w.norm2.b, pass, l,
              b.x_mid_grad, b.norm2_x, b.norm2_out, b.norm2_mean, b.norm2_rstd, b.norm2_held);
     const Pass act_pass = keeping(pass, b.fc_grad);
     const Role act_role = saved(act_pass);
@@ -490,7 +490,7 @@ class HfBuilder : private HfLinears {
                                        mask_dtype(b.mlp_out), b.mlp_mask);
     if (cfg_.model.sandwich_norms)
       mlp_y = b.post_mlp_out =
-          post_norm_fwd(pre + "post_mlp_norm", b.mlp_out, w.post_mlp_norm_w, pass, l, b.mlp_grad,
+          post_norm_fwd(pre + "post_mlp_norm", b.mlp_out, w.post_mlp_norm.w, pass, l, b.mlp_grad,
                         b.post_mlp_x, b.post_mlp_rstd, b.post_mlp_held);
     // The block output is the next block's input: kept even when checkpointed.
     b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
@@ -608,7 +608,7 @@ class HfBuilder : private HfLinears {
       int dmlp = -1;
       if (b.post_mlp_out >= 0) {
         dmlp = post_norm_bwd(pre + "post_mlp_norm", dx_out, b.post_mlp_out, b.post_mlp_x, b.mlp_out,
-                             w.post_mlp_norm_w, b.post_mlp_rstd, b.post_mlp_held, l);
+                             w.post_mlp_norm.w, b.post_mlp_rstd, b.post_mlp_held, l);
       } else {
         dmlp = branch_grad(dx_out, b.mlp_out, b.mlp_drop, b.mlp_mask, pre + "mlp.out.grad.cast",
                            w.out.name, l, DropoutSite::mlp_proj);
@@ -653,7 +653,7 @@ class HfBuilder : private HfLinears {
     int dx_mid = dx_out;
     if (dnorm2_out >= 0) {
       const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
-      norm_bwd(norm2, dnorm2_out, b.norm2_x, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean,
+      norm_bwd(norm2, dnorm2_out, b.norm2_x, b.x_mid, w.norm2.w, w.norm2.b, b.norm2_mean,
                b.norm2_rstd, b.norm2_held, dnorm2_in, l);
       dx_mid = grad_of(b.x_mid);
       op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
@@ -665,7 +665,7 @@ class HfBuilder : private HfLinears {
       if (b.post_attn_out >= 0) {
         dproj =
             post_norm_bwd(pre + "post_attn_norm", dx_mid, b.post_attn_out, b.post_attn_x,
-                          b.proj_out, w.post_attn_norm_w, b.post_attn_rstd, b.post_attn_held, l);
+                          b.proj_out, w.post_attn_norm.w, b.post_attn_rstd, b.post_attn_held, l);
       } else {
         dproj = branch_grad(dx_mid, b.proj_out, b.proj_drop, b.proj_mask, proj + ".out.grad.cast",
                             proj, l, DropoutSite::attn_proj);
@@ -693,7 +693,7 @@ class HfBuilder : private HfLinears {
         if (!b.qkv_held.empty()) p_.ops.back().held = b.qkv_held;
         if (dnorm1_out >= 0) {
           const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
-          norm_bwd(norm1, dnorm1_out, b.norm1_x, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean,
+          norm_bwd(norm1, dnorm1_out, b.norm1_x, b.x_in, w.norm1.w, w.norm1.b, b.norm1_mean,
                    b.norm1_rstd, b.norm1_held, dnorm1_in, l);
           const int dx_in = grad_of(b.x_in);
           op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
@@ -715,21 +715,21 @@ class HfBuilder : private HfLinears {
     // Under fine-tuning every parameter of the model is frozen (the lm head is never a LoRA
     // target); the adapters are made with the block linears.
     const Train train = finetune_ ? Train::frozen : Train::full;
-    const Param wte = weight("wte", {V_, H_}, -1, train);
-    Param wpe;
-    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1, train);
+    auto param = [&](const Name& name, Shape shape) { return weight(name, shape, -1, train); };
+    const ModelWeights description = model_weights(m, S_);
+    ModelParams params;
+    build_common::lay_out_embeddings(description, params, param);
     std::vector<BlockWeights> weights;
-    for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
-    Param final_w, final_b;
-    if (gpt_) {
-      final_w = weight("ln_f.w", {H_}, -1, train);
-      final_b = weight("ln_f.b", {H_}, -1, train);
-    } else {
-      final_w = weight("norm.w", {H_}, -1, train);
-    }
+    for (int l = 0; l < static_cast<int>(m.layers); ++l)
+      weights.push_back(block_weights(description.block, l));
+    build_common::lay_out_head(description, params, param);
+    const Param& wte = params.wte;
+    const Param& wpe = params.wpe;
+    const Param& final_w = params.final_norm.w;
+    const Param& final_b = params.final_norm.b;
     Linear lm;
     lm.name = "lm_head";
-    lm.w = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1, train);
+    lm.w = params.lm_head;
     lm.out = V_;
     lm.in = H_;
     // The embedding output requires grad under full training, and under fine-tuning with
@@ -780,7 +780,7 @@ class HfBuilder : private HfLinears {
       x_grad = blocks.back().x_mid_grad || blocks.back().mlp_grad;
     }
 
-    const Name final_name = gpt_ ? "ln_f" : "norm";
+    const Name& final_name = params.final_norm.name;
     int final_x = -1, final_out = -1, final_mean = -1, final_rstd = -1;
     TensorIds final_held;
     norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, x_grad, final_x, final_out, final_mean,

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/quant.h"
 #include "program/build_common.h"
 #include "program/program.h"
@@ -22,7 +22,8 @@ using build_common::block_prefix;
 using build_common::BlockWeights;
 using build_common::kRecomputeSuffix;
 using build_common::Linear;
-using build_common::LinearModules;
+using build_common::ModelParams;
+using build_common::Norm;
 using build_common::Param;
 using build_common::Pass;
 using build_common::QuantModule;
@@ -133,15 +134,13 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     for (std::size_t t = before; t < p_.tensors.size(); ++t) p_.tensors[t].lazy = !cpu_;
   }
 
-  // A linear of `modules` (each a LoRA target and its rows, in row order) from `in` columns:
-  // trainable under full training; else frozen, stored quantised under --quant (its bias then
-  // in the compute dtype, as Linear4bit casts it in its first forward), with an adapter on each
-  // targeted module.
-  Linear linear(const Name& name, std::int64_t in, const LinearModules& modules, bool bias,
-                int layer) {
+  // A block linear of the weights description: trainable under full training; else frozen,
+  // stored quantised under --quant (its bias then in the compute dtype, as Linear4bit casts it in
+  // its first forward), with an adapter on each targeted module.
+  Linear linear(const Name& name, const WeightModule& module, int layer) {
     const Train train = finetune_ ? Train::frozen : Train::full;
     return linear_of(
-        name, in, modules, bias, quant_, adapters_in_layer_,
+        name, module, quant_, adapters_in_layer_,
         [&](const Name& n, Shape shape, bool is_bias) {
           return weight(n, shape, layer, train,
                         is_bias && quant_ != QuantKind::none ? std::optional(cdt_) : std::nullopt);
@@ -149,17 +148,14 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
         [&](const Name& n, Shape shape) { return weight(n, shape, layer, Train::adapter); });
   }
 
-  BlockWeights block_weights(int l) {
+  // Block l's parameters as the weights description lists them (`modules`).
+  BlockWeights block_weights(const WeightModules& modules, int l) {
     const Train train = finetune_ ? Train::frozen : Train::full;
     adapters_in_layer_ = 0;
-    BlockWeights w;
-    auto make_linear = [&](const Name& name, std::int64_t in, const LinearModules& modules,
-                           bool bias) { return linear(name, in, modules, bias, l); };
-    build_common::norm_and_attention_weights(
-        *this, cfg_.model, l, w,
-        [&](const Name& name, Shape shape) { return weight(name, shape, l, train); }, make_linear);
-    build_common::mlp_linears(*this, cfg_.model, l, w, make_linear);
-    return w;
+    return build_common::lay_out_block(
+        modules, l, false,
+        [&](const Name& name, Shape shape) { return weight(name, shape, l, train); },
+        [&](const Name& name, const WeightModule& module) { return linear(name, module, l); });
   }
 
   // ---- linears ------------------------------------------------------------------------------

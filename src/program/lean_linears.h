@@ -1,6 +1,6 @@
-// The lean builder's parameters and linears (LeanLinears, the base of build.cpp's LeanBuilder): a
-// parameter with its optimizer state, a block linear stored whole or quantised with its LoRA
-// adapters, and a linear's forward and backward.
+// The lean builder's parameters and linears (LeanLinears, the base of build_lean.cpp's
+// LeanBuilder): a parameter with its optimizer state, a block linear stored whole or quantised with
+// its LoRA adapters, and a linear's forward and backward.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/quant.h"
 #include "program/build_common.h"
 #include "program/program.h"
@@ -16,12 +16,13 @@
 namespace vrambench::build_lean {
 
 using build_common::Adapter;
-using build_common::BlockWeights;
 using build_common::block_prefix;
+using build_common::BlockWeights;
 using build_common::DropoutSite;
 using build_common::kRecomputeSuffix;
 using build_common::Linear;
-using build_common::LinearModules;
+using build_common::ModelParams;
+using build_common::Norm;
 using build_common::Param;
 using build_common::Pass;
 using build_common::QuantModule;
@@ -77,36 +78,23 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
     return param;
   }
 
-  // A block linear of `modules` (each a LoRA target name and its rows, in row order) from `in`
-  // columns: trainable under full training; else frozen, stored quantised under --quant, with
-  // an adapter on each targeted module.
-  Linear linear(const Name& name, std::int64_t in, const LinearModules& modules, bool bias,
-                int layer) {
+  // A block linear of the weights description: trainable under full training; else frozen,
+  // stored quantised under --quant, with an adapter on each targeted module.
+  Linear linear(const Name& name, const WeightModule& module, int layer) {
     return linear_of(
-        name, in, modules, bias, quant_, adapters_in_layer_,
+        name, module, quant_, adapters_in_layer_,
         [&](const Name& n, Shape shape, bool) { return weight(n, shape, layer, !finetune_); },
         [&](const Name& n, Shape shape) { return weight(n, shape, layer); });
   }
 
-  BlockWeights block_weights(int l) {
+  // Block l's parameters as the weights description lists them (`modules`); `mlp_only`: the
+  // MLP's linears alone (the mlp scope).
+  BlockWeights block_weights(const WeightModules& modules, int l, bool mlp_only = false) {
     adapters_in_layer_ = 0;
-    BlockWeights w;
-    build_common::norm_and_attention_weights(
-        *this, cfg_.model, l, w,
+    return build_common::lay_out_block(
+        modules, l, mlp_only,
         [&](const Name& name, Shape shape) { return weight(name, shape, l, !finetune_); },
-        [&](const Name& name, std::int64_t in, const LinearModules& modules, bool bias) {
-          return linear(name, in, modules, bias, l);
-        });
-    mlp_weights(l, w);
-    return w;
-  }
-
-  void mlp_weights(int l, BlockWeights& w) {
-    build_common::mlp_linears(
-        *this, cfg_.model, l, w,
-        [&](const Name& name, std::int64_t in, const LinearModules& modules, bool bias) {
-          return linear(name, in, modules, bias, l);
-        });
+        [&](const Name& name, const WeightModule& module) { return linear(name, module, l); });
   }
 
   // ---- linears of the fine-tuning recipes ---------------------------------------------------

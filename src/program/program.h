@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/dtype.h"
 #include "core/name.h"
 #include "core/small_vector.h"
@@ -281,7 +281,7 @@ Bytes flash_fwd_scratch_bytes();
 Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t heads,
                               std::int64_t kv_heads, std::int64_t head_dim, DType storage);
 
-// Builds the program of one training step for cfg at cfg.batch (see build.cpp for the layout);
+// Builds the program of one training step for cfg at cfg.batch (see build_lean.cpp for the layout);
 // every op is checked against its signature (check_op). `cfg` has passed validate(); tensor bytes
 // are checked as they are formed (a batch past what 64 bits hold throws UsageError).
 // The workspace sizes come from `gemm_workspace` (cuBLASLt scratch, one tensor for the whole step).

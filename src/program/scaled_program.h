@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "core/units.h"
 #include "program/program.h"
 #include "program/schedule.h"

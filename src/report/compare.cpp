@@ -10,8 +10,8 @@
 #include <map>
 #include <optional>
 
+#include "config/fields.h"
 #include "core/error.h"
-#include "core/fields.h"
 #include "core/units.h"
 
 namespace vrambench {

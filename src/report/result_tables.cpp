@@ -8,7 +8,8 @@
 #include <cmath>
 #include <optional>
 
-#include "core/fields.h"
+#include "config/fields.h"
+#include "estimate/formula.h"
 #include "measure/measurement_json.h"
 
 namespace vrambench {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "device/device.h"
 #include "estimate/estimate.h"
 #include "measure/measure.h"

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "config/fields.h"
 #include "core/error.h"
-#include "core/fields.h"
 
 namespace vrambench {
 namespace {

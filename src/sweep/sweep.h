@@ -6,12 +6,12 @@
 #include <string_view>
 #include <vector>
 
-#include "core/config.h"
-#include "core/fields.h"
+#include "config/fields.h"
+#include "config/run_config.h"
 
 namespace vrambench {
 
-// One axis: a configuration field (core/fields.h) and the values it takes, typed, in order.
+// One axis: a configuration field (config/fields.h) and the values it takes, typed, in order.
 struct Axis {
   std::string field;               // canonical field name ("seq", "kv-heads")
   std::vector<FieldValue> values;  // parsed once, when the axis is read

@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "common/math.h"
-#include "core/presets.h"
+#include "config/gpu_profiles.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
 #include "device/cpu_executor.h"
 #include "device/cuda_device.h"
 #include "device/host_runner.h"
 #include "gpu/require_gpu.h"
+#include "model/families.h"
 #include "program/program.h"
 #include "program/signature.h"
 

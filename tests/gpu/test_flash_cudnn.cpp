@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "config/run_config.h"
 #include "cpu/attention.h"
 #include "cuda/check.h"
 #include "cuda/flash_cudnn.h"

@@ -1,24 +1,13 @@
-// Named model shapes (`--preset`) and GPU profiles (`--device sim:NAME`).
+// GPU profiles (`--device sim:NAME`): the cards a run can be simulated on, with what a training
+// process holds on each outside its caching allocator and the GEMM workspace of its cuBLAS handles.
 #pragma once
 
 #include <span>
-#include <string>
 #include <string_view>
 
-#include "core/config.h"
 #include "core/units.h"
 
 namespace vrambench {
-
-struct Preset {
-  std::string_view name;
-  std::string_view description;
-  ModelConfig model;
-};
-
-std::span<const Preset> presets();
-// Throws UsageError listing the known names when `name` is unknown.
-const Preset& find_preset(std::string_view name);
 
 // The GEMM workspace a process keeps per cuBLAS handle on a card of `compute_capability`:
 // PyTorch's default (CublasHandlePool.cpp: CUBLAS_WORKSPACE_CONFIG ":4096:8", 32 MiB, from sm_90;

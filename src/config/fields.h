@@ -10,7 +10,7 @@
 #include <string_view>
 #include <variant>
 
-#include "core/config.h"
+#include "config/run_config.h"
 
 namespace vrambench {
 

@@ -1,6 +1,6 @@
 // The field table: the single place that maps a field name to a member of RunConfig, its parser
 // and its text.
-#include "core/fields.h"
+#include "config/fields.h"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "core/model_file.h"
-#include "core/presets.h"
+#include "model/families.h"
+#include "model/model_file.h"
 
 namespace vrambench {
 namespace {
@@ -94,6 +94,13 @@ double parse_probability(std::string_view text, std::string_view option) {
   return value;
 }
 
+// The precision of a model loaded in the dtype its checkpoint stores (f32, f16, bf16).
+Precision stored_precision(DType dtype) {
+  return dtype == DType::f16    ? Precision::fp16
+         : dtype == DType::bf16 ? Precision::bf16
+                                : Precision::fp32;
+}
+
 // A model field changed by hand makes the model "<preset> (custom)".
 void mark_custom(ModelConfig& m) {
   if (m.name.find("(custom)") == std::string::npos) m.name += " (custom)";
@@ -153,7 +160,7 @@ const std::array<Access, kFields.size()> kAccess{{
      [](const RunConfig& c) -> FieldValue { return c.model; },
      [](RunConfig& c, const FieldValue& v) {
        c.model = std::get<ModelConfig>(v);
-       if (c.model.dtype && !c.dtype_given) c.dtype = *c.model.dtype;
+       if (c.model.dtype && !c.dtype_given) c.dtype = stored_precision(*c.model.dtype);
      }},
     // arch: a custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
     {parse_choice<Arch>, [](const RunConfig& c) -> FieldValue { return c.model.arch; },

@@ -1,6 +1,6 @@
-// Builds the program of one training step: forward, loss, backward (recompute replays inserted
-// where the recompute mode asks) and the optimizer, for the gpt and llama blocks and the four
-// scopes.
+// Builds the lean step program, what a hand-written trainer in the manner of llm.c allocates for
+// one training step: forward, loss, backward (recompute replays inserted where the recompute mode
+// asks) and the optimizer, for the gpt and llama blocks and the four scopes.
 //
 // Layout (the estimate and the kernels are written against it):
 //   model:  embedding [+ dropout] -> L blocks -> final norm -> lm head -> cross entropy,
@@ -201,11 +201,11 @@ class LeanBuilder : private LeanLinears {
     Mlp mlp;
     const Role role = saved(pass);
     if (gpt_) {
-      mlp.fc_out = tensor(suffixed(pass, pre + "mlp.fc.out"), bsf(), act_, role);
+      mlp.fc_out = tensor(suffixed(pass, w.fc.name + ".out"), bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.fc_out, layer, pass);
       mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), act_, role);
       op(OpKind::gelu_fwd, pre + "mlp.gelu", {mlp.fc_out}, {mlp.gelu_out}, layer, pass.replay);
-      mlp.out = tensor(suffixed(pass, pre + "mlp.proj.out"), bsh(), act_, Role::transient);
+      mlp.out = tensor(suffixed(pass, w.out.name + ".out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.gelu_out, mlp.out, layer, pass);
     } else {
       const bool fused = cfg_.model.fused_linears;
@@ -214,19 +214,19 @@ class LeanBuilder : private LeanLinears {
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.gate_out, layer, pass);
       TensorIds in{mlp.gate_out};
       if (!fused) {
-        mlp.up_out = tensor(suffixed(pass, pre + "mlp.up.out"), bsf(), act_, role);
+        mlp.up_out = tensor(suffixed(pass, w.up.name + ".out"), bsf(), act_, role);
         mlp.up_saved = linear_fwd(w.up, x, mlp.up_out, layer, pass);
         in.push_back(mlp.up_out);
       }
       mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act_, role);
       gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", std::move(in), {mlp.swiglu_out}, layer,
                     pass.replay));
-      mlp.out = tensor(suffixed(pass, pre + "mlp.down.out"), bsh(), act_, Role::transient);
+      mlp.out = tensor(suffixed(pass, w.out.name + ".out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
     if (dropout_)
-      mlp.drop = dropout_fwd(pre + (gpt_ ? "mlp.proj" : "mlp.down"), mlp.out, layer,
-                             DropoutSite::mlp_proj, pass, DType::u8, mlp.mask);
+      mlp.drop =
+          dropout_fwd(w.out.name, mlp.out, layer, DropoutSite::mlp_proj, pass, DType::u8, mlp.mask);
     return mlp;
   }
 
@@ -239,8 +239,8 @@ class LeanBuilder : private LeanLinears {
     // Under fine-tuning the embedding is frozen: the first block's input needs no gradient, every
     // later one does (each block has adapters: validate() requires a targeted module).
     b.grad = block_grad(w, !finetune_ || l > 0);
-    norm_fwd(pre + (gpt_ ? "ln1" : "attn_norm"), x_in, w.norm1_w, w.norm1_b, pass, l, role,
-             b.norm1_out, b.norm1_mean, b.norm1_rstd);
+    norm_fwd(w.norm1.name, x_in, w.norm1.w, w.norm1.b, pass, l, role, b.norm1_out, b.norm1_mean,
+             b.norm1_rstd);
     if (gpt_) {
       b.qkv_linear = tensor(suffixed(pass, pre + "attn.qkv"), {B_, S_, Q_}, act_, role);
       b.qkv_saved = linear_fwd(w.qkv, b.norm1_out, b.qkv_linear, l, pass);
@@ -257,7 +257,7 @@ class LeanBuilder : private LeanLinears {
             tensor(suffixed(pass, pre + "attn.qk_norm.out"), {B_, S_, Q_}, act_, Role::transient);
         b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, A_ + K_}, DType::f32,
                            role, stats_component(pass.replay));
-        qk_norm_op(pre + "attn.qk_norm", b.qkv_linear, w.q_norm_w, w.k_norm_w, b.qk_normed,
+        qk_norm_op(pre + "attn.qk_norm", b.qkv_linear, w.q_norm.w, w.k_norm.w, b.qk_normed,
                    b.qk_rstd, l, pass.replay);
         rope_in = b.qk_normed;
       }
@@ -266,7 +266,7 @@ class LeanBuilder : private LeanLinears {
     }
     b.core = attention_fwd(pre, l, b.qkv, pass);
 
-    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    const Name& proj = w.proj.name;
     b.proj_out = tensor(suffixed(pass, proj + ".out"), bsh(), act_, Role::transient);
     b.proj_saved = linear_fwd(w.proj, b.core.y, b.proj_out, l, pass);
     int residual = b.proj_out;
@@ -275,20 +275,20 @@ class LeanBuilder : private LeanLinears {
           dropout_fwd(proj, b.proj_out, l, DropoutSite::attn_proj, pass, DType::u8, b.proj_mask);
     if (cfg_.model.sandwich_norms) {
       b.attn_branch = residual;
-      residual = b.post_attn_out = post_norm_fwd(pre + "post_attn_norm", residual,
-                                                 w.post_attn_norm_w, pass, l, b.post_attn_rstd);
+      residual = b.post_attn_out = post_norm_fwd(w.post_attn_norm.name, residual,
+                                                 w.post_attn_norm.w, pass, l, b.post_attn_rstd);
     }
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), act_, role);
     op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
 
-    norm_fwd(pre + (gpt_ ? "ln2" : "mlp_norm"), b.x_mid, w.norm2_w, w.norm2_b, pass, l, role,
-             b.norm2_out, b.norm2_mean, b.norm2_rstd);
+    norm_fwd(w.norm2.name, b.x_mid, w.norm2.w, w.norm2.b, pass, l, role, b.norm2_out, b.norm2_mean,
+             b.norm2_rstd);
     b.mlp = mlp_fwd(pre, l, b.norm2_out, w, pass);
     int mlp_y = b.mlp.y();
     if (cfg_.model.sandwich_norms) {
       b.mlp_branch = mlp_y;
       mlp_y = b.post_mlp_out =
-          post_norm_fwd(pre + "post_mlp_norm", mlp_y, w.post_mlp_norm_w, pass, l, b.post_mlp_rstd);
+          post_norm_fwd(w.post_mlp_norm.name, mlp_y, w.post_mlp_norm.w, pass, l, b.post_mlp_rstd);
     }
     // The block output is the next block's input: saved even under full recompute.
     b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), act_,
@@ -340,8 +340,7 @@ class LeanBuilder : private LeanLinears {
               const BlockGrad& g) {
     int dout = dy;
     if (dropout_)
-      dout = dropout_bwd(pre + (gpt_ ? "mlp.proj" : "mlp.down"), dy, mlp.mask, mlp.out, layer,
-                         DropoutSite::mlp_proj);
+      dout = dropout_bwd(w.out.name, dy, mlp.mask, mlp.out, layer, DropoutSite::mlp_proj);
     if (gpt_) {
       const int dgelu = g.fc ? grad_of(mlp.gelu_out) : -1;
       linear_bwd(w.out, mlp.out_saved, dout, mlp.gelu_out, dgelu, layer);
@@ -365,9 +364,9 @@ class LeanBuilder : private LeanLinears {
     gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.swiglu.bwd", {dswiglu, mlp.gate_out, mlp.up_out},
                   {dgate, dup}, layer));
     // x feeds two projections: autograd sums their input gradients.
-    int dx_up = g.mlp_in ? grad_named(pre + "mlp.up.in.grad", x) : -1;
+    int dx_up = g.mlp_in ? grad_named(w.up.name + ".in.grad", x) : -1;
     if (g.up) dx_up = linear_bwd(w.up, mlp.up_saved, dup, x, dx_up, layer);
-    int dx_gate = g.mlp_in ? grad_named(pre + "mlp.gate.in.grad", x) : -1;
+    int dx_gate = g.mlp_in ? grad_named(w.fc.name + ".in.grad", x) : -1;
     if (g.fc) dx_gate = linear_bwd(w.fc, mlp.fc_saved, dgate, x, dx_gate, layer);
     if (!g.mlp_in) return -1;
     const int dx = grad_of(x);
@@ -394,28 +393,28 @@ class LeanBuilder : private LeanLinears {
     const int l = b.layer;
     const BlockGrad& g = b.grad;
     const Name pre = block_prefix(l);
-    const Name norm1 = pre + (gpt_ ? "ln1" : "attn_norm");
-    const Name norm2 = pre + (gpt_ ? "ln2" : "mlp_norm");
+    const Name& norm1 = w.norm1.name;
+    const Name& norm2 = w.norm2.name;
 
     int dmlp_y = dx_out;
     if (b.mlp_branch >= 0 && g.out) {
       dmlp_y = grad_of(b.mlp_branch);
-      norm_bwd(pre + "post_mlp_norm", dx_out, b.mlp_branch, w.post_mlp_norm_w, Param{}, -1,
+      norm_bwd(w.post_mlp_norm.name, dx_out, b.mlp_branch, w.post_mlp_norm.w, Param{}, -1,
                b.post_mlp_rstd, dmlp_y, l);
     }
     const int dnorm2_out = mlp_bwd(pre, l, b.norm2_out, b.mlp, w, dmlp_y, g);
     if (!g.x_mid) return -1;
     const int dnorm2_in = grad_named(norm2 + ".in.grad", b.x_mid);
-    norm_bwd(norm2, dnorm2_out, b.x_mid, w.norm2_w, w.norm2_b, b.norm2_mean, b.norm2_rstd,
+    norm_bwd(norm2, dnorm2_out, b.x_mid, w.norm2.w, w.norm2.b, b.norm2_mean, b.norm2_rstd,
              dnorm2_in, l);
     const int dx_mid = grad_of(b.x_mid);
     op(OpKind::add, pre + "mlp.residual.bwd", {dx_out, dnorm2_in}, {dx_mid}, l);
 
-    const Name proj = pre + (gpt_ ? "attn.proj" : "attn.o");
+    const Name& proj = w.proj.name;
     int dproj = dx_mid;
     if (b.attn_branch >= 0) {
       dproj = grad_of(b.attn_branch);
-      norm_bwd(pre + "post_attn_norm", dx_mid, b.attn_branch, w.post_attn_norm_w, Param{}, -1,
+      norm_bwd(w.post_attn_norm.name, dx_mid, b.attn_branch, w.post_attn_norm.w, Param{}, -1,
                b.post_attn_rstd, dproj, l);
     }
     if (dropout_)
@@ -432,7 +431,7 @@ class LeanBuilder : private LeanLinears {
       dqkv = drope_in;
       if (b.qk_normed >= 0) {
         const int dqkv_linear = grad_of(b.qkv_linear);
-        qk_norm_bwd_op(pre + "attn.qk_norm.bwd", dqkv, b.qkv_linear, w.q_norm_w, w.k_norm_w,
+        qk_norm_bwd_op(pre + "attn.qk_norm.bwd", dqkv, b.qkv_linear, w.q_norm.w, w.k_norm.w,
                        b.qk_rstd, dqkv_linear, l);
         dqkv = dqkv_linear;
       }
@@ -441,7 +440,7 @@ class LeanBuilder : private LeanLinears {
         linear_bwd(w.qkv, b.qkv_saved, dqkv, b.norm1_out, g.x_in ? grad_of(b.norm1_out) : -1, l);
     if (!g.x_in) return -1;
     const int dnorm1_in = grad_named(norm1 + ".in.grad", b.x_in);
-    norm_bwd(norm1, dnorm1_out, b.x_in, w.norm1_w, w.norm1_b, b.norm1_mean, b.norm1_rstd, dnorm1_in,
+    norm_bwd(norm1, dnorm1_out, b.x_in, w.norm1.w, w.norm1.b, b.norm1_mean, b.norm1_rstd, dnorm1_in,
              l);
     const int dx_in = grad_of(b.x_in);
     op(OpKind::add, pre + "attn.residual.bwd", {dx_mid, dnorm1_in}, {dx_in}, l);
@@ -474,21 +473,21 @@ class LeanBuilder : private LeanLinears {
     const int tokens = tensor("tokens", {B_, S_}, DType::i32, Role::input);
     const int targets = tensor("targets", {B_, S_}, DType::i32, Role::input);
 
-    // Fine-tuning freezes the embeddings, the norms and the lm head (never quantised).
+    // The parameters as the weights description lists them; fine-tuning freezes the embeddings,
+    // the norms and the lm head (never quantised).
     const bool train = !finetune_;
-    const Param wte = weight("wte", {V_, H_}, -1, train);
-    Param wpe;
-    if (gpt_) wpe = weight("wpe", {position_rows(m, S_), H_}, -1, train);
+    auto param = [&](const Name& name, Shape shape) { return weight(name, shape, -1, train); };
+    const ModelWeights description = model_weights(m, S_);
+    ModelParams params;
+    build_common::lay_out_embeddings(description, params, param);
     std::vector<BlockWeights> weights;
-    for (int l = 0; l < static_cast<int>(m.layers); ++l) weights.push_back(block_weights(l));
-    Param final_w, final_b;
-    if (gpt_) {
-      final_w = weight("ln_f.w", {H_}, -1, train);
-      final_b = weight("ln_f.b", {H_}, -1, train);
-    } else {
-      final_w = weight("norm.w", {H_}, -1, train);
-    }
-    const Param lm = m.tied_embeddings ? wte : weight("lm_head.w", {V_, H_}, -1, train);
+    for (int l = 0; l < static_cast<int>(m.layers); ++l)
+      weights.push_back(block_weights(description.block, l));
+    build_common::lay_out_head(description, params, param);
+    const Param& wte = params.wte;
+    const Param& wpe = params.wpe;
+    const Norm& final_norm = params.final_norm;
+    const Param& lm = params.lm_head;
 
     // Forward.
     const int x0 = tensor("x0", bsh(), act_, Role::activation);
@@ -513,10 +512,9 @@ class LeanBuilder : private LeanLinears {
       x = blocks.back().x_out;
     }
 
-    const Name final_name = gpt_ ? "ln_f" : "norm";
     int final_out = -1, final_mean = -1, final_rstd = -1;
-    norm_fwd(final_name, x, final_w, final_b, Pass{}, -1, Role::activation, final_out, final_mean,
-             final_rstd);
+    norm_fwd(final_norm.name, x, final_norm.w, final_norm.b, Pass{}, -1, Role::activation,
+             final_out, final_mean, final_rstd);
     // Under final soft-capping (Gemma 2) the capped logits are what the loss and the cap's
     // backward read; the lm head's output is the cap's alone.
     const double cap = m.final_softcap;
@@ -554,7 +552,8 @@ class LeanBuilder : private LeanLinears {
     else
       gemm(OpKind::linear_dgrad, "lm_head.dgrad", {dlogits, lm.w}, {dfinal_out}, -1);
     int dx = grad_of(x);
-    norm_bwd(final_name, dfinal_out, x, final_w, final_b, final_mean, final_rstd, dx, -1);
+    norm_bwd(final_norm.name, dfinal_out, x, final_norm.w, final_norm.b, final_mean, final_rstd, dx,
+             -1);
 
     for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
       const BlockWeights& w = weights[static_cast<std::size_t>(l)];
@@ -601,7 +600,7 @@ class LeanBuilder : private LeanLinears {
 
   void build_layer() {
     const int x_in = scope_input("layer0.x_in", bsh());
-    const BlockWeights w = block_weights(0);
+    const BlockWeights w = block_weights(block_modules(cfg_.model), 0);
     BlockTensors b = block_fwd(0, x_in, w, forward_pass());
     const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
@@ -620,8 +619,7 @@ class LeanBuilder : private LeanLinears {
 
   void build_mlp() {
     const int x = scope_input("layer0.mlp.x", bsh());
-    BlockWeights w;
-    mlp_weights(0, w);
+    const BlockWeights w = block_weights(block_modules(cfg_.model), 0, true);
     Mlp mlp = mlp_fwd("layer0.", 0, x, w, forward_pass());
     const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;

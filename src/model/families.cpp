@@ -1,20 +1,114 @@
-// Presets (the config.json of each model) and GPU profiles (totals from published figures).
-#include "core/presets.h"
+// The model families and their presets: transformers' field names per model_type, the defaults
+// their config classes take where a config leaves a field out (transformers 5.x
+// configuration_*.py), and the published config.json of each preset.
+#include "model/families.h"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <array>
-#include <cctype>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
-#include "core/model_file.h"
+#include "core/units.h"
 
 namespace vrambench {
 namespace {
 
-// A preset is its model's config.json, read by the reader --model uses (core/model_file.h). The
+// Families transformers has that the step program does not model yet, with what is missing:
+// named in the refusal so that the user knows it is a gap, not a typo.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kNotYet{{
+    {"mixtral", "its mixture of experts"},
+    {"qwen2_moe", "its mixture of experts"},
+    {"qwen3_moe", "its mixture of experts"},
+    {"gemma3",
+     "its vision tower (a multimodal config: give its text_config as a gemma3_text "
+     "config.json)"},
+}};
+
+// Whether the step program models `type`: one of kSupportedModelTypes, the list the refusals
+// print.
+bool is_supported(std::string_view type) {
+  std::string_view rest = kSupportedModelTypes;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(", ");
+    if (rest.substr(0, comma) == type) return true;
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 2);
+  }
+  return false;
+}
+
+// transformers' GPT2Config names: n_embd, n_head, n_layer, n_inner (null: 4 n_embd),
+// n_positions (1024), tie_word_embeddings (true).
+ModelConfig gpt2_model(const ConfigReader& r) {
+  ModelConfig m;
+  m.arch = Arch::gpt;
+  m.hidden = r.required("n_embd", "gpt2");
+  m.heads = r.required("n_head", "gpt2");
+  m.kv_heads = m.heads;
+  m.layers = r.required("n_layer", "gpt2");
+  m.ffn = r.optional("n_inner", 0);
+  if (m.ffn == 0) m.ffn = checked_mul(m.hidden, 4, "4 x n_embd (n_inner left out)");
+  m.vocab = r.required("vocab_size", "gpt2");
+  m.max_positions = r.optional("n_positions", 1024);
+  m.tied_embeddings = r.flag("tie_word_embeddings", true);
+  return m;
+}
+
+// The llama-style families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GemmaConfig,
+// Gemma2Config, Gemma3TextConfig, Phi3Config. Their common fields: hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (the heads when
+// left out), head_dim (the class's default when left out: hidden / heads, 128 for Qwen3, 256 for
+// Gemma), vocab_size, tie_word_embeddings (true for Gemma, false for the rest). Biases: Llama's
+// attention_bias on q, k, v and o and mlp_bias on gate, up and down; Qwen3's and Gemma's
+// attention_bias on q, k, v and o; Qwen2's q, k and v always (modeling_qwen2.py: bias=True);
+// Mistral and Phi-3 none. What the family's modeling_*.py does besides: ModelConfig's flags.
+ModelConfig llama_model(const ConfigReader& r, std::string_view type) {
+  const bool gemma = type.starts_with("gemma");
+  ModelConfig m;
+  m.arch = Arch::llama;
+  m.hidden = r.required("hidden_size", type);
+  m.ffn = r.required("intermediate_size", type);
+  m.layers = r.required("num_hidden_layers", type);
+  m.heads = r.required("num_attention_heads", type);
+  m.kv_heads = r.optional("num_key_value_heads", m.heads);
+  m.vocab = r.required("vocab_size", type);
+  m.max_positions = 1;  // rotary: no learned position table
+  m.tied_embeddings = r.flag("tie_word_embeddings", gemma);
+  const std::int64_t default_head_dim = type == "qwen3" ? 128 : gemma ? 256 : 0;
+  const std::int64_t head_dim = r.optional("head_dim", default_head_dim);
+  if (head_dim > 0 && !(m.hidden % m.heads == 0 && head_dim == m.hidden / m.heads))
+    m.explicit_head_dim = head_dim;
+  if (type == "llama" || type == "qwen3" || gemma)
+    m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
+  if (type == "llama") m.mlp_bias = r.flag("mlp_bias", false);
+  m.qkv_bias = m.qkv_bias || type == "qwen2";
+  m.qk_norm = type == "qwen3" || type == "gemma3_text";
+  if (gemma) {
+    m.offset_norms = m.embed_scale = true;
+    // gelu_pytorch_tanh; Gemma's config turns a legacy "gelu" into it.
+    const std::string act =
+        r.text(type == "gemma" ? "hidden_act" : "hidden_activation", "gelu_pytorch_tanh");
+    if (!act.starts_with("gelu"))
+      r.fail(fmt::format("activation '{}': a {} MLP is modelled with gelu (tanh)", act, type));
+    m.gelu_mlp = true;
+  }
+  if (type == "gemma2" || type == "gemma3_text") m.sandwich_norms = true;
+  // Phi-3 (and Phi-4, whose configs say phi3): qkv_proj and gate_up_proj, and resid_pdrop's
+  // dropouts on both branches.
+  m.fused_linears = m.resid_dropout = type == "phi3";
+  if (type == "gemma2") {
+    m.attn_softcap = r.positive_or_null("attn_logit_softcapping", 50.0);
+    m.final_softcap = r.positive_or_null("final_logit_softcapping", 30.0);
+  } else if (type == "gemma3_text") {
+    m.attn_softcap = r.positive_or_null("attn_logit_softcapping", 0.0);
+    m.final_softcap = r.positive_or_null("final_logit_softcapping", 0.0);
+  }
+  return m;
+}
+
+// A preset is its model's config.json, read by the reader --model uses (model/model_file.h). The
 // configs carry the fields that shape memory, with the values each model's published config.json
 // on the Hugging Face hub gives (huggingface.co/<org>/<model>/blob/main/config.json):
 //   gpt2*         openai-community/gpt2, gpt2-medium, gpt2-large, gpt2-xl
@@ -226,57 +320,23 @@ const std::vector<Preset>& preset_table() {
   return table;
 }
 
-constexpr Bytes mib(std::int64_t n) {
-  return n * MiB;
-}
-
-// SMs: the spec sheets' (NVIDIA's data sheets and whitepapers; the A10G has 80, the A10 72).
-// Totals: what `nvidia-smi` prints after the slash of Memory-Usage (driver 525 and later; older
-// drivers print less for the same card), from public outputs (shared/reference/facts.md lists the
-// first fifteen):
-//   rtx5090      32607   github.com/noonghunna/club-3090/issues/617
-//   a10g         23028   github.com/NVIDIA/DCGM/issues/232 (the A10 prints the same)
-//   l4           23034   github.com/speaches-ai/speaches/pull/438
-//   v100-16gb    16384   Tesla V100-SXM2-16GB on current drivers (16160 on driver 440)
-//   v100-32gb    32768   github.com/Wan-Video/Wan2.1/issues/5 (driver 525)
-//   h100-pcie    81559   "NVIDIA H100 PCIe ... 0MiB / 81559MiB", as the SXM card
-//   b200         183359  github.com/NVIDIA/TensorRT-LLM/issues/10278
-constexpr std::array<GpuProfile, 22> kProfiles{{
-    {"h100-80gb", "H100 SXM 80GB", mib(81559), 90, 132},
-    {"h100-pcie", "H100 PCIe 80GB", mib(81559), 90, 114},
-    {"h200", "H200 141GB", mib(143771), 90, 132},
-    {"b200", "B200 180GB", mib(183359), 100, 148},
-    {"a100-80gb", "A100 80GB", mib(81920), 80, 108},
-    {"a100-40gb", "A100 40GB", mib(40960), 80, 108},
-    {"l40s", "L40S 48GB", mib(46068), 89, 142},
-    {"rtx6000-ada", "RTX 6000 Ada 48GB", mib(49140), 89, 142},
-    {"a6000", "RTX A6000 48GB", mib(49140), 86, 84},
-    {"a10g", "A10G 24GB", mib(23028), 86, 80},
-    {"l4", "L4 24GB", mib(23034), 89, 58},
-    {"v100-32gb", "Tesla V100 32GB", mib(32768), 70, 80},
-    {"v100-16gb", "Tesla V100 16GB", mib(16384), 70, 80},
-    {"rtx5090", "GeForce RTX 5090 32GB", mib(32607), 120, 170},
-    {"rtx4090", "GeForce RTX 4090 24GB", mib(24564), 89, 128},
-    {"rtx3090", "GeForce RTX 3090 24GB", mib(24576), 86, 82},
-    {"rtx4080", "GeForce RTX 4080 16GB", mib(16376), 89, 76},
-    {"rtx4060ti-16gb", "GeForce RTX 4060 Ti 16GB", mib(16380), 89, 34},
-    {"t4", "Tesla T4 16GB", mib(15360), 75, 40},
-    {"rtx3060", "GeForce RTX 3060 12GB", mib(12288), 86, 28},
-    {"rtx4060", "GeForce RTX 4060 8GB", mib(8188), 89, 24},
-    {"rtx4050-laptop", "GeForce RTX 4050 Laptop 6GB", mib(6141), 89, 20},
-}};
-
-template <typename Range>
-std::string joined_names(const Range& range) {
-  std::string out;
-  for (const auto& item : range) {
-    if (!out.empty()) out += ", ";
-    out += item.name;
-  }
-  return out;
-}
-
 }  // namespace
+
+ModelConfig family_model(const ConfigReader& r, std::string_view type) {
+  if (type == "gpt2") return gpt2_model(r);
+  if (is_supported(type)) return llama_model(r, type);  // the llama-style families
+  for (const auto& [family, missing] : kNotYet)
+    if (type == family)
+      r.fail(fmt::format("model_type '{}' is not modelled yet ({}); supported: {}", type, missing,
+                         kSupportedModelTypes));
+  const bool multimodal = r.has("text_config") || r.has("vision_config");
+  const bool experts = r.has("num_local_experts") || r.has("num_experts");
+  r.fail(fmt::format("unsupported model_type '{}'{}; supported: {}", type,
+                     multimodal ? " (a multimodal config)"
+                     : experts  ? " (a mixture of experts)"
+                                : "",
+                     kSupportedModelTypes));
+}
 
 std::span<const Preset> presets() {
   return preset_table();
@@ -285,27 +345,9 @@ std::span<const Preset> presets() {
 const Preset& find_preset(std::string_view name) {
   for (const Preset& p : preset_table())
     if (p.name == name) return p;
-  throw UsageError(fmt::format("unknown --preset '{}': known presets are {}", name,
-                               joined_names(preset_table())));
-}
-
-std::span<const GpuProfile> gpu_profiles() {
-  return kProfiles;
-}
-
-const GpuProfile& find_gpu_profile(std::string_view name) {
-  if (name.starts_with("sim:")) name.remove_prefix(4);
-  // Case-insensitively: "RTX4090" is rtx4090.
-  auto same = [](std::string_view a, std::string_view b) {
-    return std::ranges::equal(a, b, [](char x, char y) {
-      return std::tolower(static_cast<unsigned char>(x)) ==
-             std::tolower(static_cast<unsigned char>(y));
-    });
-  };
-  for (const GpuProfile& p : kProfiles)
-    if (same(p.name, name)) return p;
-  throw UsageError(fmt::format("unknown GPU profile '{}': known profiles are {}", name,
-                               joined_names(kProfiles)));
+  std::string known;
+  for (const Preset& p : preset_table()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  throw UsageError(fmt::format("unknown --preset '{}': known presets are {}", name, known));
 }
 
 }  // namespace vrambench

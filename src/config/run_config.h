@@ -1,23 +1,22 @@
-// The configuration of one measurement: the model (architecture and sizes) and the run (sequence,
-// batch, precision, attention, recompute, optimizer, scope, allocator, device capacity).
+// The configuration of one measurement: the model (model/model_config.h) and the run (sequence,
+// batch, precision, attention, recompute, optimizer, scope, allocator, device capacity,
+// fine-tuning recipe), the enums' names, and what the recipe derives.
 #pragma once
 
-#include <algorithm>
 #include <compare>
 #include <cstdint>
-#include <optional>
-#include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "core/quant.h"
 #include "core/units.h"
+#include "model/lora.h"
+#include "model/model_config.h"
 
 namespace vrambench {
 
-enum class Arch { gpt, llama };
 // fp32: fp32 everything. tf32: fp32 storage, tf32 GEMMs. fp16/bf16: under --framework lean mixed
 // precision as in ZeRO (16-bit weights, gradients and activations; fp32 master weights and
 // optimizer state); under --framework hf the model loaded in 16 bits (weights, gradients and AdamW
@@ -46,7 +45,6 @@ enum class Loop { trainer, native };
 enum class Scope { model, layer, attention, mlp };
 enum class AllocatorKind { direct, caching };
 
-std::string_view to_string(Arch v);
 std::string_view to_string(Precision v);
 std::string_view to_string(Framework v);
 std::string_view to_string(Attention v);
@@ -59,14 +57,7 @@ std::string_view to_string(QuantKind v);
 std::string_view to_string(Toggle v);
 std::string_view to_string(Loop v);
 
-// Every value of an enum above with its name, in declaration order: the one table the command
-// line, the sweep and the tables read names from.
-template <typename E>
-using EnumNames = std::span<const std::pair<E, std::string_view>>;
-template <typename E>
-EnumNames<E> enum_names();
-template <>
-EnumNames<Arch> enum_names<Arch>();
+// Every value of an enum above with its name, in declaration order (core/enum_names.h).
 template <>
 EnumNames<Precision> enum_names<Precision>();
 template <>
@@ -89,20 +80,12 @@ template <>
 EnumNames<Toggle> enum_names<Toggle>();
 template <>
 EnumNames<Loop> enum_names<Loop>();
-// Other spellings an enum accepts (not listed as its names): the Hugging Face `optim` names of
-// the optimizers ("adamw_torch", "paged_adamw_8bit"). Empty for most enums.
-template <typename E>
-EnumNames<E> enum_aliases() {
-  return {};
-}
+// The Hugging Face `optim` names of the optimizers ("adamw_torch", "paged_adamw_8bit").
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>();
 // Hugging Face's TrainingArguments.optim name of an optimizer: its first alias above
 // ("adamw_torch", "adamw_bnb_8bit", "paged_adamw_32bit", "paged_adamw_8bit", "sgd", "none").
 std::string_view hf_optim_name(Optimizer o);
-// The value named `text`; throws UsageError naming --`option` and the allowed values.
-template <typename E>
-E parse_enum(std::string_view text, std::string_view option);
 
 // What --device names: auto (the GPU when there is one, else the default simulated card), a
 // simulated card (sim:PROFILE), the host (cpu) or the GPU (cuda).
@@ -138,113 +121,6 @@ constexpr bool is_8bit(Optimizer o) {
 }
 constexpr bool is_paged(Optimizer o) {
   return o == Optimizer::paged_adamw || o == Optimizer::paged_adamw_8bit;
-}
-
-// The linear modules of a block that LoRA can target, by the names PEFT's target_modules use.
-// llama-style blocks have q, k, v, o, gate, up, down (q_proj ...); gpt-style blocks have the packed
-// c_attn, the attention's c_proj, c_fc and the MLP's c_proj ("c_proj" names both, as in PEFT);
-// llama-style blocks with fused linears (Phi-3) have qkv_proj, o_proj, gate_up_proj and down_proj.
-enum class LoraModule : std::uint8_t {
-  q,
-  k,
-  v,
-  o,
-  gate,
-  up,
-  down,
-  c_attn,
-  attn_c_proj,
-  c_fc,
-  mlp_c_proj,
-  qkv_proj,
-  gate_up_proj
-};
-inline constexpr int kLoraModuleCount = 13;
-
-// What --lora-targets names: modules, or a shorthand resolved per architecture.
-struct LoraTargets {
-  std::uint16_t modules = 0;  // bit (1 << LoraModule)
-  enum class Shorthand : std::uint8_t { none, attn, attn_mlp, all_linear, peft_default };
-  Shorthand shorthand = Shorthand::none;
-  bool operator==(const LoraTargets&) const = default;
-  auto operator<=>(const LoraTargets&) const = default;
-};
-// Module names separated by ',' or '+' ("q_proj,v_proj", "c_attn+c_proj"), or one of the
-// shorthands attn (every attention projection), attn-mlp and all-linear (every block linear; the
-// lm head is never a target, as in PEFT), and peft-default (what PEFT targets when
-// target_modules is None: gpt2's c_attn, llama's q_proj and v_proj; PEFT has none for Phi-3, which
-// validate() refuses). Throws UsageError naming the unknown module.
-LoraTargets parse_lora_targets(std::string_view text);
-// The shorthand's name, or the modules joined by '+' (sweepable: a sweep splits its values on ',').
-std::string to_string(const LoraTargets& targets);
-struct ModelConfig;
-// Whether `module` is targeted in `model` (a module its blocks do not have never is).
-bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, LoraModule module);
-// The modules of the model's blocks, in block order.
-std::span<const LoraModule> lora_modules(const ModelConfig& model);
-// Their names, joined by ',' ("q_proj,k_proj,...").
-std::string lora_module_list(const ModelConfig& model);
-// PEFT's name of the module: "q_proj", "c_attn", "c_proj".
-std::string_view lora_module_name(LoraModule module);
-
-struct ModelConfig {
-  std::string name = "custom";  // preset name, or "custom"
-  Arch arch = Arch::gpt;
-  std::int64_t hidden = 768;          // H
-  std::int64_t heads = 12;            // A
-  std::int64_t kv_heads = 12;         // grouped-query attention: key/value heads (== heads for MHA)
-  std::int64_t layers = 12;           // L
-  std::int64_t ffn = 3072;            // F
-  std::int64_t vocab = 50257;         // V
-  std::int64_t max_positions = 1024;  // learned positions (gpt only)
-  bool tied_embeddings = true;        // lm head shares the token embedding (gpt2) or not (llama)
-  bool qkv_bias = false;              // llama-style blocks with q/k/v biases (Qwen2); gpt has them
-  bool o_bias = false;                // llama-style: the attention output projection's bias
-  bool mlp_bias = false;              // llama-style: gate, up and down biases
-  // A config's head_dim where it is not hidden / heads (Mistral Nemo: 5120 / 32 heads of 128);
-  // 0: hidden / heads.
-  std::int64_t explicit_head_dim = 0;
-  // What blocks of other families change in the llama block (docs/memory-model.md, "Model
-  // families"); all off for gpt2, llama, mistral and qwen2.
-  bool qk_norm = false;         // Qwen3, Gemma 3: an RMSNorm over each query and key head ([D])
-  bool sandwich_norms = false;  // Gemma 2 and 3: norms after attention and after the MLP too
-  bool offset_norms = false;    // Gemma: RMSNorm scales by (1 + weight), computed in fp32
-  bool embed_scale = false;     // Gemma: the embeddings times sqrt(hidden)
-  bool gelu_mlp = false;        // Gemma: GeGLU, gelu (tanh) of the gate instead of SiLU
-  double attn_softcap = 0.0;    // Gemma 2: scores -> cap tanh(scores / cap); 0: none
-  double final_softcap = 0.0;   // Gemma 2: the logits likewise
-  // Phi-3: one qkv_proj for q, k and v and one gate_up_proj for gate and up, each a single
-  // module to LoRA and a single output that q, k, v (gate, up) are views of.
-  bool fused_linears = false;
-  bool resid_dropout = false;  // Phi-3: dropout (resid_pdrop) on the attention and MLP outputs
-  // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
-  std::string source;
-  // The dtype its config.json names (dtype, or torch_dtype: float32, float16, bfloat16): the run's
-  // --dtype where none is given. None for presets and hand-given shapes.
-  std::optional<Precision> dtype;
-
-  std::int64_t head_dim() const {
-    return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads;
-  }
-  // The attention's output width, heads x head_dim: the output projection's input.
-  std::int64_t attention_width() const { return heads * head_dim(); }
-  bool operator==(const ModelConfig&) const = default;
-};
-
-// The sub-formulas the step program and the formula beside the estimate need, written once.
-//
-// Columns of the packed q|k|v projection: `heads` query heads, then `kv_heads` key and `kv_heads`
-// value heads, each `head_dim` wide: (A + 2K) * D.
-constexpr std::int64_t qkv_width(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
-  return (heads + 2 * kv_heads) * head_dim;
-}
-inline std::int64_t qkv_width(const ModelConfig& m) {
-  return qkv_width(m.heads, m.kv_heads, m.head_dim());
-}
-// Rows of the learned position table a step of `seq` tokens has: the model's, or one per position
-// when the sequence is longer (so long sequences stay buildable); none for llama (rotary).
-inline std::int64_t position_rows(const ModelConfig& m, std::int64_t seq) {
-  return m.arch == Arch::gpt ? std::max(m.max_positions, seq) : 0;
 }
 
 struct RunConfig {
@@ -315,10 +191,5 @@ void validate(const RunConfig& cfg);
 std::string hf_gap(const RunConfig& cfg);
 // The framework whose step cfg runs: cfg.framework, or for auto hf when hf_gap is empty, else lean.
 Framework framework_of(const RunConfig& cfg);
-
-// Number of trainable parameters of the whole model (embeddings, blocks, final norm, lm head).
-std::int64_t parameter_count(const ModelConfig& m);
-// Parameters of one transformer block.
-std::int64_t layer_parameter_count(const ModelConfig& m);
 
 }  // namespace vrambench

@@ -1,5 +1,5 @@
-// Enum names, validation and parameter counts of the configuration.
-#include "core/config.h"
+// Enum names, the device choice and validation of the run configuration.
+#include "config/run_config.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,9 @@
 #include <array>
 #include <utility>
 
+#include "config/gpu_profiles.h"
 #include "core/error.h"
-#include "core/presets.h"
+#include "model/weights.h"
 
 namespace vrambench {
 namespace {
@@ -16,7 +17,6 @@ namespace {
 template <typename E, std::size_t N>
 using NameTable = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr NameTable<Arch, 2> kArch{{{Arch::gpt, "gpt"}, {Arch::llama, "llama"}}};
 constexpr NameTable<Precision, 6> kPrecision{{{Precision::fp32, "fp32"},
                                               {Precision::tf32, "tf32"},
                                               {Precision::fp16, "fp16"},
@@ -54,25 +54,6 @@ constexpr NameTable<QuantKind, 4> kQuant{{{QuantKind::none, "none"},
 constexpr NameTable<Toggle, 2> kToggle{{{Toggle::off, "off"}, {Toggle::on, "on"}}};
 constexpr NameTable<Loop, 2> kLoop{{{Loop::trainer, "trainer"}, {Loop::native, "native"}}};
 
-constexpr std::array<std::string_view, kLoraModuleCount> kLoraModuleNames{
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",     "down_proj",
-    "c_attn", "c_proj", "c_fc",   "c_proj", "qkv_proj",  "gate_up_proj"};
-constexpr std::array<LoraModule, 7> kLlamaModules{LoraModule::q,   LoraModule::k,    LoraModule::v,
-                                                  LoraModule::o,   LoraModule::gate, LoraModule::up,
-                                                  LoraModule::down};
-constexpr std::array<LoraModule, 4> kGptModules{LoraModule::c_attn, LoraModule::attn_c_proj,
-                                                LoraModule::c_fc, LoraModule::mlp_c_proj};
-constexpr std::array<LoraModule, 4> kFusedModules{LoraModule::qkv_proj, LoraModule::o,
-                                                  LoraModule::gate_up_proj, LoraModule::down};
-constexpr NameTable<LoraTargets::Shorthand, 4> kLoraShorthands{
-    {{LoraTargets::Shorthand::attn, "attn"},
-     {LoraTargets::Shorthand::attn_mlp, "attn-mlp"},
-     {LoraTargets::Shorthand::all_linear, "all-linear"},
-     {LoraTargets::Shorthand::peft_default, "peft-default"}}};
-
-constexpr std::uint16_t bit(LoraModule m) {
-  return static_cast<std::uint16_t>(1u << static_cast<unsigned>(m));
-}
 constexpr NameTable<Scope, 4> kScope{{{Scope::model, "model"},
                                       {Scope::layer, "layer"},
                                       {Scope::attention, "attention"},
@@ -82,9 +63,7 @@ constexpr NameTable<AllocatorKind, 2> kAllocator{
 
 template <typename E, std::size_t N>
 std::string_view name_of(const NameTable<E, N>& table, E value) {
-  for (const auto& [e, name] : table)
-    if (e == value) return name;
-  return "?";
+  return enum_name<E>(table, value);
 }
 
 void require_positive(std::int64_t value, std::string_view option) {
@@ -94,9 +73,6 @@ void require_positive(std::int64_t value, std::string_view option) {
 
 }  // namespace
 
-std::string_view to_string(Arch v) {
-  return name_of(kArch, v);
-}
 std::string_view to_string(Precision v) {
   return name_of(kPrecision, v);
 }
@@ -131,10 +107,6 @@ std::string_view to_string(Loop v) {
   return name_of(kLoop, v);
 }
 
-template <>
-EnumNames<Arch> enum_names<Arch>() {
-  return kArch;
-}
 template <>
 EnumNames<Precision> enum_names<Precision>() {
   return kPrecision;
@@ -190,116 +162,6 @@ std::string_view hf_optim_name(Optimizer o) {
   return to_string(o);
 }
 
-template <typename E>
-E parse_enum(std::string_view text, std::string_view option) {
-  std::string allowed;
-  for (const auto& [e, name] : enum_names<E>()) {
-    if (name == text) return e;
-    allowed += allowed.empty() ? "" : "|";
-    allowed += name;
-  }
-  for (const auto& [e, name] : enum_aliases<E>())
-    if (name == text) return e;
-  throw UsageError(fmt::format("invalid --{} '{}': allowed values are {}", option, text, allowed));
-}
-template Arch parse_enum<Arch>(std::string_view, std::string_view);
-template Precision parse_enum<Precision>(std::string_view, std::string_view);
-template Framework parse_enum<Framework>(std::string_view, std::string_view);
-template Attention parse_enum<Attention>(std::string_view, std::string_view);
-template Recompute parse_enum<Recompute>(std::string_view, std::string_view);
-template Optimizer parse_enum<Optimizer>(std::string_view, std::string_view);
-template Scope parse_enum<Scope>(std::string_view, std::string_view);
-template AllocatorKind parse_enum<AllocatorKind>(std::string_view, std::string_view);
-template Finetune parse_enum<Finetune>(std::string_view, std::string_view);
-template QuantKind parse_enum<QuantKind>(std::string_view, std::string_view);
-template Toggle parse_enum<Toggle>(std::string_view, std::string_view);
-template Loop parse_enum<Loop>(std::string_view, std::string_view);
-
-LoraTargets parse_lora_targets(std::string_view text) {
-  LoraTargets t;
-  for (const auto& [shorthand, name] : kLoraShorthands)
-    if (name == text) {
-      t.shorthand = shorthand;
-      return t;
-    }
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find_first_of(",+", start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view name = text.substr(start, end - start);
-    bool known = false;
-    for (int m = 0; m < kLoraModuleCount; ++m)
-      if (kLoraModuleNames[static_cast<std::size_t>(m)] == name) {
-        t.modules |= bit(static_cast<LoraModule>(m));
-        known = true;
-      }
-    if (!known)
-      throw UsageError(fmt::format(
-          "invalid --lora-targets '{}': unknown module '{}'; use attn, attn-mlp, all-linear, or "
-          "module names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (llama-style), "
-          "c_attn,c_proj,c_fc (gpt-style), qkv_proj,o_proj,gate_up_proj,down_proj (Phi-3)",
-          text, name));
-    start = end + 1;
-  }
-  return t;
-}
-
-std::string to_string(const LoraTargets& targets) {
-  if (targets.shorthand != LoraTargets::Shorthand::none)
-    return std::string(name_of(kLoraShorthands, targets.shorthand));
-  std::string out;
-  for (int m = 0; m < kLoraModuleCount; ++m) {
-    const auto module = static_cast<LoraModule>(m);
-    if (module == LoraModule::mlp_c_proj) continue;  // "c_proj" is written once
-    if (targets.modules & bit(module)) {
-      if (!out.empty()) out += '+';
-      out += kLoraModuleNames[static_cast<std::size_t>(m)];
-    }
-  }
-  return out;
-}
-
-bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, LoraModule module) {
-  const std::span<const LoraModule> modules = lora_modules(model);
-  if (std::find(modules.begin(), modules.end(), module) == modules.end()) return false;
-  switch (targets.shorthand) {
-    case LoraTargets::Shorthand::none:
-      return (targets.modules & bit(module)) != 0;
-    case LoraTargets::Shorthand::attn:
-      return module == LoraModule::q || module == LoraModule::k || module == LoraModule::v ||
-             module == LoraModule::o || module == LoraModule::c_attn ||
-             module == LoraModule::attn_c_proj || module == LoraModule::qkv_proj;
-    case LoraTargets::Shorthand::attn_mlp:
-    case LoraTargets::Shorthand::all_linear:
-      return true;
-    case LoraTargets::Shorthand::peft_default:
-      // peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt2
-      // ["c_attn"]; llama, mistral, qwen2 ["q_proj", "v_proj"].
-      return module == LoraModule::q || module == LoraModule::v || module == LoraModule::c_attn;
-  }
-  return false;
-}
-
-std::span<const LoraModule> lora_modules(const ModelConfig& model) {
-  if (model.arch == Arch::gpt) return kGptModules;
-  if (model.fused_linears) return kFusedModules;
-  return kLlamaModules;
-}
-
-std::string lora_module_list(const ModelConfig& model) {
-  std::string out;
-  for (LoraModule m : lora_modules(model)) {
-    if (m == LoraModule::mlp_c_proj) continue;  // "c_proj" is written once, as to_string does
-    out += out.empty() ? "" : ",";
-    out += lora_module_name(m);
-  }
-  return out;
-}
-
-std::string_view lora_module_name(LoraModule module) {
-  return kLoraModuleNames[static_cast<std::size_t>(module)];
-}
-
 std::string to_string(const DeviceChoice& device) {
   switch (device.kind) {
     case DeviceChoice::Kind::automatic:
@@ -341,41 +203,6 @@ DType activation_dtype(Precision p) {
 
 bool has_master_weights(Precision p) {
   return p == Precision::fp16 || p == Precision::bf16 || is_autocast(p);
-}
-
-std::int64_t layer_parameter_count(const ModelConfig& m) {
-  const std::int64_t H = m.hidden, F = m.ffn;
-  const std::int64_t qkv_out = qkv_width(m);
-  if (m.arch == Arch::gpt) {
-    return 2 * H                    // ln1 weight, bias
-           + qkv_out * H + qkv_out  // qkv
-           + H * H + H              // attention output projection
-           + 2 * H                  // ln2
-           + F * H + F              // fc
-           + H * F + H;             // mlp projection
-  }
-  const std::int64_t O = m.attention_width();
-  return H                                 // attention rms norm
-         + (m.sandwich_norms ? 2 * H : 0)  // post-attention and post-feedforward norms (Gemma 2/3)
-         + (m.qk_norm ? 2 * m.head_dim() : 0)  // q and k norms (Qwen3, Gemma 3)
-         + qkv_out * H                         // q, k, v
-         + (m.qkv_bias ? qkv_out : 0)          // their biases (Qwen2, attention_bias)
-         + H * O                               // output projection
-         + (m.o_bias ? H : 0)                  // its bias (attention_bias)
-         + H                                   // mlp rms norm
-         + 3 * F * H                           // gate, up, down
-         + (m.mlp_bias ? 2 * F + H : 0);       // their biases (mlp_bias)
-}
-
-std::int64_t parameter_count(const ModelConfig& m) {
-  const std::int64_t H = m.hidden;
-  std::int64_t n = m.vocab * H + m.layers * layer_parameter_count(m);
-  if (m.arch == Arch::gpt)
-    n += m.max_positions * H + 2 * H;  // positions, final layer norm
-  else
-    n += H;  // final rms norm
-  if (!m.tied_embeddings) n += m.vocab * H;
-  return n;
 }
 
 std::string hf_gap(const RunConfig& cfg) {

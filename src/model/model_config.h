@@ -1,0 +1,80 @@
+// A model's architecture and sizes (ModelConfig), and the sub-formulas of its shapes that the step
+// program, the weights description and the kernels all need, written once.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/dtype.h"
+#include "core/enum_names.h"
+
+namespace vrambench {
+
+enum class Arch { gpt, llama };
+
+std::string_view to_string(Arch v);
+template <>
+EnumNames<Arch> enum_names<Arch>();
+
+struct ModelConfig {
+  std::string name = "custom";  // preset name, or "custom"
+  Arch arch = Arch::gpt;
+  std::int64_t hidden = 768;          // H
+  std::int64_t heads = 12;            // A
+  std::int64_t kv_heads = 12;         // grouped-query attention: key/value heads (== heads for MHA)
+  std::int64_t layers = 12;           // L
+  std::int64_t ffn = 3072;            // F
+  std::int64_t vocab = 50257;         // V
+  std::int64_t max_positions = 1024;  // learned positions (gpt only)
+  bool tied_embeddings = true;        // lm head shares the token embedding (gpt2) or not (llama)
+  bool qkv_bias = false;              // llama-style blocks with q/k/v biases (Qwen2); gpt has them
+  bool o_bias = false;                // llama-style: the attention output projection's bias
+  bool mlp_bias = false;              // llama-style: gate, up and down biases
+  // A config's head_dim where it is not hidden / heads (Mistral Nemo: 5120 / 32 heads of 128);
+  // 0: hidden / heads.
+  std::int64_t explicit_head_dim = 0;
+  // What blocks of other families change in the llama block (docs/memory-model.md, "Model
+  // families"); all off for gpt2, llama, mistral and qwen2.
+  bool qk_norm = false;         // Qwen3, Gemma 3: an RMSNorm over each query and key head ([D])
+  bool sandwich_norms = false;  // Gemma 2 and 3: norms after attention and after the MLP too
+  bool offset_norms = false;    // Gemma: RMSNorm scales by (1 + weight), computed in fp32
+  bool embed_scale = false;     // Gemma: the embeddings times sqrt(hidden)
+  bool gelu_mlp = false;        // Gemma: GeGLU, gelu (tanh) of the gate instead of SiLU
+  double attn_softcap = 0.0;    // Gemma 2: scores -> cap tanh(scores / cap); 0: none
+  double final_softcap = 0.0;   // Gemma 2: the logits likewise
+  // Phi-3: one qkv_proj for q, k and v and one gate_up_proj for gate and up, each a single
+  // module to LoRA and a single output that q, k, v (gate, up) are views of.
+  bool fused_linears = false;
+  bool resid_dropout = false;  // Phi-3: dropout (resid_pdrop) on the attention and MLP outputs
+  // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
+  std::string source;
+  // The dtype its config.json stores the weights in (dtype, or torch_dtype: float32, float16,
+  // bfloat16): the run's --dtype where none is given. None for presets and hand-given shapes.
+  std::optional<DType> dtype;
+
+  std::int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads;
+  }
+  // The attention's output width, heads x head_dim: the output projection's input.
+  std::int64_t attention_width() const { return heads * head_dim(); }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Columns of the packed q|k|v projection: `heads` query heads, then `kv_heads` key and `kv_heads`
+// value heads, each `head_dim` wide: (A + 2K) * D.
+constexpr std::int64_t qkv_width(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
+  return (heads + 2 * kv_heads) * head_dim;
+}
+inline std::int64_t qkv_width(const ModelConfig& m) {
+  return qkv_width(m.heads, m.kv_heads, m.head_dim());
+}
+// Rows of the learned position table a step of `seq` tokens has: the model's, or one per position
+// when the sequence is longer (so long sequences stay buildable); none for llama (rotary).
+inline std::int64_t position_rows(const ModelConfig& m, std::int64_t seq) {
+  return m.arch == Arch::gpt ? std::max(m.max_positions, seq) : 0;
+}
+
+}  // namespace vrambench

@@ -1,0 +1,133 @@
+// The weights description: GPT-2's modules (GPT2LMHeadModel) and those of the llama-style families
+// (LlamaForCausalLM and the families built on it), from the configuration's sizes and flags.
+#include "model/weights.h"
+
+#include "core/units.h"
+
+namespace vrambench {
+namespace {
+
+WeightModule norm(WeightPart part, std::string_view name, std::int64_t width, bool bias = false) {
+  return {.part = part, .kind = WeightKind::norm, .name = name, .rows = width, .bias = bias};
+}
+
+// A linear from `in` features over `modules`, each a LoRA target of its rows; none for the head.
+WeightModule linear(WeightPart part, std::string_view name, std::int64_t in, bool bias,
+                    std::initializer_list<ModuleRows> modules) {
+  WeightModule w{.part = part, .kind = WeightKind::linear, .name = name, .cols = in, .bias = bias};
+  for (const ModuleRows& m : modules) {
+    w.module_rows[w.module_count++] = m;
+    w.rows += m.rows;
+  }
+  return w;
+}
+
+// GPT2Block: ln_1, c_attn (q|k|v packed, one module), the attention's c_proj, ln_2, c_fc and the
+// MLP's c_proj, every one with a bias.
+WeightModules gpt2_block(const ModelConfig& m) {
+  const std::int64_t H = m.hidden, Q = qkv_width(m), F = m.ffn;
+  using P = WeightPart;
+  return {norm(P::norm1, "ln1", H, true),
+          linear(P::qkv, "attn.qkv", H, true, {{LoraModule::c_attn, Q}}),
+          linear(P::proj, "attn.proj", H, true, {{LoraModule::attn_c_proj, H}}),
+          norm(P::norm2, "ln2", H, true),
+          linear(P::fc, "mlp.fc", H, true, {{LoraModule::c_fc, F}}),
+          linear(P::out, "mlp.proj", F, true, {{LoraModule::mlp_c_proj, H}})};
+}
+
+// LlamaDecoderLayer and the blocks built on it: input_layernorm, q_proj, k_proj and v_proj (one
+// packed linear; Phi-3's qkv_proj), [q_norm, k_norm], o_proj, [post_attention_layernorm of Gemma
+// 2 and 3], the MLP's norm, [post_feedforward_layernorm], gate_proj and up_proj (Phi-3's
+// gate_up_proj), down_proj. Biases where the config asks for them.
+WeightModules llama_block(const ModelConfig& m) {
+  const std::int64_t H = m.hidden, D = m.head_dim(), AD = m.attention_width(), F = m.ffn;
+  const std::int64_t KD = m.kv_heads * D;
+  using P = WeightPart;
+  WeightModules w;
+  w.push_back(norm(P::norm1, "attn_norm", H));
+  w.push_back(
+      m.fused_linears
+          ? linear(P::qkv, "attn.qkv", H, m.qkv_bias, {{LoraModule::qkv_proj, qkv_width(m)}})
+          : linear(P::qkv, "attn.qkv", H, m.qkv_bias,
+                   {{LoraModule::q, AD}, {LoraModule::k, KD}, {LoraModule::v, KD}}));
+  if (m.qk_norm) {
+    w.push_back(norm(P::q_norm, "attn.q_norm", D));
+    w.push_back(norm(P::k_norm, "attn.k_norm", D));
+  }
+  w.push_back(linear(P::proj, "attn.o", AD, m.o_bias, {{LoraModule::o, H}}));
+  if (m.sandwich_norms) w.push_back(norm(P::post_attn_norm, "post_attn_norm", H));
+  w.push_back(norm(P::norm2, "mlp_norm", H));
+  if (m.sandwich_norms) w.push_back(norm(P::post_mlp_norm, "post_mlp_norm", H));
+  if (m.fused_linears) {  // one [2F, H] linear, gate's rows first
+    w.push_back(linear(P::fc, "mlp.gate_up", H, m.mlp_bias, {{LoraModule::gate_up_proj, 2 * F}}));
+  } else {
+    w.push_back(linear(P::fc, "mlp.gate", H, m.mlp_bias, {{LoraModule::gate, F}}));
+    w.push_back(linear(P::up, "mlp.up", H, m.mlp_bias, {{LoraModule::up, F}}));
+  }
+  w.push_back(linear(P::out, "mlp.down", F, m.mlp_bias, {{LoraModule::down, H}}));
+  return w;
+}
+
+}  // namespace
+
+std::int64_t WeightModule::weight_elements() const {
+  return kind == WeightKind::norm ? rows : checked_mul(rows, cols, "weight elements");
+}
+
+std::int64_t WeightModule::parameters() const {
+  return checked_add(weight_elements(), bias ? rows : 0, "parameters");
+}
+
+WeightModules block_modules(const ModelConfig& m) {
+  return m.arch == Arch::gpt ? gpt2_block(m) : llama_block(m);
+}
+
+ModelWeights model_weights(const ModelConfig& m, std::int64_t seq) {
+  const bool gpt = m.arch == Arch::gpt;
+  using P = WeightPart;
+  ModelWeights w;
+  w.embeddings.push_back({.part = P::token_embedding,
+                          .kind = WeightKind::embedding,
+                          .name = "wte",
+                          .rows = m.vocab,
+                          .cols = m.hidden});
+  if (gpt)
+    w.embeddings.push_back({.part = P::position_embedding,
+                            .kind = WeightKind::embedding,
+                            .name = "wpe",
+                            .rows = position_rows(m, seq),
+                            .cols = m.hidden});
+  w.block = block_modules(m);
+  w.head.push_back(norm(P::final_norm, gpt ? "ln_f" : "norm", m.hidden, gpt));
+  w.tied = m.tied_embeddings;
+  if (!w.tied)
+    w.head.push_back({.part = P::lm_head,
+                      .kind = WeightKind::linear,
+                      .name = "lm_head",
+                      .rows = m.vocab,
+                      .cols = m.hidden});
+  return w;
+}
+
+namespace {
+
+std::int64_t sum_parameters(const WeightModules& modules) {
+  std::int64_t n = 0;
+  for (const WeightModule& w : modules) n = checked_add(n, w.parameters(), "parameters");
+  return n;
+}
+
+}  // namespace
+
+std::int64_t layer_parameter_count(const ModelConfig& m) {
+  return sum_parameters(block_modules(m));
+}
+
+std::int64_t parameter_count(const ModelConfig& m) {
+  const ModelWeights w = model_weights(m);
+  const std::int64_t blocks = checked_mul(m.layers, sum_parameters(w.block), "block parameters");
+  return checked_add(checked_add(sum_parameters(w.embeddings), blocks, "parameters"),
+                     sum_parameters(w.head), "parameters");
+}
+
+}  // namespace vrambench
