@@ -14,7 +14,7 @@
 #include "cpu/ops.h"
 #include "cpu/quant.h"
 #include "device/init.h"
-#include "device/operands.h"
+#include "op/operands.h"
 
 namespace vrambench {
 namespace {
@@ -552,7 +552,7 @@ class CpuExecutor final : public Executor {
     const auto grad = load(a.in[1]);
     const auto n = static_cast<std::int64_t>(param.size());
     cpu::adamw_8bit_step(param.data(), grad.data(), state, n,
-                         adam_params(a.op, ++steps_[weight.tensor->name]));
+                         adam_params(a.op, steps_.next(weight)));
     if (master) store(*master, param, false);
     store(weight, param, false);
   }
@@ -567,7 +567,7 @@ class CpuExecutor final : public Executor {
     const Operand* master = a.input("master");
     auto param = load(master ? *master : weight);
     const auto grad = load(a.in[1]);
-    const int step = ++steps_[weight.tensor->name];
+    const int step = steps_.next(weight);
     const auto n = static_cast<std::int64_t>(param.size());
     if (a.op.kind == OpKind::adamw_step) {
       auto m = load(a.in[2]), v = load(a.in[3]);
@@ -585,7 +585,7 @@ class CpuExecutor final : public Executor {
 
   std::uint64_t seed_;
   InputFiller fill_;
-  std::unordered_map<Name, int> steps_;
+  OptimizerSteps steps_;
 };
 
 }  // namespace

@@ -30,7 +30,7 @@
 #include "cuda/softmax.h"
 #include "device/cuda_device.h"
 #include "device/init.h"
-#include "device/operands.h"
+#include "op/operands.h"
 
 namespace vrambench {
 namespace {
@@ -126,7 +126,7 @@ class CudaExecutor final : public Executor {
   std::unique_ptr<GemmRunner> gemm_;
   FlashImpl flash_impl_;
   std::unique_ptr<CudnnSdpa> cudnn_sdpa_;  // the executor's one cuDNN handle and plan cache
-  std::unordered_map<Name, int> steps_;    // optimizer steps per weight, as the cpu executor
+  OptimizerSteps steps_;
 };
 
 void CudaExecutor::run(const Operands& a) {
@@ -302,13 +302,11 @@ void CudaExecutor::run(const Operands& a) {
       return;
     }
     case OpKind::dropout_fwd:
-      launch_dropout_fwd(dt, a.out[0].data, static_cast<std::uint8_t*>(a.out[1].data),
-                         cptr(a.in[0]), static_cast<float>(op.dropout_p), op.seed,
-                         a.in[0].tensor->elements(), st);
+      launch_dropout_fwd(dt, a.out[0].data, a.u8(a.out[1]), cptr(a.in[0]),
+                         static_cast<float>(op.dropout_p), op.seed, a.in[0].tensor->elements(), st);
       return;
     case OpKind::dropout_bwd:
-      launch_dropout_bwd(dt, a.out[0].data, cptr(a.in[0]),
-                         static_cast<const std::uint8_t*>(a.in[1].data),
+      launch_dropout_bwd(dt, a.out[0].data, cptr(a.in[0]), a.u8(a.in[1]),
                          static_cast<float>(op.dropout_p), a.in[0].tensor->elements(), st);
       return;
     case OpKind::add:
@@ -621,15 +619,15 @@ void CudaExecutor::adamw_8bit(const Operands& a) {
   const Operand* master = a.input("master");
   const kquant::AdamW8bitState state = adamw_8bit_state(a);
   if (a.in[1].tensor->dtype != weight.tensor->dtype) a.fail("grad and weight differ in dtype");
-  launch_adamw_8bit(
-      weight.tensor->dtype, weight.data, cptr(a.in[1]), state, master ? a.f32(*master) : nullptr,
-      adam_params(a.op, ++steps_[weight.tensor->name]), weight.tensor->elements(), stream_.get());
+  launch_adamw_8bit(weight.tensor->dtype, weight.data, cptr(a.in[1]), state,
+                    master ? a.f32(*master) : nullptr, adam_params(a.op, steps_.next(weight)),
+                    weight.tensor->elements(), stream_.get());
 }
 
 // In place on the weight, its state (fp32 or the weight's dtype) and its fp32 master copy.
 void CudaExecutor::optimizer(const Operands& a) {
   const OptimizerOperands o = optimizer_operands(a);
-  const int step = ++steps_[a.in[0].tensor->name];
+  const int step = steps_.next(a.in[0]);
   if (a.op.kind == OpKind::adamw_step)
     launch_adamw(o.dtype, o.state_dtype, o.w, o.grad, o.m, o.v, o.master, adam_params(a.op, step),
                  o.elements, stream_.get());

@@ -2,7 +2,7 @@
 // the Op attributes it uses, made of the rows of the op table (program/ops.def). The builder checks
 // every op against it (Program::add_op the operand counts, build_program each op whole), the
 // program listing (report/program_table.h) names kinds by it, and both executors read each op
-// through it (device/operands.h checks the op and finds its operands by their names here); no
+// through it (op/operands.h checks the op and finds its operands by their names here); no
 // executor keeps arity rules of its own.
 //
 // Operands are listed as "name[shape] dtype"; "[...]" around one marks it optional (present only
