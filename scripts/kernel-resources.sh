@@ -6,7 +6,7 @@
 #   scripts/kernel-resources.sh                  every kernels/cuda/*.cu for sm_90, limit 256 bytes
 #   scripts/kernel-resources.sh --arch sm_80     another architecture
 #   scripts/kernel-resources.sh --max-stack 0    a stricter limit
-#   scripts/kernel-resources.sh kernels/cuda/flash.cu   some files only
+#   scripts/kernel-resources.sh kernels/cuda/attention_flash.cu   some files only
 #
 # Only device code is compiled (-cubin), with the build's device flags: a few seconds per file.
 set -euo pipefail

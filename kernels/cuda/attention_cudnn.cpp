@@ -1,8 +1,7 @@
-// cuDNN fused attention through cudnn-frontend (see flash_cudnn.h): graph factory, validation,
+// cuDNN fused attention through cudnn-frontend (see attention_cudnn.h): graph factory, validation,
 // planning, the bounded plan cache, batch chunks and execution. The only file that compiles the
 // frontend's headers (they are heavy): host C++, built by the C++ compiler, not nvcc.
-#include "cuda/flash_cudnn.h"
-#include "program/program.h"
+#include "cuda/attention_cudnn.h"
 
 #include <cudnn_frontend.h>
 
@@ -17,6 +16,7 @@
 #include "core/units.h"
 #include "cuda/check.h"
 #include "cuda/owners.h"
+#include "program/program.h"
 
 namespace vrambench::cuda {
 

@@ -1,6 +1,6 @@
 // Softmax kernels (a block per row) and the causal mask.
+#include "cuda/attention.h"
 #include "cuda/check.h"
-#include "cuda/softmax.h"
 
 namespace vrambench::cuda {
 namespace {
