@@ -1,8 +1,11 @@
-// LayerNorm. Row statistics and the weight-gradient column sums accumulate in double.
+// LayerNorm. Row statistics and the weight-gradient column sums accumulate in double. Then the
+// adapters of layernorm_fwd and layernorm_bwd (cpu/op_table.h).
 #include "cpu/layernorm.h"
 
 #include <cmath>
 #include <vector>
+
+#include "cpu/op_table.h"
 
 namespace vrambench::cpu {
 
@@ -57,3 +60,33 @@ void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float
 }
 
 }  // namespace vrambench::cpu
+
+namespace vrambench {
+
+void cpu_run_layernorm_fwd(const Operands& a, CpuContext&) {
+  const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
+  const auto x = cpu::load(a.in[0]), w = cpu::load(a.in[1]);
+  const auto b = a.in.size() == 3 ? cpu::load(a.in[2]) : std::vector<float>{};
+  auto y = cpu::zeros_like(a.out[0]), mean = cpu::zeros_like(a.out[1]),
+       rstd = cpu::zeros_like(a.out[2]);
+  cpu::layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                     b.empty() ? nullptr : b.data(), M, H, a.op.eps);
+  cpu::store_out(a, 0, y);
+  cpu::store_out(a, 1, mean);
+  cpu::store_out(a, 2, rstd);
+}
+
+void cpu_run_layernorm_bwd(const Operands& a, CpuContext&) {
+  const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
+  const auto dy = cpu::load(a.in[0]), x = cpu::load(a.in[1]), w = cpu::load(a.in[2]);
+  const auto mean = cpu::load(a.in[3]), rstd = cpu::load(a.in[4]);
+  auto dx = cpu::zeros_like(a.out[0]);
+  std::vector<float> dw(static_cast<std::size_t>(H)), db(static_cast<std::size_t>(H));
+  cpu::layernorm_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), M, H);
+  cpu::store_out(a, 0, dx);
+  if (a.out.size() >= 2) cpu::store_out(a, 1, dw);  // a frozen norm writes dx alone
+  if (a.out.size() == 3) cpu::store_out(a, 2, db);
+}
+
+}  // namespace vrambench
