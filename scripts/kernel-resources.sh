@@ -45,7 +45,8 @@ i=0
 for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "kernel-resources: no such file '$f'" >&2; exit 2; }
   (
-    "$nvcc" -std=c++20 -O3 -DNDEBUG -I"$root/src" -I"$root/kernels" -arch="$arch" -cubin \
+    "$nvcc" -std=c++20 -O3 -DNDEBUG -DFMT_USE_CONSTEXPR=1 -I"$root/src" -I"$root/kernels" \
+      -arch="$arch" -cubin \
       -Xptxas -v -o /dev/null "$f" >"$tmp/$i.log" 2>&1
     echo $? >"$tmp/$i.rc"
   ) &

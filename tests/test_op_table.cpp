@@ -1,6 +1,8 @@
 // The op table (program/ops.def): its rows are the signature table's, every kind has its own CPU
-// adapter in the dispatch, and each row's adapter is defined in the file of the family the row
-// names (the promise that a new kind touches its family's files alone).
+// adapter in the dispatch, each row's CPU adapter and CUDA launcher are defined in the files of the
+// family the row names (the promise that a new kind touches its family's files alone), and each
+// family's files carry one name on both sides. tests/gpu/test_cuda_op_table.cpp holds the CUDA
+// dispatch, where the build has CUDA.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cpu/op_table.h"
 #include "program/signature.h"
@@ -65,6 +68,42 @@ TEST(OpTable, EachRowsAdapterIsInItsFamilysFile) {
     ASSERT_TRUE(fs::exists(cpu_file)) << row.kind << ": no " << cpu_file;
     EXPECT_NE(read(cpu_file).find("void cpu_run_" + std::string(row.kind) + "("), std::string::npos)
         << row.kind << ": its adapter is not in " << cpu_file;
+  }
+}
+
+// A row's CUDA launcher is defined in one of kernels/cuda/<family>*.cu/.cpp: the family's own file
+// or one named after it (attention_cudnn.cpp runs the flash kinds through cuDNN).
+TEST(OpTable, EachRowsCudaLauncherIsInItsFamilysFiles) {
+  const fs::path cuda = fs::path(VRAMBENCH_SOURCE_DIR) / "kernels" / "cuda";
+  for (const Row& row : kRows) {
+    const std::string definition = "void cuda_run_" + std::string(row.kind) + "(";
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(cuda)) {
+      const std::string name = entry.path().filename().string();
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".cu" && ext != ".cpp") continue;
+      if (read(entry.path()).find(definition) == std::string::npos) continue;
+      found.push_back(name);
+      EXPECT_EQ(name.rfind(std::string(row.family), 0), 0u)
+          << row.kind << ": its launcher is in " << name << ", not a file of its family "
+          << row.family;
+    }
+    EXPECT_EQ(found.size(), 1u) << row.kind << ": its launcher should be defined once under "
+                                << cuda << ", found " << found.size();
+  }
+}
+
+// Each family has one file name on both sides: kernels/cpu/<family>.cpp beside
+// kernels/cuda/<family>.cu (or .cpp, host code of the CUDA side).
+TEST(OpTable, EachFamilyHasOneNameOnBothSides) {
+  const fs::path kernels = fs::path(VRAMBENCH_SOURCE_DIR) / "kernels";
+  std::set<std::string> families;
+  for (const Row& row : kRows) families.insert(std::string(row.family));
+  for (const std::string& family : families) {
+    EXPECT_TRUE(fs::exists(kernels / "cpu" / (family + ".cpp"))) << family << ": no cpu file";
+    EXPECT_TRUE(fs::exists(kernels / "cuda" / (family + ".cu")) ||
+                fs::exists(kernels / "cuda" / (family + ".cpp")))
+        << family << ": no cuda file of that name";
   }
 }
 
