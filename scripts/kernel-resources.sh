@@ -6,7 +6,7 @@
 #   scripts/kernel-resources.sh                  every kernels/cuda/*.cu for sm_90, limit 256 bytes
 #   scripts/kernel-resources.sh --arch sm_80     another architecture
 #   scripts/kernel-resources.sh --max-stack 0    a stricter limit
-#   scripts/kernel-resources.sh kernels/cuda/flash.cu   some files only
+#   scripts/kernel-resources.sh kernels/cuda/attention_flash.cu   some files only
 #
 # Only device code is compiled (-cubin), with the build's device flags: a few seconds per file.
 set -euo pipefail
@@ -45,7 +45,8 @@ i=0
 for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "kernel-resources: no such file '$f'" >&2; exit 2; }
   (
-    "$nvcc" -std=c++20 -O3 -DNDEBUG -I"$root/src" -I"$root/kernels" -arch="$arch" -cubin \
+    "$nvcc" -std=c++20 -O3 -DNDEBUG -DFMT_USE_CONSTEXPR=1 -I"$root/src" -I"$root/kernels" \
+      -arch="$arch" -cubin \
       -Xptxas -v -o /dev/null "$f" >"$tmp/$i.log" 2>&1
     echo $? >"$tmp/$i.rc"
   ) &

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "device/operands.h"
 #include "model/families.h"
+#include "op/operands.h"
 #include "program_memory.h"
 
 namespace vrambench {
@@ -317,6 +317,14 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
                     EXPECT_EQ(opt.state_dtype, opt.dtype) << p.ops[i].name.str();
                   }
                 }
+                // The quantised weight's and the 8-bit state's buffers, through the checked
+                // accessors both executors read them by.
+                if (a.op.kind == OpKind::dequantize) {
+                  EXPECT_NO_THROW(dequantize_operands(a)) << p.ops[i].name.str();
+                }
+                if (a.op.kind == OpKind::adamw8bit_step) {
+                  EXPECT_NO_THROW(adamw_8bit_state(a)) << p.ops[i].name.str();
+                }
                 if (framework == Framework::lean) continue;
                 if (a.op.kind == OpKind::lora_fwd || a.op.kind == OpKind::lora_bwd) {
                   EXPECT_NO_THROW(lora_columns(a, lora_dims(a))) << p.ops[i].name.str();
@@ -426,7 +434,7 @@ TEST(Operands, LoraOverAnotherDtypeKeepsItsColumnsInAHeldTensor) {
   EXPECT_THROW(columns(2), InternalError);
 }
 
-// The typed accessors the cuda executor reads operands through check the dtype. On the first GPU
+// The typed accessors both executors read operands through check the dtype. On the first GPU
 // the hf bf16 step's AdamW state (bf16, as torch.optim keeps a bf16 parameter's) was read through
 // a float pointer: 4-byte reads past a 2-byte-per-element buffer, an illegal address. Read the old
 // way, m now fails here, naming the op; optimizer_operands, the executors' way, takes it as bf16.
@@ -453,6 +461,7 @@ TEST(Operands, TypedAccessorsRefuseAnotherDtype) {
       EXPECT_NE(std::string(e.what()).find("is bf16, read as f32"), std::string::npos) << e.what();
     }
     EXPECT_THROW((void)a.i32(m), InternalError);
+    EXPECT_THROW((void)a.u8(m), InternalError);
     const OptimizerOperands o = optimizer_operands(a);
     EXPECT_EQ(o.state_dtype, DType::bf16);
     EXPECT_EQ(o.dtype, DType::bf16);

@@ -5,13 +5,13 @@
 
 #include <string>
 
+#include "cuda/attention.h"
+#include "cuda/attention_flash.h"
 #include "cuda/check.h"
-#include "cuda/flash.h"
 #include "cuda/gemm.h"
 #include "cuda/layernorm.h"
 #include "cuda/optimizer.h"
 #include "cuda/owners.h"
-#include "cuda/softmax.h"
 #include "device/cuda_device.h"
 
 namespace vrambench::cuda {

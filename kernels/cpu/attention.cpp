@@ -1,5 +1,6 @@
 // Attention reference kernels. Dot products and row sums accumulate in double; the flash pair keeps
-// per-query fp64 accumulators instead of tiles, which the CPU does not need.
+// per-query fp64 accumulators instead of tiles, which the CPU does not need. Then the adapters of
+// the eager chain and the flash pair (cpu/op_table.h).
 #include "cpu/attention.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "common/math.h"
 #include "cpu/dropout.h"
+#include "cpu/op_table.h"
 
 namespace vrambench::cpu {
 namespace {
@@ -238,3 +240,88 @@ void flash_bwd(float* dqkv, const float* dy, const float* qkv, const float* y, c
 }
 
 }  // namespace vrambench::cpu
+
+namespace vrambench {
+namespace {
+
+cpu::AttnShape attn_shape(const Operands& a) {
+  const QkvShape s = attention_shape(a);
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
+}
+
+}  // namespace
+
+void cpu_run_attn_scores(const Operands& a, CpuContext&) {
+  const cpu::AttnShape s = attn_shape(a);
+  a.require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, "scores must be [B,A,S,S]");
+  const auto qkv = cpu::load(a.in[0]);
+  auto scores = cpu::zeros_like(a.out[0]);
+  cpu::attn_scores(scores.data(), qkv.data(), s);
+  cpu::store_out(a, 0, scores);
+}
+
+void cpu_run_softmax_fwd(const Operands& a, CpuContext&) {
+  const auto scores = cpu::load(a.in[0]);
+  auto probs = cpu::zeros_like(a.out[0]);
+  cpu::softmax_fwd(probs.data(), scores.data(), rows(a.in[0]), last_dim(a.in[0]));
+  cpu::store_out(a, 0, probs);
+}
+
+void cpu_run_softmax_bwd(const Operands& a, CpuContext&) {
+  const auto dprobs = cpu::load(a.in[0]), probs = cpu::load(a.in[1]);
+  auto dscores = cpu::zeros_like(a.out[0]);
+  cpu::softmax_bwd(dscores.data(), dprobs.data(), probs.data(), rows(a.in[1]), last_dim(a.in[1]));
+  cpu::store_out(a, 0, dscores);
+}
+
+void cpu_run_attn_values(const Operands& a, CpuContext&) {
+  const cpu::AttnShape s = attn_shape(a);
+  a.require(a.in[0].tensor->elements() == s.B * s.A * s.S * s.S, "probs must be [B,A,S,S]");
+  a.require(a.out[0].tensor->elements() == s.B * s.S * s.A * s.D, "y must be [B,S,A*D]");
+  const auto probs = cpu::load(a.in[0]), qkv = cpu::load(a.in[1]);
+  auto y = cpu::zeros_like(a.out[0]);
+  cpu::attn_values(y.data(), probs.data(), qkv.data(), s);
+  cpu::store_out(a, 0, y);
+}
+
+void cpu_run_attn_values_bwd(const Operands& a, CpuContext&) {
+  const cpu::AttnShape s = attn_shape(a);
+  const auto dy = cpu::load(a.in[0]), probs = cpu::load(a.in[1]), qkv = cpu::load(a.in[2]);
+  auto dprobs = cpu::zeros_like(a.out[0]), dqkv = cpu::zeros_like(a.out[1]);
+  cpu::attn_values_bwd(dprobs.data(), dqkv.data(), dy.data(), probs.data(), qkv.data(), s);
+  cpu::store_out(a, 0, dprobs);
+  cpu::store_out(a, 1, dqkv);
+}
+
+void cpu_run_attn_scores_bwd(const Operands& a, CpuContext&) {
+  const cpu::AttnShape s = attn_shape(a);
+  const auto dscores = cpu::load(a.in[0]), qkv = cpu::load(a.in[1]);
+  auto dqkv = cpu::load(a.in[2]);  // its v part, written by attn_values_bwd, is kept
+  cpu::attn_scores_bwd(dqkv.data(), dscores.data(), qkv.data(), s);
+  cpu::store_out(a, 0, dqkv);
+}
+
+void cpu_run_flash_fwd(const Operands& a, CpuContext&) {
+  const Op& op = a.op;
+  const cpu::AttnShape s = attn_shape(a);
+  a.require(a.out[1].tensor->elements() == s.B * s.A * s.S, "lse must be [B,A,S]");
+  const auto qkv = cpu::load(a.in[0]);
+  auto y = cpu::zeros_like(a.out[0]), lse = cpu::zeros_like(a.out[1]);
+  cpu::flash_fwd(y.data(), lse.data(), qkv.data(), s, static_cast<float>(op.dropout_p), op.seed,
+                 op.softcap);
+  cpu::store_out(a, 0, y);
+  cpu::store_out(a, 1, lse);
+}
+
+void cpu_run_flash_bwd(const Operands& a, CpuContext&) {
+  const Op& op = a.op;
+  const cpu::AttnShape s = attn_shape(a);
+  const auto dy = cpu::load(a.in[0]), qkv = cpu::load(a.in[1]), y = cpu::load(a.in[2]),
+             lse = cpu::load(a.in[3]);
+  auto dqkv = cpu::zeros_like(a.out[0]);
+  cpu::flash_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s,
+                 static_cast<float>(op.dropout_p), op.seed, op.softcap);
+  cpu::store_out(a, 0, dqkv);
+}
+
+}  // namespace vrambench

@@ -1,11 +1,14 @@
-// Cross-entropy with a max-shifted log-sum-exp in double.
+// Cross-entropy with a max-shifted log-sum-exp in double, and the adapters of cross_entropy_fwd and
+// cross_entropy_bwd (cpu/op_table.h).
 #include "cpu/cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
+#include "cpu/op_table.h"
 
 namespace vrambench::cpu {
 namespace {
@@ -45,3 +48,29 @@ void cross_entropy_bwd(float* dlogits, const float* logits, const std::int32_t* 
 }
 
 }  // namespace vrambench::cpu
+
+namespace vrambench {
+
+void cpu_run_cross_entropy_fwd(const Operands& a, CpuContext&) {
+  const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
+  a.require(a.in[1].tensor->elements() == M, "targets must have one id per logits row");
+  const auto logits = cpu::load(a.in[0]);
+  const auto targets = cpu::load_ids(a, a.in[1]);
+  auto loss = cpu::zeros_like(a.out[0]), lse = cpu::zeros_like(a.out[1]);
+  cpu::cross_entropy_fwd(loss.data(), lse.data(), logits.data(), targets.data(), M, V);
+  cpu::store_out(a, 0, loss);
+  cpu::store_out(a, 1, lse);
+}
+
+void cpu_run_cross_entropy_bwd(const Operands& a, CpuContext&) {
+  const std::int64_t V = last_dim(a.in[0]), M = rows(a.in[0]);
+  const auto logits = cpu::load(a.in[0]);
+  const auto targets = cpu::load_ids(a, a.in[1]);
+  const auto lse = cpu::load(a.in[2]);
+  auto dlogits = cpu::zeros_like(a.out[0]);
+  cpu::cross_entropy_bwd(dlogits.data(), logits.data(), targets.data(), lse.data(), M, V,
+                         a.op.grad_scale);
+  cpu::store_out(a, 0, dlogits);
+}
+
+}  // namespace vrambench

@@ -1,11 +1,12 @@
 // Embedding lookup and backward. The backward sums in double so that rows hit by many positions do
-// not lose low bits.
+// not lose low bits. Then the adapters of embedding_fwd and embedding_bwd (cpu/op_table.h).
 #include "cpu/embedding.h"
 
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "cpu/op_table.h"
 
 namespace vrambench::cpu {
 namespace {
@@ -46,3 +47,46 @@ void embedding_bwd(float* dwte, float* dwpe, const float* dx, const std::int32_t
 }
 
 }  // namespace vrambench::cpu
+
+namespace vrambench {
+
+void cpu_run_embedding_fwd(const Operands& a, CpuContext&) {
+  const EmbeddingDims d = embedding_dims(a);
+  const auto ids = cpu::load_ids(a, a.in[0]);
+  const auto w = cpu::load(a.in[1]);
+  std::vector<float> wpe;
+  if (const Operand* positions = a.input("wpe")) {
+    a.require(d.P >= d.S, "wpe has fewer rows than positions");
+    wpe = cpu::load(*positions);
+  }
+  auto x = cpu::zeros_like(a.out[0]);
+  a.require(static_cast<std::int64_t>(x.size()) == d.B * d.S * d.H, "x must be [B,S,H]");
+  cpu::embedding_fwd(x.data(), ids.data(), w.data(), wpe.empty() ? nullptr : wpe.data(), d.B, d.S,
+                     d.V, d.H);
+  if (a.op.embed_scale != 1.0f)
+    for (float& v : x) v *= a.op.embed_scale;
+  cpu::store_out(a, 0, x);
+}
+
+void cpu_run_embedding_bwd(const Operands& a, CpuContext&) {
+  const EmbeddingDims d = embedding_dims(a);
+  const Operand* dwpe = a.output("dwpe");
+  auto dx = cpu::load(a.in[0]);
+  if (a.op.embed_scale != 1.0f)
+    for (float& v : dx) v *= a.op.embed_scale;
+  const auto ids = cpu::load_ids(a, a.in[1]);
+  auto g_wte = cpu::zeros_like(a.out[0]);
+  std::vector<float> g_wpe;
+  if (dwpe) {
+    g_wpe = cpu::zeros_like(*dwpe);
+    a.require(d.P >= d.S, "dwpe has fewer rows than positions");
+  }
+  cpu::embedding_bwd(g_wte.data(), g_wpe.empty() ? nullptr : g_wpe.data(), dx.data(), ids.data(),
+                     d.B, d.S, d.V, d.P, d.H);
+  cpu::store_out(a, 0, g_wte);
+  // Only the token table is ever tied (to the lm head, whose backward wrote its gradient first);
+  // the position table's gradient has no earlier writer, so `accumulate` never applies to it.
+  if (dwpe) cpu::store(*dwpe, g_wpe, false);
+}
+
+}  // namespace vrambench

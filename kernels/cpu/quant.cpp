@@ -1,4 +1,5 @@
 // Quantisation and 8-bit AdamW over whole tensors: the common/quant.h bodies, one lane per block.
+// Then the adapters of dequantize and adamw8bit_step (cpu/op_table.h).
 #include "cpu/quant.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/op_table.h"
 #include "cpu/optimizer.h"
 
 namespace vrambench::cpu {
@@ -185,3 +187,28 @@ void adamw_8bit_step(float* param, const float* grad, const kquant::AdamW8bitSta
 }
 
 }  // namespace vrambench::cpu
+
+namespace vrambench {
+
+// Rows [row_offset, +rows) of the compute-dtype weight from the quantised module.
+void cpu_run_dequantize(const Operands& a, CpuContext&) {
+  const Op& op = a.op;
+  const DequantizeOperands d = dequantize_operands(a);
+  cpu::dequantize_weight(op.quant, op.double_quant, a.out[0].tensor->dtype, d.rows, d.in, op.rows,
+                         d.cols);
+}
+
+// bitsandbytes' 8-bit AdamW on the weight (or its master), in place on the codes and absmax.
+void cpu_run_adamw8bit_step(const Operands& a, CpuContext& context) {
+  const Operand& weight = a.in[0];
+  const Operand* master = a.input("master");
+  const kquant::AdamW8bitState state = adamw_8bit_state(a);
+  auto param = cpu::load(master ? *master : weight);
+  const auto grad = cpu::load(a.in[1]);
+  cpu::adamw_8bit_step(param.data(), grad.data(), state, static_cast<std::int64_t>(param.size()),
+                       adam_params(a.op, context.optimizer_steps.next(weight)));
+  if (master) cpu::store(*master, param, false);
+  cpu::store(weight, param, false);
+}
+
+}  // namespace vrambench

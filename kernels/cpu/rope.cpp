@@ -1,7 +1,11 @@
-// RoPE forward and backward share one loop: the backward is the inverse rotation.
+// RoPE forward and backward share one loop: the backward is the inverse rotation. Then the adapters
+// of rope_fwd and rope_bwd (cpu/op_table.h).
 #include "cpu/rope.h"
 
+#include <vector>
+
 #include "common/math.h"
+#include "cpu/op_table.h"
 #include "model/model_config.h"
 
 namespace vrambench::cpu {
@@ -35,3 +39,23 @@ void rope_bwd(float* dqkv, const float* dqkv_rot, std::int64_t B, std::int64_t S
 }
 
 }  // namespace vrambench::cpu
+
+namespace vrambench {
+
+void cpu_run_rope_fwd(const Operands& a, CpuContext&) {
+  const QkvShape s = attention_shape(a);
+  const auto qkv = cpu::load(a.in[0]);
+  auto qkv_rot = cpu::zeros_like(a.out[0]);
+  cpu::rope_fwd(qkv_rot.data(), qkv.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  cpu::store_out(a, 0, qkv_rot);
+}
+
+void cpu_run_rope_bwd(const Operands& a, CpuContext&) {
+  const QkvShape s = attention_shape(a);
+  const auto dqkv_rot = cpu::load(a.in[0]);
+  auto dqkv = cpu::zeros_like(a.out[0]);
+  cpu::rope_bwd(dqkv.data(), dqkv_rot.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  cpu::store_out(a, 0, dqkv);
+}
+
+}  // namespace vrambench

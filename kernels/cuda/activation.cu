@@ -2,6 +2,7 @@
 // activation.h.
 #include "cuda/activation.h"
 #include "cuda/check.h"
+#include "cuda/op_table.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -101,3 +102,47 @@ void launch_softcap_bwd(DType dtype, void* dx, const void* dy, const void* y, st
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+void cuda_run_gelu_fwd(const Operands& a, CudaContext& context) {
+  cuda::launch_gelu_fwd(a.dtype(), a.out[0].data, a.in[0].data, a.in[0].tensor->elements(),
+                        context.stream());
+}
+
+void cuda_run_gelu_bwd(const Operands& a, CudaContext& context) {
+  cuda::launch_gelu_bwd(a.dtype(), a.out[0].data, a.in[0].data, a.in[1].data,
+                        a.in[1].tensor->elements(), context.stream());
+}
+
+// Packed (Phi-3's gate_up_proj): up is the second half of each gate|up row.
+void cuda_run_swiglu_fwd(const Operands& a, CudaContext& context) {
+  const DType dt = a.dtype();
+  const GateShape g = gate_shape(a.op, *a.out[0].tensor, *a.in[0].tensor);
+  const std::int64_t ld = g.packed ? 2 * g.width : g.width;
+  const void* up = g.packed ? cuda::element_offset(a.in[0].data, g.width, dt) : a.in[1].data;
+  cuda::launch_swiglu_fwd(dt, a.out[0].data, a.in[0].data, up, g.rows, g.width, ld, a.op.gelu_gate,
+                          context.stream());
+}
+
+void cuda_run_swiglu_bwd(const Operands& a, CudaContext& context) {
+  const DType dt = a.dtype();
+  const GateShape g = gate_shape(a.op, *a.in[0].tensor, *a.in[1].tensor);
+  const std::int64_t ld = g.packed ? 2 * g.width : g.width;
+  const void* up = g.packed ? cuda::element_offset(a.in[1].data, g.width, dt) : a.in[2].data;
+  void* dup = g.packed ? cuda::element_offset(a.out[0].data, g.width, dt) : a.out[1].data;
+  cuda::launch_swiglu_bwd(dt, a.out[0].data, dup, a.in[0].data, a.in[1].data, up, g.rows, g.width,
+                          ld, a.op.gelu_gate, context.stream());
+}
+
+void cuda_run_softcap_fwd(const Operands& a, CudaContext& context) {
+  cuda::launch_softcap_fwd(a.dtype(), a.out[0].data, a.in[0].data, a.in[0].tensor->elements(),
+                           a.op.softcap, context.stream());
+}
+
+void cuda_run_softcap_bwd(const Operands& a, CudaContext& context) {
+  cuda::launch_softcap_bwd(a.dtype(), a.out[0].data, a.in[0].data, a.in[1].data,
+                           a.in[1].tensor->elements(), a.op.softcap, context.stream());
+}
+
+}  // namespace vrambench

@@ -1,6 +1,7 @@
 // Element-wise add kernel.
 #include "cuda/add.h"
 #include "cuda/check.h"
+#include "cuda/op_table.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -22,3 +23,15 @@ void launch_add(DType dtype, void* c, const void* a, DType b_dtype, const void* 
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+// b may be a 16-bit branch beside an fp32 stream (autocast, QLoRA).
+void cuda_run_add(const Operands& a, CudaContext& context) {
+  if (a.in[0].tensor->elements() != a.in[1].tensor->elements())
+    a.fail("add operands differ in size");
+  cuda::launch_add(a.dtype(), a.out[0].data, a.in[0].data, a.in[1].tensor->dtype, a.in[1].data,
+                   a.out[0].tensor->elements(), context.stream());
+}
+
+}  // namespace vrambench

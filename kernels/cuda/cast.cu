@@ -1,6 +1,7 @@
 // Element-wise dtype conversion kernel.
 #include "cuda/cast.h"
 #include "cuda/check.h"
+#include "cuda/op_table.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -42,3 +43,14 @@ void launch_cast_rows(DType to, void* y, std::int64_t ldy, DType from, const voi
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+void cuda_run_cast(const Operands& a, CudaContext& context) {
+  if (a.in[0].tensor->elements() != a.out[0].tensor->elements())
+    a.fail("cast operands differ in size");
+  cuda::launch_cast(a.out[0].tensor->dtype, a.out[0].data, a.in[0].tensor->dtype, a.in[0].data,
+                    a.in[0].tensor->elements(), context.stream());
+}
+
+}  // namespace vrambench

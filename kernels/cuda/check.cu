@@ -92,7 +92,7 @@ bool is_out_of_memory_frontend(int code, const std::string& message) {
 }
 
 const char* frontend_error_name(int code) {
-  // cudnn_frontend::error_code_t in its declaration order (flash_cudnn.cpp checks the order
+  // cudnn_frontend::error_code_t in its declaration order (attention_cudnn.cpp checks the order
   // against the frontend's headers at compile time).
   static const char* const names[] = {"OK",
                                       "ATTRIBUTE_NOT_SET",

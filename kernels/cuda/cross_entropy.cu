@@ -1,6 +1,7 @@
 // Cross-entropy kernels: a block per row; the loss summed per block and added atomically.
 #include "cuda/check.h"
 #include "cuda/cross_entropy.h"
+#include "cuda/op_table.h"
 #include "cuda/reduce.h"
 
 namespace vrambench::cuda {
@@ -61,3 +62,20 @@ void launch_cross_entropy_bwd(DType dtype, void* dlogits, const void* logits,
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+// The logits in whichever dtype the head wrote them.
+void cuda_run_cross_entropy_fwd(const Operands& a, CudaContext& context) {
+  cuda::launch_cross_entropy_fwd(a.in[0].tensor->dtype, a.f32(a.out[0]), a.f32(a.out[1]),
+                                 a.in[0].data, a.i32(a.in[1]), rows(a.in[0]), last_dim(a.in[0]),
+                                 context.stream());
+}
+
+void cuda_run_cross_entropy_bwd(const Operands& a, CudaContext& context) {
+  cuda::launch_cross_entropy_bwd(a.dtype(), a.out[0].data, a.in[0].data, a.i32(a.in[1]),
+                                 a.f32(a.in[2]), rows(a.in[0]), last_dim(a.in[0]), a.op.grad_scale,
+                                 context.stream());
+}
+
+}  // namespace vrambench

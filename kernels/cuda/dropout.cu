@@ -1,6 +1,7 @@
 // Dropout kernels.
 #include "cuda/check.h"
 #include "cuda/dropout.h"
+#include "cuda/op_table.h"
 
 namespace vrambench::cuda {
 namespace {
@@ -37,3 +38,19 @@ void launch_dropout_bwd(DType dtype, void* dx, const void* dy, const std::uint8_
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+void cuda_run_dropout_fwd(const Operands& a, CudaContext& context) {
+  cuda::launch_dropout_fwd(a.dtype(), a.out[0].data, a.u8(a.out[1]), a.in[0].data,
+                           static_cast<float>(a.op.dropout_p), a.op.seed,
+                           a.in[0].tensor->elements(), context.stream());
+}
+
+void cuda_run_dropout_bwd(const Operands& a, CudaContext& context) {
+  cuda::launch_dropout_bwd(a.dtype(), a.out[0].data, a.in[0].data, a.u8(a.in[1]),
+                           static_cast<float>(a.op.dropout_p), a.in[0].tensor->elements(),
+                           context.stream());
+}
+
+}  // namespace vrambench

@@ -5,6 +5,7 @@
 
 #include "cuda/check.h"
 #include "cuda/embedding.h"
+#include "cuda/op_table.h"
 #include "cuda/reduce.h"
 
 namespace vrambench::cuda {
@@ -171,3 +172,23 @@ void launch_embedding_bwd(DType dtype, void* dwte, void* dwpe, const void* dx,
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+void cuda_run_embedding_fwd(const Operands& a, CudaContext& context) {
+  const EmbeddingDims d = embedding_dims(a);
+  const Operand* wpe = a.input("wpe");
+  cuda::launch_embedding_fwd(a.dtype(), a.out[0].data, a.i32(a.in[0]), a.in[1].data,
+                             wpe ? wpe->data : nullptr, d.B * d.S, d.S, d.H, a.op.embed_scale,
+                             context.stream());
+}
+
+void cuda_run_embedding_bwd(const Operands& a, CudaContext& context) {
+  const EmbeddingDims d = embedding_dims(a);
+  const Operand* dwpe = a.output("dwpe");
+  cuda::launch_embedding_bwd(a.dtype(), a.out[0].data, dwpe ? dwpe->data : nullptr, a.in[0].data,
+                             a.i32(a.in[1]), d.B * d.S, d.S, d.H, d.V, d.P, a.accumulates(a.out[0]),
+                             a.op.embed_scale, a.workspace, a.workspace_bytes, context.stream());
+}
+
+}  // namespace vrambench

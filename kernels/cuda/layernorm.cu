@@ -1,6 +1,7 @@
 // LayerNorm kernels: a block per row (forward, dx); dw and db as two-stage column sums.
 #include "cuda/check.h"
 #include "cuda/layernorm.h"
+#include "cuda/op_table.h"
 #include "cuda/reduce.h"
 
 namespace vrambench::cuda {
@@ -108,3 +109,23 @@ void launch_layernorm_bwd(DType dtype, void* dx, void* dw, void* db, const void*
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+void cuda_run_layernorm_fwd(const Operands& a, CudaContext& context) {
+  cuda::launch_layernorm_fwd(a.dtype(), a.out[0].data, a.f32(a.out[1]), a.f32(a.out[2]),
+                             a.in[0].data, a.in[1].data, a.in.size() == 3 ? a.in[2].data : nullptr,
+                             rows(a.in[0]), last_dim(a.in[0]), a.op.eps, context.stream());
+}
+
+// A frozen norm (fine-tuning) writes dx alone.
+void cuda_run_layernorm_bwd(const Operands& a, CudaContext& context) {
+  cuda::launch_layernorm_bwd(a.dtype(), a.out[0].data, a.out.size() >= 2 ? a.out[1].data : nullptr,
+                             a.out.size() == 3 ? a.out[2].data : nullptr, a.in[0].data,
+                             a.in[1].data, a.in[2].data, a.f32(a.in[3]), a.f32(a.in[4]),
+                             rows(a.in[1]), last_dim(a.in[1]),
+                             a.out.size() >= 2 && a.accumulates(a.out[1]), a.workspace,
+                             a.workspace_bytes, context.stream());
+}
+
+}  // namespace vrambench

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/op_table.h"
 #include "cuda/optimizer.h"
 
 namespace vrambench::cuda {
@@ -61,3 +62,21 @@ void launch_sgd(DType dtype, DType state_dtype, void* w, const void* grad, void*
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+// In place on the weight, its state (fp32 or the weight's dtype) and its fp32 master copy.
+void cuda_run_adamw_step(const Operands& a, CudaContext& context) {
+  const OptimizerOperands o = optimizer_operands(a);
+  cuda::launch_adamw(o.dtype, o.state_dtype, o.w, o.grad, o.m, o.v, o.master,
+                     adam_params(a.op, context.optimizer_steps.next(a.in[0])), o.elements,
+                     context.stream());
+}
+
+void cuda_run_sgd_step(const Operands& a, CudaContext& context) {
+  const OptimizerOperands o = optimizer_operands(a);
+  cuda::launch_sgd(o.dtype, o.state_dtype, o.w, o.grad, o.m, o.master, sgd_params(a.op), o.elements,
+                   context.stream());
+}
+
+}  // namespace vrambench

@@ -9,6 +9,7 @@
 
 #include "core/quant.h"
 #include "cuda/check.h"
+#include "cuda/op_table.h"
 #include "cuda/quant.h"
 #include "cuda/reduce.h"
 
@@ -494,3 +495,27 @@ void launch_adamw_8bit(DType dtype, void* w, const void* grad, const kquant::Ada
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+
+// Rows [row_offset, +rows) of the compute-dtype weight from the quantised module.
+void cuda_run_dequantize(const Operands& a, CudaContext& context) {
+  const Op& op = a.op;
+  const DequantizeOperands d = dequantize_operands(a);
+  cuda::launch_dequantize_weight(op.quant, op.double_quant, a.out[0].tensor->dtype, d.rows, d.in,
+                                 op.rows, d.cols, context.stream());
+}
+
+// bitsandbytes' 8-bit AdamW, in place on the weight, its master and the codes and absmax.
+void cuda_run_adamw8bit_step(const Operands& a, CudaContext& context) {
+  const Operand& weight = a.in[0];
+  const Operand* master = a.input("master");
+  const kquant::AdamW8bitState state = adamw_8bit_state(a);
+  if (a.in[1].tensor->dtype != weight.tensor->dtype) a.fail("grad and weight differ in dtype");
+  cuda::launch_adamw_8bit(weight.tensor->dtype, weight.data, a.in[1].data, state,
+                          master ? a.f32(*master) : nullptr,
+                          adam_params(a.op, context.optimizer_steps.next(weight)),
+                          weight.tensor->elements(), context.stream());
+}
+
+}  // namespace vrambench

@@ -1,6 +1,7 @@
 // RMSNorm kernels: a block per row (forward, dx); dw as a two-stage column sum. The q/k norm: a
 // block per head row of the packed q|k|v, v copied, dw one pass per column.
 #include "cuda/check.h"
+#include "cuda/op_table.h"
 #include "cuda/reduce.h"
 #include "cuda/rmsnorm.h"
 
@@ -230,3 +231,49 @@ void launch_qk_norm_bwd(DType dtype, DType w_dtype, void* dqkv, void* dqw, void*
 }
 
 }  // namespace vrambench::cuda
+
+namespace vrambench {
+namespace {
+
+cuda::QkNormShape qk_norm_shape(const Operands& a) {
+  const QkvShape s = attention_shape(a);
+  return {s.batch * s.seq, s.heads, s.kv_heads, s.head_dim};
+}
+
+}  // namespace
+
+// x and w may be of other dtypes than y (LlamaRMSNorm's fp32 input, fp32 norm weights).
+void cuda_run_rmsnorm_fwd(const Operands& a, CudaContext& context) {
+  cuda::launch_rmsnorm_fwd(a.dtype(), a.in[0].tensor->dtype, a.in[1].tensor->dtype, a.out[0].data,
+                           a.f32(a.out[1]), a.in[0].data, a.in[1].data, rows(a.in[0]),
+                           last_dim(a.in[0]), a.op.eps, a.op.norm_offset, context.stream());
+}
+
+// dy's dtype (the op's), x's (and dx's) and w's (and dw's); a frozen norm writes dx alone.
+void cuda_run_rmsnorm_bwd(const Operands& a, CudaContext& context) {
+  const bool dw = a.out.size() == 2;
+  cuda::launch_rmsnorm_bwd(a.dtype(), a.in[1].tensor->dtype, a.in[2].tensor->dtype, a.out[0].data,
+                           dw ? a.out[1].data : nullptr, a.in[0].data, a.in[1].data, a.in[2].data,
+                           a.f32(a.in[3]), rows(a.in[1]), last_dim(a.in[1]), a.op.norm_offset,
+                           dw && a.accumulates(a.out[1]), a.workspace, a.workspace_bytes,
+                           context.stream());
+}
+
+// The weights may be of another dtype (autocast's fp32 model).
+void cuda_run_qk_norm_fwd(const Operands& a, CudaContext& context) {
+  cuda::launch_qk_norm_fwd(a.dtype(), a.in[1].tensor->dtype, a.out[0].data, a.f32(a.out[1]),
+                           a.in[0].data, a.in[1].data, a.in[2].data, qk_norm_shape(a), a.op.eps,
+                           a.op.norm_offset, context.stream());
+}
+
+// Frozen norms write dqkv alone.
+void cuda_run_qk_norm_bwd(const Operands& a, CudaContext& context) {
+  const bool dw = a.out.size() == 3;
+  cuda::launch_qk_norm_bwd(a.dtype(), a.in[2].tensor->dtype, a.out[0].data,
+                           dw ? a.out[1].data : nullptr, dw ? a.out[2].data : nullptr, a.in[0].data,
+                           a.in[1].data, a.in[2].data, a.in[3].data, a.f32(a.in[4]),
+                           qk_norm_shape(a), a.op.norm_offset, dw && a.accumulates(a.out[1]),
+                           a.workspace, a.workspace_bytes, context.stream());
+}
+
+}  // namespace vrambench

@@ -38,13 +38,14 @@ struct DeviceInfo {
   Bytes tensor_capacity() const { return total > fixed_overhead ? total - fixed_overhead : 0; }
 };
 
-// How flash_fwd and flash_bwd run on cuda: the plain fused kernels of kernels/cuda/flash.cu (every
-// dtype, dropout masks identical to the CPU reference), or cuDNN's fused attention through its
-// frontend (kernels/cuda/flash_cudnn.h: 16-bit storage, dropout from cuDNN's own generator, the
-// op's scratch as its workspace). cudnn never falls back to the kernels: where cuDNN cannot run an
-// op (fp32, a shape it rejects, too little listed workspace) the op fails with cuDNN's message.
-// automatic: cudnn for 16-bit storage, kernels for fp32/tf32 (cuDNN has no fp32 attention
-// backward), chosen from the recipe before anything runs, never after a failure.
+// How flash_fwd and flash_bwd run on cuda: the plain fused kernels of
+// kernels/cuda/attention_flash.cu (every dtype, dropout masks identical to the CPU reference), or
+// cuDNN's fused attention through its frontend (kernels/cuda/attention_cudnn.h: 16-bit storage,
+// dropout from cuDNN's own generator, the op's scratch as its workspace). cudnn never falls back to
+// the kernels: where cuDNN cannot run an op (fp32, a shape it rejects, too little listed workspace)
+// the op fails with cuDNN's message. automatic: cudnn for 16-bit storage, kernels for fp32/tf32
+// (cuDNN has no fp32 attention backward), chosen from the recipe before anything runs, never after
+// a failure.
 enum class FlashImpl { kernels, cudnn, automatic };
 // What `impl` runs flash attention with for activations stored as `storage`: kernels or cudnn.
 FlashImpl resolve_flash_impl(FlashImpl impl, DType storage);

@@ -93,52 +93,21 @@ struct Tensor {
   bool operator==(const Tensor&) const = default;
 };
 
-// What a step does, one kind per kernel family. The tensors each kind reads and writes, in order,
-// and the attributes it uses are in the op signature table (program/signature.h).
+// What a step does: one kind per row of the op table (program/ops.def), in its order. The tensors
+// each kind reads and writes, in order, and the attributes it uses are in the op signature table
+// (program/signature.h), which is made of the same rows.
+// clang-format off
 enum class OpKind : std::uint8_t {
-  embedding_fwd,
-  embedding_bwd,
-  layernorm_fwd,
-  layernorm_bwd,
-  rmsnorm_fwd,
-  rmsnorm_bwd,
-  linear_fwd,
-  linear_bwd,
-  gelu_fwd,
-  gelu_bwd,
-  swiglu_fwd,
-  swiglu_bwd,
-  rope_fwd,
-  rope_bwd,
-  attn_scores,
-  softmax_fwd,
-  softmax_bwd,
-  attn_values,
-  attn_values_bwd,
-  attn_scores_bwd,
-  flash_fwd,
-  flash_bwd,
-  dropout_fwd,
-  dropout_bwd,
-  add,
-  cross_entropy_fwd,
-  cross_entropy_bwd,
-  adamw_step,
-  sgd_step,
-  // Fine-tuning recipes.
-  dequantize,      // a quantised frozen weight into rows of its compute-dtype copy
-  linear_dgrad,    // dx = dy w: the input gradient of a frozen linear
-  lora_fwd,        // xa = x A^T; y[:, cols] += scale xa B^T
-  lora_bwd,        // dA, dB and (added into) dx of one adapter
-  adamw8bit_step,  // bitsandbytes' blockwise 8-bit AdamW
-  // Framework profiles (hf).
-  cast,  // y = x converted to y's dtype: autocast's weight and input casts, .float(), .to()
-  // Model families (ModelConfig's flags).
-  qk_norm_fwd,  // RMSNorm over each query and key head of q|k|v (Qwen3, Gemma 3)
-  qk_norm_bwd,
-  softcap_fwd,  // y = softcap tanh(x / softcap): Gemma 2's attention scores and logits
-  softcap_bwd,
+#define VB_OP(kind, ...) kind,
+#include "program/ops.def"
 };
+// The number of op kinds: the rows of the op table.
+inline constexpr std::size_t kOpKindCount = 0
+#define VB_OP(...) + 1
+#include "program/ops.def"
+;
+// clang-format on
+
 // The kind's name in the signature table: "linear_fwd".
 std::string_view to_string(OpKind k);
 

@@ -10,106 +10,15 @@
 namespace vrambench {
 namespace {
 
-// The table reads as a table: one kind, its operands and its attributes per entry.
+// One entry per row of the op table, in the enum's order.
 // clang-format off
+#define VB_LIST(...) {__VA_ARGS__}
+#define VB_OP(kind, family, inputs, outputs, attrs, note) \
+  {OpKind::kind, #kind, VB_LIST inputs, VB_LIST outputs, OpAttrs VB_LIST attrs, note},
 constexpr std::array<OpSignature, kOpKindCount> kSignatures{{
-    {OpKind::embedding_fwd, "embedding_fwd", {"tokens[B,S] i32", "wte[V,H]", "[wpe[P,H]]"},
-     {"x[B,S,H]"}, {.embed_scale = true}, "x = embed_scale (wte[tokens] + wpe)"},
-    {OpKind::embedding_bwd, "embedding_bwd", {"dx[B,S,H]", "tokens"}, {"dwte[V,H]", "[dwpe[P,H]]"},
-     {.accumulate = true, .embed_scale = true},
-     "of embed_scale dx; accumulate adds into dwte only, which the tied lm head wrote first; dwpe "
-     "has no other writer and is always overwritten"},
-    {OpKind::layernorm_fwd, "layernorm_fwd", {"x[M,H]", "w[H]", "[b[H]]"},
-     {"y[M,H]", "mean[M] f32", "rstd[M] f32"}, {.eps = true}, ""},
-    {OpKind::layernorm_bwd, "layernorm_bwd", {"dy", "x", "w", "mean", "rstd"},
-     {"dx", "[dw]", "[db]"}, {.accumulate = true}, "a frozen norm (fine-tuning) writes dx alone"},
-    {OpKind::rmsnorm_fwd, "rmsnorm_fwd", {"x[M,H] any", "w[H] any"}, {"y[M,H]", "rstd[M] f32"},
-     {.eps = true, .norm_offset = true}, "y = x rstd (norm_offset + w)"},
-    {OpKind::rmsnorm_bwd, "rmsnorm_bwd", {"dy", "x any", "w any", "rstd"}, {"dx =x", "[dw =w]"},
-     {.accumulate = true, .norm_offset = true}, "a frozen norm (fine-tuning) writes dx alone"},
-    {OpKind::linear_fwd, "linear_fwd", {"x[M,In]", "w[Out,In]", "[b[Out]]"}, {"y[M,Out]"}, {},
-     "y = x w^T + b"},
-    {OpKind::linear_bwd, "linear_bwd", {"dy[M,Out]", "x[M,In]", "w[Out,In]"},
-     {"dx[M,In]", "dw[Out,In]", "[db[Out]]"}, {.accumulate = true}, ""},
-    {OpKind::gelu_fwd, "gelu_fwd", {"x"}, {"y"}, {}, "tanh approximation"},
-    {OpKind::gelu_bwd, "gelu_bwd", {"dy", "x"}, {"dx"}, {}, ""},
-    {OpKind::swiglu_fwd, "swiglu_fwd", {"gate[M,F]", "[up[M,F]]"}, {"y[M,F]"}, {.gelu_gate = true},
-     "silu(gate) * up, or gelu(gate) * up (tanh approximation) with gelu_gate; without up, gate "
-     "is gate|up [M,2F] (Phi-3's gate_up_proj)"},
-    {OpKind::swiglu_bwd, "swiglu_bwd", {"dy", "gate", "[up]"}, {"dgate", "[dup]"},
-     {.gelu_gate = true}, "packed (no up): one d(gate|up) [M,2F]"},
-    {OpKind::rope_fwd, "rope_fwd", {"qkv[B,S,Q] any"}, {"qkv_rot[B,S,Q]"}, {.heads = true},
-     "rotates the q and k parts, copies v"},
-    {OpKind::rope_bwd, "rope_bwd", {"dqkv_rot any"}, {"dqkv"}, {.heads = true}, ""},
-    {OpKind::attn_scores, "attn_scores", {"qkv[B,S,Q]"}, {"scores[B,A,S,S] any"}, {.heads = true},
-     "q k^T / sqrt(D), causal (-inf above the diagonal); with scores of another dtype (autocast's "
-     "fp32 mask promotes them) the product goes through the op's first held tensor of their "
-     "shape in its dtype"},
-    {OpKind::softmax_fwd, "softmax_fwd", {"scores any"}, {"probs[B,A,S,S]"}, {}, "row softmax"},
-    {OpKind::softmax_bwd, "softmax_bwd", {"dprobs", "probs"}, {"dscores any"}, {}, ""},
-    {OpKind::attn_values, "attn_values", {"probs[B,A,S,S]", "qkv"}, {"y[B,S,A*D]"},
-     {.heads = true}, "probs v; query head a uses kv head a / (A/K)"},
-    {OpKind::attn_values_bwd, "attn_values_bwd", {"dy[B,S,A*D]", "probs", "qkv"},
-     {"dprobs[B,A,S,S]", "dqkv"}, {.heads = true}, "writes the v part of dqkv, zeroes q and k"},
-    {OpKind::attn_scores_bwd, "attn_scores_bwd", {"dscores", "qkv", "dqkv"}, {"dqkv"},
-     {.heads = true}, "writes the q and k parts of dqkv in place"},
-    {OpKind::flash_fwd, "flash_fwd", {"qkv[B,S,Q]"}, {"y[B,S,A*D]", "lse[B,A,S] f32"},
-     {.heads = true, .dropout = true, .softcap = true},
-     "causal, the scores capped where softcap > 0; scratch: flash_fwd_scratch_bytes"},
-    {OpKind::flash_bwd, "flash_bwd", {"dy", "qkv", "y", "lse"}, {"dqkv[B,S,Q]"},
-     {.heads = true, .dropout = true, .softcap = true},
-     "scratch: flash_bwd_scratch_bytes, an fp32 dq accumulator and row sums first"},
-    {OpKind::dropout_fwd, "dropout_fwd", {"x"}, {"y", "mask u8"}, {.dropout = true},
-     "y = x * mask / (1 - p), mask 1 = kept, seeded by Op::seed"},
-    {OpKind::dropout_bwd, "dropout_bwd", {"dy", "mask"}, {"dx"}, {.dropout = true}, ""},
-    {OpKind::add, "add", {"a", "b any"}, {"c"}, {}, "c = a + b (residual stream, gradient sums)"},
-    {OpKind::cross_entropy_fwd, "cross_entropy_fwd", {"logits[M,V]", "targets[B,S] i32"},
-     {"loss[1] f32", "lse[M] f32"}, {}, "the mean over M"},
-    {OpKind::cross_entropy_bwd, "cross_entropy_bwd", {"logits", "targets", "lse"},
-     {"dlogits[M,V]"}, {.grad_scale = true}, "of grad_scale x the mean loss"},
-    {OpKind::adamw_step, "adamw_step", {"w", "grad", "m any", "v =m", "[master f32]"}, {},
-     {.grad_scale = true, .optimizer = true},
-     "updates w, m, v and master in place; grad is divided by grad_scale first; m and v fp32 "
-     "or w's dtype (torch.optim keeps the state in the parameter's dtype)"},
-    {OpKind::sgd_step, "sgd_step", {"w", "grad", "momentum any", "[master f32]"}, {},
-     {.grad_scale = true, .optimizer = true},
-     "updates w, momentum and master in place; grad is divided by grad_scale first; momentum "
-     "fp32 or w's dtype"},
-    {OpKind::dequantize, "dequantize", {"codes u8", "absmax", "[absmax2 f32]", "[offset f32]"},
-     {"w[Out,In]"}, {.quant = true},
-     "rows [row_offset, +rows) of w from 4-bit codes and a per-64 absmax (fp32, or 8-bit with "
-     "absmax2 per 256 blocks and the offset under double quantisation) or int8 rows and their "
-     "fp32 absmax; scratch: the rebuilt fp32 absmax under double quantisation"},
-    {OpKind::linear_dgrad, "linear_dgrad", {"dy[M,Out]", "w[Out,In]"}, {"dx[M,In]"}, {},
-     "dx = dy w (the weight is frozen: no dw, no saved input)"},
-    {OpKind::lora_fwd, "lora_fwd", {"x[M,In]", "a[R,In]", "b[N,R]", "y[M,Out] any"},
-     {"xa[M,R]", "y any"}, {.lora = true},
-     "xa = x a^T; y[:, col_offset:+N] += lora_scale xa b^T, in place; with y of another dtype "
-     "the product goes through the op's first held tensor of [M,N] in its dtype (lora_B's "
-     "output), the sum in fp32"},
-    {OpKind::lora_bwd, "lora_bwd", {"dy[M,Out] any", "x[M,In]", "xa[M,R]", "a", "b"},
-     {"da[R,In]", "db[N,R]", "dxa[M,R]", "[dx[M,In]]"}, {.accumulate = true, .lora = true},
-     "g = lora_scale dy[:, col_offset:+N]; db = g^T xa; dxa = g b; da = dxa^T x; dx = dxa a, "
-     "added into dx with accumulate (the frozen base wrote it first); with dy of another dtype "
-     "its columns are cast into the op's first held tensor of [M,N] in its dtype first"},
-    {OpKind::adamw8bit_step, "adamw8bit_step",
-     {"w", "grad", "m u8", "v u8", "m_absmax f32", "v_absmax f32", "[master f32]"}, {},
-     {.grad_scale = true, .optimizer = true},
-     "bitsandbytes' 8-bit AdamW: the moments dequantised per block of 256, updated in fp32, "
-     "requantised with the new absmax; m and v may be paged"},
-    {OpKind::cast, "cast", {"x"}, {"y"}, {},
-     "y = x stored in y's dtype, element for element (autocast's casts, .float(), .to())"},
-    {OpKind::qk_norm_fwd, "qk_norm_fwd", {"qkv[B,S,Q]", "q_w[D] any", "k_w[D] =q_w"},
-     {"y[B,S,Q]", "rstd[B,S,A+K] f32"}, {.heads = true, .eps = true, .norm_offset = true},
-     "RMSNorm of each query head (q_w) and key head (k_w) over its D columns; v copied"},
-    {OpKind::qk_norm_bwd, "qk_norm_bwd", {"dy", "qkv", "q_w any", "k_w =q_w", "rstd"},
-     {"dqkv", "[dq_w =q_w]", "[dk_w =q_w]"}, {.heads = true, .accumulate = true, .norm_offset = true},
-     "dv is dy's v part; frozen norms (fine-tuning) write dqkv alone"},
-    {OpKind::softcap_fwd, "softcap_fwd", {"x"}, {"y"}, {.softcap = true},
-     "y = softcap tanh(x / softcap)"},
-    {OpKind::softcap_bwd, "softcap_bwd", {"dy", "y"}, {"dx"}, {.softcap = true},
-     "dx = dy (1 - (y / softcap)^2)"},
+#include "program/ops.def"
 }};
+#undef VB_LIST
 // clang-format on
 
 constexpr bool in_enum_order() {
@@ -118,8 +27,6 @@ constexpr bool in_enum_order() {
   return true;
 }
 static_assert(in_enum_order(), "one row per OpKind, in the enum's order");
-static_assert(static_cast<std::size_t>(OpKind::softcap_bwd) + 1 == kOpKindCount,
-              "kOpKindCount counts every OpKind");
 
 // The operand counts of every kind, worked out once from the table: a build checks thousands of
 // ops, and counting the operand names of the table for each one showed in its profile.

@@ -1,8 +1,9 @@
 // The op signature table: for every OpKind its name, the tensors it reads and writes in order, and
-// the Op attributes it uses. The builder checks every op against it (Program::add_op the operand
-// counts, build_program each op whole), the program listing (report/program_table.h) names kinds
-// by it, and both executors read each op through it (device/operands.h checks the op and finds its
-// operands by their names here); no executor keeps arity rules of its own.
+// the Op attributes it uses, made of the rows of the op table (program/ops.def). The builder checks
+// every op against it (Program::add_op the operand counts, build_program each op whole), the
+// program listing (report/program_table.h) names kinds by it, and both executors read each op
+// through it (op/operands.h checks the op and finds its operands by their names here); no
+// executor keeps arity rules of its own.
 //
 // Operands are listed as "name[shape] dtype"; "[...]" around one marks it optional (present only
 // when the model has it: biases, positions, master weights), and optional operands come last.
@@ -91,9 +92,6 @@ constexpr bool of_free_dtype(std::string_view listed) {
   const std::string_view d = operand_dtype(listed);
   return d == "any" || (!d.empty() && d.front() == '=');
 }
-
-// The number of op kinds: every OpKind has one row in the table.
-inline constexpr std::size_t kOpKindCount = 39;
 
 // Throws InternalError naming the op when its operand counts (workspace tensors, which come last,
 // not counted) differ from its signature. Program::add_op runs it as the op is added.

@@ -16,9 +16,9 @@
 #include "cuda/owners.h"
 #include "device/cpu_executor.h"
 #include "device/cuda_device.h"
-#include "device/operands.h"
 #include "device/sources.h"
 #include "gpu/require_gpu.h"
+#include "op/operands.h"
 #include "program/program.h"
 
 namespace vrambench {

@@ -1,4 +1,4 @@
-// cuDNN fused attention through cudnn-frontend (kernels/cuda/flash_cudnn.h).
+// cuDNN fused attention through cudnn-frontend (kernels/cuda/attention_cudnn.h).
 // Without a GPU: the layouts over packed qkv/y/lse, batch chunks, the bounded plan cache, the
 // workspace formula, the frontend's validate() of every variant the step programs use (and its
 // rejections, reported with its message), frontend errors mapped to typed errors.
@@ -19,8 +19,8 @@
 
 #include "config/run_config.h"
 #include "cpu/attention.h"
+#include "cuda/attention_cudnn.h"
 #include "cuda/check.h"
-#include "cuda/flash_cudnn.h"
 #include "cuda/gemm.h"
 #include "cuda/owners.h"
 #include "cuda/types.h"
@@ -217,7 +217,7 @@ void expect_rejected(const SdpaKey& k, int sm) {
     const std::string what = e.what();
     EXPECT_NE(what.find("cuDNN frontend error"), std::string::npos) << what;
     EXPECT_NE(what.find(describe(k)), std::string::npos) << what;
-    EXPECT_NE(what.find("flash_cudnn.cpp:"), std::string::npos) << what;
+    EXPECT_NE(what.find("attention_cudnn.cpp:"), std::string::npos) << what;
   }
 }
 

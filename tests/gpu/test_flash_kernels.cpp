@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "gpu/require_gpu.h"
 #include "cpu/attention.h"
+#include "cuda/attention_flash.h"
 #include "cuda/check.h"
-#include "cuda/flash.h"
 #include "cuda/owners.h"
 #include "cuda/types.h"
 #include "device/cuda_device.h"
+#include "gpu/require_gpu.h"
 
 namespace vrambench::cuda {
 namespace {

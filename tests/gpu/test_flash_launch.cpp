@@ -10,7 +10,7 @@
 #include <string>
 #include <tuple>
 
-#include "cuda/flash.h"
+#include "cuda/attention_flash.h"
 
 namespace vrambench::cuda {
 namespace {

@@ -14,10 +14,12 @@
 #include "cpu/attention.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/embedding.h"
-#include "cpu/norm.h"
+#include "cpu/layernorm.h"
+#include "cpu/rmsnorm.h"
 #include "cpu/rope.h"
 #include "cuda/activation.h"
 #include "cuda/add.h"
+#include "cuda/attention.h"
 #include "cuda/cast.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/dropout.h"
@@ -27,7 +29,6 @@
 #include "cuda/reduce.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope.h"
-#include "cuda/softmax.h"
 #include "program/program.h"
 
 namespace vrambench::cuda {

@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "cpu/embedding.h"
-#include "cpu/norm.h"
+#include "cpu/layernorm.h"
+#include "cpu/rmsnorm.h"
 #include "cuda/check.h"
 #include "cuda/embedding.h"
 #include "cuda/gemm.h"

@@ -1,5 +1,5 @@
 // An op decoded for an executor: bound by its signature, and the figures read off its operands.
-#include "device/operands.h"
+#include "op/operands.h"
 
 #include <fmt/format.h>
 
@@ -264,14 +264,14 @@ DequantizeOperands dequantize_operands(const Operands& a) {
                    : "reads codes and absmax");
   DequantizeOperands d;
   d.cols = w.tensor->shape[1];
-  d.in.data = static_cast<std::uint8_t*>(input(a, "codes").data);
-  void* absmax = input(a, "absmax").data;  // 8-bit under double quantisation, else fp32
+  d.in.data = a.u8(input(a, "codes"));
+  const Operand& absmax = input(a, "absmax");  // 8-bit under double quantisation, else fp32
   if (nested) {
-    d.in.qabsmax = static_cast<std::uint8_t*>(absmax);
-    d.in.absmax2 = static_cast<float*>(input(a, "absmax2").data);
-    d.in.offset = static_cast<float*>(input(a, "offset").data);
+    d.in.qabsmax = a.u8(absmax);
+    d.in.absmax2 = a.f32(input(a, "absmax2"));
+    d.in.offset = a.f32(input(a, "offset"));
   } else {
-    d.in.absmax = static_cast<float*>(absmax);
+    d.in.absmax = a.f32(absmax);
   }
   d.rows = static_cast<char*>(w.data) + op.row_offset * d.cols * dtype_size(w.tensor->dtype);
   return d;
@@ -291,10 +291,10 @@ kquant::AdamW8bitState adamw_8bit_state(const Operands& a) {
                 absmax_m.tensor->dtype == DType::f32 && absmax_v.tensor->dtype == DType::f32,
             "an fp32 absmax per block of m and of v");
   kquant::AdamW8bitState state;
-  state.m_codes = static_cast<std::uint8_t*>(m.data);
-  state.v_codes = static_cast<std::uint8_t*>(v.data);
-  state.absmax_m = static_cast<float*>(absmax_m.data);
-  state.absmax_v = static_cast<float*>(absmax_v.data);
+  state.m_codes = a.u8(m);
+  state.v_codes = a.u8(v);
+  state.absmax_m = a.f32(absmax_m);
+  state.absmax_v = a.f32(absmax_v);
   return state;
 }
 

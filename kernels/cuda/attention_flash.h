@@ -3,9 +3,9 @@
 // with dropout drawn from the shared counter RNG at the index of the probability it drops (as eager
 // attention and the CPU reference do). The only flash path of the fp32/tf32 recipes and of dropout.
 //
-// Tiling (flash.cu): a block of 16 x 16 threads owns one tile of 64 (or 32) rows; the tiles it
-// streams through are staged in shared memory as fp32, and each thread keeps a 4 x 4 (or 2 x 2)
-// patch of scores and its part of the fp32 accumulators in registers.
+// Tiling (attention_flash.cu): a block of 16 x 16 threads owns one tile of 64 (or 32) rows; the
+// tiles it streams through are staged in shared memory as fp32, and each thread keeps a 4 x 4 (or 2
+// x 2) patch of scores and its part of the fp32 accumulators in registers.
 //   forward   a block per (batch, head, query tile); online softmax over the key tiles at or below
 //             the diagonal.
 //   backward  three kernels and no atomics: delta_i = dy_i . y_i per query row into the scratch;

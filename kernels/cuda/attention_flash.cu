@@ -1,5 +1,5 @@
-// Fused causal attention kernels (flash.h): fp32 tiles in shared memory, online softmax, and a
-// backward in three kernels without atomics.
+// Fused causal attention kernels (attention_flash.h): fp32 tiles in shared memory, online softmax,
+// and a backward in three kernels without atomics.
 //
 // Thread layout of the tiled kernels: thread (ty, tx) = (threadIdx.x / 16, threadIdx.x % 16). Of a
 // tile x tile patch of scores it holds rows ty*R .. ty*R + R-1 and columns tx, tx + 16, ..,
@@ -11,8 +11,8 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/attention_flash.h"
 #include "cuda/check.h"
-#include "cuda/flash.h"
 
 namespace vrambench::cuda {
 namespace {

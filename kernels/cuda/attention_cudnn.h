@@ -4,8 +4,8 @@
 // k of kv head k at (A+k)*D, v at (A+K+k)*D), y[B,S,A*D], lse[B,A,S] fp32, dqkv laid out as qkv.
 // Graphs are validated, lowered, planned by heuristics (mode A, then FALLBACK) and cached by shape
 // in one bounded cache; a run uses only the workspace its op lists, and batches above what cuDNN's
-// kernels take run in chunks. No frontend header is included here: flash_cudnn.cpp alone compiles
-// them.
+// kernels take run in chunks. No frontend header is included here: attention_cudnn.cpp alone
+// compiles them.
 #pragma once
 
 #include <cuda_runtime.h>

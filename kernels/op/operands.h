@@ -1,17 +1,20 @@
-// An op as an executor runs it: checked against its signature, its tensors bound to their memory in
-// the signature's order (workspace apart), and the figures both executors read off its operands
-// (GEMM and LoRA dimensions, the attention shape, the quantised weight's and the 8-bit AdamW
-// state's buffers, the optimizer's parameters). Plain C++: the cpu and the cuda executor decode an
-// op here, so an operand sits at the same place and is checked the same way on both.
+// An op as the kernels' adapters read it: checked against its signature, its tensors bound to their
+// memory in the signature's order (workspace apart), and the figures both sides read off its
+// operands (GEMM and LoRA dimensions, the attention shape, the quantised weight's and the 8-bit
+// AdamW state's buffers, the optimizer's parameters). Plain C++: the CPU adapters
+// (kernels/cpu/op_table.h) and the CUDA launchers (kernels/cuda/op_table.h) of the op table decode
+// an op here, so an operand sits at the same place and is checked the same way on both.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/math.h"
 #include "common/quant.h"
+#include "core/name.h"
 #include "core/units.h"
 #include "program/program.h"
 #include "program/signature.h"
@@ -55,6 +58,9 @@ struct Operands {
   float* f32(const Operand& o) const { return static_cast<float*>(typed(o, DType::f32)); }
   const std::int32_t* i32(const Operand& o) const {
     return static_cast<const std::int32_t*>(typed(o, DType::i32));
+  }
+  std::uint8_t* u8(const Operand& o) const {
+    return static_cast<std::uint8_t*>(typed(o, DType::u8));
   }
   void* typed(const Operand& o, DType dtype) const;
 
@@ -153,8 +159,19 @@ struct OptimizerOperands {
 };
 OptimizerOperands optimizer_operands(const Operands& a);
 
-// The optimizer's parameters from the op's attributes; `step` is the weight's step count, which
-// the executor keeps.
+// The optimizer steps each weight has taken, which an executor keeps from one op to the next: the
+// n-th step of a weight uses bias correction for step n.
+class OptimizerSteps {
+ public:
+  // `weight`'s step count after one more step.
+  int next(const Operand& weight) { return ++steps_[weight.tensor->name]; }
+
+ private:
+  std::unordered_map<Name, int> steps_;
+};
+
+// The optimizer's parameters from the op's attributes; `step` is the weight's step count
+// (OptimizerSteps).
 kmath::AdamParams adam_params(const Op& op, int step);
 kmath::SgdParams sgd_params(const Op& op);
 

@@ -1,61 +1,15 @@
-// LayerNorm and RMSNorm. Row statistics and the weight-gradient column sums accumulate in double.
-#include "cpu/norm.h"
+// RMSNorm, and the q/k norm as RMSNorm rows of each head. Row statistics and the weight-gradient
+// column sums accumulate in double. Then the adapters of rmsnorm_fwd/bwd and qk_norm_fwd/bwd
+// (cpu/op_table.h), which apply the weights with their norm_offset.
+#include "cpu/rmsnorm.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "cpu/op_table.h"
+
 namespace vrambench::cpu {
-
-void layernorm_fwd(float* y, float* mean, float* rstd, const float* x, const float* w,
-                   const float* b, std::int64_t M, std::int64_t H, float eps) {
-  for (std::int64_t m = 0; m < M; ++m) {
-    const float* row = x + m * H;
-    double sum = 0.0;
-    for (std::int64_t h = 0; h < H; ++h) sum += row[h];
-    const double mu = sum / static_cast<double>(H);
-    double var = 0.0;
-    for (std::int64_t h = 0; h < H; ++h) var += (row[h] - mu) * (row[h] - mu);
-    var /= static_cast<double>(H);
-    const double r = 1.0 / std::sqrt(var + static_cast<double>(eps));
-    mean[m] = static_cast<float>(mu);
-    rstd[m] = static_cast<float>(r);
-    for (std::int64_t h = 0; h < H; ++h)
-      y[m * H + h] = static_cast<float>((row[h] - mu) * r * w[h] + (b ? b[h] : 0.0f));
-  }
-}
-
-void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                   const float* mean, const float* rstd, std::int64_t M, std::int64_t H) {
-  std::vector<double> acc_w(static_cast<std::size_t>(H), 0.0),
-      acc_b(static_cast<std::size_t>(H), 0.0);
-  for (std::int64_t m = 0; m < M; ++m) {
-    const float* g = dy + m * H;
-    const float* row = x + m * H;
-    const double mu = mean[m], r = rstd[m];
-    // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * w.
-    double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
-    for (std::int64_t h = 0; h < H; ++h) {
-      const double xhat = (row[h] - mu) * r;
-      const double dxhat = static_cast<double>(g[h]) * w[h];
-      mean_dxhat += dxhat;
-      mean_dxhat_xhat += dxhat * xhat;
-      acc_w[static_cast<std::size_t>(h)] += g[h] * xhat;
-      acc_b[static_cast<std::size_t>(h)] += g[h];
-    }
-    mean_dxhat /= static_cast<double>(H);
-    mean_dxhat_xhat /= static_cast<double>(H);
-    for (std::int64_t h = 0; h < H; ++h) {
-      const double xhat = (row[h] - mu) * r;
-      const double dxhat = static_cast<double>(g[h]) * w[h];
-      dx[m * H + h] = static_cast<float>(r * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-    }
-  }
-  for (std::int64_t h = 0; h < H; ++h) {
-    dw[h] = static_cast<float>(acc_w[static_cast<std::size_t>(h)]);
-    if (db) db[h] = static_cast<float>(acc_b[static_cast<std::size_t>(h)]);
-  }
-}
 
 void rmsnorm_fwd(float* y, float* rstd, const float* x, const float* w, std::int64_t M,
                  std::int64_t H, float eps) {
@@ -126,3 +80,66 @@ void qk_norm_bwd(float* dqkv, float* dqw, float* dkw, const float* dy, const flo
 }
 
 }  // namespace vrambench::cpu
+
+namespace vrambench {
+namespace {
+
+// A norm's weight as its kernel applies it: w + norm_offset (Gemma's 1 + w).
+std::vector<float> offset_weight(const Operand& w, const Op& op) {
+  std::vector<float> values = cpu::load(w);
+  if (op.norm_offset != 0.0f)
+    for (float& v : values) v += op.norm_offset;
+  return values;
+}
+
+}  // namespace
+
+void cpu_run_rmsnorm_fwd(const Operands& a, CpuContext&) {
+  const std::int64_t H = last_dim(a.in[0]), M = rows(a.in[0]);
+  const auto x = cpu::load(a.in[0]), w = offset_weight(a.in[1], a.op);
+  auto y = cpu::zeros_like(a.out[0]), rstd = cpu::zeros_like(a.out[1]);
+  cpu::rmsnorm_fwd(y.data(), rstd.data(), x.data(), w.data(), M, H, a.op.eps);
+  cpu::store_out(a, 0, y);
+  cpu::store_out(a, 1, rstd);
+}
+
+void cpu_run_rmsnorm_bwd(const Operands& a, CpuContext&) {
+  const std::int64_t H = last_dim(a.in[1]), M = rows(a.in[1]);
+  const auto dy = cpu::load(a.in[0]), x = cpu::load(a.in[1]), rstd = cpu::load(a.in[3]);
+  const auto w = offset_weight(a.in[2], a.op);
+  auto dx = cpu::zeros_like(a.out[0]);
+  std::vector<float> dw(static_cast<std::size_t>(H));
+  cpu::rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), M, H);
+  cpu::store_out(a, 0, dx);
+  if (a.out.size() == 2) cpu::store_out(a, 1, dw);  // a frozen norm writes dx alone
+}
+
+void cpu_run_qk_norm_fwd(const Operands& a, CpuContext&) {
+  const QkvShape s = attention_shape(a);
+  const auto qkv = cpu::load(a.in[0]);
+  const auto qw = offset_weight(a.in[1], a.op), kw = offset_weight(a.in[2], a.op);
+  auto y = cpu::zeros_like(a.out[0]), rstd = cpu::zeros_like(a.out[1]);
+  a.require(static_cast<std::int64_t>(rstd.size()) == s.batch * s.seq * (s.heads + s.kv_heads),
+            "rstd must be [B,S,A+K]");
+  cpu::qk_norm_fwd(y.data(), rstd.data(), qkv.data(), qw.data(), kw.data(), s.batch * s.seq,
+                   s.heads, s.kv_heads, s.head_dim, a.op.eps);
+  cpu::store_out(a, 0, y);
+  cpu::store_out(a, 1, rstd);
+}
+
+void cpu_run_qk_norm_bwd(const Operands& a, CpuContext&) {
+  const QkvShape s = attention_shape(a);
+  const auto dy = cpu::load(a.in[0]), qkv = cpu::load(a.in[1]), rstd = cpu::load(a.in[4]);
+  const auto qw = offset_weight(a.in[2], a.op), kw = offset_weight(a.in[3], a.op);
+  auto dqkv = cpu::zeros_like(a.out[0]);
+  std::vector<float> dqw(static_cast<std::size_t>(s.head_dim)), dkw(dqw.size());
+  cpu::qk_norm_bwd(dqkv.data(), dqw.data(), dkw.data(), dy.data(), qkv.data(), qw.data(), kw.data(),
+                   rstd.data(), s.batch * s.seq, s.heads, s.kv_heads, s.head_dim);
+  cpu::store_out(a, 0, dqkv);
+  if (a.out.size() == 3) {  // frozen norms write dqkv alone
+    cpu::store_out(a, 1, dqw);
+    cpu::store_out(a, 2, dkw);
+  }
+}
+
+}  // namespace vrambench

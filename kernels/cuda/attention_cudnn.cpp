@@ -1,10 +1,10 @@
-// cuDNN fused attention through cudnn-frontend (see flash_cudnn.h): graph factory, validation,
+// cuDNN fused attention through cudnn-frontend (see attention_cudnn.h): graph factory, validation,
 // planning, the bounded plan cache, batch chunks and execution. The only file that compiles the
 // frontend's headers (they are heavy): host C++, built by the C++ compiler, not nvcc.
-#include "cuda/flash_cudnn.h"
-#include "program/program.h"
+#include "cuda/attention_cudnn.h"
 
 #include <cudnn_frontend.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,8 +15,11 @@
 #include <unordered_map>
 
 #include "core/units.h"
+#include "cuda/attention_flash.h"
 #include "cuda/check.h"
+#include "cuda/op_table.h"
 #include "cuda/owners.h"
+#include "program/program.h"
 
 namespace vrambench::cuda {
 
@@ -446,3 +449,67 @@ void CudnnSdpa::backward(void* dqkv, const void* dy, const void* qkv, const void
 }
 
 }  // namespace vrambench::cuda
+
+// ---- the flash ops -----------------------------------------------------------------------------
+
+namespace vrambench {
+namespace {
+
+// flash_fwd / flash_bwd through cuDNN's fused attention. Nothing else runs the op when cuDNN
+// cannot: an unsupported dtype or shape, no plan, or a plan that needs more workspace than the op
+// lists (a run may use only the memory its program lists) all throw, with cuDNN's or the
+// frontend's message; an allocation failure inside them is CudaOutOfMemory, which the executor
+// turns into DeviceOutOfMemory. The op's scratch tensor is cuDNN's workspace.
+void cudnn_flash(const Operands& a, CudaContext& context, const QkvShape& s, DType dt) {
+  const Op& op = a.op;
+  const bool fwd = op.kind == OpKind::flash_fwd;
+  const cuda::SdpaKey key{{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim},
+                          dt,
+                          static_cast<float>(op.dropout_p),
+                          fwd ? cuda::SdpaPass::forward : cuda::SdpaPass::backward};
+  // The forward and the backward of one attention carry the same seed, so they drop alike.
+  const cuda::SdpaRng rng{static_cast<std::int64_t>(op.seed), 0};
+  if (fwd)
+    context.cudnn_sdpa().forward(a.out[0].data, a.f32(a.out[1]), a.in[0].data, key, rng,
+                                 a.workspace, a.workspace_bytes, op.name.str(), context.stream());
+  else
+    context.cudnn_sdpa().backward(a.out[0].data, a.in[0].data, a.in[1].data, a.in[2].data,
+                                  a.f32(a.in[3]), key, rng, a.workspace, a.workspace_bytes,
+                                  op.name.str(), context.stream());
+}
+
+// cuDNN's fused attention or the plain fused kernels (cuda/attention_flash.h), as the context
+// says for the op's dtype: cuDNN or fail, no fallback.
+void flash(const Operands& a, CudaContext& context) {
+  const Op& op = a.op;
+  const DType dt = a.dtype();
+  const QkvShape s = attention_shape(a);
+  if (op.softcap > 0.0f)
+    a.fail(
+        fmt::format("the fused attention kernels here do not soft-cap scores (Gemma 2's "
+                    "attn_logit_softcapping {}): use --attention eager on cuda, or --no-execute",
+                    op.softcap));
+  if (context.flash_on_cudnn(dt)) {
+    cudnn_flash(a, context, s, dt);
+    return;
+  }
+  const cuda::FlashShape f{
+      s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, static_cast<float>(op.dropout_p), op.seed};
+  if (op.kind == OpKind::flash_fwd)
+    cuda::launch_flash_fwd(dt, a.out[0].data, a.f32(a.out[1]), a.in[0].data, f, context.stream());
+  else
+    cuda::launch_flash_bwd(dt, a.out[0].data, a.workspace, a.workspace_bytes, a.in[0].data,
+                           a.in[1].data, a.in[2].data, a.f32(a.in[3]), f, context.stream());
+}
+
+}  // namespace
+
+void cuda_run_flash_fwd(const Operands& a, CudaContext& context) {
+  flash(a, context);
+}
+
+void cuda_run_flash_bwd(const Operands& a, CudaContext& context) {
+  flash(a, context);
+}
+
+}  // namespace vrambench
