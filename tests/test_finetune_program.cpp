@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/presets.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "device/device.h"
 #include "program/program.h"
 #include "search/measure.h"

@@ -14,7 +14,7 @@
 #include "alloc/allocator.h"
 #include "core/error.h"
 #include "core/presets.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "device/device.h"
 #include "device/sources.h"
 #include "program/signature.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/math.h"
-#include "common/quant.h"
+#include "common/quant_math.h"
 #include "core/name.h"
 #include "core/units.h"
 #include "program/program.h"

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "core/dtype.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "core/units.h"
 
 namespace vrambench {
