@@ -1,12 +1,12 @@
-// Host buffers of one quantised weight, sized by core/quant.h, for the quantisation tests on the
-// CPU (test_quant.cpp) and against the GPU (gpu/test_quant_kernels.cpp).
+// Host buffers of one quantised weight, sized by core/quant_layout.h, for the quantisation tests on
+// the CPU (test_quant.cpp) and against the GPU (gpu/test_quant_kernels.cpp).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "common/quant.h"
-#include "core/quant.h"
+#include "common/quant_math.h"
+#include "core/quant_layout.h"
 
 namespace vrambench::test {
 

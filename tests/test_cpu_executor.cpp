@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
-#include "device/init.h"
+#include "device/init_rule.h"
 #include "device/sources.h"
 #include "program_memory.h"
 

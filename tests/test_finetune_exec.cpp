@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "common/math.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "cpu/quant.h"
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
-#include "device/init.h"
+#include "device/init_rule.h"
 #include "model/families.h"
 #include "program/program.h"
 

@@ -4,7 +4,8 @@
 
 #include <string>
 
-#include "core/quant.h"
+#include "core/quant_layout.h"
+#include "model/families.h"
 #include "device/device.h"
 #include "model/families.h"
 #include "program/program.h"

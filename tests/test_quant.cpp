@@ -1,7 +1,8 @@
-// Quantised weights and 8-bit AdamW (core/quant.h, kernels/common/quant.h, kernels/cpu/quant.h):
-// the sizes worked out by hand, the code tables against bitsandbytes' own values and the QLoRA
-// construction, round-trip error bounds of NF4 / FP4 / int8 on random normal weights, double
-// quantisation, the lane split the GPU kernels use, and 8-bit AdamW against fp32 AdamW.
+// Quantised weights and 8-bit AdamW (core/quant_layout.h, kernels/common/quant_math.h,
+// kernels/cpu/quant.h): the sizes worked out by hand, the code tables against bitsandbytes' own
+// values and the QLoRA construction, round-trip error bounds of NF4 / FP4 / int8 on random normal
+// weights, double quantisation, the lane split the GPU kernels use, and 8-bit AdamW against fp32
+// AdamW.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,11 +12,11 @@
 #include <limits>
 #include <vector>
 
-#include "common/init.h"
+#include "common/init_values.h"
 #include "common/math.h"
-#include "common/quant.h"
+#include "common/quant_math.h"
 #include "core/error.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "core/units.h"
 #include "cpu/optimizer.h"
 #include "cpu/quant.h"

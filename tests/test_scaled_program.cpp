@@ -13,7 +13,8 @@
 
 #include "alloc/allocator.h"
 #include "core/error.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
+#include "model/families.h"
 #include "device/device.h"
 #include "device/sources.h"
 #include "model/families.h"

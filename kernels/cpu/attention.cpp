@@ -242,17 +242,8 @@ void flash_bwd(float* dqkv, const float* dy, const float* qkv, const float* y, c
 }  // namespace vrambench::cpu
 
 namespace vrambench {
-namespace {
-
-cpu::AttnShape attn_shape(const Operands& a) {
-  const QkvShape s = attention_shape(a);
-  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
-}
-
-}  // namespace
-
 void cpu_run_attn_scores(const Operands& a, CpuContext&) {
-  const cpu::AttnShape s = attn_shape(a);
+  const auto s = attention_shape_as<cpu::AttnShape>(a);
   a.require(a.out[0].tensor->elements() == s.B * s.A * s.S * s.S, "scores must be [B,A,S,S]");
   const auto qkv = cpu::load(a.in[0]);
   auto scores = cpu::zeros_like(a.out[0]);
@@ -275,7 +266,7 @@ void cpu_run_softmax_bwd(const Operands& a, CpuContext&) {
 }
 
 void cpu_run_attn_values(const Operands& a, CpuContext&) {
-  const cpu::AttnShape s = attn_shape(a);
+  const auto s = attention_shape_as<cpu::AttnShape>(a);
   a.require(a.in[0].tensor->elements() == s.B * s.A * s.S * s.S, "probs must be [B,A,S,S]");
   a.require(a.out[0].tensor->elements() == s.B * s.S * s.A * s.D, "y must be [B,S,A*D]");
   const auto probs = cpu::load(a.in[0]), qkv = cpu::load(a.in[1]);
@@ -285,7 +276,7 @@ void cpu_run_attn_values(const Operands& a, CpuContext&) {
 }
 
 void cpu_run_attn_values_bwd(const Operands& a, CpuContext&) {
-  const cpu::AttnShape s = attn_shape(a);
+  const auto s = attention_shape_as<cpu::AttnShape>(a);
   const auto dy = cpu::load(a.in[0]), probs = cpu::load(a.in[1]), qkv = cpu::load(a.in[2]);
   auto dprobs = cpu::zeros_like(a.out[0]), dqkv = cpu::zeros_like(a.out[1]);
   cpu::attn_values_bwd(dprobs.data(), dqkv.data(), dy.data(), probs.data(), qkv.data(), s);
@@ -294,7 +285,7 @@ void cpu_run_attn_values_bwd(const Operands& a, CpuContext&) {
 }
 
 void cpu_run_attn_scores_bwd(const Operands& a, CpuContext&) {
-  const cpu::AttnShape s = attn_shape(a);
+  const auto s = attention_shape_as<cpu::AttnShape>(a);
   const auto dscores = cpu::load(a.in[0]), qkv = cpu::load(a.in[1]);
   auto dqkv = cpu::load(a.in[2]);  // its v part, written by attn_values_bwd, is kept
   cpu::attn_scores_bwd(dqkv.data(), dscores.data(), qkv.data(), s);
@@ -303,7 +294,7 @@ void cpu_run_attn_scores_bwd(const Operands& a, CpuContext&) {
 
 void cpu_run_flash_fwd(const Operands& a, CpuContext&) {
   const Op& op = a.op;
-  const cpu::AttnShape s = attn_shape(a);
+  const auto s = attention_shape_as<cpu::AttnShape>(a);
   a.require(a.out[1].tensor->elements() == s.B * s.A * s.S, "lse must be [B,A,S]");
   const auto qkv = cpu::load(a.in[0]);
   auto y = cpu::zeros_like(a.out[0]), lse = cpu::zeros_like(a.out[1]);
@@ -315,7 +306,7 @@ void cpu_run_flash_fwd(const Operands& a, CpuContext&) {
 
 void cpu_run_flash_bwd(const Operands& a, CpuContext&) {
   const Op& op = a.op;
-  const cpu::AttnShape s = attn_shape(a);
+  const auto s = attention_shape_as<cpu::AttnShape>(a);
   const auto dy = cpu::load(a.in[0]), qkv = cpu::load(a.in[1]), y = cpu::load(a.in[2]),
              lse = cpu::load(a.in[3]);
   auto dqkv = cpu::zeros_like(a.out[0]);

@@ -1,5 +1,5 @@
-// Quantisation and 8-bit AdamW over whole tensors: the common/quant.h bodies, one lane per block.
-// Then the adapters of dequantize and adamw8bit_step (cpu/op_table.h).
+// Quantisation and 8-bit AdamW over whole tensors: the common/quant_math.h bodies, one lane per
+// block. Then the adapters of dequantize and adamw8bit_step (cpu/op_table.h).
 #include "cpu/quant.h"
 
 #include <algorithm>
@@ -70,8 +70,8 @@ void dequantize_4bit_nested(QuantKind kind, DType dtype, void* w, const std::uin
 
 void quantize_nested_absmax(std::uint8_t* qabsmax, float* absmax2, float* offset,
                             const float* absmax, std::int64_t blocks) {
-  // The GPU's order (common/quant.h): a sum per group of kQuantNestedBlock, then a part per lane
-  // over the group sums, each folded pairwise.
+  // The GPU's order (common/quant_math.h): a sum per group of kQuantNestedBlock, then a part per
+  // lane over the group sums, each folded pairwise.
   const std::int64_t groups = quant_blocks(blocks, kQuantNestedBlock);
   std::vector<float> group_sums(static_cast<std::size_t>(groups));
   std::vector<double> part(kQuantNestedBlock);

@@ -1,15 +1,16 @@
 // Quantisation of base weights (NF4, FP4 with or without double quantisation; int8 per row) and
-// bitsandbytes' 8-bit AdamW, CPU reference over whole tensors: the bodies of common/quant.h run
-// block by block in fp32, dequantised weights stored in their dtype (kmath::store). Buffers are
-// sized by core/quant.h; their layout is in kquant::QuantizedWeightBuffers and AdamW8bitState.
+// bitsandbytes' 8-bit AdamW, CPU reference over whole tensors: the bodies of common/quant_math.h
+// run block by block in fp32, dequantised weights stored in their dtype (kmath::store). Buffers are
+// sized by core/quant_layout.h; their layout is in kquant::QuantizedWeightBuffers and
+// AdamW8bitState.
 #pragma once
 
 #include <cstdint>
 
 #include "common/math.h"
-#include "common/quant.h"
+#include "common/quant_math.h"
 #include "core/dtype.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 
 namespace vrambench::cpu {
 

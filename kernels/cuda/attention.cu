@@ -78,21 +78,12 @@ void launch_causal_mask(DType dtype, void* scores, std::int64_t blocks, std::int
 }  // namespace vrambench::cuda
 
 namespace vrambench {
-namespace {
-
-cuda::AttentionShape attn_shape(const Operands& a) {
-  const QkvShape s = attention_shape(a);
-  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
-}
-
-}  // namespace
-
 // A GEMM per query head, then the causal mask. Scores of another dtype (autocast's fp32 mask
 // promotes them): the GEMMs write the product held with the op, in its dtype, which is cast into
 // them.
 void cuda_run_attn_scores(const Operands& a, CudaContext& context) {
   const DType dt = a.dtype();
-  const cuda::AttentionShape s = attn_shape(a);
+  const auto s = attention_shape_as<cuda::AttentionShape>(a);
   const cuda::GemmPlan plan = cuda::plan_attn_scores(s);
   const Operand& scores = a.out[0];
   const DType scores_dt = scores.tensor->dtype;
@@ -124,7 +115,7 @@ void cuda_run_softmax_bwd(const Operands& a, CudaContext& context) {
 
 void cuda_run_attn_values(const Operands& a, CudaContext& context) {
   const DType dt = a.dtype();
-  const cuda::AttentionShape s = attn_shape(a);
+  const auto s = attention_shape_as<cuda::AttentionShape>(a);
   const cuda::GemmPlan plan = cuda::plan_attn_values(s);
   for (std::int64_t h = 0; h < s.heads; ++h)
     context.gemm(a, plan, cuda::element_offset(a.in[1].data, s.v_offset(h), dt),
@@ -134,7 +125,7 @@ void cuda_run_attn_values(const Operands& a, CudaContext& context) {
 
 void cuda_run_attn_values_bwd(const Operands& a, CudaContext& context) {
   const DType dt = a.dtype();
-  const cuda::AttentionShape s = attn_shape(a);
+  const auto s = attention_shape_as<cuda::AttentionShape>(a);
   const auto es = static_cast<std::size_t>(dtype_size(dt));
   // The q and k columns of dqkv are written by attn_scores_bwd; zero them here as the contract
   // says, so that dqkv holds no stale values in between.
@@ -156,7 +147,7 @@ void cuda_run_attn_values_bwd(const Operands& a, CudaContext& context) {
 
 void cuda_run_attn_scores_bwd(const Operands& a, CudaContext& context) {
   const DType dt = a.dtype();
-  const cuda::AttentionShape s = attn_shape(a);
+  const auto s = attention_shape_as<cuda::AttentionShape>(a);
   if (a.out[0].data != a.in[2].data)  // keep the v part attn_values_bwd wrote
     VB_CUDA_CHECK(cudaMemcpyAsync(a.out[0].data, a.in[2].data,
                                   static_cast<std::size_t>(a.out[0].tensor->bytes),

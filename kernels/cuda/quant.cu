@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "cuda/check.h"
 #include "cuda/op_table.h"
 #include "cuda/quant.h"
@@ -42,7 +42,7 @@ __device__ inline void fill_shared_map(SharedMap& shared, const DynamicMap& map)
 }
 
 // part[0] + ... + part[kCount - 1] folded pairwise (s = kCount / 2, ..., 1: part[l] += part[l + s])
-// by a block of at least kCount / 2 threads, the order of common/quant.h's nested mean. Every
+// by a block of at least kCount / 2 threads, the order of common/quant_math.h's nested mean. Every
 // thread calls it after writing its part and gets the total; part may be rewritten afterwards.
 template <int kCount>
 __device__ inline double fold_pairwise(double* part) {

@@ -1,5 +1,5 @@
 // Quantised base weights (NF4 / FP4 blockwise with optional double quantisation, int8 per row) and
-// bitsandbytes' 8-bit AdamW on the GPU, over the bodies of common/quant.h, bit for bit the CPU
+// bitsandbytes' 8-bit AdamW on the GPU, over the bodies of common/quant_math.h, bit for bit the CPU
 // reference (kernels/cpu/quant.h). The 4-bit kernels give each quantisation block of 64 a warp
 // (eight per CUDA block), the 8-bit and int8 kernels a CUDA block per block or row, the 8-bit
 // AdamW a CUDA block of 256 threads per 256-value block; absmax by warp shuffles and shared memory.
@@ -16,9 +16,9 @@
 #include <cstdint>
 
 #include "common/math.h"
-#include "common/quant.h"
+#include "common/quant_math.h"
 #include "core/dtype.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "cuda/optimizer.h"
 #include "cuda/types.h"
 
@@ -70,7 +70,8 @@ void launch_dequantize_4bit_nested(QuantKind kind, DType dtype, void* w, const s
 // Double quantisation of the fp32 absmax of `blocks` 4-bit blocks: *offset = their mean, then
 // qabsmax[blocks] and absmax2[ceil(blocks / 256)] from absmax - offset. Three kernels: a CUDA block
 // per group of 256 blocks sums it (into absmax2, overwritten later), one CUDA block adds the
-// ceil(blocks / 256) group sums (the order of common/quant.h), the 8-bit quantisation of the rest.
+// ceil(blocks / 256) group sums (the order of common/quant_math.h), the 8-bit quantisation of the
+// rest.
 void launch_quantize_nested_absmax(std::uint8_t* qabsmax, float* absmax2, float* offset,
                                    const float* absmax, std::int64_t blocks, cudaStream_t stream);
 

@@ -34,24 +34,15 @@ void launch_rope_bwd(DType dtype, void* dqkv, DType in_dtype, const void* dqkv_r
 }  // namespace vrambench::cuda
 
 namespace vrambench {
-namespace {
-
-cuda::RopeShape rope_shape(const Operands& a) {
-  const QkvShape s = attention_shape(a);
-  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
-}
-
-}  // namespace
-
 // The input may be of another dtype (QLoRA's fp32 q|k|v, rotated into 16 bits).
 void cuda_run_rope_fwd(const Operands& a, CudaContext& context) {
   cuda::launch_rope_fwd(a.dtype(), a.out[0].data, a.in[0].tensor->dtype, a.in[0].data,
-                        rope_shape(a), context.stream());
+                        attention_shape_as<cuda::RopeShape>(a), context.stream());
 }
 
 void cuda_run_rope_bwd(const Operands& a, CudaContext& context) {
   cuda::launch_rope_bwd(a.dtype(), a.out[0].data, a.in[0].tensor->dtype, a.in[0].data,
-                        rope_shape(a), context.stream());
+                        attention_shape_as<cuda::RopeShape>(a), context.stream());
 }
 
 }  // namespace vrambench

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 
 namespace vrambench {
 namespace {

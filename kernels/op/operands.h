@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/math.h"
-#include "common/quant.h"
+#include "common/quant_math.h"
 #include "core/name.h"
 #include "core/units.h"
 #include "program/program.h"
@@ -116,6 +116,13 @@ EmbeddingDims embedding_dims(const Operands& a);
 // An attention op's dimensions (the kinds that use heads), read from the packed q|k|v input: the
 // one its signature names qkv, or the first (rope_bwd's gradient of one).
 QkvShape attention_shape(const Operands& a);
+// The same as a kernel family's own shape of those five fields (batch, seq, heads, kv_heads,
+// head_dim, in that order).
+template <typename Shape>
+Shape attention_shape_as(const Operands& a) {
+  const QkvShape s = attention_shape(a);
+  return Shape{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
+}
 
 // lora_fwd / lora_bwd: x[M,In], a[R,In], b[N,R], y (dy) [M,Out], the adapter writing columns
 // [col_offset, +N) of y. Checks them, lora_fwd's y in place and lora_bwd's xa [M,R].

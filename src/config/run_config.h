@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/enum_names.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "core/units.h"
 #include "model/lora.h"
 #include "model/model_config.h"

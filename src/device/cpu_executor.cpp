@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "common/init.h"
+#include "common/init_values.h"
 #include "cpu/op_table.h"
-#include "device/init.h"
+#include "device/init_rule.h"
 #include "op/operands.h"
 
 namespace vrambench {

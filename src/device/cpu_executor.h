@@ -1,7 +1,7 @@
 // The cpu device's Executor: runs each op of a Program with the reference kernels, reading every
 // tensor through its dtype into fp32 and storing results rounded back to it.
 //
-// Initial contents follow device/init.h (deterministic in the seed and the tensor name).
+// Initial contents follow device/init_rule.h (deterministic in the seed and the tensor name).
 // An InputFiller, when given, is asked first for every tensor of role input and may fill it
 // (returns true) — tests use it to give a task's tokens and targets.
 //

@@ -77,8 +77,8 @@ void reset_cuda_pool_watermarks(SegmentSource& source);
 
 // Runs every OpKind on the GPU; an allocation failure inside a library throws DeviceOutOfMemory,
 // any other CUDA failure cuda::CudaError (a std::runtime_error). Initial contents follow
-// device/init.h, filled on the GPU: with the same seed, cpu and cuda start a step from the same
-// values. Throws NeedsGpu without a device.
+// device/init_rule.h, filled on the GPU: with the same seed, cpu and cuda start a step from the
+// same values. Throws NeedsGpu without a device.
 std::unique_ptr<Executor> make_cuda_executor(std::uint64_t seed,
                                              FlashImpl flash = FlashImpl::kernels);
 

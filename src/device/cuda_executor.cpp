@@ -10,11 +10,11 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
-#include "cuda/init.h"
+#include "cuda/init_fill.h"
 #include "cuda/op_table.h"
 #include "cuda/quant.h"
 #include "device/cuda_device.h"
-#include "device/init.h"
+#include "device/init_rule.h"
 #include "op/operands.h"
 
 namespace vrambench {

@@ -66,8 +66,8 @@ struct DeviceOptions {
   CudaMemory memory = CudaMemory::malloc;  // cuda
 };
 
-// The seed every executor fills the step's persistent tensors from (device/init.h), so that cpu
-// and cuda start a step from the same values.
+// The seed every executor fills the step's persistent tensors from (device/init_rule.h), so that
+// cpu and cuda start a step from the same values.
 inline constexpr std::uint64_t kInitSeed = 1234;
 
 using SourceFactory = std::function<std::unique_ptr<SegmentSource>(Bytes capacity)>;

@@ -2,7 +2,7 @@
 #include "estimate/formula.h"
 
 #include "core/dtype.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "model/weights.h"
 
 namespace vrambench {

@@ -15,7 +15,7 @@
 
 #include "config/run_config.h"
 #include "core/error.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "core/units.h"
 #include "model/weights.h"
 #include "program/program.h"
@@ -70,7 +70,7 @@ struct Param {
 };
 
 // One quantised module of a frozen block linear: rows [row_offset, +rows) of its weight, stored
-// as the tensors bitsandbytes allocates (core/quant.h).
+// as the tensors bitsandbytes allocates (core/quant_layout.h).
 struct QuantModule {
   Name name;  // "layer0.attn.q"
   int codes = -1, absmax = -1, absmax2 = -1, offset = -1;
@@ -475,7 +475,7 @@ class ProgramWriter {
     std::string_view m, v, m_absmax, v_absmax;  // suffixes of the parameter's name
   };
   // The AdamW state bitsandbytes keeps for parameter `name` of `dims` under the configuration's
-  // optimizer (core/quant.h): fp32 moments, or from kMin8bitSize elements under an 8-bit
+  // optimizer (core/quant_layout.h): fp32 moments, or from kMin8bitSize elements under an 8-bit
   // optimizer 8-bit codes with an fp32 absmax per kOptimizer8bitBlock; a paged optimizer keeps the
   // moments of tensors from kPagedMinNumel elements in managed memory. Into param.m, v, m_absmax
   // and v_absmax (-1 without 8-bit state).

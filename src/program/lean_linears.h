@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "config/run_config.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "program/build_common.h"
 #include "program/program.h"
 

@@ -18,9 +18,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/init.h"
-#include "common/quant.h"
-#include "core/quant.h"
+#include "common/init_values.h"
+#include "common/quant_math.h"
+#include "core/quant_layout.h"
 #include "cpu/optimizer.h"
 #include "cpu/quant.h"
 #include "cuda/check.h"
@@ -108,7 +108,7 @@ struct Shape {
 // A realistic weight (4096 blocks, 16 nested groups), one with a partial nested group, an odd one.
 constexpr Shape kShapes[] = {{256, 1024}, {129, 1000}, {3, 5}};
 
-// Host buffers of one quantised weight (core/quant.h sizes), and their device copies.
+// Host buffers of one quantised weight (core/quant_layout.h sizes), and their device copies.
 using HostWeight = test::QuantizedWeight;
 struct DeviceWeight {
   DeviceBuffer data, absmax, qabsmax, absmax2, offset;

@@ -1,12 +1,12 @@
-// Fills a persistent tensor on the GPU with its starting values (kernels/common/init.h): the same
-// values the CPU reference writes, without generating them on the host and copying them over.
+// Fills a persistent tensor on the GPU with its starting values (kernels/common/init_values.h): the
+// same values the CPU reference writes, without generating them on the host and copying them over.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "common/init.h"
+#include "common/init_values.h"
 #include "core/dtype.h"
 
 namespace vrambench::cuda {

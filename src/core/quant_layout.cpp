@@ -1,5 +1,5 @@
-// Sizes of quantised weights and 8-bit optimizer state; see core/quant.h for the sources.
-#include "core/quant.h"
+// Sizes of quantised weights and 8-bit optimizer state; see core/quant_layout.h for the sources.
+#include "core/quant_layout.h"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // The starting contents of a step's persistent tensors, the same on every executor: the cpu
 // executor fills them on the host, the cuda executor on the GPU, both from the rule chosen here
-// (kernels/common/init.h computes each element from it).
+// (kernels/common/init_values.h computes each element from it).
 //
 //   weights            N(0, 0.02); biases (name ending ".b") 0; norm weights (name containing "ln"
 //                      or "norm") 1; LoRA B (".lora_B") 0, as PEFT starts it, so an adapter
@@ -23,7 +23,7 @@
 #include <optional>
 #include <string>
 
-#include "common/init.h"
+#include "common/init_values.h"
 #include "program/program.h"
 
 namespace vrambench {

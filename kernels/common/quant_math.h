@@ -1,7 +1,7 @@
 // Quantisation math shared by the CPU reference and the CUDA kernels: bitsandbytes' NF4 and FP4
 // code tables, the dynamic 8-bit map, blockwise absmax quantisation (4-bit, 8-bit, int8 per row)
 // and the 8-bit AdamW update. Plain functions over explicit indices, so both compilers build one
-// body and the tests run it on the host. Block sizes and their sources are in core/quant.h.
+// body and the tests run it on the host. Block sizes and their sources are in core/quant_layout.h.
 //
 // Bit-exact on both sides: every rounding step is one IEEE operation (the *_rn helpers stop nvcc
 // from fusing a multiply and an add into an FMA, which the host does not do), every encoder is a
@@ -13,7 +13,7 @@
 
 #include "common/math.h"
 #include "core/dtype.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 
 namespace vrambench::kquant {
 
@@ -492,10 +492,11 @@ VB_HD inline int adamw_8bit_encode_v(const Map& unsigned_map, float v, float abs
 }
 
 // ---- the buffers of a quantised weight and of 8-bit AdamW state -------------------------------
-// What quantized_weight_tensors (core/quant.h) sizes, as pointers. nf4 / fp4: `data` the packed
-// codes; without double quant `absmax` fp32 per block; with it `qabsmax`, `absmax2` and `offset`,
-// and `absmax` a scratch of one fp32 per block that quantising fills (the library's transient
-// _absmax) and dequantising does not use. int8: `data` the int8 codes, `absmax` fp32 per row.
+// What quantized_weight_tensors (core/quant_layout.h) sizes, as pointers. nf4 / fp4: `data` the
+// packed codes; without double quant `absmax` fp32 per block; with it `qabsmax`, `absmax2` and
+// `offset`, and `absmax` a scratch of one fp32 per block that quantising fills (the library's
+// transient _absmax) and dequantising does not use. int8: `data` the int8 codes, `absmax` fp32 per
+// row.
 struct QuantizedWeightBuffers {
   std::uint8_t* data = nullptr;
   float* absmax = nullptr;

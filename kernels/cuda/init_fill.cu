@@ -2,7 +2,7 @@
 #include <stdexcept>
 
 #include "cuda/check.h"
-#include "cuda/init.h"
+#include "cuda/init_fill.h"
 #include "cuda/types.h"
 
 namespace vrambench::cuda {

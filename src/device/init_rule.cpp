@@ -1,5 +1,5 @@
 // The fill rule of each persistent tensor, from its role and name.
-#include "device/init.h"
+#include "device/init_rule.h"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common/math.h"
-#include "common/quant.h"
+#include "common/quant_math.h"
 #include "core/error.h"
-#include "core/quant.h"
+#include "core/quant_layout.h"
 #include "cpu/quant.h"
 
 namespace vrambench {
