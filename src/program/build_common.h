@@ -1,6 +1,6 @@
-// What the step program builders (build_lean.cpp: lean, build_hf.cpp: hf) share: the step's sizes,
-// a parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
-// that both frameworks draw the same masks at the same sites.
+// What the step program builders (build_lean.cpp: lean; hf_builder.h and build_hf_*.cpp: hf)
+// share: the step's sizes, a parameter, a forward pass, how tensors and ops are written and named,
+// and the dropout seeds, so that both frameworks draw the same masks at the same sites.
 #pragma once
 
 #include <algorithm>
@@ -629,8 +629,9 @@ class ProgramWriter {
   bool per_thread_workspaces_ = false, autograd_thread_ = false;
 };
 
-// hf: whether attention saves the query as a view of the q|k|v projection (build_hf.cpp); the one
-// place where the batch changes the hf program's structure, not only its sizes.
+// hf: whether attention saves the query as a view of the q|k|v projection
+// (build_hf_attention.cpp); the one place where the batch changes the hf program's structure, not
+// only its sizes.
 bool hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch);
 
 }  // namespace vrambench::build_common

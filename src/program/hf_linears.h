@@ -1,4 +1,4 @@
-// The hf builder's parameters and linears (HfLinears, the base of build_hf.cpp's HfBuilder): a
+// The hf builder's parameters and linears (HfLinears, the base of hf_builder.h's HfBuilder): a
 // parameter with its optimizer's state (torch's, or bitsandbytes' 8-bit and paged ones), autocast's
 // casts, and a linear's forward and backward as PyTorch runs it: trainable (full training), frozen
 // (fine-tuning's base), stored in 4 bits by bitsandbytes' Linear4bit (QLoRA), with PEFT's LoRA
