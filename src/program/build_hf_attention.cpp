@@ -70,7 +70,7 @@ void HfBuilder::rotary_attention_fwd(const Name& pre, int l, const BlockWeights&
 int HfBuilder::rope_fwd(const Name& pre, int l, int x, const Pass& pass, const Pass& attn_pass,
                         HfBlockTensors& b) {
   b.qkv_rot = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, cdt_, saved(attn_pass));
-  Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {x}, {b.qkv_rot}, l, pass.replay);
+  Op& rope = op(OpKind::rope_fwd, pre + "attn.rope", {x}, {b.qkv_rot}, l, pass.recompute);
   attention_attrs(rope);
   const DType rope_dtype = amp_ ? DType::f32 : cdt_;
   rope.held.push_back(tensor(suffixed(pass, pre + "attn.rope.products"),
@@ -104,7 +104,7 @@ void HfBuilder::attention_fwd(const Name& pre, int l, int qkv, const Pass& pass,
   // 16 bits and saves the copies; the cache keeps the fp32 keys and values through the forward.
   const DType cache_dtype = dtype_of(qkv);
   const bool cast_in = amp_ && dtype_of(qkv) != cdt_;
-  if (cast_in) qkv = cast(qkv, cdt_, pre + "attn.qkv.autocast", role, l, pass.replay);
+  if (cast_in) qkv = cast(qkv, cdt_, pre + "attn.qkv.autocast", role, l, pass.recompute);
   b.attn_qkv = qkv;
   // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
   // kernel reads in place is saved as a view of c_attn's output; else matmul saves a copy.
@@ -147,7 +147,8 @@ void HfBuilder::attention_fwd(const Name& pre, int l, int qkv, const Pass& pass,
   const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
                              {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
   // flash-attention 2 soft-caps inside the kernel.
-  Op& o = op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {b.y, b.lse, scratch}, l, pass.replay);
+  Op& o =
+      op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {b.y, b.lse, scratch}, l, pass.recompute);
   flash_attrs(o, l);
   o.held = fwd_held;
   if (mask_ >= 0) o.held.push_back(mask_);
@@ -164,7 +165,7 @@ void HfBuilder::eager_attention_fwd(const Name& pre, int l, int qkv, const Pass&
   const double cap = cfg_.model.attn_softcap;
   b.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), cap > 0.0 ? cdt_ : score_dtype,
                     Role::transient);
-  Op& scores = gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {b.scores}, l, pass.replay);
+  Op& scores = gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {b.scores}, l, pass.recompute);
   attention_attrs(scores);
   scores.held = fwd_held;
   scores.held.push_back(
@@ -175,7 +176,7 @@ void HfBuilder::eager_attention_fwd(const Name& pre, int l, int qkv, const Pass&
     // Gemma 2: scores / cap (a temporary), tanh (its output saved: the capped tensor stands for
     // it), times cap, plus the mask (the softmax's input, in the mask's promoted dtype).
     b.capped = tensor(suffixed(pass, pre + "attn.scores_capped"), bass(), cdt_, role);
-    Op& c = softcap_op(pre + "attn.softcap", b.scores, b.capped, l, cap, pass.replay);
+    Op& c = softcap_op(pre + "attn.softcap", b.scores, b.capped, l, cap, pass.recompute);
     c.held = fwd_held;
     c.held.push_back(
         tensor(suffixed(pass, pre + "attn.softcap.div"), bass(), cdt_, Role::transient));
@@ -189,7 +190,7 @@ void HfBuilder::eager_attention_fwd(const Name& pre, int l, int qkv, const Pass&
   const DType probs_dtype = f32_softmax ? DType::f32 : score_dtype;
   b.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), probs_dtype, role);
   Op& softmax =
-      op(OpKind::softmax_fwd, pre + "attn.softmax", {softmax_in}, {b.probs}, l, pass.replay);
+      op(OpKind::softmax_fwd, pre + "attn.softmax", {softmax_in}, {b.probs}, l, pass.recompute);
   if (score_dtype != probs_dtype)
     softmax.held.push_back(
         tensor(suffixed(pass, pre + "attn.scores.f32"), bass(), DType::f32, Role::transient));
@@ -197,7 +198,8 @@ void HfBuilder::eager_attention_fwd(const Name& pre, int l, int qkv, const Pass&
   // V saves. Under autocast llama's query is fp32 (RoPE multiplies by fp32 cos and sin), so the
   // probabilities stay fp32 through dropout and the product's autocast makes the copy.
   const bool cast_late = amp_ && !gpt_;
-  b.probs_c = cast_late ? b.probs : cast(b.probs, cdt_, pre + "attn.probs_c", role, l, pass.replay);
+  b.probs_c =
+      cast_late ? b.probs : cast(b.probs, cdt_, pre + "attn.probs_c", role, l, pass.recompute);
   int values_in = b.probs_c;
   if (dropout_) {
     b.probs_drop = tensor(suffixed(pass, pre + "attn.probs_drop"), bass(), dtype_of(b.probs_c),
@@ -205,14 +207,14 @@ void HfBuilder::eager_attention_fwd(const Name& pre, int l, int qkv, const Pass&
     b.probs_mask =
         tensor(suffixed(pass, pre + "attn.probs_mask"), bass(), mask_dtype(b.probs_c), role);
     dropout_attrs(op(OpKind::dropout_fwd, pre + "attn.probs_dropout", {b.probs_c},
-                     {b.probs_drop, b.probs_mask}, l, pass.replay),
+                     {b.probs_drop, b.probs_mask}, l, pass.recompute),
                   l, DropoutSite::attn_probs);
     values_in = b.probs_drop;
   }
-  b.values_in = cast(values_in, cdt_, pre + "attn.values_in", role, l, pass.replay);
+  b.values_in = cast(values_in, cdt_, pre + "attn.values_in", role, l, pass.recompute);
   values_in = b.values_in;
   Op& values =
-      gemm(OpKind::attn_values, pre + "attn.values", {values_in, qkv}, {b.y}, l, pass.replay);
+      gemm(OpKind::attn_values, pre + "attn.values", {values_in, qkv}, {b.y}, l, pass.recompute);
   attention_attrs(values);
   // The product's [B, A, S, D] output before transpose(1, 2).contiguous() makes b.y.
   values.held = fwd_held;

@@ -95,7 +95,7 @@ int HfBuilder::mid_residual_fwd(const HfBlockTensors& b, int branch, const Pass&
   const Name pre = block_prefix(b.layer);
   const int x_mid =
       tensor(suffixed(pass, pre + "x_mid"), bsh(), promoted(dtype_of(b.x_in), cdt_), saved(pass));
-  op(OpKind::add, pre + "attn.residual", {b.x_in, branch}, {x_mid}, b.layer, pass.replay);
+  op(OpKind::add, pre + "attn.residual", {b.x_in, branch}, {x_mid}, b.layer, pass.recompute);
   return x_mid;
 }
 
@@ -104,8 +104,8 @@ int HfBuilder::mid_residual_fwd(const HfBlockTensors& b, int branch, const Pass&
 int HfBuilder::out_residual_fwd(const HfBlockTensors& b, int branch, const Pass& pass) {
   const Name pre = block_prefix(b.layer);
   const int x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), dtype_of(b.x_mid),
-                           pass.replay ? Role::transient : Role::activation);
-  op(OpKind::add, pre + "mlp.residual", {b.x_mid, branch}, {x_out}, b.layer, pass.replay);
+                           pass.recompute ? Role::transient : Role::activation);
+  op(OpKind::add, pre + "mlp.residual", {b.x_mid, branch}, {x_out}, b.layer, pass.recompute);
   return x_out;
 }
 

@@ -20,13 +20,13 @@ void HfBuilder::gelu_mlp_fwd(const Name& pre, int l, const BlockWeights& w, cons
   // CUDA runs pow in fp32: x's fp32 copy is saved and the tanh branch is fp32.
   const bool f32_branch = amp_ && !cpu_;
   b.gelu_in = f32_branch
-                  ? cast(b.fc_out, DType::f32, pre + "mlp.fc.out.f32", act_role, l, pass.replay)
+                  ? cast(b.fc_out, DType::f32, pre + "mlp.fc.out.f32", act_role, l, pass.recompute)
                   : b.fc_out;
   const DType branch = dtype_of(b.gelu_in);
   // The activation's output is saved by a proj that trains (or an adapter's copy of it).
   b.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), branch,
                       w.out.trainable() ? role : Role::transient);
-  Op& gelu = op(OpKind::gelu_fwd, pre + "mlp.gelu", {b.gelu_in}, {b.gelu_out}, l, pass.replay);
+  Op& gelu = op(OpKind::gelu_fwd, pre + "mlp.gelu", {b.gelu_in}, {b.gelu_out}, l, pass.recompute);
   for (const char* piece : {"tanh", "one_plus_tanh"})
     b.gelu_held.push_back(
         tensor(suffixed(pass, pre + "mlp.gelu." + piece), bsf(), branch, act_role));
@@ -64,7 +64,7 @@ void HfBuilder::gated_mlp_fwd(const Name& pre, int l, const BlockWeights& w, con
   b.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act,
                         w.out.trainable() ? role : Role::transient);
   Op& swiglu = gate_attrs(
-      op(OpKind::swiglu_fwd, pre + "mlp.swiglu", std::move(in), {b.swiglu_out}, l, pass.replay));
+      op(OpKind::swiglu_fwd, pre + "mlp.swiglu", std::move(in), {b.swiglu_out}, l, pass.recompute));
   const int silu = tensor(suffixed(pass, pre + "mlp.silu.out"), bsf(), act, silu_role);
   swiglu.held.push_back(silu);
   if (b.up_grad) b.swiglu_held.push_back(silu);

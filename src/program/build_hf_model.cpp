@@ -66,7 +66,7 @@ void HfBuilder::build_model() {
   // model's dtype; sdpa gets none without padding and runs causal, on real tensors: under
   // FakeTensorMode transformers cannot read the padding mask and makes one), llama's rotary cos
   // and sin ([S, D] each, in the residual stream's dtype). They live while a layer may still
-  // run: through the forward, and with checkpointing through the last replay.
+  // run: through the forward, and with checkpointing through the last recompute.
   if (eager_) mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient);
   if (!gpt_) cos_sin_ = tensor("rope.cos_sin", {2, S_, D_}, wdt_, Role::activation);
 
@@ -86,7 +86,7 @@ void HfBuilder::build_model() {
   for (int l = static_cast<int>(m.layers) - 1; l >= 0 && dx >= 0; --l) {
     const BlockWeights& w = weights[static_cast<std::size_t>(l)];
     HfBlockTensors b = blocks[static_cast<std::size_t>(l)];
-    if (ckpt_) b = block_fwd(l, b.x_in, w, replay_pass(), b.x_in_grad);
+    if (ckpt_) b = block_fwd(l, b.x_in, w, recompute_pass(), b.x_in_grad);
     dx = block_bwd(b, w, dx);
   }
   embeddings_bwd(dx, tokens, params, embeddings, head.tied_grad);

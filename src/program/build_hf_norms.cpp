@@ -27,11 +27,11 @@ HfNormSaved HfBuilder::layer_norm_fwd(const Norm& norm, int x, const Pass& pass,
   s.x = x;
   s.out = tensor(suffixed(pass, name + ".out"), bsh(), dtype_of(x), out_role);
   s.mean = tensor(suffixed(pass, name + ".mean"), {M_}, stats_dtype(x), x_role,
-                  stats_component(pass.replay));
+                  stats_component(pass.recompute));
   s.rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, stats_dtype(x), x_role,
-                  stats_component(pass.replay));
+                  stats_component(pass.recompute));
   op(OpKind::layernorm_fwd, name, {x, norm.w.w, norm.b.w}, {s.out, s.mean, s.rstd}, layer,
-     pass.replay);
+     pass.recompute);
   return s;
 }
 
@@ -43,13 +43,13 @@ HfNormSaved HfBuilder::rms_norm_fwd(const Norm& norm, int x, const Pass& pass, i
   const DType x_dtype = dtype_of(x);
   const Name& name = norm.name;
   HfNormSaved s;
-  s.x = cast(x, DType::f32, name + ".x_f32", x_role, layer, pass.replay);
+  s.x = cast(x, DType::f32, name + ".x_f32", x_role, layer, pass.recompute);
   if (s.x == x && x_role == Role::activation) keep_for_backward(x, pass);
   s.out = tensor(suffixed(pass, name + ".out"), bsh(), x_dtype, out_role);
   s.rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, x_role,
-                  stats_component(pass.replay));
+                  stats_component(pass.recompute));
   Op& o = rms_attrs(
-      op(OpKind::rmsnorm_fwd, name, {s.x, norm.w.w}, {s.out, s.rstd}, layer, pass.replay));
+      op(OpKind::rmsnorm_fwd, name, {s.x, norm.w.w}, {s.out, s.rstd}, layer, pass.recompute));
   rms_pieces(name, bsh(), x_dtype, out_role, pass, norm.w.trainable(), o.held, s.held);
   return s;
 }
@@ -93,8 +93,9 @@ int HfBuilder::qk_norm_fwd(const Name& pre, int l, const BlockWeights& w, const 
   const Dims qk{B_, S_, (A_ + K_) * D_};
   b.qk_normed = tensor(suffixed(pass, name + ".out"), {B_, S_, Q_}, x_dtype, Role::transient);
   b.qk_rstd = tensor(suffixed(pass, name + ".rstd"), {B_, S_, A_ + K_}, DType::f32, x_role,
-                     stats_component(pass.replay));
-  Op& o = qk_norm_op(name, b.qkv, w.q_norm.w, w.k_norm.w, b.qk_normed, b.qk_rstd, l, pass.replay);
+                     stats_component(pass.recompute));
+  Op& o =
+      qk_norm_op(name, b.qkv, w.q_norm.w, w.k_norm.w, b.qk_normed, b.qk_rstd, l, pass.recompute);
   // The norms compute on an fp32 copy of q and k (x.to(float32); q|k|v itself where it is
   // fp32), which their backward reads. The backward kernel reads q|k|v, kept to it: q|k|v
   // stands for as many of the copy's bytes as it holds, a held tensor for the rest.

@@ -161,7 +161,7 @@ struct Op {
   // (a LoRA op over a layer output of another dtype keeps the adapter's columns there).
   TensorIds held;
   int layer = -1;           // block index, -1 outside blocks
-  bool recompute = false;   // a forward op replayed in backward
+  bool recompute = false;   // a forward op run again in backward
   bool accumulate = false;  // add into `grad` outputs instead of overwriting (tied weights)
   // Attributes some kinds need.
   std::int64_t heads = 0, kv_heads = 0;  // attention ops, rope
