@@ -1,5 +1,5 @@
-// The field table: the single place that maps a field name to a member of RunConfig, its parser
-// and its text.
+// The field table: the single place that maps a field name to a member of RunConfig, its parser,
+// its text and its help, one row per field.
 #include "config/fields.h"
 
 #include <fmt/format.h>
@@ -7,6 +7,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "model/families.h"
@@ -15,61 +16,21 @@
 namespace vrambench {
 namespace {
 
-constexpr std::array<FieldInfo, 31> kFields{{
-    {"preset", FieldKind::text, "model preset (see `vrambench presets`)"},
-    {"model", FieldKind::text,
-     "a transformers config.json, or a folder holding one (a downloaded checkpoint): the model's "
-     "shape, and its torch_dtype as the default --dtype (a model_type it does not read is refused, "
-     "naming those it does)"},
-    {"arch", FieldKind::choice, "gpt|llama"},
-    {"hidden", FieldKind::integer, "hidden size H"},
-    {"heads", FieldKind::integer, "attention heads A"},
-    {"kv-heads", FieldKind::integer, "key/value heads (grouped-query attention)"},
-    {"layers", FieldKind::integer, "transformer blocks L"},
-    {"ffn", FieldKind::integer, "MLP inner size F"},
-    {"vocab", FieldKind::integer, "vocabulary size V"},
-    {"max-positions", FieldKind::integer, "learned position table rows (gpt)"},
-    {"seq", FieldKind::integer, "sequence length S"},
-    {"batch", FieldKind::integer, "micro-batch B"},
-    {"dtype", FieldKind::choice,
-     "fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (amp-*: autocast over fp32 weights, --framework hf); "
-     "unless given, a --model's own torch_dtype"},
-    {"framework", FieldKind::choice,
-     "auto|lean|hf: whose allocations the step reproduces (hf: PyTorch autograd running "
-     "transformers, with PEFT and bitsandbytes; lean: a hand-written trainer, a lower bound; auto: "
-     "hf but for selective recompute, the layer scopes and an int8 base)"},
-    {"attention", FieldKind::choice, "eager|flash"},
-    {"recompute", FieldKind::choice, "none|selective|full"},
-    {"optimizer", FieldKind::choice,
-     "adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|sgd|none (also Hugging Face's optim names: "
-     "adamw_torch, adamw_bnb_8bit, paged_adamw_32bit, paged_adamw_8bit)"},
-    {"dropout", FieldKind::real, "dropout probability in [0, 1)"},
-    {"scope", FieldKind::choice, "model|layer|attention|mlp"},
-    {"allocator", FieldKind::choice, "direct|caching"},
-    {"device", FieldKind::text, "auto|sim:PROFILE|cpu|cuda"},
-    {"vram", FieldKind::size, "device capacity, e.g. 24GiB"},
-    {"finetune", FieldKind::choice, "full|lora|qlora"},
-    {"lora-rank", FieldKind::integer, "LoRA rank r"},
-    {"lora-alpha", FieldKind::number, "LoRA alpha (no memory effect; kept for trainer settings)"},
-    {"lora-dropout", FieldKind::real, "dropout on the LoRA input, in [0, 1)"},
-    {"lora-targets", FieldKind::text,
-     "attn|attn-mlp|all-linear|peft-default (PEFT's own when target_modules is None: c_attn, "
-     "or q_proj,v_proj), or module names as PEFT takes them: "
-     "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or c_attn,c_proj,c_fc "
-     "(join with + in a sweep)"},
-    {"quant", FieldKind::choice, "none|nf4|fp4|int8: storage of the frozen block linears"},
-    {"double-quant", FieldKind::choice, "on|off: 8-bit absmax of 4-bit weights"},
-    {"grad-accum", FieldKind::integer, "micro-steps per optimizer step (gradients stay live)"},
-    {"loop", FieldKind::choice,
-     "trainer|native (--framework hf): Trainer drops the model's output after the loss; a native "
-     "PyTorch loop (outputs = model(**batch)) keeps it, and its logits, through backward"},
-}};
-
-// How each field of kFields (same order) is parsed, read and written.
+// How a field is parsed, read and written.
 struct Access {
   FieldValue (*parse)(std::string_view text, std::string_view option);
   FieldValue (*get)(const RunConfig& cfg);
   void (*set)(RunConfig& cfg, const FieldValue& value);
+};
+
+// One row per field: its name and kind, its help, how it is parsed, read and written, and for a
+// choice the names of its values, which the help lists first ("fp32|tf32|..." + help).
+struct Field {
+  std::string_view name;
+  FieldKind kind;
+  std::string_view help;
+  Access access;
+  std::string (*names)() = nullptr;
 };
 
 std::int64_t parse_positive(std::string_view text, std::string_view option) {
@@ -106,22 +67,6 @@ void mark_custom(ModelConfig& m) {
   if (m.name.find("(custom)") == std::string::npos) m.name += " (custom)";
 }
 
-template <std::int64_t ModelConfig::*M>
-constexpr Access model_integer() {
-  return {[](std::string_view t, std::string_view o) -> FieldValue { return parse_positive(t, o); },
-          [](const RunConfig& c) -> FieldValue { return c.model.*M; },
-          [](RunConfig& c, const FieldValue& v) {
-            c.model.*M = std::get<std::int64_t>(v);
-            mark_custom(c.model);
-          }};
-}
-
-template <typename T, T RunConfig::*M>
-constexpr Access run_value(FieldValue (*parse)(std::string_view, std::string_view)) {
-  return {parse, [](const RunConfig& c) -> FieldValue { return c.*M; },
-          [](RunConfig& c, const FieldValue& v) { c.*M = std::get<T>(v); }};
-}
-
 template <typename E>
 FieldValue parse_choice(std::string_view text, std::string_view option) {
   return parse_enum<E>(text, option);
@@ -150,64 +95,166 @@ FieldValue parse_lora_targets_field(std::string_view text, std::string_view) {
   return parse_lora_targets(text);
 }
 
-const std::array<Access, kFields.size()> kAccess{{
+template <typename E>
+std::string value_names() {
+  std::string out;
+  for (const auto& [e, name] : enum_names<E>()) {
+    out += out.empty() ? "" : "|";
+    out += name;
+  }
+  return out;
+}
+
+// A model's integer field; changing one makes the model custom.
+template <std::int64_t ModelConfig::*M>
+constexpr Field model_integer(std::string_view name, std::string_view help) {
+  return {
+      name,
+      FieldKind::integer,
+      help,
+      {[](std::string_view t, std::string_view o) -> FieldValue { return parse_positive(t, o); },
+       [](const RunConfig& c) -> FieldValue { return c.model.*M; },
+       [](RunConfig& c, const FieldValue& v) {
+         c.model.*M = std::get<std::int64_t>(v);
+         mark_custom(c.model);
+       }}};
+}
+
+// A member of RunConfig, read and written as it is.
+template <typename T, T RunConfig::*M>
+constexpr Field run_value(std::string_view name, FieldKind kind, std::string_view help,
+                          FieldValue (*parse)(std::string_view, std::string_view)) {
+  return {name,
+          kind,
+          help,
+          {parse, [](const RunConfig& c) -> FieldValue { return c.*M; },
+           [](RunConfig& c, const FieldValue& v) { c.*M = std::get<T>(v); }}};
+}
+
+// A member of RunConfig that holds one of an enum's values.
+template <typename E, E RunConfig::*M>
+constexpr Field run_choice(std::string_view name, std::string_view help) {
+  Field f = run_value<E, M>(name, FieldKind::choice, help, parse_choice<E>);
+  f.names = value_names<E>;
+  return f;
+}
+
+const std::array<Field, 31> kFields{{
     // preset: the whole model.
-    {[](std::string_view t, std::string_view) -> FieldValue { return find_preset(t).model; },
-     [](const RunConfig& c) -> FieldValue { return c.model; },
-     [](RunConfig& c, const FieldValue& v) { c.model = std::get<ModelConfig>(v); }},
+    {"preset",
+     FieldKind::text,
+     "model preset (see `vrambench presets`)",
+     {[](std::string_view t, std::string_view) -> FieldValue { return find_preset(t).model; },
+      [](const RunConfig& c) -> FieldValue { return c.model; },
+      [](RunConfig& c, const FieldValue& v) { c.model = std::get<ModelConfig>(v); }}},
     // model: the whole model, from a config.json, and its dtype unless one was given.
-    {[](std::string_view t, std::string_view) -> FieldValue { return read_model_file(t); },
-     [](const RunConfig& c) -> FieldValue { return c.model; },
-     [](RunConfig& c, const FieldValue& v) {
-       c.model = std::get<ModelConfig>(v);
-       if (c.model.dtype && !c.dtype_given) c.dtype = stored_precision(*c.model.dtype);
-     }},
+    {"model",
+     FieldKind::text,
+     "a transformers config.json, or a folder holding one (a downloaded checkpoint): the model's "
+     "shape, and its torch_dtype as the default --dtype (a model_type it does not read is refused, "
+     "naming those it does)",
+     {[](std::string_view t, std::string_view) -> FieldValue { return read_model_file(t); },
+      [](const RunConfig& c) -> FieldValue { return c.model; },
+      [](RunConfig& c, const FieldValue& v) {
+        c.model = std::get<ModelConfig>(v);
+        if (c.model.dtype && !c.dtype_given) c.dtype = stored_precision(*c.model.dtype);
+      }}},
     // arch: a custom gpt ties its lm head to the embedding as GPT-2 does; a custom llama does not.
-    {parse_choice<Arch>, [](const RunConfig& c) -> FieldValue { return c.model.arch; },
-     [](RunConfig& c, const FieldValue& v) {
-       c.model.arch = std::get<Arch>(v);
-       c.model.tied_embeddings = c.model.arch == Arch::gpt;
-       mark_custom(c.model);
-     }},
-    model_integer<&ModelConfig::hidden>(),
-    model_integer<&ModelConfig::heads>(),
-    model_integer<&ModelConfig::kv_heads>(),
-    model_integer<&ModelConfig::layers>(),
-    model_integer<&ModelConfig::ffn>(),
-    model_integer<&ModelConfig::vocab>(),
-    model_integer<&ModelConfig::max_positions>(),
-    run_value<std::int64_t, &RunConfig::seq>(parse_integer),
-    run_value<std::int64_t, &RunConfig::batch>(parse_integer),
-    {parse_choice<Precision>, [](const RunConfig& c) -> FieldValue { return c.dtype; },
-     [](RunConfig& c, const FieldValue& v) {
-       c.dtype = std::get<Precision>(v);
-       c.dtype_given = true;
-     }},
-    run_value<Framework, &RunConfig::framework>(parse_choice<Framework>),
-    run_value<Attention, &RunConfig::attention>(parse_choice<Attention>),
-    run_value<Recompute, &RunConfig::recompute>(parse_choice<Recompute>),
-    run_value<Optimizer, &RunConfig::optimizer>(parse_choice<Optimizer>),
-    run_value<double, &RunConfig::dropout>(parse_real),
-    run_value<Scope, &RunConfig::scope>(parse_choice<Scope>),
-    run_value<AllocatorKind, &RunConfig::allocator>(parse_choice<AllocatorKind>),
-    run_value<DeviceChoice, &RunConfig::device>(parse_device_field),
-    run_value<Bytes, &RunConfig::vram>(parse_size),
-    run_value<Finetune, &RunConfig::finetune>(parse_choice<Finetune>),
-    run_value<std::int64_t, &RunConfig::lora_rank>(parse_integer),
-    run_value<double, &RunConfig::lora_alpha>(parse_number),
-    run_value<double, &RunConfig::lora_dropout>(parse_real),
-    run_value<LoraTargets, &RunConfig::lora_targets>(parse_lora_targets_field),
-    run_value<QuantKind, &RunConfig::quant>(parse_choice<QuantKind>),
-    run_value<Toggle, &RunConfig::double_quant>(parse_choice<Toggle>),
-    run_value<std::int64_t, &RunConfig::grad_accum>(parse_integer),
-    run_value<Loop, &RunConfig::loop>(parse_choice<Loop>),
+    {"arch",
+     FieldKind::choice,
+     "",
+     {parse_choice<Arch>, [](const RunConfig& c) -> FieldValue { return c.model.arch; },
+      [](RunConfig& c, const FieldValue& v) {
+        c.model.arch = std::get<Arch>(v);
+        c.model.tied_embeddings = c.model.arch == Arch::gpt;
+        mark_custom(c.model);
+      }},
+     value_names<Arch>},
+    model_integer<&ModelConfig::hidden>("hidden", "hidden size H"),
+    model_integer<&ModelConfig::heads>("heads", "attention heads A"),
+    model_integer<&ModelConfig::kv_heads>("kv-heads", "key/value heads (grouped-query attention)"),
+    model_integer<&ModelConfig::layers>("layers", "transformer blocks L"),
+    model_integer<&ModelConfig::ffn>("ffn", "MLP inner size F"),
+    model_integer<&ModelConfig::vocab>("vocab", "vocabulary size V"),
+    model_integer<&ModelConfig::max_positions>("max-positions",
+                                               "learned position table rows (gpt)"),
+    run_value<std::int64_t, &RunConfig::seq>("seq", FieldKind::integer, "sequence length S",
+                                             parse_integer),
+    run_value<std::int64_t, &RunConfig::batch>("batch", FieldKind::integer, "micro-batch B",
+                                               parse_integer),
+    // dtype: given by hand, it outranks a --model's own.
+    {"dtype",
+     FieldKind::choice,
+     " (amp-*: autocast over fp32 weights, --framework hf); unless given, a --model's own "
+     "torch_dtype",
+     {parse_choice<Precision>, [](const RunConfig& c) -> FieldValue { return c.dtype; },
+      [](RunConfig& c, const FieldValue& v) {
+        c.dtype = std::get<Precision>(v);
+        c.dtype_given = true;
+      }},
+     value_names<Precision>},
+    run_choice<Framework, &RunConfig::framework>(
+        "framework",
+        ": whose allocations the step reproduces (hf: PyTorch autograd running transformers, with "
+        "PEFT and bitsandbytes; lean: a hand-written trainer, a lower bound; auto: hf but for "
+        "selective recompute, the layer scopes and an int8 base)"),
+    run_choice<Attention, &RunConfig::attention>("attention", ""),
+    run_choice<Recompute, &RunConfig::recompute>("recompute", ""),
+    run_choice<Optimizer, &RunConfig::optimizer>(
+        "optimizer",
+        " (also Hugging Face's optim names: adamw_torch, adamw_bnb_8bit, paged_adamw_32bit, "
+        "paged_adamw_8bit)"),
+    run_value<double, &RunConfig::dropout>("dropout", FieldKind::real,
+                                           "dropout probability in [0, 1)", parse_real),
+    run_choice<Scope, &RunConfig::scope>("scope", ""),
+    run_choice<AllocatorKind, &RunConfig::allocator>("allocator", ""),
+    run_value<DeviceChoice, &RunConfig::device>("device", FieldKind::text,
+                                                "auto|sim:PROFILE|cpu|cuda", parse_device_field),
+    run_value<Bytes, &RunConfig::vram>("vram", FieldKind::size, "device capacity, e.g. 24GiB",
+                                       parse_size),
+    run_choice<Finetune, &RunConfig::finetune>("finetune", ""),
+    run_value<std::int64_t, &RunConfig::lora_rank>("lora-rank", FieldKind::integer, "LoRA rank r",
+                                                   parse_integer),
+    run_value<double, &RunConfig::lora_alpha>(
+        "lora-alpha", FieldKind::number, "LoRA alpha (no memory effect; kept for trainer settings)",
+        parse_number),
+    run_value<double, &RunConfig::lora_dropout>("lora-dropout", FieldKind::real,
+                                                "dropout on the LoRA input, in [0, 1)", parse_real),
+    run_value<LoraTargets, &RunConfig::lora_targets>(
+        "lora-targets", FieldKind::text,
+        "attn|attn-mlp|all-linear|peft-default (PEFT's own when target_modules is None: c_attn, "
+        "or q_proj,v_proj), or module names as PEFT takes them: "
+        "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or c_attn,c_proj,c_fc "
+        "(join with + in a sweep)",
+        parse_lora_targets_field),
+    run_choice<QuantKind, &RunConfig::quant>("quant", ": storage of the frozen block linears"),
+    run_choice<Toggle, &RunConfig::double_quant>("double-quant", ": 8-bit absmax of 4-bit weights"),
+    run_value<std::int64_t, &RunConfig::grad_accum>(
+        "grad-accum", FieldKind::integer, "micro-steps per optimizer step (gradients stay live)",
+        parse_integer),
+    run_choice<Loop, &RunConfig::loop>(
+        "loop",
+        " (--framework hf): Trainer drops the model's output after the loss; a native PyTorch loop "
+        "(outputs = model(**batch)) keeps it, and its logits, through backward"),
 }};
 
+// The fields as the other folders see them, in the table's order: a choice's help starts with
+// the names of its values.
+const std::vector<FieldInfo>& field_infos() {
+  static const std::vector<FieldInfo> infos = [] {
+    std::vector<FieldInfo> out;
+    for (const Field& f : kFields)
+      out.push_back({f.name, f.kind, (f.names ? f.names() : std::string()) + std::string(f.help)});
+    return out;
+  }();
+  return infos;
+}
+
 const Access& access(const FieldInfo& field) {
-  const auto index = static_cast<std::size_t>(&field - kFields.data());
+  const auto index = static_cast<std::size_t>(&field - field_infos().data());
   if (index >= kFields.size())
     throw InternalError(fmt::format("field '{}' is not in the field table", field.name));
-  return kAccess[index];
+  return kFields[index].access;
 }
 
 std::string normalise(std::string_view name) {
@@ -220,15 +267,15 @@ std::string normalise(std::string_view name) {
 }  // namespace
 
 std::span<const FieldInfo> fields() {
-  return kFields;
+  return field_infos();
 }
 
 const FieldInfo& find_field(std::string_view name) {
   const std::string n = normalise(name);
-  for (const FieldInfo& f : kFields)
+  for (const FieldInfo& f : fields())
     if (f.name == n) return f;
   std::string known;
-  for (const FieldInfo& f : kFields) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  for (const FieldInfo& f : fields()) known += (known.empty() ? "" : ", ") + std::string(f.name);
   throw UsageError(fmt::format("unknown field '{}': known fields are {}", name, known));
 }
 

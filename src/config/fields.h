@@ -31,7 +31,7 @@ using FieldValue = std::variant<std::int64_t, double, Arch, Precision, Framework
 struct FieldInfo {
   std::string_view name;  // CLI spelling: "seq", "kv-heads", "vram"
   FieldKind kind;
-  std::string_view help;
+  std::string help;  // a choice's starts with the names of its values: "fp32|tf32|..."
 };
 
 std::span<const FieldInfo> fields();

@@ -1,6 +1,6 @@
-// What the step program builders (build_lean.cpp: lean, build_hf.cpp: hf) share: the step's sizes,
-// a parameter, a forward pass, how tensors and ops are written and named, and the dropout seeds, so
-// that both frameworks draw the same masks at the same sites.
+// What the step program builders (build_lean.cpp: lean; hf_builder.h and build_hf_*.cpp: hf)
+// share: the step's sizes, a parameter, a forward pass, how tensors and ops are written and named,
+// and the dropout seeds, so that both frameworks draw the same masks at the same sites.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +22,7 @@
 
 namespace vrambench::build_common {
 
-// A replayed tensor's name adds it; a replayed tensor's gradient is named after the original.
+// A recomputed tensor's name adds it; a recomputed tensor's gradient is named after the original.
 inline constexpr std::string_view kRecomputeSuffix = ".recompute";
 
 // What the names of block `layer`'s tensors and ops start with: "layer3.".
@@ -30,12 +30,13 @@ inline Name block_prefix(int layer) {
   return Name("layer") + layer + ".";
 }
 
-// What a norm's statistics are filed under: norm_statistics, or recomputed_activations in a replay.
-inline MemoryComponent stats_component(bool replay) {
-  return replay ? MemoryComponent::recomputed_activations : MemoryComponent::norm_statistics;
+// What a norm's statistics are filed under: norm_statistics, or recomputed_activations when
+// recomputed.
+inline MemoryComponent stats_component(bool recompute) {
+  return recompute ? MemoryComponent::recomputed_activations : MemoryComponent::norm_statistics;
 }
 
-// Where a dropout sits; with the layer it gives the seed, so a replay regenerates the same mask.
+// Where a dropout sits; with the layer it gives the seed, so a recompute regenerates the same mask.
 enum class DropoutSite : std::uint64_t {
   embedding = 1,
   attn_probs = 2,
@@ -274,10 +275,10 @@ void lay_out_head(const ModelWeights& weights, ModelParams& p, MakeParam param) 
 
 // How a forward pass treats what it makes.
 struct Pass {
-  bool replay = false;     // a recompute in backward: names get ".recompute", everything transient
+  bool recompute = false;  // a forward run again in backward: names get ".recompute", all transient
   bool keep_block = true;  // false under full recompute (hf: checkpointing): only block inputs and
                            // outputs survive the forward
-  bool keep_probs = true;  // false unless recompute is none: lean's selective recompute replays
+  bool keep_probs = true;  // false unless recompute is none: lean's selective recompute recomputes
                            // the softmax outputs and mask
 };
 
@@ -305,7 +306,7 @@ class ProgramWriter {
   }
 
   // A tensor of `dims`, whose dimensions that hold the batch go to the program's batch_dims. Its
-  // component is `component`, else a replayed tensor's recomputed_activations and any other's its
+  // component is `component`, else a recomputed tensor's recomputed_activations and any other's its
   // role's.
   int tensor(Name name, const Dims& dims, DType dtype, Role role,
              std::optional<MemoryComponent> component = std::nullopt) {
@@ -331,7 +332,7 @@ class ProgramWriter {
     return dims;
   }
   // The gradient of `id`: same shape and dtype, transient, named after the forward tensor (a
-  // replayed tensor's gradient is the gradient of the original).
+  // recomputed tensor's gradient is the gradient of the original).
   int grad_of(int id) {
     Name name = p_.tensor(id).name;
     if (name.ends_with(kRecomputeSuffix)) name.remove_suffix(kRecomputeSuffix.size());
@@ -377,22 +378,23 @@ class ProgramWriter {
     softcap_bwd_op(pre + "attn.softcap.bwd", dcapped, capped, dscores, layer,
                    p_.config.model.attn_softcap);
   }
-  // The step's forward pass under the configuration's recompute, and a recompute's replay.
+  // The step's forward pass under the configuration's recompute, and the pass that recomputes it.
   Pass forward_pass() const {
     Pass pass;
     pass.keep_block = p_.config.recompute != Recompute::full;
     pass.keep_probs = p_.config.recompute == Recompute::none;
     return pass;
   }
-  static Pass replay_pass() { return {.replay = true}; }
-  // A tensor's name in `pass`: a replay's tensors end in the recompute suffix.
+  static Pass recompute_pass() { return {.recompute = true}; }
+  // A tensor's name in `pass`: a recompute's tensors end in the recompute suffix.
   static Name suffixed(const Pass& pass, Name name) {
-    if (pass.replay) name += kRecomputeSuffix;
+    if (pass.recompute) name += kRecomputeSuffix;
     return name;
   }
-  // The role of what the backward reads: an activation of a kept forward; a replay's are transient.
+  // The role of what the backward reads: an activation of a kept forward; a recompute's are
+  // transient.
   static Role saved(const Pass& pass) {
-    return pass.keep_block && !pass.replay ? Role::activation : Role::transient;
+    return pass.keep_block && !pass.recompute ? Role::activation : Role::transient;
   }
   // A shape no batch changes (a parameter's) as dimensions.
   static Dims fixed(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
@@ -459,7 +461,7 @@ class ProgramWriter {
                   DType mask_dtype, int& mask) {
     const int y = tensor(suffixed(pass, name + ".drop"), dims_of(x), dtype_of(x), Role::transient);
     mask = tensor(suffixed(pass, name + ".mask"), dims_of(x), mask_dtype, saved(pass));
-    dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.replay),
+    dropout_attrs(op(OpKind::dropout_fwd, name + "_dropout", {x}, {y, mask}, layer, pass.recompute),
                   layer, site);
     return y;
   }
@@ -562,10 +564,10 @@ class ProgramWriter {
   }
 
   // Dequantises `modules` (quantised under `quant`) into their rows of `w`, the compute-dtype
-  // copy a GEMM reads: one op per module, in the forward (`backward` false, `replay` in a
+  // copy a GEMM reads: one op per module, in the forward (`backward` false, `recompute` in a
   // recompute) or the backward; a double-quantised module first rebuilds its fp32 absmax.
   void dequantize(const std::vector<QuantModule>& modules, int w, QuantKind quant, int layer,
-                  bool replay, bool backward) {
+                  bool recompute, bool backward) {
     for (const QuantModule& q : modules) {
       TensorIds in{q.codes, q.absmax};
       if (q.absmax2 >= 0) in.push_back(q.absmax2);
@@ -575,7 +577,7 @@ class ProgramWriter {
         out.push_back(tensor(q.name + ".w.absmax.dq" + (backward ? ".bwd" : ""), {q.blocks},
                              DType::f32, Role::workspace, MemoryComponent::dequant_transient));
       Op& o = op(OpKind::dequantize, q.name + ".dequantize" + (backward ? ".bwd" : ""),
-                 std::move(in), std::move(out), layer, replay);
+                 std::move(in), std::move(out), layer, recompute);
       o.quant = quant;
       o.double_quant = q.absmax2 >= 0;
       o.row_offset = q.row_offset;
@@ -593,7 +595,7 @@ class ProgramWriter {
   // that lists it, so that a program without such ops (the flash attention scope) lists no unused
   // tensor. lean: one for the step, from its first user to its last. hf (per_thread_workspaces):
   // PyTorch's cuBLAS workspace of each thread that runs GEMMs, the main thread's (the forward) and
-  // the autograd engine's (the backward, and the checkpointed blocks' replays), each made at its
+  // the autograd engine's (the backward, and the checkpointed blocks' recomputes), each made at its
   // thread's first GEMM and kept for the rest of the run (Tensor::lazy); torch 2.11 holds one per
   // cuBLAS handle, and a handle per thread (CublasHandlePool.cpp).
   int workspace() {
@@ -629,8 +631,9 @@ class ProgramWriter {
   bool per_thread_workspaces_ = false, autograd_thread_ = false;
 };
 
-// hf: whether attention saves the query as a view of the q|k|v projection (build_hf.cpp); the one
-// place where the batch changes the hf program's structure, not only its sizes.
+// hf: whether attention saves the query as a view of the q|k|v projection
+// (build_hf_attention.cpp); the one place where the batch changes the hf program's structure, not
+// only its sizes.
 bool hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch);
 
 }  // namespace vrambench::build_common

@@ -1,5 +1,5 @@
 // Builds the lean step program, what a hand-written trainer in the manner of llm.c allocates for
-// one training step: forward, loss, backward (recompute replays inserted where the recompute mode
+// one training step: forward, loss, backward (recomputes inserted where the recompute mode
 // asks) and the optimizer, for the gpt and llama blocks and the four scopes.
 //
 // Layout (the estimate and the kernels are written against it):
@@ -15,7 +15,7 @@
 //   Phi-3's fused linears make gate and up one gate|up linear, which swiglu reads packed)
 // In 16-bit with dropout and eager attention a gpt block saves Korthikanti's 34sbh + 5as^2b bytes
 // (plus the fp32 norm statistics). Tensors are named "layer3.attn.probs", "layer3.mlp.fc.w",
-// "layer3.mlp.fc.w.grad", "wte.m"; a replayed tensor adds ".recompute"; a gradient adds ".grad".
+// "layer3.mlp.fc.w.grad", "wte.m"; a recomputed tensor adds ".recompute"; a gradient adds ".grad".
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -114,9 +114,9 @@ class LeanBuilder : private LeanLinears {
     return tensor(std::move(name), dims, act_, Role::input, MemoryComponent::scope_inputs);
   }
 
-  // ---- passes (forward_pass, replay_pass, suffixed, saved: ProgramWriter) -------------------
+  // ---- passes (forward_pass, recompute_pass, suffixed, saved: ProgramWriter) -------------------
 
-  // Role of the S x S tensors the backward reads (saved for it unless recompute replays them).
+  // Role of the S x S tensors the backward reads (saved for it unless recompute makes them again).
   static Role saved_probs(const Pass& pass) {
     return pass.keep_probs ? saved(pass) : Role::transient;
   }
@@ -129,15 +129,15 @@ class LeanBuilder : private LeanLinears {
     out = tensor(suffixed(pass, name + ".out"), bsh(), act_, role);
     if (gpt_) {
       mean = tensor(suffixed(pass, name + ".mean"), {M_}, DType::f32, role,
-                    stats_component(pass.replay));
+                    stats_component(pass.recompute));
       rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
-                    stats_component(pass.replay));
-      op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.replay);
+                    stats_component(pass.recompute));
+      op(OpKind::layernorm_fwd, name, {x, w.w, b.w}, {out, mean, rstd}, layer, pass.recompute);
     } else {
       mean = -1;
       rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, role,
-                    stats_component(pass.replay));
-      rms_attrs(op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.replay));
+                    stats_component(pass.recompute));
+      rms_attrs(op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.recompute));
     }
   }
 
@@ -148,31 +148,32 @@ class LeanBuilder : private LeanLinears {
     keep_for_backward(x, pass);
     const int out = tensor(suffixed(pass, name + ".out"), bsh(), act_, Role::transient);
     rstd = tensor(suffixed(pass, name + ".rstd"), {M_}, DType::f32, saved(pass),
-                  stats_component(pass.replay));
-    rms_attrs(op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.replay));
+                  stats_component(pass.recompute));
+    rms_attrs(op(OpKind::rmsnorm_fwd, name, {x, w.w}, {out, rstd}, layer, pass.recompute));
     return out;
   }
 
-  // scores -> softmax -> [dropout]: the part selective recompute replays.
+  // scores -> softmax -> [dropout]: the part selective recompute runs again.
   void probs_fwd(const Name& pre, int layer, int qkv, const Pass& pass, Core& core) {
     const Role role = saved_probs(pass);
     core.scores = tensor(suffixed(pass, pre + "attn.scores"), bass(), act_, Role::transient);
-    attention_attrs(
-        gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {core.scores}, layer, pass.replay));
+    attention_attrs(gemm(OpKind::attn_scores, pre + "attn.scores", {qkv}, {core.scores}, layer,
+                         pass.recompute));
     int softmax_in = core.scores;
     if (const double cap = cfg_.model.attn_softcap; cap > 0.0) {
       // Soft-capping: the capped scores are what the softmax reads and the cap's backward.
       core.capped = tensor(suffixed(pass, pre + "attn.scores_capped"), bass(), act_, role);
-      softcap_op(pre + "attn.softcap", core.scores, core.capped, layer, cap, pass.replay);
+      softcap_op(pre + "attn.softcap", core.scores, core.capped, layer, cap, pass.recompute);
       softmax_in = core.capped;
     }
     core.probs = tensor(suffixed(pass, pre + "attn.probs"), bass(), act_, role);
-    op(OpKind::softmax_fwd, pre + "attn.softmax", {softmax_in}, {core.probs}, layer, pass.replay);
+    op(OpKind::softmax_fwd, pre + "attn.softmax", {softmax_in}, {core.probs}, layer,
+       pass.recompute);
     if (dropout_) {
       core.probs_drop = tensor(suffixed(pass, pre + "attn.probs_drop"), bass(), act_, role);
       core.probs_mask = tensor(suffixed(pass, pre + "attn.probs_mask"), bass(), DType::u8, role);
       dropout_attrs(op(OpKind::dropout_fwd, pre + "attn.probs_dropout", {core.probs},
-                       {core.probs_drop, core.probs_mask}, layer, pass.replay),
+                       {core.probs_drop, core.probs_mask}, layer, pass.recompute),
                     layer, DropoutSite::attn_probs);
     }
   }
@@ -183,14 +184,14 @@ class LeanBuilder : private LeanLinears {
     if (eager_) {
       probs_fwd(pre, layer, qkv, pass, core);
       attention_attrs(gemm(OpKind::attn_values, pre + "attn.values", {core.values_input(), qkv},
-                           {core.y}, layer, pass.replay));
+                           {core.y}, layer, pass.recompute));
     } else {
       core.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, saved(pass));
       // The engine's own scratch, live for the op alone (see flash_fwd_scratch_bytes).
       const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
                                  {flash_fwd_scratch_bytes()}, DType::u8, Role::workspace);
       flash_attrs(op(OpKind::flash_fwd, pre + "attn.flash", {qkv}, {core.y, core.lse, scratch},
-                     layer, pass.replay),
+                     layer, pass.recompute),
                   layer);
     }
     return core;
@@ -204,7 +205,7 @@ class LeanBuilder : private LeanLinears {
       mlp.fc_out = tensor(suffixed(pass, w.fc.name + ".out"), bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.fc_out, layer, pass);
       mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), act_, role);
-      op(OpKind::gelu_fwd, pre + "mlp.gelu", {mlp.fc_out}, {mlp.gelu_out}, layer, pass.replay);
+      op(OpKind::gelu_fwd, pre + "mlp.gelu", {mlp.fc_out}, {mlp.gelu_out}, layer, pass.recompute);
       mlp.out = tensor(suffixed(pass, w.out.name + ".out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.gelu_out, mlp.out, layer, pass);
     } else {
@@ -220,7 +221,7 @@ class LeanBuilder : private LeanLinears {
       }
       mlp.swiglu_out = tensor(suffixed(pass, pre + "mlp.swiglu.out"), bsf(), act_, role);
       gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.swiglu", std::move(in), {mlp.swiglu_out}, layer,
-                    pass.replay));
+                    pass.recompute));
       mlp.out = tensor(suffixed(pass, w.out.name + ".out"), bsh(), act_, Role::transient);
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
@@ -256,13 +257,14 @@ class LeanBuilder : private LeanLinears {
         b.qk_normed =
             tensor(suffixed(pass, pre + "attn.qk_norm.out"), {B_, S_, Q_}, act_, Role::transient);
         b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, A_ + K_}, DType::f32,
-                           role, stats_component(pass.replay));
+                           role, stats_component(pass.recompute));
         qk_norm_op(pre + "attn.qk_norm", b.qkv_linear, w.q_norm.w, w.k_norm.w, b.qk_normed,
-                   b.qk_rstd, l, pass.replay);
+                   b.qk_rstd, l, pass.recompute);
         rope_in = b.qk_normed;
       }
       b.qkv = tensor(suffixed(pass, pre + "attn.qkv_rot"), {B_, S_, Q_}, act_, role);
-      attention_attrs(op(OpKind::rope_fwd, pre + "attn.rope", {rope_in}, {b.qkv}, l, pass.replay));
+      attention_attrs(
+          op(OpKind::rope_fwd, pre + "attn.rope", {rope_in}, {b.qkv}, l, pass.recompute));
     }
     b.core = attention_fwd(pre, l, b.qkv, pass);
 
@@ -279,7 +281,7 @@ class LeanBuilder : private LeanLinears {
                                                  w.post_attn_norm.w, pass, l, b.post_attn_rstd);
     }
     b.x_mid = tensor(suffixed(pass, pre + "x_mid"), bsh(), act_, role);
-    op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.replay);
+    op(OpKind::add, pre + "attn.residual", {x_in, residual}, {b.x_mid}, l, pass.recompute);
 
     norm_fwd(w.norm2.name, b.x_mid, w.norm2.w, w.norm2.b, pass, l, role, b.norm2_out, b.norm2_mean,
              b.norm2_rstd);
@@ -292,8 +294,8 @@ class LeanBuilder : private LeanLinears {
     }
     // The block output is the next block's input: saved even under full recompute.
     b.x_out = tensor(suffixed(pass, pre + "x_out"), bsh(), act_,
-                     pass.replay ? Role::transient : Role::activation);
-    op(OpKind::add, pre + "mlp.residual", {b.x_mid, mlp_y}, {b.x_out}, l, pass.replay);
+                     pass.recompute ? Role::transient : Role::activation);
+    op(OpKind::add, pre + "mlp.residual", {b.x_mid, mlp_y}, {b.x_out}, l, pass.recompute);
     return b;
   }
 
@@ -315,8 +317,8 @@ class LeanBuilder : private LeanLinears {
       return dqkv;
     }
     // Selective recompute: the S x S tensors were dropped in the forward; regenerate them right
-    // before they are needed (under full recompute they already come from the block replay).
-    if (cfg_.recompute == Recompute::selective) probs_fwd(pre, layer, qkv, replay_pass(), core);
+    // before they are needed (under full recompute they already come from the block's recompute).
+    if (cfg_.recompute == Recompute::selective) probs_fwd(pre, layer, qkv, recompute_pass(), core);
 
     const int values_in = core.values_input();
     const int dvalues_in = grad_of(values_in);
@@ -558,7 +560,7 @@ class LeanBuilder : private LeanLinears {
     for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
       const BlockWeights& w = weights[static_cast<std::size_t>(l)];
       BlockTensors b = blocks[static_cast<std::size_t>(l)];
-      if (cfg_.recompute == Recompute::full) b = block_fwd(l, b.x_in, w, replay_pass());
+      if (cfg_.recompute == Recompute::full) b = block_fwd(l, b.x_in, w, recompute_pass());
       dx = block_bwd(b, w, dx);
       if (dx < 0) break;  // nothing below needs a gradient
     }
@@ -604,7 +606,7 @@ class LeanBuilder : private LeanLinears {
     BlockTensors b = block_fwd(0, x_in, w, forward_pass());
     const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
-    if (cfg_.recompute == Recompute::full) b = block_fwd(0, x_in, w, replay_pass());
+    if (cfg_.recompute == Recompute::full) b = block_fwd(0, x_in, w, recompute_pass());
     block_bwd(b, w, dout);
   }
 
@@ -613,7 +615,8 @@ class LeanBuilder : private LeanLinears {
     Core core = attention_fwd("layer0.", 0, qkv, forward_pass());
     const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
-    if (cfg_.recompute == Recompute::full) core = attention_fwd("layer0.", 0, qkv, replay_pass());
+    if (cfg_.recompute == Recompute::full)
+      core = attention_fwd("layer0.", 0, qkv, recompute_pass());
     attention_bwd("layer0.", 0, qkv, core, dout);
   }
 
@@ -623,7 +626,7 @@ class LeanBuilder : private LeanLinears {
     Mlp mlp = mlp_fwd("layer0.", 0, x, w, forward_pass());
     const int dout = scope_input("dout", bsh());
     p_.output_grad_tensor = dout;
-    if (cfg_.recompute == Recompute::full) mlp = mlp_fwd("layer0.", 0, x, w, replay_pass());
+    if (cfg_.recompute == Recompute::full) mlp = mlp_fwd("layer0.", 0, x, w, recompute_pass());
     mlp_bwd("layer0.", 0, x, mlp, w, dout, BlockGrad{});
   }
 

@@ -1,4 +1,4 @@
-// The hf builder's parameters and linears (HfLinears, the base of build_hf.cpp's HfBuilder): a
+// The hf builder's parameters and linears (HfLinears, the base of hf_builder.h's HfBuilder): a
 // parameter with its optimizer's state (torch's, or bitsandbytes' 8-bit and paged ones), autocast's
 // casts, and a linear's forward and backward as PyTorch runs it: trainable (full training), frozen
 // (fine-tuning's base), stored in 4 bits by bitsandbytes' Linear4bit (QLoRA), with PEFT's LoRA
@@ -71,10 +71,10 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // ---- casts --------------------------------------------------------------------------------
 
   // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
-  int cast(int x, DType dtype, const Name& name, Role role, int layer, bool replay) {
+  int cast(int x, DType dtype, const Name& name, Role role, int layer, bool recompute) {
     if (dtype_of(x) == dtype) return x;
-    const int y = tensor(replay ? name + kRecomputeSuffix : name, dims_of(x), dtype, role);
-    op(OpKind::cast, name + ".cast", {x}, {y}, layer, replay);
+    const int y = tensor(recompute ? name + kRecomputeSuffix : name, dims_of(x), dtype, role);
+    op(OpKind::cast, name + ".cast", {x}, {y}, layer, recompute);
     return y;
   }
 
@@ -170,8 +170,8 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // and pass, kept through the forward), and makes a frozen weight's copy anew at every use.
   int autocast_weight(const Param& w, Role role, const Pass& pass) {
     if (!amp_) return w.w;
-    const int c = cast(w.w, cdt_, p_.tensor(w.w).name + ".autocast", role, w.layer, pass.replay);
-    if (!pass.replay && w.trainable()) autocast_cache_.push_back(c);
+    const int c = cast(w.w, cdt_, p_.tensor(w.w).name + ".autocast", role, w.layer, pass.recompute);
+    if (!pass.recompute && w.trainable()) autocast_cache_.push_back(c);
     return c;
   }
 
@@ -189,25 +189,25 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
       // packed weight alone).
       if (dtype_of(x) != cdt_) {
         s.x_orig = x;
-        s.x = cast(x, cdt_, name + ".in.compute", Role::transient, layer, pass.replay);
+        s.x = cast(x, cdt_, name + ".in.compute", Role::transient, layer, pass.recompute);
       }
       const int w = tensor(suffixed(pass, name + ".w.dq"), {lin.out, lin.in}, cdt_, Role::transient,
                            MemoryComponent::dequant_transient);
-      dequantize(lin.quant, w, quant_, layer, pass.replay, false);
+      dequantize(lin.quant, w, quant_, layer, pass.recompute, false);
       TensorIds in{s.x, w};
       if (lin.b.present()) in.push_back(s.b = lin.b.w);
       int out = y;
       if (dtype_of(y) != cdt_)
         out = tensor(suffixed(pass, name + ".out.compute"), dims_of(y), cdt_, Role::transient);
-      gemm(OpKind::linear_fwd, name, std::move(in), {out}, layer, pass.replay);
-      if (out != y) op(OpKind::cast, name + ".out.cast", {out}, {y}, layer, pass.replay);
+      gemm(OpKind::linear_fwd, name, std::move(in), {out}, layer, pass.recompute);
+      if (out != y) op(OpKind::cast, name + ".out.cast", {out}, {y}, layer, pass.recompute);
     } else {
       // Autocast casts x to 16 bits; the GEMM saves it when the weight trains. A frozen weight's
       // 16-bit copy is saved when x requires grad (dx = dy w).
       const Role x_role = lin.trainable() ? saved(pass) : Role::transient;
       if (amp_ && dtype_of(x) != cdt_) {
         s.x_orig = x;
-        s.x = cast(x, cdt_, name + ".in.autocast", x_role, layer, pass.replay);
+        s.x = cast(x, cdt_, name + ".in.autocast", x_role, layer, pass.recompute);
       }
       const Role w_role = lin.trainable() || x_grad ? saved(pass) : Role::transient;
       s.w = autocast_weight(lin.w, w_role, pass);
@@ -216,7 +216,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
         s.b = autocast_weight(lin.b, lin.trainable() ? saved(pass) : Role::transient, pass);
         in.push_back(s.b);
       }
-      gemm(OpKind::linear_fwd, name, std::move(in), {y}, layer, pass.replay);
+      gemm(OpKind::linear_fwd, name, std::move(in), {y}, layer, pass.recompute);
     }
     for (const Adapter& ad : lin.lora)
       s.lora.push_back(adapter_fwd(lin, ad, x, y, layer, pass, x_grad));
@@ -231,8 +231,9 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     // PEFT casts the input to the adapter's fp32, except bitsandbytes' layers under CUDA
     // autocast (`torch.is_autocast_enabled()` asks about CUDA's alone).
     const bool convert = !lin.quantized() || !amp_ || cpu_;
-    a.in = convert ? cast(x, DType::f32, ad.name + ".lora.in", Role::transient, layer, pass.replay)
-                   : x;
+    a.in = convert
+               ? cast(x, DType::f32, ad.name + ".lora.in", Role::transient, layer, pass.recompute)
+               : x;
     a.dropped = a.in;
     if (cfg_.lora_dropout > 0.0) {
       a.dropped = tensor(suffixed(pass, ad.name + ".lora_dropout.out"), dims_of(a.in),
@@ -242,11 +243,11 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
       a.mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), dims_of(a.in),
                       cpu_ ? dtype_of(a.in) : DType::u8, x_grad ? role : Role::transient);
       lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {a.in},
-                            {a.dropped, a.mask}, layer, pass.replay),
+                            {a.dropped, a.mask}, layer, pass.recompute),
                          layer, ad);
     }
     // lora_A saves its input (A trains): autocast's 16-bit copy, or the fp32 one.
-    a.x = amp_ ? cast(a.dropped, cdt_, ad.name + ".lora_A.in.autocast", role, layer, pass.replay)
+    a.x = amp_ ? cast(a.dropped, cdt_, ad.name + ".lora_A.in.autocast", role, layer, pass.recompute)
                : a.dropped;
     keep_for_backward(a.x, pass);
     // A's copy is saved for dx (when x requires grad), B's for d(xa) (always).
@@ -255,7 +256,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
     const DType xa_dtype = amp_ ? cdt_ : DType::f32;
     a.xa = tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, xa_dtype, role);
     Op& o = gemm(OpKind::lora_fwd, ad.name + ".lora", {a.x, a.a, a.b, y}, {a.xa, y}, layer,
-                 pass.replay);
+                 pass.recompute);
     o.col_offset = ad.col_offset;
     o.lora_scale = lora_scale_;
     // lora_B's output and its product with the scaling, then result + that (promoted) and its

@@ -102,21 +102,21 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
   // The weight operand of a linear's GEMM: the weight, or under --quant its dequantised copy in
   // the compute dtype, a transient made by one dequantize op per module (in the forward, and
   // again in the backward).
-  int weight_operand(const Linear& lin, int layer, bool replay, bool backward) {
+  int weight_operand(const Linear& lin, int layer, bool recompute, bool backward) {
     if (lin.quant.empty()) return lin.w.w;
     const Name name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
-    const int w = tensor(replay ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_,
+    const int w = tensor(recompute ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_,
                          Role::transient, MemoryComponent::dequant_transient);
-    dequantize(lin.quant, w, quant_, layer, replay, backward);
+    dequantize(lin.quant, w, quant_, layer, recompute, backward);
     return w;
   }
 
   // y = x w^T + b, then each adapter adds its share; returns what the adapters' backward reads.
   LoraSaved linear_fwd(const Linear& lin, int x, int y, int layer, const Pass& pass) {
-    const int w = weight_operand(lin, layer, pass.replay, false);
+    const int w = weight_operand(lin, layer, pass.recompute, false);
     TensorIds in{x, w};
     push_if(in, lin.b);
-    gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.replay);
+    gemm(OpKind::linear_fwd, lin.name, std::move(in), {y}, layer, pass.recompute);
     LoraSaved saved_by;
     const Role role = saved(pass);
     const Dims x_shape = dims_of(x);
@@ -126,13 +126,13 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
         x_in = tensor(suffixed(pass, ad.name + ".lora_dropout.out"), x_shape, act_, role);
         mask = tensor(suffixed(pass, ad.name + ".lora_dropout.mask"), x_shape, DType::u8, role);
         lora_dropout_attrs(op(OpKind::dropout_fwd, ad.name + ".lora_dropout", {x}, {x_in, mask},
-                              layer, pass.replay),
+                              layer, pass.recompute),
                            layer, ad);
       }
       const int xa =
           tensor(suffixed(pass, ad.name + ".lora_xa"), {B_, S_, cfg_.lora_rank}, act_, role);
       Op& o = gemm(OpKind::lora_fwd, ad.name + ".lora", {x_in, ad.a.w, ad.b.w, y}, {xa, y}, layer,
-                   pass.replay);
+                   pass.recompute);
       o.col_offset = ad.col_offset;
       o.lora_scale = lora_scale_;
       saved_by.x.push_back(x_in);

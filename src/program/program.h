@@ -130,7 +130,7 @@ struct Op {
   // (a LoRA op over a layer output of another dtype keeps the adapter's columns there).
   TensorIds held;
   int layer = -1;           // block index, -1 outside blocks
-  bool recompute = false;   // a forward op replayed in backward
+  bool recompute = false;   // a forward op run again in backward
   bool accumulate = false;  // add into `grad` outputs instead of overwriting (tied weights)
   // Attributes some kinds need.
   std::int64_t heads = 0, kv_heads = 0;  // attention ops, rope
@@ -256,7 +256,7 @@ Bytes flash_bwd_scratch_bytes(std::int64_t batch, std::int64_t seq, std::int64_t
 // The workspace sizes come from `gemm_workspace` (cuBLASLt scratch, one tensor for the whole step).
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace);
 
-// Where the hf step program (build_hf.cpp) runs the reference it is checked against. A GPU trainer
+// Where the hf step program (hf_builder.h) runs the reference it is checked against. A GPU trainer
 // is `cuda`; `cpu` reproduces what PyTorch does on fake CPU tensors (tests/data/README.md): CPU
 // autocast op lists, dropout noise kept in the activation dtype instead of a byte mask, norm
 // statistics in the input dtype, single-tensor AdamW instead of foreach, and grouped-query
