@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what vrambench needs from Debian's packages (when missing), fetches cudnn-frontend's
-# headers into .deps/ when the CUDA device is built, then configures and builds it into build/.
-# Idempotent: a second run only rebuilds what changed.
-# Usage: scripts/setup.sh [extra cmake arguments, e.g. -DVRAMBENCH_CUDA=OFF -DCMAKE_CUDA_ARCHITECTURES=90]
+# headers into .deps/ when the CUDA device is built, makes build/venv with what the Python module
+# and its tests need from PyPI (python/requirements-dev.txt), then configures and builds it all
+# into build/. Idempotent: a second run only rebuilds what changed.
+# Usage: scripts/setup.sh [extra cmake arguments, e.g. -DVRAMBENCH_CUDA=OFF -DCMAKE_CUDA_ARCHITECTURES=90
+#        -DVRAMBENCH_PYTHON=OFF]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,9 +72,40 @@ PY
   mv "$fe_dir.partial" "$fe_dir"
 fi
 
+# The Python module (python/) is built with the interpreter of build/venv, which holds nanobind,
+# pytest and pandas; -DVRAMBENCH_PYTHON=OFF leaves it out.
+want_python=1
+for arg in "$@"; do
+  case "$arg" in -DVRAMBENCH_PYTHON=OFF | -DVRAMBENCH_PYTHON:STRING=OFF) want_python=0 ;; esac
+done
+python_args=()
+if [ "$want_python" = 1 ]; then
+  venv=build/venv
+  if [ ! -x "$venv/bin/python" ]; then
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ||
+       ! python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' >/dev/null 2>&1; then
+      echo "setup: installing python3-venv and python3-dev (for the Python module)" >&2
+      sudo=""
+      if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+      $sudo apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv python3-dev >/dev/null
+    fi
+    mkdir -p build
+    python3 -m venv "$venv"
+  fi
+  # Installed again only when the requirements change.
+  if ! cmp -s python/requirements-dev.txt "$venv/requirements-dev.txt"; then
+    echo "setup: installing python/requirements-dev.txt into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
+    cp python/requirements-dev.txt "$venv/requirements-dev.txt"
+  fi
+  python_args=(-DPython_EXECUTABLE:FILEPATH="$PWD/$venv/bin/python")
+fi
+
 if [ ! -f build/CMakeCache.txt ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-elif [ $# -gt 0 ]; then
-  cmake -S . -B build "$@" >/dev/null
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${python_args[@]}" "$@" >/dev/null
+elif [ $# -gt 0 ] || { [ ${#python_args[@]} -gt 0 ] &&
+                       ! grep -qxF "Python_EXECUTABLE:FILEPATH=$PWD/build/venv/bin/python" build/CMakeCache.txt; }; then
+  cmake -S . -B build "${python_args[@]}" "$@" >/dev/null
 fi
 cmake --build build -j "$(nproc)"

@@ -217,8 +217,9 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   // (or CI) never takes a table of failed rows for a result.
   const std::int64_t unanswered = summary.failed + summary.timed_out;
   if (unanswered > 0) {
-    fmt::print(stderr, "vrambench: {} of {} configurations failed{} (see the note column)\n",
-               unanswered, summary.configurations,
+    fmt::print(options.streams.err,
+               "vrambench: {} of {} configurations failed{} (see the note column)\n", unanswered,
+               summary.configurations,
                summary.timed_out > 0 ? fmt::format(", {} of them timed out", summary.timed_out)
                                      : std::string());
     return 1;
@@ -233,7 +234,7 @@ int run_program_command(const CliOptions& options) {
   const RunConfig& cfg = grid.configs.front();
   const Device device = make_device(cfg);
   const Program program = build_program(cfg, device.info.gemm_workspace);
-  fmt::print("{}", format_program(program, compute_liveness(program)));
+  fmt::print(options.streams.out, "{}", format_program(program, compute_liveness(program)));
   return 0;
 }
 
@@ -241,7 +242,8 @@ int run_compare_command(const CliOptions& options) {
   const ResultFile base = read_result_file(options.base);
   const ResultFile fresh = read_result_file(options.fresh);
   const Comparison comparison = compare_results(base, fresh, options.compare);
-  fmt::print("{}", format_comparison(comparison, base, fresh, options.compare));
+  fmt::print(options.streams.out, "{}",
+             format_comparison(comparison, base, fresh, options.compare));
   return comparison.passed() ? 0 : 1;
 }
 
@@ -295,14 +297,15 @@ int run_merge_command(const CliOptions& options) {
   const bool with_details = is_search_table(merged.table) && !merged.details.is_null();
   for (std::size_t r = 0; r < merged.table.rows.size(); ++r)
     writer.append(r, merged.table.rows[r], with_details ? merged.details[r] : nlohmann::json());
-  if (options.formats.markdown) fmt::print("{}", to_markdown(merged.table));
-  fmt::print("\n{}\n", summary_line);
+  if (options.formats.markdown) fmt::print(options.streams.out, "{}", to_markdown(merged.table));
+  fmt::print(options.streams.out, "\n{}\n", summary_line);
   writer.finish(summary, with_details);
-  for (const std::string& path : writer.written_files()) fmt::print("wrote {}\n", path);
+  for (const std::string& path : writer.written_files())
+    fmt::print(options.streams.out, "wrote {}\n", path);
   return 0;
 }
 
-int run_presets_command() {
+int run_presets_command(const CliStreams& streams) {
   Table t;
   t.columns = {{"name", "name", CellKind::text},
                {"arch", "arch", CellKind::text},
@@ -322,17 +325,18 @@ int run_presets_command() {
                Cell::of_int(m.vocab), Cell::of_text(std::string(p.description))});
   }
   fmt::print(
+      streams.out,
       "{}\n{} presets; use one with --preset NAME, or sweep them: --sweep preset=gpt2,llama2-7b\n",
       to_markdown(t), presets().size());
   return 0;
 }
 
-int run_devices_command() {
+int run_devices_command(const CliStreams& streams) {
   const GpuPresence gpu = probe_gpu();
   if (gpu.available) {
-    fmt::print("GPUs:\n\n{}\n", to_markdown(gpu_table()));
+    fmt::print(streams.out, "GPUs:\n\n{}\n", to_markdown(gpu_table()));
   } else {
-    fmt::print("No GPU: {}.\n\n", gpu.why);
+    fmt::print(streams.out, "No GPU: {}.\n\n", gpu.why);
   }
   Table t;
   t.columns = {{"profile", "profile", CellKind::text},
@@ -348,24 +352,24 @@ int run_devices_command() {
                Cell::of_bytes(p.gemm_workspace()), Cell::of_int(p.compute_capability),
                Cell::of_int(p.sms)});
   }
-  fmt::print(
-      "Simulated devices (--device sim:PROFILE; totals as nvidia-smi reports them, "
-      "approximate, varying by board and driver; context: what a PyTorch training process "
-      "holds outside its caching allocator, 2 KiB per resident thread + 384 MiB, "
-      "docs/memory-model.md):\n\n{}",
-      to_markdown(t));
+  fmt::print(streams.out,
+             "Simulated devices (--device sim:PROFILE; totals as nvidia-smi reports them, "
+             "approximate, varying by board and driver; context: what a PyTorch training process "
+             "holds outside its caching allocator, 2 KiB per resident thread + 384 MiB, "
+             "docs/memory-model.md):\n\n{}",
+             to_markdown(t));
   return 0;
 }
 
-int run_selftest_command() {
+int run_selftest_command(const CliStreams& streams) {
   std::vector<SelftestRow> rows;
   try {
     rows = run_gpu_selftest();
   } catch (const NeedsGpu& e) {
-    fmt::print(stderr, "vrambench: selftest {}\n", e.what());
+    fmt::print(streams.err, "vrambench: selftest {}\n", e.what());
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "vrambench: selftest failed: {}\n", e.what());
+    fmt::print(streams.err, "vrambench: selftest failed: {}\n", e.what());
     return 1;
   }
   Table t;
@@ -386,8 +390,8 @@ int run_selftest_command() {
                Cell::of_text(fmt::format("{:.3g}", r.worst_ratio)), Cell::of_flag(r.passed),
                Cell::of_text(r.note)});
   }
-  fmt::print("{}\n", to_markdown(t));
-  fmt::print("selftest: {}\n", all ? "every op matches the CPU reference" : "FAILED");
+  fmt::print(streams.out, "{}\n", to_markdown(t));
+  fmt::print(streams.out, "selftest: {}\n", all ? "every op matches the CPU reference" : "FAILED");
   return all ? 0 : 1;
 }
 

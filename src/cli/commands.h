@@ -18,9 +18,9 @@ int run_plan_command(const CliOptions& options);
 int run_compare_command(const CliOptions& options);
 // options.merge_out (FOLDER/NAME, an extension .csv or .json dropped) and options.parts.
 int run_merge_command(const CliOptions& options);
-int run_presets_command();
-int run_devices_command();
+int run_presets_command(const CliStreams& streams);
+int run_devices_command(const CliStreams& streams);
 // Every CUDA op against the CPU reference; fails (1) without a GPU.
-int run_selftest_command();
+int run_selftest_command(const CliStreams& streams);
 
 }  // namespace vrambench

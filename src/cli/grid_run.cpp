@@ -108,7 +108,7 @@ std::string on_device(const std::string& device, const Provenance& p) {
   return out;
 }
 
-GridDevices::GridDevices(const Grid& grid, const DeviceOptions& options) {
+GridDevices::GridDevices(const Grid& grid, const DeviceOptions& options, std::FILE* notes) {
   std::map<std::pair<DeviceChoice, Bytes>, std::uint32_t> made;
   std::string note;
   for (const RunConfig& cfg : grid.configs) {
@@ -122,7 +122,7 @@ GridDevices::GridDevices(const Grid& grid, const DeviceOptions& options) {
     }
     of_config_.push_back(it->second);
   }
-  if (!note.empty()) fmt::print(stderr, "{}\n", note);
+  if (!note.empty()) fmt::print(notes, "{}\n", note);
 }
 
 std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
@@ -135,7 +135,9 @@ std::string describe_point(const RunConfig& cfg, const std::vector<std::string>&
 
 GridRun::GridRun(const CliOptions& options, Grid grid, const DeviceOptions& device_options,
                  int argc, const char* const* argv)
-    : options_(options), grid_(std::move(grid)), devices_(grid_, device_options) {
+    : options_(options),
+      grid_(std::move(grid)),
+      devices_(grid_, device_options, options.streams.err) {
   const std::vector<Device>& devices = devices_.distinct();
   if (devices.empty()) {
     const Device base = make_device(base_config(options), options.device);
@@ -228,14 +230,16 @@ std::string GridRun::ran_on() const {
 
 void GridRun::finish(const std::string& line, nlohmann::json summary, bool with_details) {
   if (options_.formats.markdown) {
-    fmt::print("{}", writer_->markdown().header());
-    writer_->for_each_row(
-        [&](const std::vector<Cell>& row) { fmt::print("{}", writer_->markdown().line(row)); });
+    fmt::print(options_.streams.out, "{}", writer_->markdown().header());
+    writer_->for_each_row([&](const std::vector<Cell>& row) {
+      fmt::print(options_.streams.out, "{}", writer_->markdown().line(row));
+    });
   }
-  fmt::print("\n{}\n", line);
+  fmt::print(options_.streams.out, "\n{}\n", line);
   summary["summary"] = line;
   writer_->finish(summary, with_details);
-  for (const std::string& path : writer_->written_files()) fmt::print("wrote {}\n", path);
+  for (const std::string& path : writer_->written_files())
+    fmt::print(options_.streams.out, "wrote {}\n", path);
 }
 
 }  // namespace vrambench

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -25,10 +26,11 @@
 namespace vrambench {
 
 // The device of every grid point. Each distinct (device, vram) is made once (on a GPU that takes a
-// child process and a context) and held once: a sweep's configurations point at it.
+// child process and a context) and held once: a sweep's configurations point at it. A device's
+// note (auto without a GPU: the sim it falls back to) goes to `notes`.
 class GridDevices {
  public:
-  GridDevices(const Grid& grid, const DeviceOptions& options);
+  GridDevices(const Grid& grid, const DeviceOptions& options, std::FILE* notes);
   const Device& operator[](std::size_t config) const { return distinct_[of_config_[config]]; }
   // Every distinct device, in the order the grid first names them.
   const std::vector<Device>& distinct() const { return distinct_; }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -34,7 +35,16 @@ struct PlanCliOptions {
   PlanEmit emit = PlanEmit::text;            // --emit text|hf|axolotl|json
 };
 
-// Every value is typed: main.cpp's CLI11 options parse each once, as it is given.
+// Where a command prints: `out` its results (tables, plans, summary lines, the files written),
+// `err` its notes and warnings (a device fallback, rows that failed). The program's stdout and
+// stderr; buffers when the Python module runs a command. The progress line is the terminal's
+// (stderr) alone.
+struct CliStreams {
+  std::FILE* out = stdout;
+  std::FILE* err = stderr;
+};
+
+// Every value is typed: app.cpp's CLI11 options parse each once, as it is given.
 struct CliOptions {
   // search | estimate | plan | program | compare | merge | presets | devices | selftest
   std::string command = "search";
@@ -59,6 +69,7 @@ struct CliOptions {
   std::string merge_out;       // merge OUT PARTS...
   std::vector<std::string> parts;
   PlanCliOptions plan;  // plan: --vram auto, --seq max, --safety-margin, --target-batch, --emit
+  CliStreams streams;   // where the command prints
 };
 
 // The base configuration: the gpt2 preset, then --preset, then every other explicit field.

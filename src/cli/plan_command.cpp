@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "cli/commands.h"
@@ -55,8 +56,9 @@ void check_request(const CliOptions& options, const Grid& grid) {
 // The device a configuration is planned on (only its figures are used: every trial is a sim
 // replay). --vram SIZE with no --device: a simulated card of that size (the default profile's
 // context and GEMM workspace). --vram auto: a sim profile's own capacity, or the GPU's memory as it
-// is now (what other processes hold counts as used, with the context).
-Device planning_device(RunConfig cfg, bool vram_auto) {
+// is now (what other processes hold counts as used, with the context). A device's note goes to
+// `notes`.
+Device planning_device(RunConfig cfg, bool vram_auto, std::FILE* notes) {
   using Kind = DeviceChoice::Kind;
   if (vram_auto) {
     if (cfg.device.kind == Kind::cpu)
@@ -82,7 +84,7 @@ Device planning_device(RunConfig cfg, bool vram_auto) {
   }
   std::string note;
   Device d = make_device(cfg, {}, &note);
-  if (!note.empty()) fmt::print(stderr, "{}\n", note);
+  if (!note.empty()) fmt::print(notes, "{}\n", note);
   return d;
 }
 
@@ -102,7 +104,8 @@ int run_plan_command(const CliOptions& options) {
   std::map<std::pair<DeviceChoice, Bytes>, Device> devices;
   for (const RunConfig& cfg : grid.configs)
     if (!devices.count({cfg.device, cfg.vram}))
-      devices.emplace(std::pair{cfg.device, cfg.vram}, planning_device(cfg, p.vram_auto));
+      devices.emplace(std::pair{cfg.device, cfg.vram},
+                      planning_device(cfg, p.vram_auto, options.streams.err));
   std::vector<Plan> plans;
   for (const RunConfig& cfg : grid.configs)
     plans.push_back(make_plan(cfg, devices.at({cfg.device, cfg.vram}), request));
@@ -110,17 +113,18 @@ int run_plan_command(const CliOptions& options) {
   const bool one = plans.size() == 1;
   switch (p.emit) {
     case PlanEmit::text:
-      fmt::print("{}", one ? plan_markdown(plans.front()) : plans_markdown(plans, grid.varying));
+      fmt::print(options.streams.out, "{}",
+                 one ? plan_markdown(plans.front()) : plans_markdown(plans, grid.varying));
       break;
     case PlanEmit::json:
-      fmt::print("{}\n",
+      fmt::print(options.streams.out, "{}\n",
                  (one ? plan_json(plans.front()) : plans_json(plans, grid.varying)).dump(2));
       break;
     case PlanEmit::hf:
-      fmt::print("{}", plan_hf_snippet(plans.front()));
+      fmt::print(options.streams.out, "{}", plan_hf_snippet(plans.front()));
       break;
     case PlanEmit::axolotl:
-      fmt::print("{}", plan_axolotl_yaml(plans.front()));
+      fmt::print(options.streams.out, "{}", plan_axolotl_yaml(plans.front()));
       break;
   }
   return 0;

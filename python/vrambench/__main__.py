@@ -1,0 +1,5 @@
+"""``python -m vrambench ...``: the vrambench command."""
+
+from ._cli import console
+
+console()
