@@ -309,6 +309,16 @@ void add_output_options(CLI::App* app, CliOptions& options) {
   add_format_option(app, options);
 }
 
+void add_jobs_option(CLI::App* app, CliOptions& options) {
+  app->add_option("--jobs", options.jobs,
+                  "configurations worked on at once on the sim device (and by estimate), on as "
+                  "many threads; 0: one per core (the default). The tables are the same; a GPU's "
+                  "and the cpu device's configurations always run one at a time")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("N")
+      ->group("Output");
+}
+
 void add_shard_option(CLI::App* app, CliOptions& options) {
   app->add_option_function<std::string>(
          "--shard", [&options](const std::string& text) { options.shard = parse_shard(text); },
@@ -361,6 +371,7 @@ CLI::App* add_search_command(CLI::App& app, CliOptions& options) {
                    "partial files) and run only the rest; a run of another command, device or "
                    "version is refused");
   add_shard_option(search, options);
+  add_jobs_option(search, options);
   add_safety_margin_option(search, options);
   search
       ->add_option_function<std::string>(
@@ -494,6 +505,7 @@ int run_app(const std::vector<std::string>& command_line, const CliStreams& stre
   add_config_options(estimate, options);
   add_output_options(estimate, options);
   add_shard_option(estimate, options);
+  add_jobs_option(estimate, options);
   estimate->footer(kExamples);
 
   CLI::App* plan = add_plan_command(app, options);
