@@ -272,6 +272,17 @@ void lay_out_head(const ModelWeights& weights, ModelParams& p, MakeParam param) 
   lay_out_modules(weights.head, p, param);
   if (weights.tied) p.lm_head = p.wte;
 }
+// The whole model in the description's order, as both builders make it: the embeddings, each
+// block's weights (`block_of(l)`), the head. Returns the blocks'.
+template <typename MakeParam, typename BlockOf>
+std::vector<BlockWeights> lay_out_model(const ModelWeights& weights, std::int64_t layers,
+                                        ModelParams& p, MakeParam param, BlockOf block_of) {
+  lay_out_embeddings(weights, p, param);
+  std::vector<BlockWeights> blocks;
+  for (int l = 0; l < static_cast<int>(layers); ++l) blocks.push_back(block_of(l));
+  lay_out_head(weights, p, param);
+  return blocks;
+}
 
 // How a forward pass treats what it makes.
 struct Pass {

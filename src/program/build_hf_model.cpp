@@ -52,11 +52,9 @@ void HfBuilder::build_model() {
   auto param = [&](const Name& name, Shape shape) { return weight(name, shape, -1, train); };
   const ModelWeights description = model_weights(m, S_);
   ModelParams params;
-  build_common::lay_out_embeddings(description, params, param);
-  std::vector<BlockWeights> weights;
-  for (int l = 0; l < static_cast<int>(m.layers); ++l)
-    weights.push_back(block_weights(description.block, l));
-  build_common::lay_out_head(description, params, param);
+  auto block_of = [&](int l) { return block_weights(description.block, l); };
+  const std::vector<BlockWeights> weights =
+      build_common::lay_out_model(description, m.layers, params, param, block_of);
   // The embedding output requires grad under full training, and under fine-tuning with
   // checkpointing: transformers' gradient_checkpointing_enable (and PEFT's
   // prepare_model_for_kbit_training) call enable_input_require_grads.

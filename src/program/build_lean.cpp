@@ -481,11 +481,9 @@ class LeanBuilder : private LeanLinears {
     auto param = [&](const Name& name, Shape shape) { return weight(name, shape, -1, train); };
     const ModelWeights description = model_weights(m, S_);
     ModelParams params;
-    build_common::lay_out_embeddings(description, params, param);
-    std::vector<BlockWeights> weights;
-    for (int l = 0; l < static_cast<int>(m.layers); ++l)
-      weights.push_back(block_weights(description.block, l));
-    build_common::lay_out_head(description, params, param);
+    auto block_of = [&](int l) { return block_weights(description.block, l); };
+    const std::vector<BlockWeights> weights =
+        build_common::lay_out_model(description, m.layers, params, param, block_of);
     const Param& wte = params.wte;
     const Param& wpe = params.wpe;
     const Norm& final_norm = params.final_norm;
