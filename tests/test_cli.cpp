@@ -840,10 +840,11 @@ TEST(Cli, ProgressOnATerminalOnlyAndNotWithQuiet) {
     GTEST_SKIP() << "no `script` to give the sweep a terminal";
   const fs::path dir = scratch("progress");
   // `script` runs the sweep on a pseudo-terminal; the table goes to a file, stderr to the terminal.
+  // One configuration at a time, so that the line after the first one done names the second.
   const auto on_terminal = [&](const std::string& extra) {
     const std::string cmd = "script -qec \"" + std::string(VRAMBENCH_BINARY) +
-                            " --device sim:rtx4090 --preset tiny --sweep seq=32,64 --out " +
-                            dir.string() + " " + extra + " >/dev/null\" /dev/null";
+                            " --device sim:rtx4090 --preset tiny --sweep seq=32,64 --jobs 1" +
+                            " --out " + dir.string() + " " + extra + " >/dev/null\" /dev/null";
     CommandResult run;
     FILE* pipe = ::popen(cmd.c_str(), "r");
     char buffer[4096];

@@ -59,8 +59,9 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
     // largest batch nothing does. Each probe is a guess: after a fit, the tensors' line plus the
     // share per sample its replay showed; after a failure, the batches its run lacked at the
     // capacity below it (a failure is never replayed without a limit here: only the batch after
-    // the answer is); unless the guess leaves the bracket or, once a batch fit, two probes in a
-    // row fell on the same side: then its middle.
+    // the answer is); once both a fit and a failure were seen, the batch between them where the
+    // room the fit left and what the failure lacked meet on a line; unless the guess leaves the
+    // bracket or, once a batch fit, two probes in a row fell on the same side: then its middle.
     const Bytes capacity = overhead.capacity;
     const std::int64_t most = std::clamp<std::int64_t>(out.max_batch(capacity), 1, kLargestBatch);
     std::int64_t lo = 0, hi = most + 1;
@@ -68,6 +69,14 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
     int in_a_row = 0;
     bool last_fit = false;
     std::int64_t step_down = 0;  // how far the last failure's guess went below it
+    // Once both ends are known: the room left at the last batch that fit and what the last one
+    // that failed lacked, between which the batch where the room runs out is interpolated.
+    Bytes room = -1, lacking = -1;
+    auto between = [&] {
+      const double part = static_cast<double>(room) / static_cast<double>(room + lacking);
+      const auto ahead = static_cast<std::int64_t>(part * static_cast<double>(hi - lo));
+      return std::min(lo + std::max<std::int64_t>(ahead, 1), hi - 1);
+    };
     while (hi - lo > 1) {
       const bool creeping = in_a_row >= 2 && lo > 0;
       const std::int64_t b = guess > lo && guess < hi && !creeping ? guess : lo + (hi - lo) / 2;
@@ -80,8 +89,10 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
       (fit ? lo : hi) = b;
       if (fit) {
         const Bytes peak = replayed(b);
+        room = capacity - peak;
         guess = out.max_batch(capacity, std::max<Bytes>(peak - out.peak(b), 0) / b);
         if (guess <= b) guess = b + 1;
+        if (lacking >= 0) guess = between();
         continue;
       }
       // Where the run at the capacity failed even after freeing its cache, what it lacked there
@@ -96,6 +107,8 @@ void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
       if (in_a_row >= 2) step = std::max(step, 2 * step_down);
       guess = b - step;
       step_down = step;
+      lacking = lacked;
+      if (room >= 0) guess = between();
     }
     at = std::max<std::int64_t>(lo, 1);
     // The bracket closes on a batch that fits (or none) and the next that does not; where fitting
