@@ -313,6 +313,11 @@ TEST(ResultTables, ErrorSummaryTakesMedianAndMaxOfAbsoluteErrorsFromTheRows) {
             std::string::npos)
       << line;
   EXPECT_NE(line.find("1 failed"), std::string::npos) << line;
+  // A sweep of a few sim configurations takes milliseconds: said so, not "0.00 s".
+  EXPECT_NE(search_summary_line(s, "sim:test", 0.0034).find(" per configuration) in 3 ms"),
+            std::string::npos);
+  EXPECT_NE(search_summary_line(s, "sim:test", 0.0).find(" per configuration) in <1 ms"),
+            std::string::npos);
   EXPECT_TRUE(is_search_table(table));
   EXPECT_FALSE(is_search_table(estimate_table({"seq"}, false)));
 }

@@ -15,6 +15,16 @@
 namespace vrambench {
 namespace {
 
+// A run's wall time for a summary line: milliseconds below a tenth of a second (a sim sweep of a
+// few configurations takes a few), else seconds.
+std::string wall_time(double seconds) {
+  if (seconds < 0.1) {
+    const std::int64_t ms = std::llround(seconds * 1e3);
+    return ms < 1 ? std::string("<1 ms") : fmt::format("{} ms", ms);
+  }
+  return fmt::format("{:.2f} s", seconds);
+}
+
 Column key_column(const std::string& field) {
   const FieldInfo& info = find_field(field);
   if (info.kind == FieldKind::integer)
@@ -189,8 +199,8 @@ std::string seq_search_summary_line(const std::vector<Column>& columns, const Ro
   });
   if (configurations == 0) shortest = 0;
   return fmt::format(
-      "{} configuration{} on {}, {} trials in {:.2f} s: longest sequence {}", configurations,
-      configurations == 1 ? "" : "s", device, trials, seconds,
+      "{} configuration{} on {}, {} trials in {}: longest sequence {}", configurations,
+      configurations == 1 ? "" : "s", device, trials, wall_time(seconds),
       shortest == longest ? std::to_string(longest) : fmt::format("{}..{}", shortest, longest));
 }
 
@@ -459,11 +469,11 @@ SearchSummary summarize_search(const std::vector<Column>& columns, const RowSour
 
 std::string search_summary_line(const SearchSummary& s, const std::string& device, double seconds) {
   std::string line =
-      fmt::format("{} configuration{} on {}, {} trials ({:.1f} per configuration) in {:.2f} s",
+      fmt::format("{} configuration{} on {}, {} trials ({:.1f} per configuration) in {}",
                   s.configurations, s.configurations == 1 ? "" : "s", device, s.trials,
                   static_cast<double>(s.trials) /
                       static_cast<double>(std::max<std::int64_t>(s.configurations, 1)),
-                  seconds);
+                  wall_time(seconds));
   if (s.measured == "sim") line += "; a prediction (est and sim agree by construction)";
   if (s.errors.compared > 0)
     line += fmt::format(
