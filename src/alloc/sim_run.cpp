@@ -31,6 +31,9 @@ RunAllocations run_allocations(const Program& program, const Schedule& schedule,
 
 namespace {
 
+// The capacity of a replay without a limit.
+constexpr Bytes kUnlimited = std::numeric_limits<Bytes>::max() / 4;
+
 Bytes bytes_at(const RunAllocation& e, std::int64_t batch) {
   return checked_add(e.fixed, checked_mul(batch, e.per_sample, "tensor bytes"), "tensor bytes");
 }
@@ -140,10 +143,6 @@ struct Replay {
   }
 };
 
-}  // namespace
-
-namespace {
-constexpr Bytes kUnlimited = std::numeric_limits<Bytes>::max() / 4;
 }  // namespace
 
 // What a failed run needs to go on without a limit: the allocations, and (caching) the replay
