@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <utility>
-#include <vector>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -42,16 +40,11 @@ Bytes share_capacity(const DeviceOverhead& overhead) {
 
 void fit_allocator_share(Breakdown& out, SimRuns& runs, const RunConfig& cfg,
                          const DeviceOverhead& overhead) {
-  std::vector<std::pair<std::int64_t, Bytes>> seen;  // batch, replayed device peak
+  // A batch's replayed device peak: on the device when it fits there (its cache freed and retried
+  // at the limit, as a trial's is); else what it needs, without a limit. `runs` keeps each run
+  // and its run without a limit once replayed, so asking again replays nothing.
   auto replayed = [&](std::int64_t batch) {
-    for (const auto& [b, peak] : seen)
-      if (b == batch) return peak;
-    // On the device when it fits there (its cache freed and retried at the limit, as a trial's
-    // is); else what it needs, without a limit.
-    const Bytes peak =
-        checked_add(runs.at(batch).needed_reserved(), overhead.context, "replayed peak");
-    seen.emplace_back(batch, peak);
-    return peak;
+    return checked_add(runs.at(batch).needed_reserved(), overhead.context, "replayed peak");
   };
   std::int64_t at = std::max<std::int64_t>(cfg.batch, 1);
   if (overhead.capacity > 0 && !overhead.share_at_batch) {
