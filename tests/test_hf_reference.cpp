@@ -25,6 +25,7 @@
 #include "model/model_file.h"
 #include "program/program.h"
 #include "measure/trial.h"
+#include "reference_models.h"
 
 namespace vrambench {
 namespace {
@@ -47,46 +48,6 @@ struct Row {
   Bytes measured = 0;
   std::string phase;  // where the measured peak happened: forward, backward or optimizer
 };
-
-ModelConfig llama_small() {
-  ModelConfig m;
-  m.name = "llama-small";
-  m.arch = Arch::llama;
-  m.hidden = 512;
-  m.heads = 8;
-  m.kv_heads = 2;
-  m.layers = 4;
-  m.ffn = 1408;
-  m.vocab = 32000;
-  m.tied_embeddings = false;
-  return m;
-}
-
-// A reference row's model: gpt2, llama-small, or one of the small models of the other families
-// (scripts/torch_reference.py MODELS: llama-small's sizes with head_dim 64), read from the same
-// fields by the config.json reader.
-ModelConfig reference_model(const std::string& name) {
-  if (name == "gpt2") return find_preset("gpt2").model;
-  if (name == "llama-small") return llama_small();
-  const std::string shape =
-      R"("hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
-         "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4, "vocab_size": 32000)";
-  const std::string type = name == "qwen3-small"    ? R"("qwen3", "tie_word_embeddings": false)"
-                           : name == "gemma2-small" ? R"("gemma2")"
-                           : name == "gemma3-small" ? R"("gemma3_text")"
-                           : name == "phi3-small"   ? R"("phi3", "tie_word_embeddings": false)"
-                                                    : "";
-  if (type.empty()) throw std::runtime_error("reference row of unknown model " + name);
-  return model_from_config_text("{\"model_type\": " + type + ", " + shape + "}", name, "");
-}
-
-nlohmann::json read_reference(const char* file) {
-  const std::filesystem::path path =
-      std::filesystem::path(VRAMBENCH_SOURCE_DIR) / "tests" / "data" / file;
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  return nlohmann::json::parse(in);
-}
 
 std::vector<Row> rows_in_scope() {
   const nlohmann::json doc = read_reference("torch_reference.json");

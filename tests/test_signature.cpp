@@ -157,6 +157,20 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
         seen.insert(op.kind);
       }
     }
+  // One rank's program of a sharded strategy: the collectives.
+  for (Strategy strategy : {Strategy::zero2, Strategy::fsdp}) {
+    RunConfig cfg;
+    cfg.model = find_preset("tiny-llama").model;
+    cfg.seq = 16;
+    cfg.strategy = strategy;
+    cfg.gpus = 4;
+    validate(cfg);
+    const Program p = build_program(cfg, 4096);
+    for (const Op& op : p.ops) {
+      EXPECT_NO_THROW(check_op(p, op)) << op.name;
+      seen.insert(op.kind);
+    }
+  }
   EXPECT_EQ(seen.size(), kOpKindCount) << "some kind is never built";
 }
 

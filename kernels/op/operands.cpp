@@ -105,6 +105,8 @@ const Operand* operand_of_another_dtype(const Operands& a) {
     case OpKind::cast:               // any floating dtype into any other, by design
     case OpKind::cross_entropy_fwd:  // the logits in whichever dtype the head wrote them
     case OpKind::dequantize:         // the quantisation's own codes and constants
+    case OpKind::all_gather:         // a parameter's storage as it is (4-bit codes included), or
+    case OpKind::reduce_scatter:     // cast on the way (mixed precision)
       return nullptr;
     default:
       break;

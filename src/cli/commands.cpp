@@ -78,7 +78,8 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
                         std::any_of(grid.axes.begin(), grid.axes.end(),
                                     [](const Axis& a) { return a.field == "batch"; });
   GridRun run(options, std::move(grid), {}, argc, argv);
-  const Table header = estimate_table(run.grid().varying, at_batch);
+  const EstimateExtras extras = estimate_extras(run.grid().configs);
+  const Table header = estimate_table(run.grid().varying, at_batch, extras);
   run.open(header, "estimate");
   std::int64_t smallest = INT64_MAX, largest = 0;
   std::mutex range;  // the rows are made on several threads
@@ -89,7 +90,7 @@ int run_estimate_command(const CliOptions& options, int argc, const char* const*
         const std::lock_guard<std::mutex> lock(range);
         smallest = std::min(smallest, e.est_max_batch);
         largest = std::max(largest, e.est_max_batch);
-        return GridRow{estimate_row(e, run.grid().varying, at_batch), nullptr};
+        return GridRow{estimate_row(e, run.grid().varying, at_batch, extras), nullptr};
       },
       true);
   if (run.grid().configs.empty()) smallest = largest = 0;  // an empty shard
@@ -197,7 +198,7 @@ int run_search_command(const CliOptions& options, int argc, const char* const* a
   const bool with_sim = measured != "sim";
   const std::vector<RunConfig>& configs = run.grid().configs;
   const bool with_paged = std::any_of(configs.begin(), configs.end(),
-                                      [](const RunConfig& c) { return is_paged(c.optimizer); });
+                                      [](const RunConfig& c) { return has_off_device_state(c); });
   const Table header = search_table(run.grid().varying, measured, with_paged);
   // Rows and their details go to the files as they finish and are not held here: a sweep's
   // memory stays flat in its length.

@@ -93,6 +93,19 @@ Grid make_grid(const CliOptions& options) {
   if (std::find(grid.varying.begin(), grid.varying.end(), "dtype") == grid.varying.end() &&
       std::any_of(grid.configs.begin(), grid.configs.end(), dtype_differs))
     grid.varying.emplace_back("dtype");
+  // A rank's figures say whose they are: the GPUs, the strategy and any offload.
+  const auto keep = [&](std::string_view field, bool wanted) {
+    if (!wanted || std::find(grid.varying.begin(), grid.varying.end(), field) != grid.varying.end())
+      return;
+    if (grid.varying.empty()) grid.varying = key_columns({});
+    grid.varying.emplace_back(field);
+  };
+  const bool distributed = std::any_of(grid.configs.begin(), grid.configs.end(),
+                                       [](const RunConfig& c) { return is_distributed(c); });
+  keep("gpus", distributed);
+  keep("strategy", distributed);
+  keep("offload", std::any_of(grid.configs.begin(), grid.configs.end(),
+                              [](const RunConfig& c) { return c.offload != Offload::none; }));
   for (const RunConfig& cfg : grid.configs) {
     try {
       validate(cfg);

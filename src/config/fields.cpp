@@ -139,7 +139,7 @@ constexpr Field run_choice(std::string_view name, std::string_view help) {
   return f;
 }
 
-const std::array<Field, 31> kFields{{
+const std::array<Field, 34> kFields{{
     // preset: the whole model.
     {"preset",
      FieldKind::text,
@@ -236,6 +236,19 @@ const std::array<Field, 31> kFields{{
         "loop",
         " (--framework hf): Trainer drops the model's output after the loss; a native PyTorch loop "
         "(outputs = model(**batch)) keeps it, and its logits, through backward"),
+    run_value<std::int64_t, &RunConfig::gpus>(
+        "gpus", FieldKind::integer,
+        "data-parallel GPUs N: the figures are one rank's (per GPU) under --strategy",
+        parse_integer),
+    run_choice<Strategy, &RunConfig::strategy>(
+        "strategy",
+        ": how N GPUs share the step (ddp replicates; zero1/2/3 partition optimizer state, "
+        "gradients, parameters as DeepSpeed does; fsdp shards as FSDP2's fully_shard, hsdp within "
+        "a node of 8)"),
+    run_choice<Offload, &RunConfig::offload>(
+        "offload",
+        ": host memory instead of the device's (zero*: optimizer; zero3: params; fsdp/hsdp: "
+        "params), reported apart"),
 }};
 
 // The fields as the other folders see them, in the table's order: a choice's help starts with

@@ -26,7 +26,8 @@ enum class FieldKind {
 // A field's typed value: the alternative its kind and name hold.
 using FieldValue = std::variant<std::int64_t, double, Arch, Precision, Framework, Attention,
                                 Recompute, Optimizer, Scope, AllocatorKind, Finetune, QuantKind,
-                                Toggle, Loop, LoraTargets, DeviceChoice, ModelConfig>;
+                                Toggle, Loop, Strategy, Offload, LoraTargets, DeviceChoice,
+                                ModelConfig>;
 
 struct FieldInfo {
   std::string_view name;  // CLI spelling: "seq", "kv-heads", "vram"

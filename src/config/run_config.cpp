@@ -53,6 +53,14 @@ constexpr NameTable<QuantKind, 4> kQuant{{{QuantKind::none, "none"},
                                           {QuantKind::int8, "int8"}}};
 constexpr NameTable<Toggle, 2> kToggle{{{Toggle::off, "off"}, {Toggle::on, "on"}}};
 constexpr NameTable<Loop, 2> kLoop{{{Loop::trainer, "trainer"}, {Loop::native, "native"}}};
+constexpr NameTable<Strategy, 6> kStrategy{{{Strategy::ddp, "ddp"},
+                                            {Strategy::zero1, "zero1"},
+                                            {Strategy::zero2, "zero2"},
+                                            {Strategy::zero3, "zero3"},
+                                            {Strategy::fsdp, "fsdp"},
+                                            {Strategy::hsdp, "hsdp"}}};
+constexpr NameTable<Offload, 3> kOffload{
+    {{Offload::none, "none"}, {Offload::optimizer, "optimizer"}, {Offload::params, "params"}}};
 
 constexpr NameTable<Scope, 4> kScope{{{Scope::model, "model"},
                                       {Scope::layer, "layer"},
@@ -69,6 +77,49 @@ std::string_view name_of(const NameTable<E, N>& table, E value) {
 void require_positive(std::int64_t value, std::string_view option) {
   if (value <= 0)
     throw UsageError(fmt::format("invalid --{} {}: must be a positive integer", option, value));
+}
+
+// What a strategy and its offload take (docs/multi-gpu.md).
+void validate_distributed(const RunConfig& cfg) {
+  require_positive(cfg.gpus, "gpus");
+  if (cfg.gpus > kMaxGpus)
+    throw UsageError(fmt::format("invalid --gpus {}: at most {}", cfg.gpus, kMaxGpus));
+  const std::string_view strategy = to_string(cfg.strategy);
+  if (is_distributed(cfg) && cfg.scope != Scope::model)
+    throw UsageError(fmt::format(
+        "--strategy {} over --gpus {} spreads whole training steps: use --scope model (got "
+        "--scope {})",
+        strategy, cfg.gpus, to_string(cfg.scope)));
+  if (cfg.strategy != Strategy::ddp && is_paged(cfg.optimizer))
+    throw UsageError(fmt::format(
+        "--optimizer {} keeps its state in managed memory on one device; --strategy {} shards "
+        "optimizer state: use adamw or adamw-8bit",
+        to_string(cfg.optimizer), strategy));
+  if (is_zero(cfg.strategy) && (is_8bit(cfg.optimizer) || cfg.optimizer == Optimizer::sgd))
+    throw UsageError(fmt::format(
+        "--strategy {}: DeepSpeed's ZeRO optimizer steps AdamW over an fp32 partition; use "
+        "--optimizer adamw (or none)",
+        strategy));
+  if (is_zero(cfg.strategy) && (is_autocast(cfg.dtype) || cfg.dtype == Precision::tf32))
+    throw UsageError(fmt::format(
+        "--strategy {}: DeepSpeed casts the model to its bf16 / fp16 (or keeps fp32); use --dtype "
+        "bf16, fp16 or fp32 (got {})",
+        strategy, to_string(cfg.dtype)));
+  if (is_fsdp(cfg.strategy) && is_autocast(cfg.dtype))
+    throw UsageError(fmt::format(
+        "--strategy {} models a model loaded in its dtype (no MixedPrecisionPolicy yet): use "
+        "--dtype bf16, fp16 or fp32 (got {})",
+        strategy, to_string(cfg.dtype)));
+  const bool allowed = cfg.offload == Offload::none ||
+                       (is_zero(cfg.strategy) && cfg.offload == Offload::optimizer) ||
+                       ((cfg.strategy == Strategy::zero3 || is_fsdp(cfg.strategy)) &&
+                        cfg.offload == Offload::params);
+  if (!allowed)
+    throw UsageError(fmt::format(
+        "--offload {} is not an option of --strategy {}: ddp offloads nothing, zero1 and zero2 "
+        "the optimizer, zero3 the optimizer or the parameters (with the optimizer), fsdp and hsdp "
+        "the parameters (CPUOffloadPolicy: with their gradients and optimizer state)",
+        to_string(cfg.offload), strategy));
 }
 
 }  // namespace
@@ -105,6 +156,12 @@ std::string_view to_string(Toggle v) {
 }
 std::string_view to_string(Loop v) {
   return name_of(kLoop, v);
+}
+std::string_view to_string(Strategy v) {
+  return name_of(kStrategy, v);
+}
+std::string_view to_string(Offload v) {
+  return name_of(kOffload, v);
 }
 
 template <>
@@ -150,6 +207,14 @@ EnumNames<Toggle> enum_names<Toggle>() {
 template <>
 EnumNames<Loop> enum_names<Loop>() {
   return kLoop;
+}
+template <>
+EnumNames<Strategy> enum_names<Strategy>() {
+  return kStrategy;
+}
+template <>
+EnumNames<Offload> enum_names<Offload>() {
+  return kOffload;
 }
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>() {
@@ -297,6 +362,7 @@ void validate(const RunConfig& cfg) {
         "--framework lean has none{}",
         cfg.framework == Framework::automatic ? fmt::format(" (auto chose lean: {})", hf_gap(cfg))
                                               : ""));
+  validate_distributed(cfg);
   if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
     throw UsageError(
         "--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "

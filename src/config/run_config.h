@@ -43,6 +43,18 @@ enum class Toggle { off, on };
 // outputs.loss.backward()`, the output object and its logits alive through backward).
 enum class Loop { trainer, native };
 enum class Scope { model, layer, attention, mlp };
+// How a step is spread over --gpus N (docs/multi-gpu.md): ddp (every rank holds the whole model;
+// PyTorch DDP's gradient buckets beside the gradients), zero1 / zero2 / zero3 (DeepSpeed ZeRO:
+// optimizer state, then gradients, then parameters partitioned over the ranks, with bf16 / fp16
+// mixed precision's fp32 master partition), fsdp (PyTorch FSDP2's fully_shard per decoder layer and
+// on the root, each parameter sharded by rows), hsdp (FSDP2 sharded within a node of 8 GPUs and
+// replicated across nodes). With one GPU, ddp is plain single-device training.
+enum class Strategy { ddp, zero1, zero2, zero3, fsdp, hsdp };
+// What a strategy keeps in host memory instead (reported apart, never on the device): none,
+// optimizer (ZeRO's offload_optimizer: fp32 master and optimizer state, the step on the CPU),
+// params (ZeRO-3's offload_param with the optimizer; FSDP2's CPUOffloadPolicy: sharded parameters,
+// gradients and optimizer state).
+enum class Offload { none, optimizer, params };
 enum class AllocatorKind { direct, caching };
 
 std::string_view to_string(Precision v);
@@ -56,6 +68,8 @@ std::string_view to_string(Finetune v);
 std::string_view to_string(QuantKind v);
 std::string_view to_string(Toggle v);
 std::string_view to_string(Loop v);
+std::string_view to_string(Strategy v);
+std::string_view to_string(Offload v);
 
 // Every value of an enum above with its name, in declaration order (core/enum_names.h).
 template <>
@@ -80,6 +94,10 @@ template <>
 EnumNames<Toggle> enum_names<Toggle>();
 template <>
 EnumNames<Loop> enum_names<Loop>();
+template <>
+EnumNames<Strategy> enum_names<Strategy>();
+template <>
+EnumNames<Offload> enum_names<Offload>();
 // The Hugging Face `optim` names of the optimizers ("adamw_torch", "paged_adamw_8bit").
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>();
@@ -150,6 +168,10 @@ struct RunConfig {
   Toggle double_quant = Toggle::on;   // nf4 / fp4 only
   std::int64_t grad_accum = 1;        // micro-steps per optimizer step; B is the micro-batch
   Loop loop = Loop::trainer;          // hf: the loop around the step
+  // Data parallelism: the program is one rank's of --gpus ranks (program/shard.h).
+  std::int64_t gpus = 1;
+  Strategy strategy = Strategy::ddp;
+  Offload offload = Offload::none;
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -160,6 +182,34 @@ constexpr bool is_finetune(const RunConfig& c) {
 // The storage of the frozen block linears: --quant, or nf4 under qlora when not given.
 constexpr QuantKind base_quant(const RunConfig& c) {
   return c.finetune == Finetune::qlora && c.quant == QuantKind::none ? QuantKind::nf4 : c.quant;
+}
+
+// The ranks a strategy shards parameters, gradients or optimizer state over: 1 for ddp and
+// single-GPU runs, min(gpus, kGpusPerNode) for hsdp (sharded within a node, replicated across),
+// gpus otherwise.
+inline constexpr std::int64_t kGpusPerNode = 8;
+constexpr std::int64_t shard_ranks(const RunConfig& c) {
+  if (c.strategy == Strategy::ddp) return 1;
+  if (c.strategy == Strategy::hsdp) return c.gpus < kGpusPerNode ? c.gpus : kGpusPerNode;
+  return c.gpus;
+}
+// DeepSpeed ZeRO (any stage), and FSDP2 (fsdp, hsdp).
+constexpr bool is_zero(Strategy s) {
+  return s == Strategy::zero1 || s == Strategy::zero2 || s == Strategy::zero3;
+}
+constexpr bool is_fsdp(Strategy s) {
+  return s == Strategy::fsdp || s == Strategy::hsdp;
+}
+// Whether the step program is one rank's of a sharded or replicated run (program/shard.h): any
+// strategy but ddp, and ddp over more than one GPU (its gradient buckets).
+constexpr bool is_distributed(const RunConfig& c) {
+  return c.strategy != Strategy::ddp || c.gpus > 1;
+}
+
+// Whether the step keeps state off the device: a paged optimizer's managed memory, or what
+// --offload keeps on the host (a trial gives both a pool of their own, outside the capacity).
+constexpr bool has_off_device_state(const RunConfig& c) {
+  return is_paged(c.optimizer) || c.offload != Offload::none;
 }
 
 // Whether the hf step runs under autocast: asked for (amp-*), or QLoRA's Trainer with bf16 or
@@ -178,6 +228,9 @@ constexpr bool hf_autocast(const RunConfig& c) {
 // times the largest GPU profile): no GPU holds such a model, whatever its batch.
 inline constexpr std::int64_t kMaxLayers = 2048;
 inline constexpr std::int64_t kMaxParameters = std::int64_t{1} << 45;  // 35.2 trillion
+// The most ranks a configuration may spread over (the largest training runs use tens of
+// thousands; sharding to a row or less of each parameter says nothing more past this).
+inline constexpr std::int64_t kMaxGpus = 65536;
 
 // Checks every field and how they fit together; throws UsageError with one line naming the value
 // and what is allowed. Also rejects configurations whose largest tensor or total parameter bytes

@@ -144,7 +144,7 @@ std::vector<Component> listed(const std::array<Bytes, kComponents>& bytes) {
 Bytes device_sum(const std::vector<Component>& list) {
   Bytes total = 0;
   for (const Component& c : list)
-    if (c.kind != MemoryComponent::paged_optimizer_state)
+    if (c.kind != MemoryComponent::paged_optimizer_state && c.kind != MemoryComponent::host_offload)
       total = checked_add(total, c.bytes, "breakdown total");
   return total;
 }

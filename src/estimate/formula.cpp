@@ -83,18 +83,30 @@ Formula formula(const RunConfig& cfg, Bytes context) {
   // Weights as loaded: 16-bit for fp16/bf16, fp32 otherwise (autocast keeps fp32 weights).
   const Bytes weight_bytes = cfg.dtype == Precision::fp16 || cfg.dtype == Precision::bf16 ? 2 : 4;
   const Bytes state = optimizer_state_bytes(cfg.optimizer);
+  // The ZeRO paper's division over N ranks (section 5): stage 1 the optimizer state (and master),
+  // stage 2 the gradients too, stage 3 and FSDP the parameters too; DDP none.
+  const std::int64_t n = shard_ranks(cfg);
+  const bool grads_split = n > 1 && cfg.strategy != Strategy::zero1;
+  const bool weights_split = n > 1 && (cfg.strategy == Strategy::zero3 || is_fsdp(cfg.strategy));
+  const auto share = [&](Bytes bytes, bool split) { return split ? (bytes + n - 1) / n : bytes; };
   if (is_finetune(cfg)) {
     // Adapters in fp32: weight, gradient and state (no master: they are fp32 already).
     f.adapter_parameters = lora_parameter_count(cfg);
-    f.model_state = checked_add(frozen_base_bytes(cfg, f.parameters, weight_bytes),
-                                checked_mul(f.adapter_parameters, 4 + 4 + state, "adapters"),
-                                "formula model state");
+    const Bytes adapters = checked_mul(f.adapter_parameters, 4, "adapters");
+    f.model_state = checked_add(
+        checked_add(share(frozen_base_bytes(cfg, f.parameters, weight_bytes), weights_split),
+                    share(adapters, weights_split) + share(adapters, grads_split),
+                    "formula model state"),
+        share(checked_mul(f.adapter_parameters, state, "adapters"), n > 1), "formula model state");
   } else {
     // Weight and gradient in the weights' dtype, an fp32 master of 16-bit weights when there is
     // a step, and the state: ZeRO's 16 bytes per parameter for mixed-precision AdamW.
     const Bytes master = weight_bytes == 2 && cfg.optimizer != Optimizer::none ? 4 : 0;
-    f.model_state =
-        checked_mul(f.parameters, 2 * weight_bytes + master + state, "formula model state");
+    const Bytes weights = checked_mul(f.parameters, weight_bytes, "formula weights");
+    f.model_state = checked_add(
+        checked_add(share(weights, weights_split), share(weights, grads_split), "model state"),
+        share(checked_mul(f.parameters, master + state, "formula state"), n > 1),
+        "formula model state");
   }
 
   // Korthikanti's bytes are for 16-bit activations; 32-bit ones double them.

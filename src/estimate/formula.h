@@ -17,7 +17,8 @@ struct Formula {
   std::int64_t parameters = 0;          // P: the model's (parameter_count, model/weights.h)
   std::int64_t adapter_parameters = 0;  // LoRA's A and B over the targets; 0 for full training
   // Full training: P times weight + gradient + fp32 master (16-bit weights with an optimizer) +
-  // optimizer state bytes. LoRA / QLoRA: the frozen base, P times 2 or 4 bytes (lora), 1 (int8)
+  // optimizer state bytes, divided over the ranks as the ZeRO paper divides them (stage 1 the
+  // master and state, stage 2 the gradients, stage 3 and FSDP the weights). LoRA / QLoRA: the frozen base, P times 2 or 4 bytes (lora), 1 (int8)
   // or 4 bits plus the absmax (4-bit), and the adapters in fp32 with their gradients and state.
   Bytes model_state = 0;
   Bytes context = 0;      // the CUDA context, as the caller gives it

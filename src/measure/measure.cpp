@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "estimate/deepspeed.h"
 #include "estimate/formula.h"
 #include "model/weights.h"
 #include "program/program.h"
@@ -52,10 +53,11 @@ TrialResult replay(const Program& program, const Schedule& schedule, const RunCo
                    const Device& device, Bytes capacity, Executor* executor) {
   std::unique_ptr<SegmentSource> source = device.make_source(capacity);
   std::unique_ptr<Allocator> allocator = make_allocator(cfg.allocator, *source);
-  // Paged optimizer state: its own pool, allocated once (direct), outside the capacity.
+  // Paged optimizer state and offloaded state: their own pool, allocated once (direct), outside
+  // the capacity.
   std::unique_ptr<SegmentSource> paged_source;
   std::unique_ptr<Allocator> paged;
-  if (is_paged(cfg.optimizer)) {
+  if (has_off_device_state(cfg)) {
     paged_source = device.make_paged_source();
     paged = make_allocator(AllocatorKind::direct, *paged_source);
   }
@@ -113,6 +115,9 @@ EstimateFigures estimate_figures(const RunConfig& cfg, const DeviceInfo& device,
   e.fits = e.peak <= device.total;
   e.formula = formula_figures(cfg, device.fixed_overhead, device.total, e.batch);
   e.parameters = parameter_count(cfg.model);
+  e.host = e.breakdown.component(MemoryComponent::host_offload);
+  e.deepspeed_estimate = deepspeed_estimate(cfg);
+  if (e.deepspeed_estimate) e.deepspeed_count = deepspeed_count(step.at(cfg.batch));
   return e;
 }
 

@@ -99,6 +99,10 @@ struct EstimateFigures {
   std::optional<FormulaFigures> formula;  // at `batch`, with the device's context
   std::int64_t parameters = 0;
   Bytes capacity = 0;  // the device's total
+  Bytes host = 0;      // what --offload keeps in host memory (component host_offload)
+  // ZeRO-2/3: the model states as DeepSpeed's estimator counts them on the rank's program, and
+  // its estimate (estimate/deepspeed.h).
+  std::optional<Bytes> deepspeed_count, deepspeed_estimate;
 };
 EstimateFigures estimate_figures(const RunConfig& cfg, const DeviceInfo& device, bool at_batch);
 

@@ -51,6 +51,8 @@ struct ModelConfig {
   bool resid_dropout = false;  // Phi-3: dropout (resid_pdrop) on the attention and MLP outputs
   // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
   std::string source;
+  // Its transformers model_type ("llama", "qwen3", "gpt2"), "" for a shape given by hand.
+  std::string model_type;
   // The dtype its config.json stores the weights in (dtype, or torch_dtype: float32, float16,
   // bfloat16): the run's --dtype where none is given. None for presets and hand-given shapes.
   std::optional<DType> dtype;

@@ -52,6 +52,7 @@ ModelConfig model_from_config(const Json& config, std::string name, std::string 
     r.fail("missing field 'model_type' (a transformers config.json has one)");
   ModelConfig m = family_model(r, type_field->get<std::string>());
   m.name = std::move(name);
+  m.model_type = type_field->get<std::string>();
   m.source = std::move(source);
   m.dtype = model_dtype(r, config);
   return m;

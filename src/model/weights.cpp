@@ -2,6 +2,8 @@
 // (LlamaForCausalLM and the families built on it), from the configuration's sizes and flags.
 #include "model/weights.h"
 
+#include <algorithm>
+
 #include "core/units.h"
 
 namespace vrambench {
@@ -121,6 +123,23 @@ std::int64_t sum_parameters(const WeightModules& modules) {
 
 std::int64_t layer_parameter_count(const ModelConfig& m) {
   return sum_parameters(block_modules(m));
+}
+
+std::int64_t largest_module_parameters(const ModelConfig& m) {
+  const ModelWeights w = model_weights(m);
+  std::int64_t largest = 0;
+  for (const WeightModules* list : {&w.embeddings, &w.block, &w.head})
+    for (const WeightModule& module : *list) {
+      // A packed linear is one module per part in transformers (q_proj, k_proj, v_proj), each
+      // with its rows of the weight and of the bias.
+      if (module.modules().size() > 1) {
+        for (const ModuleRows& part : module.modules())
+          largest = std::max(largest, part.rows * module.cols + (module.bias ? part.rows : 0));
+      } else {
+        largest = std::max(largest, module.parameters());
+      }
+    }
+  return largest;
 }
 
 std::int64_t parameter_count(const ModelConfig& m) {

@@ -94,5 +94,8 @@ constexpr bool in_mlp(WeightPart part) {
 // Parameters of the whole model (embeddings, blocks, final norm, lm head), and of one block.
 std::int64_t parameter_count(const ModelConfig& m);
 std::int64_t layer_parameter_count(const ModelConfig& m);
+// The parameters of the largest module that holds its own (an embedding, one linear: q_proj,
+// k_proj and v_proj each on their own), as DeepSpeed's model_to_params counts its largest layer.
+std::int64_t largest_module_parameters(const ModelConfig& m);
 
 }  // namespace vrambench

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "program/hf_builder.h"
+#include "program/shard.h"
 #include "program/signature.h"
 
 namespace vrambench {
@@ -229,6 +230,7 @@ Program build_hf_program(const RunConfig& cfg, Bytes gemm_workspace, const HfOpt
   if (framework_of(cfg) != Framework::hf || cfg.scope != Scope::model)
     throw InternalError("build_hf_program: a validated --framework hf whole-model configuration");
   Program program = build_hf::HfBuilder(cfg, gemm_workspace, options).build();
+  shard_for_rank(program);
   // Accumulating over micro-steps, the .grad tensors are there before the step (liveness keeps
   // them whole-step), and autograd's AccumulateGrad adds each new gradient into its .grad in place
   // (torch/csrc/autograd/functions/accumulate_grad.h: `variable_grad += new_grad`): the new

@@ -26,6 +26,7 @@
 #include "program/build_common.h"
 #include "program/lean_linears.h"
 #include "program/program.h"
+#include "program/shard.h"
 #include "program/signature.h"
 
 namespace vrambench {
@@ -671,6 +672,7 @@ Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {
     throw InternalError(fmt::format("build_program: negative GEMM workspace {}", gemm_workspace));
   if (framework_of(cfg) == Framework::hf) return build_hf_program(cfg, gemm_workspace, HfOptions{});
   Program program = build_lean::LeanBuilder(cfg, gemm_workspace).build();
+  shard_for_rank(program);
   for (const Op& op : program.ops) check_op(program, op);
   return program;
 }

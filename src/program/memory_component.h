@@ -24,6 +24,10 @@ enum class MemoryComponent : std::uint8_t {
   dequant_transient,      // a quantised linear dequantised for one GEMM (+ its rebuilt absmax)
   // Frameworks (docs/memory-model.md, "Frameworks").
   optimizer_temporaries,  // hf: what the optimizer step makes (AdamW foreach's sqrt(exp_avg_sq))
+  // Data parallelism (program/shard.h, docs/multi-gpu.md).
+  gathered_parameters,    // the parameters of the modules gathered now, and the all-gather buffers
+  communication_buffers,  // reduce-scatter buffers, ZeRO's fp32 gradient partition, DDP's buckets
+  host_offload,           // what --offload keeps in host memory: reported, never on the device
   // Per sample.
   saved_activations,
   norm_statistics,

@@ -88,7 +88,17 @@ Bytes formula_peak(const std::optional<FormulaFigures>& f) {
 
 }  // namespace
 
-Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
+EstimateExtras estimate_extras(const std::vector<RunConfig>& configs) {
+  EstimateExtras x;
+  for (const RunConfig& c : configs) {
+    x.deepspeed = x.deepspeed || c.strategy == Strategy::zero2 || c.strategy == Strategy::zero3;
+    x.host = x.host || c.offload != Offload::none;
+  }
+  return x;
+}
+
+Table estimate_table(const std::vector<std::string>& varying, bool at_batch,
+                     EstimateExtras extras) {
   Table t;
   for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
   if (at_batch) {
@@ -109,11 +119,17 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch) {
   t.columns.push_back({"fixed_bytes", "fixed", CellKind::bytes});
   t.columns.push_back({"per_sample_bytes", "per sample", CellKind::bytes});
   t.columns.push_back({"capacity_bytes", "capacity", CellKind::bytes});
+  if (extras.host) t.columns.push_back({"host_bytes", "host (offload)", CellKind::bytes});
+  if (extras.deepspeed) {
+    t.columns.push_back({"deepspeed_count_bytes", "model states, DS count", CellKind::bytes});
+    t.columns.push_back({"deepspeed_estimate_bytes", "DeepSpeed est", CellKind::bytes});
+    t.columns.push_back({"count_vs_deepspeed", "count vs DS", CellKind::percent});
+  }
   return t;
 }
 
 std::vector<Cell> estimate_row(const EstimateFigures& e, const std::vector<std::string>& varying,
-                               bool at_batch) {
+                               bool at_batch, EstimateExtras extras) {
   std::vector<Cell> row = key_cells(e.config, varying);
   const Cell allocated =
       e.allocated > 0 ? Cell::of_bytes(e.allocated) : Cell::none(CellKind::bytes);
@@ -135,6 +151,13 @@ std::vector<Cell> estimate_row(const EstimateFigures& e, const std::vector<std::
   row.push_back(Cell::of_bytes(e.breakdown.fixed_total()));
   row.push_back(Cell::of_bytes(e.breakdown.per_sample_total()));
   row.push_back(Cell::of_bytes(e.capacity));
+  if (extras.host) row.push_back(Cell::of_bytes(e.host));
+  if (extras.deepspeed) {
+    const Bytes count = e.deepspeed_count.value_or(0), ds = e.deepspeed_estimate.value_or(0);
+    row.push_back(bytes_cell(count));
+    row.push_back(bytes_cell(ds));
+    row.push_back(relative_cell(count, ds));
+  }
   return row;
 }
 
@@ -210,7 +233,7 @@ Table search_table(const std::vector<std::string>& varying, const std::string& m
   for (const std::string& f : key_columns(varying)) t.columns.push_back(key_column(f));
   const auto paged = [&] {
     if (with_paged)
-      t.columns.push_back({measured + "_paged_bytes", "paged state", CellKind::bytes});
+      t.columns.push_back({measured + "_paged_bytes", "paged / host state", CellKind::bytes});
   };
   if (measured == "sim") {
     // A prediction: est and sim are one figure (see result_tables.h).

@@ -20,10 +20,22 @@ namespace vrambench {
 // unless the sweep varies it (a key column then). Every row has the formula's peak at the same
 // batch (estimate/formula.h, with the device's context) and its error against the estimate's;
 // without a batch also the formula's max batch.
-Table estimate_table(const std::vector<std::string>& varying, bool at_batch);
+//
+// Columns some grids add: `deepspeed` (a ZeRO-2/3 strategy in the grid) the model states as
+// DeepSpeed's estimator counts them on the rank's program, DeepSpeed's own estimate and the
+// difference (estimate/deepspeed.h); `host` (an offload in the grid) the bytes kept in host
+// memory, outside every peak.
+struct EstimateExtras {
+  bool deepspeed = false;
+  bool host = false;
+};
+// The extras a grid of these configurations needs.
+EstimateExtras estimate_extras(const std::vector<RunConfig>& configs);
+Table estimate_table(const std::vector<std::string>& varying, bool at_batch,
+                     EstimateExtras extras = {});
 // The row of a configuration's estimate (measure/measure.h computes its figures).
 std::vector<Cell> estimate_row(const EstimateFigures& e, const std::vector<std::string>& varying,
-                               bool at_batch);
+                               bool at_batch, EstimateExtras extras = {});
 
 // `measured`: the column prefix of the device's figures, "sim" or "meas".
 //

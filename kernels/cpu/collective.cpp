@@ -1,0 +1,60 @@
+// The collectives of one rank's step (program/shard.h) on the CPU, rehearsed on one device:
+// all_gather repeats the rank's shard through the full tensor, reduce_scatter keeps the rank's
+// rows of its own full tensor. Equal dtypes copy bytes (4-bit codes included); a floating shard
+// of another dtype (a mixed-precision cast on the way) is read into fp32 and stored rounded.
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/op_table.h"
+
+namespace vrambench {
+namespace {
+
+std::size_t byte_count(const Operand& o) {
+  return static_cast<std::size_t>(o.tensor->bytes);
+}
+
+// A copy of bytes: the same dtype, or a buffer of bytes (u8) on either side (FSDP2's flat
+// all-gather and reduce-scatter buffers).
+bool bytewise(const Operand& x, const Operand& y) {
+  return x.tensor->dtype == y.tensor->dtype || !is_floating(x.tensor->dtype) ||
+         !is_floating(y.tensor->dtype);
+}
+
+}  // namespace
+
+void cpu_run_all_gather(const Operands& a, CpuContext&) {
+  const Operand& shard = a.in[0];
+  const Operand& full = a.out[0];
+  a.require(shard.tensor->bytes > 0, "all_gather: an empty shard");
+  if (bytewise(shard, full)) {
+    const std::size_t n = byte_count(shard), total = byte_count(full);
+    auto* out = static_cast<unsigned char*>(full.data);
+    for (std::size_t at = 0; at < total; at += n)
+      std::memcpy(out + at, shard.data, std::min(n, total - at));
+    return;
+  }
+  const std::vector<float> part = cpu::load(shard);
+  std::vector<float> values(static_cast<std::size_t>(full.tensor->elements()));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = part[i % part.size()];
+  cpu::store(full, values, false);
+}
+
+void cpu_run_reduce_scatter(const Operands& a, CpuContext&) {
+  const Operand& full = a.in[0];
+  const Operand& shard = a.out[0];
+  if (bytewise(full, shard)) {
+    const std::size_t n = byte_count(shard), have = byte_count(full);
+    auto* out = static_cast<unsigned char*>(shard.data);
+    for (std::size_t at = 0; at < n; at += have)
+      std::memcpy(out + at, full.data, std::min(have, n - at));
+    return;
+  }
+  a.require(shard.tensor->elements() <= full.tensor->elements(),
+            "reduce_scatter: the shard must be smaller than the full tensor");
+  std::vector<float> values = cpu::load(full);
+  values.resize(static_cast<std::size_t>(shard.tensor->elements()));
+  cpu::store(shard, values, false);
+}
+
+}  // namespace vrambench
