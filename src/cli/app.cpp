@@ -45,6 +45,11 @@ constexpr const char* kExamples = R"(Examples:
       your model from its config.json (or the folder holding it); --sweep model=a,b compares
   vrambench estimate --preset gpt2 --batch 16 --seq 1024 --vram 24GiB
       the estimated peak of one batch, and whether it fits (--sweep batch=1,8,16: each)
+  vrambench estimate --preset llama3-8b --gpus 8 --strategy zero3 --batch 1 --seq 2048
+      one rank's memory of 8 GPUs under DeepSpeed ZeRO-3, beside DeepSpeed's own estimate
+      (--strategy ddp|zero1|zero2|zero3|fsdp|hsdp, --offload optimizer|params)
+  vrambench --preset llama3-8b --strategy fsdp --sweep gpus=1,2,4,8 --seq 4096
+      the largest per-GPU micro-batch under FSDP2 as the GPUs grow
   vrambench program --preset tiny --batch 2 --seq 64
       every op of the training step with the live memory after it
   vrambench plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32
@@ -77,9 +82,14 @@ constexpr const char* kPlanExamples = R"(Examples:
       a Python snippet: TrainingArguments, LoraConfig (and BitsAndBytesConfig for QLoRA)
   vrambench plan --preset mistral-7b --finetune qlora --vram auto --seq max --emit axolotl
       the longest sequence at micro-batch 1 on this GPU's free memory, as Axolotl keys
+  vrambench plan --preset llama3-8b --gpus 4 --strategy fsdp --device sim:h100-80gb \
+                 --target-batch 64 --emit accelerate
+      four GPUs under FSDP2: the per-GPU micro-batch (micro x accum x 4 = 64), as an accelerate
+      config file; --strategy zero3 --emit deepspeed writes the ZeRO JSON
 
 The micro-batch: the largest that fits in capacity - safety margin and divides the target;
-grad-accum = target / micro-batch, so micro x accum is the target, always. Where the largest that
+grad-accum = target / micro-batch, so micro x accum is the target, always (over --gpus N the
+target is the global batch: micro x accum x N). Where the largest that
 fits would run much more per step and reaches an effective batch near the target, that is listed
 as a near alternative (give its effective batch as --target-batch to plan it), never substituted.
 Trials are sim replays of the device; see docs/plan.md.)";
@@ -425,8 +435,9 @@ CLI::App* add_plan_command(CLI::App& app, CliOptions& options) {
           "--emit",
           [&options](const std::string& text) { options.plan.emit = parse_plan_emit(text); },
           "text (Markdown; the default), hf (Python: TrainingArguments, BitsAndBytesConfig, "
-          "LoraConfig), axolotl (YAML keys) or json (everything)")
-      ->type_name("text|hf|axolotl|json")
+          "LoraConfig), axolotl (YAML keys), json (everything), accelerate (an accelerate "
+          "config file for --gpus and --strategy) or deepspeed (a ZeRO config JSON)")
+      ->type_name("text|hf|axolotl|json|accelerate|deepspeed")
       ->group("Plan");
   plan->add_option("--max-batch", options.max_batch, "never try a micro-batch above this")
       ->check(kPositive)

@@ -17,6 +17,24 @@
 namespace vrambench {
 namespace {
 
+std::string_view emit_name(PlanEmit e) {
+  switch (e) {
+    case PlanEmit::text:
+      return "text";
+    case PlanEmit::hf:
+      return "hf";
+    case PlanEmit::axolotl:
+      return "axolotl";
+    case PlanEmit::json:
+      return "json";
+    case PlanEmit::accelerate:
+      return "accelerate";
+    case PlanEmit::deepspeed:
+      return "deepspeed";
+  }
+  return "?";
+}
+
 bool swept(const Grid& grid, std::string_view field) {
   return std::any_of(grid.axes.begin(), grid.axes.end(),
                      [&](const Axis& a) { return a.field == field; });
@@ -35,11 +53,18 @@ void check_request(const CliOptions& options, const Grid& grid) {
     throw UsageError("--seq max: the sequence is what plan finds; drop the seq sweep");
   if (p.vram_auto && swept(grid, "vram"))
     throw UsageError("--vram auto: the capacity is the GPU's free memory; drop the vram sweep");
-  if (grid.configs.size() != 1 && (p.emit == PlanEmit::hf || p.emit == PlanEmit::axolotl))
+  const bool one_only = p.emit != PlanEmit::text && p.emit != PlanEmit::json;
+  if (grid.configs.size() != 1 && one_only)
     throw UsageError(fmt::format(
         "--emit {}: settings for one configuration, the sweep has {}; drop --sweep or use --emit "
         "text|json",
-        p.emit == PlanEmit::hf ? "hf" : "axolotl", grid.configs.size()));
+        emit_name(p.emit), grid.configs.size()));
+  if (p.emit == PlanEmit::deepspeed && grid.configs.size() == 1 &&
+      !is_zero(grid.configs.front().strategy))
+    throw UsageError(fmt::format(
+        "--emit deepspeed writes a ZeRO config: plan with --strategy zero1, zero2 or zero3 (got "
+        "{}); --emit accelerate writes the config of every strategy",
+        to_string(grid.configs.front().strategy)));
   // Both print a transformers setup: only a plan of the transformers step has one.
   if ((p.emit == PlanEmit::hf || p.emit == PlanEmit::axolotl) && grid.configs.size() == 1 &&
       framework_of(grid.configs.front()) != Framework::hf) {
@@ -125,6 +150,12 @@ int run_plan_command(const CliOptions& options) {
       break;
     case PlanEmit::axolotl:
       fmt::print(options.streams.out, "{}", plan_axolotl_yaml(plans.front()));
+      break;
+    case PlanEmit::accelerate:
+      fmt::print(options.streams.out, "{}", plan_accelerate_yaml(plans.front()));
+      break;
+    case PlanEmit::deepspeed:
+      fmt::print(options.streams.out, "{}\n", plan_deepspeed_json(plans.front()).dump(2));
       break;
   }
   return 0;

@@ -7,6 +7,7 @@
 
 #include "config/fields.h"
 #include "core/error.h"
+#include "program/shard.h"
 #include "report/result_tables.h"
 #include "report/table.h"
 
@@ -28,8 +29,13 @@ std::string quant_text(const RunConfig& cfg) {
 }
 
 // The settings of the plan that a trainer takes.
+// The settings of the plan that a trainer takes: per GPU, the global batch over --gpus.
 std::string accumulation_text(const Plan& plan) {
   const MicroBatchChoice& c = plan.choice;
+  const std::int64_t gpus = plan.config.gpus;
+  if (gpus > 1)
+    return fmt::format("micro-batch {} x grad-accum {} x {} GPUs = {}", c.micro_batch,
+                       c.grad_accum, gpus, c.effective_batch * gpus);
   return fmt::format("micro-batch {} x grad-accum {} = {}", c.micro_batch, c.grad_accum,
                      c.effective_batch);
 }
@@ -54,13 +60,17 @@ Table settings_table(const Plan& plan) {
     row("micro-batch (per_device_train_batch_size)", std::to_string(c.micro_batch));
     row("grad-accum (gradient_accumulation_steps)", std::to_string(c.grad_accum));
   }
+  const std::int64_t gpus = plan.config.gpus;
+  if (gpus > 1) row("GPUs (num_processes)", std::to_string(gpus));
   if (plan.target_batch && plan.fits()) {
-    const std::int64_t largest = std::min(c.max_micro_batch, *plan.target_batch);
+    const std::int64_t largest = std::min(c.max_micro_batch, *plan.target_batch / gpus);
+    const std::string global =
+        gpus > 1 ? fmt::format(" ({} per GPU x {} GPUs)", c.effective_batch, gpus) : "";
     row("effective batch",
         c.micro_batch < largest
-            ? fmt::format("{} (micro-batch {} rather than {}: it divides the target)",
-                          c.effective_batch, c.micro_batch, largest)
-            : std::to_string(c.effective_batch));
+            ? fmt::format("{}{} (micro-batch {} rather than {}: it divides the target)",
+                          c.effective_batch * gpus, global, c.micro_batch, largest)
+            : std::to_string(c.effective_batch * gpus) + global);
     if (c.near_micro_batch > 0)
       row("near alternative (not planned)",
           fmt::format("{}: the largest micro-batch, {} micro-steps instead of {}, but an "
@@ -69,7 +79,7 @@ Table settings_table(const Plan& plan) {
                       c.effective_batch, c.near_effective_batch()));
   }
   const std::string limit =
-      plan.target_batch ? fmt::format(" (searched up to {})", *plan.target_batch) : "";
+      plan.target_batch ? fmt::format(" (searched up to {})", *plan.target_batch / gpus) : "";
   row(fmt::format("largest micro-batch within {}", format_bytes(plan.planning_capacity)),
       std::to_string(plan.planned.search.max_batch) + limit);
   row(fmt::format("largest micro-batch on the whole {} (what search finds)",
@@ -238,8 +248,10 @@ PlanEmit parse_plan_emit(std::string_view text) {
   if (text == "hf") return PlanEmit::hf;
   if (text == "axolotl") return PlanEmit::axolotl;
   if (text == "json") return PlanEmit::json;
-  throw UsageError(
-      fmt::format("invalid --emit '{}': allowed values are text|hf|axolotl|json", text));
+  if (text == "accelerate") return PlanEmit::accelerate;
+  if (text == "deepspeed") return PlanEmit::deepspeed;
+  throw UsageError(fmt::format(
+      "invalid --emit '{}': allowed values are text|hf|axolotl|json|accelerate|deepspeed", text));
 }
 
 std::string describe_recipe(const RunConfig& cfg) {
@@ -376,7 +388,7 @@ std::string plan_hf_snippet(const Plan& plan) {
                      std::max<std::int64_t>(plan.choice.micro_batch, 1));
   out += fmt::format("    gradient_accumulation_steps={},\n", plan.choice.grad_accum > 0
                                                                   ? plan.choice.grad_accum
-                                                                  : plan.target_batch.value_or(1));
+                                                                  : plan.target_batch.value_or(1) / plan.config.gpus);
   out += fmt::format("    gradient_checkpointing={},\n", python_bool(ckpt));
   // Non-reentrant checkpointing is modelled (transformers' default; the reentrant kind peaks the
   // same, tests/data/README.md).
@@ -405,7 +417,7 @@ std::string plan_axolotl_yaml(const Plan& plan) {
   out += fmt::format("micro_batch_size: {}\n", std::max<std::int64_t>(plan.choice.micro_batch, 1));
   out += fmt::format("gradient_accumulation_steps: {}\n", plan.choice.grad_accum > 0
                                                               ? plan.choice.grad_accum
-                                                              : plan.target_batch.value_or(1));
+                                                              : plan.target_batch.value_or(1) / plan.config.gpus);
   out += fmt::format("gradient_checkpointing: {}\n", yaml_bool(cfg.recompute == Recompute::full));
   if (cfg.optimizer != Optimizer::none)
     out += fmt::format("optimizer: {}\n", hf_optim_name(cfg.optimizer));
@@ -560,6 +572,139 @@ nlohmann::json plans_json(const std::vector<Plan>& plans, const std::vector<std:
   out["plans"] = nlohmann::json::array();
   for (const Plan& p : plans) out["plans"].push_back(plan_json(p));
   return out;
+}
+
+}  // namespace vrambench
+
+namespace vrambench {
+namespace {
+
+// The decoder layer class transformers names for the model_type, which FSDP wraps one by one.
+std::string decoder_layer_class(const ModelConfig& m) {
+  static const std::pair<std::string_view, std::string_view> kClasses[] = {
+      {"gpt2", "GPT2Block"},           {"llama", "LlamaDecoderLayer"},
+      {"mistral", "MistralDecoderLayer"}, {"qwen2", "Qwen2DecoderLayer"},
+      {"qwen3", "Qwen3DecoderLayer"},  {"gemma", "GemmaDecoderLayer"},
+      {"gemma2", "Gemma2DecoderLayer"}, {"gemma3_text", "Gemma3DecoderLayer"},
+      {"phi3", "Phi3DecoderLayer"}};
+  for (const auto& [type, name] : kClasses)
+    if (m.model_type == type) return std::string(name);
+  return m.arch == Arch::gpt ? "GPT2Block" : "LlamaDecoderLayer";
+}
+
+// accelerate's mixed_precision for the plan: DeepSpeed's bf16 / fp16 for a ZeRO plan, else
+// autocast's, as the Trainer's bf16=True / fp16=True.
+std::string_view accelerate_mixed_precision(const RunConfig& cfg) {
+  if (is_zero(cfg.strategy))
+    return cfg.dtype == Precision::bf16 ? "bf16" : cfg.dtype == Precision::fp16 ? "fp16" : "no";
+  return trainer_bf16(cfg) ? "bf16" : trainer_fp16(cfg) ? "fp16" : "no";
+}
+
+std::int64_t plan_grad_accum(const Plan& plan) {
+  return plan.choice.grad_accum > 0 ? plan.choice.grad_accum
+                                    : plan.target_batch.value_or(1) / plan.config.gpus;
+}
+
+}  // namespace
+
+std::string plan_accelerate_yaml(const Plan& plan) {
+  const RunConfig& cfg = plan.config;
+  const Strategy s = cfg.strategy;
+  std::string out = header_comment(plan, "#");
+  out += "# accelerate launch --config_file THIS_FILE train.py\n";
+  // 'NO' quoted: YAML reads a bare NO as false.
+  const std::string_view type = cfg.gpus == 1 && s == Strategy::ddp ? "'NO'"
+                                : is_zero(s)                      ? "DEEPSPEED"
+                                : is_fsdp(s)                      ? "FSDP"
+                                                                  : "MULTI_GPU";
+  const std::int64_t per_node = std::min(cfg.gpus, kGpusPerNode);
+  const std::int64_t machines = (cfg.gpus + kGpusPerNode - 1) / kGpusPerNode;
+  out += "compute_environment: LOCAL_MACHINE\n";
+  out += "debug: false\n";
+  out += fmt::format("distributed_type: {}\n", type);
+  out += "downcast_bf16: 'no'\n";
+  out += "machine_rank: 0\n";
+  out += "main_training_function: main\n";
+  out += fmt::format("mixed_precision: '{}'\n", accelerate_mixed_precision(cfg));
+  if (is_fsdp(s) && !hf_autocast(cfg) && cfg.dtype != Precision::fp32)
+    out += fmt::format(
+        "# planned for the model loaded in {} (no MixedPrecisionPolicy); mixed_precision bf16 would "
+        "keep fp32 sharded parameters\n",
+        torch_dtype(cfg.dtype));
+  out += fmt::format("num_machines: {}\n", machines);
+  out += fmt::format("num_processes: {}\n", cfg.gpus);
+  out += "rdzv_backend: static\n";
+  out += "same_network: true\n";
+  out += "use_cpu: false\n";
+  if (is_fsdp(s)) {
+    out += "fsdp_config:\n";
+    out += "  fsdp_version: 2\n";
+    out += "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n";
+    out += fmt::format("  fsdp_transformer_layer_cls_to_wrap: {}\n",
+                       decoder_layer_class(cfg.model));
+    out += "  fsdp_reshard_after_forward: true\n";
+    out += fmt::format("  fsdp_offload_params: {}\n", yaml_bool(cfg.offload == Offload::params));
+    out += "  fsdp_state_dict_type: SHARDED_STATE_DICT\n";
+    out += "  fsdp_cpu_ram_efficient_loading: true\n";
+    out += "  fsdp_sync_module_states: true\n";
+    out += "  # checkpointing as planned: TrainingArguments(gradient_checkpointing=...)\n";
+    out += "  fsdp_activation_checkpointing: false\n";
+    if (s == Strategy::hsdp && cfg.gpus > per_node) {
+      out += "parallelism_config:\n";
+      out += fmt::format("  parallelism_config_dp_replicate_size: {}\n", cfg.gpus / per_node);
+      out += fmt::format("  parallelism_config_dp_shard_size: {}\n", per_node);
+    }
+  }
+  if (is_zero(s)) {
+    out += "deepspeed_config:\n";
+    out += fmt::format("  zero_stage: {}\n",
+                       s == Strategy::zero1 ? 1 : s == Strategy::zero2 ? 2 : 3);
+    out += fmt::format("  offload_optimizer_device: {}\n",
+                       cfg.offload == Offload::none ? "none" : "cpu");
+    out += fmt::format("  offload_param_device: {}\n",
+                       cfg.offload == Offload::params ? "cpu" : "none");
+    out += fmt::format("  gradient_accumulation_steps: {}\n", plan_grad_accum(plan));
+    out += "  gradient_clipping: 1.0\n";
+    out += fmt::format("  zero3_init_flag: {}\n", yaml_bool(s == Strategy::zero3));
+    out += fmt::format("  zero3_save_16bit_model: {}\n", yaml_bool(s == Strategy::zero3));
+  }
+  return out;
+}
+
+nlohmann::ordered_json plan_deepspeed_json(const Plan& plan) {
+  const RunConfig& cfg = plan.config;
+  if (!is_zero(cfg.strategy))
+    throw UsageError(fmt::format(
+        "--emit deepspeed writes a ZeRO config: plan with --strategy zero1, zero2 or zero3 (got "
+        "{}); --emit accelerate writes the config of every strategy",
+        to_string(cfg.strategy)));
+  const int stage = cfg.strategy == Strategy::zero1 ? 1 : cfg.strategy == Strategy::zero2 ? 2 : 3;
+  const std::int64_t micro = std::max<std::int64_t>(plan.choice.micro_batch, 1);
+  const std::int64_t accum = plan_grad_accum(plan);
+  nlohmann::ordered_json zero;
+  zero["stage"] = stage;
+  zero["offload_optimizer"] = {{"device", cfg.offload == Offload::none ? "none" : "cpu"}};
+  if (stage == 3) zero["offload_param"] = {{"device", cfg.offload == Offload::params ? "cpu" : "none"}};
+  zero["contiguous_gradients"] = true;
+  zero["overlap_comm"] = stage == 3;
+  zero["reduce_bucket_size"] = 500000000;
+  if (stage == 3) {
+    zero["stage3_prefetch_bucket_size"] = 50000000;
+    zero["stage3_param_persistence_threshold"] = kZero3PersistenceThreshold;
+    zero["stage3_max_live_parameters"] = 1000000000;
+    zero["stage3_max_reuse_distance"] = 1000000000;
+    zero["sub_group_size"] = kZero3SubGroup;
+    zero["stage3_gather_16bit_weights_on_model_save"] = true;
+  }
+  nlohmann::ordered_json j;
+  j["train_micro_batch_size_per_gpu"] = micro;
+  j["gradient_accumulation_steps"] = accum;
+  j["train_batch_size"] = micro * accum * cfg.gpus;
+  j["gradient_clipping"] = 1.0;
+  j["bf16"] = {{"enabled", cfg.dtype == Precision::bf16}};
+  j["fp16"] = {{"enabled", cfg.dtype == Precision::fp16}};
+  j["zero_optimization"] = zero;
+  return j;
 }
 
 }  // namespace vrambench

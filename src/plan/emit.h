@@ -12,8 +12,9 @@
 
 namespace vrambench {
 
-enum class PlanEmit { text, hf, axolotl, json };
-// "text", "hf", "axolotl", "json"; throws UsageError naming --emit and the allowed values.
+enum class PlanEmit { text, hf, axolotl, json, accelerate, deepspeed };
+// "text", "hf", "axolotl", "json", "accelerate", "deepspeed"; throws UsageError naming --emit and
+// the allowed values.
 PlanEmit parse_plan_emit(std::string_view text);
 
 // The recipe in a few words: "llama2-7b, seq 2048, bf16, flash attention, recompute full,
@@ -32,6 +33,13 @@ std::string plan_hf_snippet(const Plan& plan);
 // The matching Axolotl config keys.
 std::string plan_axolotl_yaml(const Plan& plan);
 nlohmann::json plan_json(const Plan& plan);
+// An accelerate config file (`accelerate launch --config_file`, accelerate 1.15's keys) for the
+// plan's --gpus and --strategy: FSDP (fsdp_version 2, each decoder layer wrapped; hsdp through
+// parallelism_config), DeepSpeed (zero_stage, offload devices), MULTI_GPU for ddp, NO for one GPU.
+std::string plan_accelerate_yaml(const Plan& plan);
+// A DeepSpeed config (TrainingArguments(deepspeed=...), or accelerate's deepspeed_config_file) for
+// a zero1/zero2/zero3 plan, with the ZeRO buffer sizes the plan modelled written out.
+nlohmann::ordered_json plan_deepspeed_json(const Plan& plan);
 
 // Several plans (a sweep): one row per configuration keyed by the varying fields, and a summary.
 std::string plans_markdown(const std::vector<Plan>& plans, const std::vector<std::string>& varying);

@@ -100,6 +100,9 @@ Budget make_budget(const TrialResult& trial, const Breakdown& estimate, std::int
   const Bytes trainable = std::max<Bytes>(role[Role::weight] - quantized - frozen - adapters, 0);
   const Bytes fragmentation = std::max<Bytes>(trial.reserved_peak - trial.tensor_peak, 0);
   const Bytes context = std::max<Bytes>(trial.device_peak - trial.reserved_peak, fixed_overhead);
+  // Off the device: what --offload keeps on the host, and a paged optimizer's managed memory.
+  const Bytes host =
+      std::min(trial.paged_bytes, estimate.component(MemoryComponent::host_offload));
   b.lines = {
       {"quantized_weights", "weights: quantised (frozen, with constants)", quantized, true},
       {"frozen_weights", "weights: frozen", frozen, true},
@@ -109,7 +112,8 @@ Budget make_budget(const TrialResult& trial, const Breakdown& estimate, std::int
       {"gradients", "gradients", role[Role::grad], true},
       {"optimizer_state", "optimizer state (device)", role[Role::optimizer_state], true},
       {"paged_optimizer_state", "optimizer state (paged, managed memory: not on the card)",
-       trial.paged_bytes, false},
+       trial.paged_bytes - host, false},
+      {"host_offload", "offloaded to host memory (--offload: not on the card)", host, false},
       {"activations", "activations (saved for backward, tokens)",
        role[Role::activation] + role[Role::input], true},
       {"transients_and_workspace", "transients and workspace",
@@ -252,23 +256,32 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
   // Accumulating gradients keeps every gradient live for the whole step (config/run_config.h), so a
   // micro-batch that needs accumulation is searched with it. With a target the plan chooses the
   // accumulation; without one it is --grad-accum's.
-  const std::int64_t target = request.target_batch.value_or(0);
+  // Over N GPUs the target is the global batch, micro-batch x accumulation x N: each rank's share
+  // is the target / N.
+  std::optional<std::int64_t> rank_target = request.target_batch;
+  if (rank_target && *rank_target % cfg.gpus != 0)
+    throw UsageError(fmt::format(
+        "--target-batch {} is the global batch, micro-batch x grad-accum x --gpus {}: give a "
+        "multiple of {}",
+        *rank_target, cfg.gpus, cfg.gpus));
+  if (rank_target) *rank_target /= cfg.gpus;
+  const std::int64_t target = rank_target.value_or(0);
 
   // The longest sequence at micro-batch 1; with --seq max the plan is made there.
   RunConfig at_one = cfg;
   at_one.batch = 1;
-  at_one.grad_accum = request.target_batch ? target : cfg.grad_accum;
+  at_one.grad_accum = rank_target ? target : cfg.grad_accum;
   plan.longest_seq = measure_max_seq(at_one, planning, request.seq_limits);
   if (request.seq_max)
     plan.config.seq = std::max(plan.longest_seq.search.max_seq, request.seq_limits.granule);
 
   // With a target there is no use for a micro-batch above it.
   const std::int64_t limit =
-      request.target_batch ? std::min(target, request.max_batch) : request.max_batch;
-  plan.planned = search_micro_batch(plan.config, planning, request.target_batch, limit);
+      rank_target ? std::min(target, request.max_batch) : request.max_batch;
+  plan.planned = search_micro_batch(plan.config, planning, rank_target, limit);
   const std::int64_t max_micro = plan.planned.search.max_batch;
   plan.config.grad_accum = plan.planned.config.grad_accum;
-  if (request.target_batch) {
+  if (rank_target) {
     plan.choice = choose_micro_batch(max_micro, target);
     if (max_micro > 0) plan.config.grad_accum = plan.choice.grad_accum;
   } else {
@@ -289,7 +302,7 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
 
   // At the longest sequence micro-batch 1 is the plan by construction: changes are asked for only
   // when nothing fits there.
-  const bool short_of_target = request.target_batch && max_micro < target && !request.seq_max;
+  const bool short_of_target = rank_target && max_micro < target && !request.seq_max;
   if (max_micro == 0 || short_of_target) {
     plan.compared_batch = max_micro + 1;
     plan.compared_peak =
@@ -299,8 +312,8 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
       alt.saved = plan.compared_peak - alt.peak;
       if (alt.saved <= 0) continue;  // changes nothing at this batch, or costs memory
       alt.max_micro_batch =
-          search_micro_batch(alt.config, planning, request.target_batch, limit).search.max_batch;
-      if (request.target_batch) alt.choice = choose_micro_batch(alt.max_micro_batch, target);
+          search_micro_batch(alt.config, planning, rank_target, limit).search.max_batch;
+      if (rank_target) alt.choice = choose_micro_batch(alt.max_micro_batch, target);
       plan.alternatives.push_back(std::move(alt));
     }
     std::stable_sort(plan.alternatives.begin(), plan.alternatives.end(),
