@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <set>
@@ -243,6 +244,7 @@ TEST(RankProgram, DeepSpeedEstimatorsAndTheirCountOfTheProgram) {
   const std::set<std::string> built = {"gpt2", "llama3-8b", "qwen2.5-7b", "gemma2-9b",
                                        "phi3.5-mini", "qwen3-8b"};
   int rows = 0, counted = 0;
+  double worst = 0;
   for (const auto& [name, model] : doc.at("models").items()) {
     const ModelConfig m = find_preset(name).model;
     EXPECT_EQ(parameter_count(m), model.at("total_params").get<std::int64_t>()) << name;
@@ -272,10 +274,13 @@ TEST(RankProgram, DeepSpeedEstimatorsAndTheirCountOfTheProgram) {
     const std::optional<Bytes> count = deepspeed_count(build_program(cfg, 0));
     ASSERT_TRUE(count) << label;
     EXPECT_NEAR(static_cast<double>(*count), static_cast<double>(want), 0.01 * static_cast<double>(want)) << label;
+    worst = std::max(worst, std::abs(static_cast<double>(*count - want)) / static_cast<double>(want));
     ++counted;
   }
   EXPECT_GE(rows, 800);
   EXPECT_GE(counted, 100);
+  std::cout << fmt::format("{} rows, {} counted on the program: worst {:.3f}%\n", rows, counted,
+                           100 * worst);
 }
 
 }  // namespace

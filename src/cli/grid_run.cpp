@@ -123,6 +123,17 @@ GridDevices::GridDevices(const Grid& grid, const DeviceOptions& options, std::FI
     of_config_.push_back(it->second);
   }
   if (!note.empty()) fmt::print(notes, "{}\n", note);
+  // A rank's program on a real device is a rehearsal of the sharded run: said once.
+  for (std::size_t i = 0; i < grid.configs.size(); ++i) {
+    const RunConfig& cfg = grid.configs[i];
+    if (!is_distributed(cfg) || distinct_[of_config_[i]].info.kind == DeviceKind::sim) continue;
+    fmt::print(notes,
+               "note: --gpus {} --strategy {}: each trial runs one rank's step on this one device, "
+               "a single-device rehearsal of the sharded run (its all-gathers and reduce-scatters "
+               "copy this rank's rows; no other rank runs)\n",
+               cfg.gpus, to_string(cfg.strategy));
+    break;
+  }
 }
 
 std::string describe_point(const RunConfig& cfg, const std::vector<std::string>& varying) {
