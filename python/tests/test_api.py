@@ -62,6 +62,27 @@ def test_plan_prints_as_the_program_does_in_every_form():
         assert text == ran.out, form
 
 
+def test_a_multi_gpu_plan_keeps_the_global_batch_and_prints_the_engines_configs():
+    flags = ["--preset", "llama3.2-1b", "--device", "sim:h100-80gb", "--seq", "1024", "--gpus", "4",
+             "--strategy", "zero3", "--target-batch", "32"]
+    plan = vrambench.plan("llama3.2-1b", device="sim:h100-80gb", seq=1024, gpus=4,
+                          strategy="zero3", target_batch=32)
+    assert plan.micro_batch * plan.grad_accum * 4 == 32
+    for form, text in (("accelerate", plan.accelerate()), ("deepspeed", plan.deepspeed())):
+        ran = run_program("plan", *flags, "--emit", form)
+        assert ran.code == 0, ran.err
+        assert text == ran.out, form
+    assert "distributed_type: DEEPSPEED" in plan.accelerate()
+    assert json.loads(plan.deepspeed())["train_batch_size"] == 32
+
+
+def test_the_strategy_is_a_keyword_as_on_the_command_line():
+    table = vrambench.estimate("llama3-8b", gpus=8, strategy="zero3", batch=1, seq=2048)
+    row = table[0]
+    assert row.gpus == 8 and row.strategy == "zero3"
+    assert row.deepspeed_count_bytes == pytest.approx(row.deepspeed_estimate_bytes, rel=0.01)
+
+
 def test_a_plans_fields_are_the_jsons():
     # Every key of the JSON is a field, and no field is missing one (nested objects too).
     expected = program_json("plan", *QLORA_FLAGS, "--emit", "json")

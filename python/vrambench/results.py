@@ -212,6 +212,15 @@ class Plan:
         """Python for transformers, PEFT and bitsandbytes (``--emit hf``)."""
         return self._emit_form("hf")
 
+    def accelerate(self) -> str:
+        """An accelerate config file for the plan's ``gpus`` and ``strategy`` (``--emit
+        accelerate``)."""
+        return self._emit_form("accelerate")
+
+    def deepspeed(self) -> str:
+        """The ZeRO JSON of a zero1/zero2/zero3 plan (``--emit deepspeed``)."""
+        return self._emit_form("deepspeed")
+
     def axolotl(self) -> str:
         """Axolotl's YAML keys (``--emit axolotl``)."""
         return self._emit_form("axolotl")

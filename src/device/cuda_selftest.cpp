@@ -70,6 +70,13 @@ RunConfig hf(RunConfig c) {
   return c;
 }
 
+// One rank's step of `ranks` under `strategy`: the collectives' copies and casts.
+RunConfig rank_of(RunConfig c, Strategy strategy, std::int64_t ranks) {
+  c.strategy = strategy;
+  c.gpus = ranks;
+  return c;
+}
+
 // A test preset's model (the other families: q/k norms, Gemma's norms, GeGLU, scaled embeddings,
 // soft-capping, Phi-3's fused linears) in small()'s step.
 RunConfig family(std::string_view preset, Precision precision, Attention attention) {
@@ -140,6 +147,16 @@ std::vector<SelftestConfig> selftest_configs() {
       {"llama bf16 eager hf",
        hf(small(Arch::llama, Precision::bf16, Attention::eager, Optimizer::adamw, 0.0))},
       {"qwen3 amp-bf16 eager hf", hf(family("tiny-qwen3", Precision::amp_bf16, Attention::eager))},
+      // One rank's program: FSDP2's gathers through u8 flat buffers and per-parameter copies,
+      // ZeRO's fp32 gradient partition (a cast on the way) and its 4-bit base gathered as bytes.
+      {"llama bf16 flash fsdp 4 ranks hf",
+       rank_of(hf(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0)),
+               Strategy::fsdp, 4)},
+      {"llama bf16 flash qlora nf4 zero3 4 ranks hf",
+       rank_of(hf(finetune(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw,
+                                 0.0),
+                           Finetune::qlora, QuantKind::nf4, Toggle::on, 8, 0.0)),
+               Strategy::zero3, 4)},
   };
 }
 
