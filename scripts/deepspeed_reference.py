@@ -30,6 +30,8 @@ import os
 import re
 import sys
 
+import reference_rows
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, ".."))
 DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "deepspeed_reference.json")
@@ -155,14 +157,11 @@ def row_key(model, stage, offload, gpus):
 
 
 def row_id(row):
-    return " ".join(f"{f}={row[f]}" for f in FIELDS)
+    return reference_rows.row_id(row, FIELDS)
 
 
 def matches(row, pattern):
-    if not pattern:
-        return True
-    fields = [f"{f}={row[f]}" for f in FIELDS]
-    return all(any(re.fullmatch(term, field) for field in fields) for term in pattern.split())
+    return reference_rows.matches(row, pattern, FIELDS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,26 +307,13 @@ def document(rows, models, skipped):
 
 def dumps(doc):
     """The head indented, then "skipped" and "models" one model a line, then "rows" one a line."""
-    head = {k: v for k, v in doc.items() if k not in ["skipped", "models", "rows"]}
-    text = json.dumps(head, indent=2)[:-2]
-    for section in ["skipped", "models"]:
-        lines = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc[section].items()]
-        text += f',\n  "{section}": {{' + ("\n    " + ",\n    ".join(lines) + "\n  " if lines
-                                          else "") + "}"
-    lines = [json.dumps(r) for r in doc["rows"]]
-    return text + ',\n  "rows": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
+    return reference_rows.dumps(doc, ["skipped", "models"])
 
 
 def check(doc_now, committed_path):
-    try:
-        with open(committed_path) as f:
-            committed = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(f"cannot read {committed_path}: {e}")
-    for k in ["deepspeed", "torch", "transformers"]:
-        if committed.get(k) != doc_now[k]:
-            print(f"note: {k} is {doc_now[k]} here, {committed.get(k)} in {committed_path}; "
-                  f"differences may come from that", file=sys.stderr)
+    committed = reference_rows.read(committed_path, fail)
+    reference_rows.note_versions(committed, doc_now, ["deepspeed", "torch", "transformers"],
+                                 committed_path)
     bad = 0
     for section in ["formulas", "grid"]:
         if committed.get(section) != doc_now[section]:
@@ -338,16 +324,8 @@ def check(doc_now, committed_path):
         if committed.get(where, {}).get(name) != info:
             print(f"differs: {where}.{name}")
             bad += 1
-    by_id = {row_id(r): r for r in committed.get("rows", [])}
-    for r in doc_now["rows"]:
-        old = by_id.get(row_id(r))
-        if old is None:
-            print(f"missing from {committed_path}: {row_id(r)}")
-            bad += 1
-        elif old != r:
-            diffs = [f"{k}: {old.get(k)} -> {r.get(k)}" for k in r if old.get(k) != r.get(k)]
-            print(f"differs: {row_id(r)}: " + "; ".join(diffs))
-            bad += 1
+    bad += reference_rows.compare_rows(doc_now["rows"], committed.get("rows", []), FIELDS,
+                                       committed_path)
     print(f"{len(doc_now['rows'])} rows compared, {bad} differences", file=sys.stderr)
     return bad == 0
 
@@ -359,16 +337,7 @@ def main():
         "model_to_params does), for 1, 2, 4 and 8 GPUs on one node and each offload, and write "
         "tests/data/deepspeed_reference.json.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true",
-                    help="recompute and compare with the committed JSON (--out names it); exit 1 "
-                    "on any difference, listing it")
-    ap.add_argument("--only", metavar="PATTERN", default="",
-                    help="only the rows whose id matches: space-separated terms, each a regular "
-                    "expression matching one 'field=value' in full")
-    ap.add_argument("--out", metavar="PATH", default=DEFAULT_OUT,
-                    help="the JSON to write, or with --check to compare with "
-                    "(default: tests/data/deepspeed_reference.json)")
-    ap.add_argument("--list", action="store_true", help="print the row ids that would run, and stop")
+    reference_rows.add_arguments(ap, DEFAULT_OUT, jobs=False)
     args = ap.parse_args()
 
     if args.list:

@@ -14,9 +14,10 @@ import argparse
 import gc
 import json
 import os
-import re
 import sys
 import time
+
+import reference_rows
 
 DEFAULT_OUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                             "tests", "data", "torch_reference.json"))
@@ -173,18 +174,15 @@ def row_key(model, dtype, attention, checkpointing, dropout, seq, optimizer, ada
 
 
 def sort_key(row):
-    return tuple(row[f] for f in FIELDS)
+    return reference_rows.sort_key(row, FIELDS)
 
 
 def row_id(row):
-    return " ".join(f"{f}={row[f]}" for f in FIELDS)
+    return reference_rows.row_id(row, FIELDS)
 
 
 def matches(row, pattern):
-    if not pattern:
-        return True
-    fields = [f"{f}={row[f]}" for f in FIELDS]
-    return all(any(re.fullmatch(term, field) for field in fields) for term in pattern.split())
+    return reference_rows.matches(row, pattern, FIELDS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,38 +429,6 @@ def document(rows, devices):
     }
 
 
-def dumps(doc):
-    head = {k: v for k, v in doc.items() if k != "rows"}
-    text = json.dumps(head, indent=2)[:-2]
-    lines = [json.dumps(r) for r in doc["rows"]]
-    return text + ',\n  "rows": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
-
-
-def check(measured, committed_path, doc_now):
-    try:
-        with open(committed_path) as f:
-            committed = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(f"cannot read {committed_path}: {e}")
-    for k in ["torch", "transformers", "peft"]:
-        if committed.get(k) != doc_now[k]:
-            print(f"note: {k} is {doc_now[k]} here, {committed.get(k)} in {committed_path}; "
-                  f"differences may come from that", file=sys.stderr)
-    by_id = {row_id(r): r for r in committed["rows"]}
-    bad = 0
-    for r in measured:
-        old = by_id.get(row_id(r))
-        if old is None:
-            print(f"missing from {committed_path}: {row_id(r)}")
-            bad += 1
-        elif old != r:
-            diffs = [f"{k}: {old.get(k)} -> {r.get(k)}" for k in r if old.get(k) != r.get(k)]
-            print(f"differs: {row_id(r)}: " + "; ".join(diffs))
-            bad += 1
-    print(f"{len(measured) - bad} rows match, {bad} differ", file=sys.stderr)
-    return bad == 0
-
-
 def main():
     ap = argparse.ArgumentParser(
         description="Measure the peak memory of a Hugging Face transformers training step with "
@@ -470,18 +436,7 @@ def main():
         "dtypes, attention kernels, checkpointing, dropout, sequence lengths, optimizers and batch "
         "sizes, and write tests/data/torch_reference.json.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true",
-                    help="re-measure and compare with the committed JSON (--out names it); exit 1 "
-                    "on any difference, listing the rows")
-    ap.add_argument("--only", metavar="PATTERN", default="",
-                    help="measure only the rows whose id matches: space-separated terms, each a "
-                    "regular expression matching one 'field=value' in full")
-    ap.add_argument("--out", metavar="PATH", default=DEFAULT_OUT,
-                    help="the JSON to write, or with --check to compare with "
-                    "(default: tests/data/torch_reference.json)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                    help="processes measuring in parallel (default: the number of cores)")
-    ap.add_argument("--list", action="store_true", help="print the row ids that would run, and stop")
+    reference_rows.add_arguments(ap, DEFAULT_OUT)
     args = ap.parse_args()
 
     rows = [r for r in grid() if matches(r, args.only)]
@@ -495,18 +450,10 @@ def main():
     measured, devices = run(rows, args.jobs)
     doc = document(measured, devices)
     if args.check:
-        return 0 if check(measured, args.out, doc) else 1
-    if args.only and os.path.exists(args.out):
-        # A subset updates its rows in an existing file and keeps the others.
-        with open(args.out) as f:
-            old = json.load(f)
-        keep = {row_id(r): r for r in old["rows"]}
-        keep.update({row_id(r): r for r in measured})
-        doc["rows"] = sorted(keep.values(), key=sort_key)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(dumps(doc))
-    print(f"wrote {len(doc['rows'])} rows to {args.out}", file=sys.stderr)
+        ok = reference_rows.check(measured, args.out, doc, FIELDS, ["torch", "transformers", "peft"],
+                                  fail)
+        return 0 if ok else 1
+    reference_rows.write(doc, args.out, FIELDS, bool(args.only))
     return 0
 
 

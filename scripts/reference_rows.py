@@ -1,0 +1,118 @@
+"""The rows of a reference JSON (tests/data/*_reference.json), as every reference script keeps them.
+
+A row is a dict whose key fields (FIELDS, in order) name it: its id is "field=value ..." in that
+order, the file holds the rows sorted by those fields, one row a line so that a re-run diffs
+cleanly, and a script's --check compares a fresh measurement with the committed file row by row.
+Pure standard library: the scripts import it before torch.
+"""
+
+import json
+import os
+import re
+import sys
+
+
+def row_id(row, fields):
+    return " ".join(f"{f}={row[f]}" for f in fields)
+
+
+def sort_key(row, fields):
+    return tuple(row[f] for f in fields)
+
+
+def matches(row, pattern, fields):
+    """Whether every space-separated term of `pattern` (a regular expression) matches one
+    'field=value' of the row in full; an empty pattern matches every row."""
+    if not pattern:
+        return True
+    named = [f"{f}={row[f]}" for f in fields]
+    return all(any(re.fullmatch(term, field) for field in named) for term in pattern.split())
+
+
+def dumps(doc, sections=()):
+    """The header indented, then each of `sections` (dicts) one entry a line, then "rows" one row
+    a line."""
+    head = {k: v for k, v in doc.items() if k != "rows" and k not in sections}
+    text = json.dumps(head, indent=2)[:-2]
+    for section in sections:
+        lines = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc[section].items()]
+        text += f',\n  "{section}": {{' + ("\n    " + ",\n    ".join(lines) + "\n  " if lines
+                                          else "") + "}"
+    lines = [json.dumps(r) for r in doc["rows"]]
+    return text + ',\n  "rows": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
+
+
+def read(path, fail):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"cannot read {path}: {e}")
+
+
+def note_versions(committed, doc_now, keys, path):
+    """A note on stderr for each package whose version differs from the committed file's."""
+    for k in keys:
+        if committed.get(k) != doc_now[k]:
+            print(f"note: {k} is {doc_now[k]} here, {committed.get(k)} in {path}; "
+                  f"differences may come from that", file=sys.stderr)
+
+
+def compare_rows(measured, committed_rows, fields, path):
+    """The rows of `measured` that are missing from or differ from `committed_rows`, each printed
+    on stdout; returns their count."""
+    by_id = {row_id(r, fields): r for r in committed_rows}
+    bad = 0
+    for r in measured:
+        old = by_id.get(row_id(r, fields))
+        if old is None:
+            print(f"missing from {path}: {row_id(r, fields)}")
+            bad += 1
+        elif old != r:
+            diffs = [f"{k}: {old.get(k)} -> {r.get(k)}" for k in r if old.get(k) != r.get(k)]
+            print(f"differs: {row_id(r, fields)}: " + "; ".join(diffs))
+            bad += 1
+    return bad
+
+
+def check(measured, path, doc_now, fields, versions, fail):
+    """--check: the measured rows against the committed file's; True when all match."""
+    committed = read(path, fail)
+    note_versions(committed, doc_now, versions, path)
+    bad = compare_rows(measured, committed["rows"], fields, path)
+    print(f"{len(measured) - bad} rows match, {bad} differ", file=sys.stderr)
+    return bad == 0
+
+
+def write(doc, path, fields, subset, sections=()):
+    """Writes `doc`; a measured subset (`subset`) updates its rows in an existing file and keeps
+    the others."""
+    if subset and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        keep = {row_id(r, fields): r for r in old["rows"]}
+        keep.update({row_id(r, fields): r for r in doc["rows"]})
+        doc["rows"] = sorted(keep.values(), key=lambda r: sort_key(r, fields))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(dumps(doc, sections))
+    print(f"wrote {len(doc['rows'])} rows to {path}", file=sys.stderr)
+
+
+def add_arguments(ap, default_out, jobs=True):
+    """The options every reference script takes: --check, --only, --out, --list (and --jobs)."""
+    rel = os.path.relpath(default_out, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                    ".."))
+    ap.add_argument("--check", action="store_true",
+                    help="re-measure and compare with the committed JSON (--out names it); exit 1 "
+                    "on any difference, listing the rows")
+    ap.add_argument("--only", metavar="PATTERN", default="",
+                    help="measure only the rows whose id matches: space-separated terms, each a "
+                    "regular expression matching one 'field=value' in full")
+    ap.add_argument("--out", metavar="PATH", default=default_out,
+                    help=f"the JSON to write, or with --check to compare with (default: {rel})")
+    if jobs:
+        ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes measuring in parallel (default: the number of cores)")
+    ap.add_argument("--list", action="store_true",
+                    help="print the row ids that would run, and stop")
