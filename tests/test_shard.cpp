@@ -97,9 +97,22 @@ TEST(RankProgram, OneRankComputesTheSingleDeviceStep) {
 }
 
 // Over four ranks each strategy's program runs on the cpu device, its collectives rehearsed:
-// full training and LoRA, the tied gpt head and the llama one, gradient accumulation, and QLoRA's
-// 4-bit storage gathered as bytes.
+// full training in fp32 and in bf16 (ZeRO's fp32 master rows stepped and cast back), in the hf
+// step and the lean one, LoRA, the tied gpt head and the llama one, gradient accumulation, and
+// QLoRA's 4-bit storage gathered as bytes.
 TEST(RankProgram, RanksRunOnTheCpu) {
+  for (Framework framework : {Framework::hf, Framework::lean})
+    for (Strategy s : {Strategy::zero1, Strategy::zero2, Strategy::zero3, Strategy::fsdp})
+      for (std::string_view preset : {"tiny", "tiny-llama"}) {
+        RunConfig cfg = tiny(preset, s, 4);
+        cfg.framework = framework;
+        cfg.dtype = Precision::bf16;
+        const std::string label =
+            fmt::format("{} {} bf16 {}", preset, to_string(s), to_string(framework));
+        const StepValues got = run_on_cpu(cfg);
+        EXPECT_TRUE(std::isfinite(got.loss)) << label;
+        EXPECT_GT(got.loss, 0.0f) << label;
+      }
   for (std::string_view preset : {"tiny", "tiny-llama"})
     for (Strategy s : {Strategy::ddp, Strategy::zero1, Strategy::zero2, Strategy::zero3,
                        Strategy::fsdp, Strategy::hsdp})

@@ -430,13 +430,13 @@ class RankProgram {
     std::map<std::string, int> by_name;
     for (const Tensor& x : p_.tensors) by_name.emplace(x.name.str(), x.id);
     const bool zero = is_zero(cfg_.strategy);
-    const bool mixed = zero && dtype_size(t(params_.empty() ? 0 : params_.front().w).dtype) == 2;
     TensorIds fp32_grads;
     std::vector<int> steps;
     for (const Param& param : params_) {
       if (param.step < 0) continue;
       steps.push_back(param.step);
       Op& step = p_.ops[static_cast<std::size_t>(param.step)];
+      const bool mixed = zero && dtype_size(t(param.w).dtype) == 2;
       for (std::size_t k = 2; k < step.inputs.size(); ++k) {
         const int state = step.inputs[k];
         if (mixed && t(state).dtype != DType::u8) set_dtype(state, DType::f32);
@@ -458,24 +458,37 @@ class RankProgram {
         fp32_grads.push_back(part);
         fp32_grads_.push_back(part);
       }
+      std::vector<Op>& after = inserts_.after[static_cast<std::size_t>(param.step)];
+      // This rank's rows of a whole weight, which the step writes and an all-gather brings back.
+      int rows = param.w;
       if (whole_w) {
-        const int rows = copy_of(param.w, ".partition", Role::transient,
-                                 MemoryComponent::communication_buffers);
+        rows = copy_of(param.w, ".partition", Role::transient,
+                       MemoryComponent::communication_buffers);
         to_shard(rows);
+      }
+      if (mixed) {
+        // DeepSpeed's mixed precision: AdamW steps the fp32 master rows with the fp32 gradient
+        // rows, and the 16-bit rows are cast from them after. The lean step's master operand
+        // (cut to its rows with the state above) is that master; the hf model in 16 bits gets one.
+        int master = -1;
+        if (step.inputs.size() == 5) {
+          master = step.inputs.back();
+          step.inputs.pop_back();
+        } else {
+          master = copy_of(rows, ".master", Role::master_weight, MemoryComponent::master_weights);
+          set_dtype(master, DType::f32);
+        }
+        step.inputs[0] = master;
+        after.push_back(Op(OpKind::cast, t(param.w).name + ".from_master", {master}, {rows}));
+        after.back().layer = param.unit;
+      } else if (whole_w) {
         before.push_back(collective(OpKind::reduce_scatter, t(param.w).name + ".partition",
                                     param.w, rows, param.unit));
         step.inputs[0] = rows;
-        inserts_.after[static_cast<std::size_t>(param.step)].push_back(collective(
-            OpKind::all_gather, t(param.w).name + ".all_gather", rows, param.w, param.unit));
       }
-      // A step without its master operand (the hf model in 16 bits) gets DeepSpeed's; the lean
-      // mixed-precision step has one, cut to its rows with the state above.
-      if (mixed && step.kind == OpKind::adamw_step && step.inputs.size() == 4) {
-        const int master = copy_of(step.inputs[0], ".master", Role::master_weight,
-                                   MemoryComponent::master_weights);
-        set_dtype(master, DType::f32);
-        step.inputs.push_back(master);
-      }
+      if (whole_w)
+        after.push_back(collective(OpKind::all_gather, t(param.w).name + ".all_gather", rows,
+                                   param.w, param.unit));
     }
     if (fp32_grads.empty() || steps.empty()) return;
     // DeepSpeed makes the fp32 gradients of the partition (of one sub-group under ZeRO-3) before
