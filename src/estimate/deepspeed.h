@@ -25,8 +25,8 @@ std::optional<Bytes> deepspeed_estimate(const RunConfig& cfg);
 // it holds (whole under zero2, its rows under zero3), the fp32 master rows, the Adam moments and
 // the fp32 gradient partition on the device, zero2's 16-bit gradient rows, and under zero3 the
 // largest module gathered with its gradient. What DeepSpeed holds beyond its estimate (ZeRO-3's
-// 16-bit gradient partition, the reduce bucket, the prefetched modules, the activations) is in the
-// program's peak, not here. nullopt where deepspeed_estimate has none.
+// 16-bit gradient partition, the reduce bucket, the activations) is in the program's peak, not
+// here. nullopt where deepspeed_estimate has none.
 std::optional<Bytes> deepspeed_count(const Program& program);
 
 }  // namespace vrambench

@@ -687,7 +687,7 @@ nlohmann::ordered_json plan_deepspeed_json(const Plan& plan) {
   if (stage == 3) zero["offload_param"] = {{"device", cfg.offload == Offload::params ? "cpu" : "none"}};
   zero["contiguous_gradients"] = true;
   zero["overlap_comm"] = stage == 3;
-  zero["reduce_bucket_size"] = 500000000;
+  zero["reduce_bucket_size"] = kZeroReduceBucket;
   if (stage == 3) {
     zero["stage3_prefetch_bucket_size"] = 50000000;
     zero["stage3_param_persistence_threshold"] = kZero3PersistenceThreshold;

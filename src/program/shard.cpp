@@ -58,6 +58,7 @@ class RankProgram {
       const bool shard_grads = s != Strategy::zero1;
       if (shard_params) gather_params();
       if (shard_grads) reduce_grads();
+      if (is_zero(s)) add_reduce_bucket();
       shard_optimizer();
       if (cfg_.offload != Offload::none) offload();
     }
@@ -72,7 +73,6 @@ class RankProgram {
   std::vector<Param> params_;
   int bwd_start_ = -1;  // the loss backward: the first backward op
   int opt_start_ = -1;  // the first optimizer op, or the op count
-  std::vector<int> first_use_, last_use_;  // per tensor: the first and last op listing it
   std::vector<int> fp32_grads_;             // ZeRO's fp32 gradient partitions
 
   Tensor& t(int id) { return p_.tensors.at(static_cast<std::size_t>(id)); }
@@ -132,16 +132,6 @@ class RankProgram {
       if (at < 0) throw InternalError(fmt::format("shard_for_rank: {} steps no weight", op.name));
       params_[static_cast<std::size_t>(at)].step = i;
       params_[static_cast<std::size_t>(at)].grad = op.inputs.at(1);
-    }
-    first_use_.assign(n, -1);
-    last_use_.assign(n, -1);
-    for (int i = 0; i < static_cast<int>(p_.ops.size()); ++i) {
-      const Op& op = p_.ops[static_cast<std::size_t>(i)];
-      for (const TensorIds* list : {&op.inputs, &op.outputs, &op.held})
-        for (int id : *list) {
-          if (first_use_[static_cast<std::size_t>(id)] < 0) first_use_[static_cast<std::size_t>(id)] = i;
-          last_use_[static_cast<std::size_t>(id)] = i;
-        }
     }
   }
 
@@ -545,6 +535,34 @@ class RankProgram {
       x.role = Role::paged_optimizer_state;
       x.component = MemoryComponent::host_offload;
       x.lazy = false;
+    }
+  }
+
+  // DeepSpeed's reduce bucket (reduce_bucket_size, 5e8 elements, in the gradients' dtype; the
+  // gradients' size where that is less): stages 1 and 2 allocate it with each backward, stage 3 at
+  // initialisation and keep it. Each reduction flattens the bucket into a copy of its size, counted
+  // here through the whole backward (it is made at every reduction).
+  void add_reduce_bucket() {
+    std::int64_t elements = 0;
+    DType dtype = DType::f32;
+    for (const Param& param : params_)
+      if (param.grad >= 0) {
+        elements += param.full_bytes / dtype_size(t(param.w).dtype);
+        dtype = t(param.grad).dtype;
+      }
+    if (elements == 0) return;
+    const Bytes bytes = std::min(elements, kZeroReduceBucket) * dtype_size(dtype);
+    const int bucket = p_.add_tensor("zero.reduce_bucket", Shape{bytes}, DType::u8,
+                                     cfg_.strategy == Strategy::zero3 ? Role::weight
+                                                                      : Role::transient,
+                                     MemoryComponent::communication_buffers);
+    const int copy = p_.add_tensor("zero.reduce_bucket.flat", Shape{bytes}, DType::u8,
+                                   Role::transient, MemoryComponent::communication_buffers);
+    for (int at : {bwd_start_, opt_start_ - 1}) {
+      TensorIds& held = p_.ops[static_cast<std::size_t>(at)].held;
+      held.push_back(copy);
+      // Stage 3's is whole-step, listed by no op.
+      if (cfg_.strategy != Strategy::zero3) held.push_back(bucket);
     }
   }
 

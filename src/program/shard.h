@@ -45,6 +45,8 @@ constexpr std::int64_t shard_rows(std::int64_t rows, std::int64_t ranks) {
 // DeepSpeed's ZeRO-3 persistence threshold: parameters of at most this many elements stay whole on
 // every rank (stage3_param_persistence_threshold, 1e5 by default).
 inline constexpr std::int64_t kZero3PersistenceThreshold = 100000;
+// DeepSpeed's reduce bucket (reduce_bucket_size, 5e8 elements).
+inline constexpr std::int64_t kZeroReduceBucket = 500000000;
 // DeepSpeed's ZeRO-3 sub-group (sub_group_size, 1e9 elements): the step makes the fp32 gradient
 // of one sub-group of the partition at a time.
 inline constexpr std::int64_t kZero3SubGroup = 1000000000;
