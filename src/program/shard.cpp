@@ -73,7 +73,7 @@ class RankProgram {
   std::vector<Param> params_;
   int bwd_start_ = -1;  // the loss backward: the first backward op
   int opt_start_ = -1;  // the first optimizer op, or the op count
-  std::vector<int> fp32_grads_;             // ZeRO's fp32 gradient partitions
+  std::vector<int> fp32_grads_;  // ZeRO's fp32 gradient partitions
 
   Tensor& t(int id) { return p_.tensors.at(static_cast<std::size_t>(id)); }
   bool fsdp() const { return is_fsdp(cfg_.strategy); }
@@ -246,26 +246,25 @@ class RankProgram {
     return total;
   }
 
-  // Gathers `group` into its copies (`backward` picks which) before op `at`: the flat all-gather
-  // buffer `flat` held through the copy-out, and `release` (the previous buffer) by the first.
+  // Gathers `group` into its copies (`backward` picks which) before op `at`, the flat all-gather
+  // buffer `flat` (when there is one) held through the copy-out.
   void copy_out(const std::vector<const Param*>& group, bool backward, int at, int flat,
-                int release, const Name& name) {
+                const Name& name) {
     std::vector<Op>& ops = inserts_.before[static_cast<std::size_t>(at)];
     for (const Param* param : group) {
       Op op = collective(OpKind::all_gather, t(param->w).name + name, param->w,
                          backward ? param->bwd_full : param->fwd_full, param->unit);
       if (flat >= 0) op.held.push_back(flat);
-      if (release >= 0 && param == group.front()) op.held.push_back(release);
       ops.push_back(std::move(op));
     }
   }
   // The all-gather into the flat buffer of `group` before op `at` (its first shard stands for the
   // rank's input; the buffer is the output), keeping `release` alive to there.
   void all_gather_into(const std::vector<const Param*>& group, int at, int flat, int release,
-                       const Name& name, std::vector<Op>* where = nullptr) {
+                       const Name& name) {
     Op op = collective(OpKind::all_gather, name, group.front()->w, flat, group.front()->unit);
     if (release >= 0) op.held.push_back(release);
-    (where ? *where : inserts_.before[static_cast<std::size_t>(at)]).push_back(std::move(op));
+    inserts_.before[static_cast<std::size_t>(at)].push_back(std::move(op));
   }
 
   // FSDP2 (shard.h): forward, unit after unit, the flat buffer of each kept until the next unit's
@@ -283,7 +282,7 @@ class RankProgram {
       const int flat = buffer(unit_name(unit) + ".all_gather", bytes,
                               MemoryComponent::gathered_parameters);
       all_gather_into(group, first, flat, previous, unit_name(unit) + ".all_gather");
-      copy_out(group, false, first, flat, -1, ".copy_out");
+      copy_out(group, false, first, flat, ".copy_out");
       // A layer's copies live to its post-forward (its last op), the root's to its post-backward
       // at the end of the backward (reshard_after_forward=False), whichever op reads them last.
       hold(group, false, unit >= 0 ? last : opt_start_ - 1);
@@ -308,7 +307,7 @@ class RankProgram {
       const auto& [unit, group] = list[u];
       const auto [first, last] = span_of(group, true);
       if (first < 0) continue;
-      copy_out(group, true, first, bwd_flat[u], -1, ".copy_out.bwd");
+      copy_out(group, true, first, bwd_flat[u], ".copy_out.bwd");
       hold(group, true, last);
       if (k + 1 < layers.size()) {
         const std::size_t next = layers[k + 1];
@@ -333,7 +332,7 @@ class RankProgram {
       for (const bool backward : {false, true}) {
         const auto [first, last] = span_of({&param}, backward);
         if (first < 0) continue;
-        copy_out({&param}, backward, first, -1, -1, backward ? ".fetch.bwd" : ".fetch");
+        copy_out({&param}, backward, first, -1, backward ? ".fetch.bwd" : ".fetch");
       }
     }
   }
