@@ -216,6 +216,29 @@ TEST(RankProgram, PerGpuPeakFallsWithTheGpus) {
   }
 }
 
+// ZeRO-3 gathers a module of at most 5e7 elements ahead, with the module before it (the
+// prefetch): the attention output projection's fetch runs before q|k|v's GEMM, and the embedding
+// (over the bucket) is fetched just before its own lookup.
+TEST(RankProgram, Zero3PrefetchesTheNextSmallModule) {
+  RunConfig cfg;
+  cfg.model = find_preset("llama3.2-1b").model;
+  cfg.seq = 64;
+  cfg.strategy = Strategy::zero3;
+  cfg.gpus = 2;
+  validate(cfg);
+  const Program p = build_program(cfg, 0);
+  const auto at = [&](std::string_view name) {
+    for (std::size_t i = 0; i < p.ops.size(); ++i)
+      if (p.ops[i].name == name) return static_cast<int>(i);
+    ADD_FAILURE() << "no op " << name;
+    return -1;
+  };
+  EXPECT_LT(at("layer0.attn.o.w.fetch"), at("layer0.attn.qkv"));
+  EXPECT_GT(at("layer0.attn.o.w.fetch"), at("layer0.attn.qkv.w.fetch"));
+  EXPECT_EQ(at("wte.fetch") + 1, at("layer0.attn.qkv.w.fetch"));
+  EXPECT_LT(at("layer0.attn.qkv.w.fetch"), at("embed"));
+}
+
 // Offloaded state leaves the device: it is reported (host_offload), never in the peak.
 TEST(RankProgram, OffloadMovesStateToTheHost) {
   RunConfig cfg;

@@ -689,7 +689,7 @@ nlohmann::ordered_json plan_deepspeed_json(const Plan& plan) {
   zero["overlap_comm"] = stage == 3;
   zero["reduce_bucket_size"] = kZeroReduceBucket;
   if (stage == 3) {
-    zero["stage3_prefetch_bucket_size"] = 50000000;
+    zero["stage3_prefetch_bucket_size"] = kZero3PrefetchBucket;
     zero["stage3_param_persistence_threshold"] = kZero3PersistenceThreshold;
     zero["stage3_max_live_parameters"] = 1000000000;
     zero["stage3_max_reuse_distance"] = 1000000000;

@@ -323,16 +323,25 @@ class RankProgram {
     for (const Param* param : group) held.push_back(backward ? param->bwd_full : param->fwd_full);
   }
 
-  // ZeRO-3: each parameter gathered before the first op of its module that reads it, in the
-  // forward and again in the backward, into its copy alone (DeepSpeed's fetch writes the gathered
-  // parameter in place).
+  // ZeRO-3: each parameter gathered into its copy alone (DeepSpeed's fetch writes the gathered
+  // parameter in place), in the forward and again in the backward, before the first op that reads
+  // it; one of at most stage3_prefetch_bucket_size elements is prefetched, gathered with the one
+  // used before it.
   void gather_zero3() {
-    for (const Param& param : params_) {
-      if (param.fwd_full < 0) continue;
-      for (const bool backward : {false, true}) {
-        const auto [first, last] = span_of({&param}, backward);
-        if (first < 0) continue;
-        copy_out({&param}, backward, first, -1, backward ? ".fetch.bwd" : ".fetch");
+    for (const bool backward : {false, true}) {
+      std::vector<std::pair<int, const Param*>> uses;  // first use, parameter
+      for (const Param& param : params_) {
+        if (param.fwd_full < 0) continue;
+        const int first = span_of({&param}, backward).first;
+        if (first >= 0) uses.emplace_back(first, &param);
+      }
+      std::stable_sort(uses.begin(), uses.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (std::size_t k = 0; k < uses.size(); ++k) {
+        const Param& param = *uses[k].second;
+        const std::int64_t elements = param.full_bytes / dtype_size(t(param.w).dtype);
+        const int at = k > 0 && elements <= kZero3PrefetchBucket ? uses[k - 1].first : uses[k].first;
+        copy_out({&param}, backward, at, -1, backward ? ".fetch.bwd" : ".fetch");
       }
     }
   }

@@ -9,9 +9,10 @@
 //          the gradients and writes its rows of the 16-bit parameters, which are all-gathered.
 //   zero2  and the gradients: each is reduce-scattered as soon as the backward has written it,
 //          its full copy freed.
-//   zero3  and the parameters: each module's are all-gathered before it runs, in the forward and
-//          again in the backward, and freed after; parameters of at most 1e5 elements stay whole
-//          on every rank (stage3_param_persistence_threshold).
+//   zero3  and the parameters: each module's are all-gathered before it runs (one of at most 5e7
+//          elements with the module before it: the prefetch), in the forward and again in the
+//          backward, and freed after; parameters of at most 1e5 elements stay whole on every rank
+//          (stage3_param_persistence_threshold).
 //   fsdp   PyTorch FSDP2 (fully_shard on each decoder layer and on the root): each parameter's
 //          rows sharded; a layer's parameters all-gathered through one flat buffer before its
 //          forward and freed after it, gathered again in the backward one layer ahead (backward
@@ -45,6 +46,9 @@ constexpr std::int64_t shard_rows(std::int64_t rows, std::int64_t ranks) {
 // DeepSpeed's ZeRO-3 persistence threshold: parameters of at most this many elements stay whole on
 // every rank (stage3_param_persistence_threshold, 1e5 by default).
 inline constexpr std::int64_t kZero3PersistenceThreshold = 100000;
+// DeepSpeed's ZeRO-3 prefetch (stage3_prefetch_bucket_size, 5e7 elements): a parameter of at
+// most this many elements is gathered ahead, with the one used before it.
+inline constexpr std::int64_t kZero3PrefetchBucket = 50000000;
 // DeepSpeed's reduce bucket (reduce_bucket_size, 5e8 elements).
 inline constexpr std::int64_t kZeroReduceBucket = 500000000;
 // DeepSpeed's ZeRO-3 sub-group (sub_group_size, 1e9 elements): the step makes the fp32 gradient
