@@ -116,3 +116,35 @@ def add_arguments(ap, default_out, jobs=True):
                         help="processes measuring in parallel (default: the number of cores)")
     ap.add_argument("--list", action="store_true",
                     help="print the row ids that would run, and stop")
+
+
+def measure_rows(rows, jobs, worker, quiet, line, fields, order=None, tasks_per_process=None):
+    """Measures `rows` with `worker(row) -> (row out, device, seconds)`, in `jobs` spawned
+    processes (each set up by `quiet()`) or in this one, printing `line(out)` with a counter and
+    the seconds on stderr as each finishes. `order` (a sort key) picks which rows go first, so that
+    the pool does not end on a large row alone. Returns the rows sorted by `fields` and the set of
+    devices they ran on."""
+    import time
+    results, devices = [], set()
+    t0 = time.monotonic()
+
+    def report(i, out, device, seconds):
+        results.append(out)
+        devices.add(device)
+        print(f"[{i}/{len(rows)}] {row_id(out, fields)}: {line(out)} ({seconds:.1f} s)",
+              file=sys.stderr, flush=True)
+
+    if jobs <= 1:
+        quiet()
+        for i, row in enumerate(rows, 1):
+            report(i, *worker(row))
+    else:
+        import multiprocessing
+        queue = sorted(rows, key=order) if order else rows
+        with multiprocessing.get_context("spawn").Pool(
+                jobs, initializer=quiet, maxtasksperchild=tasks_per_process) as pool:
+            for i, res in enumerate(pool.imap_unordered(worker, queue), 1):
+                report(i, *res)
+    print(f"{len(rows)} rows in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    results.sort(key=lambda r: sort_key(r, fields))
+    return results, devices

@@ -385,27 +385,9 @@ def _worker(row):
 
 def run(rows, jobs):
     """Measures rows, in parallel processes, printing progress on stderr."""
-    results, devices = [], set()
-    t0 = time.monotonic()
-
-    def report(i, out, device, seconds):
-        results.append(out)
-        devices.add(device)
-        print(f"[{i}/{len(rows)}] {row_id(out)}: {out['peak_bytes'] / 2**20:.1f} MiB peak in "
-              f"{out['phase']} ({seconds:.1f} s)", file=sys.stderr, flush=True)
-
-    if jobs <= 1:
-        _quiet()
-        for i, row in enumerate(rows, 1):
-            report(i, *_worker(row))
-    else:
-        import multiprocessing
-        with multiprocessing.get_context("spawn").Pool(jobs, initializer=_quiet) as pool:
-            for i, res in enumerate(pool.imap_unordered(_worker, rows), 1):
-                report(i, *res)
-    print(f"{len(rows)} rows in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    results.sort(key=sort_key)
-    return results, devices
+    return reference_rows.measure_rows(
+        rows, jobs, _worker, _quiet,
+        lambda out: f"{out['peak_bytes'] / 2**20:.1f} MiB peak in {out['phase']}", FIELDS)
 
 
 # ---------------------------------------------------------------------------------------------
