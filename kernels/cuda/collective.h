@@ -19,13 +19,14 @@ __host__ __device__ inline void gather_body(std::int64_t i, To* full, const From
   full[i] = from_f32<To>(to_f32(shard[i % shard_n]));
 }
 
-// full (full_n elements) from shard (shard_n > 0): its bytes repeated where the dtypes agree or
-// either is not floating (4-bit codes, the flat u8 buffers), converted element by element where
-// two floating dtypes differ.
-void launch_all_gather(DType full_dtype, void* full, std::int64_t full_n, DType shard_dtype,
-                       const void* shard, std::int64_t shard_n, cudaStream_t stream);
-// shard (shard_n elements) from the first of full's (full_n), alike.
-void launch_reduce_scatter(DType shard_dtype, void* shard, std::int64_t shard_n, DType full_dtype,
-                           const void* full, std::int64_t full_n, cudaStream_t stream);
+// A copy of bytes where the dtypes agree or either is not floating (4-bit codes, the flat u8
+// buffers): `to_bytes` of `to` filled with `from_bytes` (> 0) of `from`, repeated.
+bool copies_bytes(DType a, DType b);
+void launch_repeat_bytes(void* to, std::int64_t to_bytes, const void* from,
+                         std::int64_t from_bytes, cudaStream_t stream);
+// full (full_n elements) from a shard of shard_n > 0 elements of another floating dtype,
+// converted element by element (gather_body).
+void launch_gather_cast(DType full_dtype, void* full, std::int64_t full_n, DType shard_dtype,
+                        const void* shard, std::int64_t shard_n, cudaStream_t stream);
 
 }  // namespace vrambench::cuda

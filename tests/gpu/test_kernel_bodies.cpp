@@ -21,6 +21,7 @@
 #include "cuda/add.h"
 #include "cuda/attention.h"
 #include "cuda/cast.h"
+#include "cuda/collective.h"
 #include "cuda/cross_entropy.h"
 #include "cuda/dropout.h"
 #include "cuda/embedding.h"
@@ -221,6 +222,18 @@ TYPED_TEST(Bodies, AddTakesABranchOfAnotherDtype) {
   over(100, [&](std::int64_t i) { add_body(i, c16.data(), a16.data(), b32.data()); });
   for (int i = 0; i < 100; ++i)
     ASSERT_EQ(to_f32(c16[i]), to_f32(from_f32<T>(to_f32(a16[i]) + b32[i]))) << i;
+}
+
+// The rehearsed all-gather of a shard of another dtype (fp32 master rows into a 16-bit copy, say):
+// the full tensor is the shard repeated, element for element, rounded to its type.
+TYPED_TEST(Bodies, GatherRepeatsTheShardInTheFullTensorsType) {
+  using T = TypeParam;
+  const std::int64_t shard_n = 7, full_n = 30;  // the last repeat cut short
+  const std::vector<float> shard = random_floats(shard_n, 66);
+  std::vector<T> full(full_n);
+  over(full_n, [&](std::int64_t i) { gather_body(i, full.data(), shard.data(), shard_n); });
+  for (std::int64_t i = 0; i < full_n; ++i)
+    ASSERT_EQ(to_f32(full[i]), to_f32(from_f32<T>(shard[i % shard_n]))) << i;
 }
 
 // A LoRA adapter's columns of a layer output of another dtype: the forward adds the adapter's
