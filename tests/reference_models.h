@@ -27,9 +27,9 @@ inline ModelConfig llama_small() {
   return m;
 }
 
-// A reference row's model: gpt2, llama-small, the llama3-8b preset, or one of the small models of the other families
-// (scripts/torch_reference.py MODELS: llama-small's sizes with head_dim 64), read from the same
-// fields by the config.json reader.
+// A reference row's model: gpt2, llama-small, the llama3-8b preset, or one of the small models of
+// the other families (scripts/torch_reference.py MODELS: llama-small's sizes with head_dim 64),
+// read from the same fields by the config.json reader.
 inline ModelConfig reference_model(const std::string& name) {
   if (name == "gpt2") return find_preset("gpt2").model;
   if (name == "llama-small") return llama_small();

@@ -56,9 +56,9 @@ std::vector<Row> fsdp_rows() {
     cfg.strategy = Strategy::fsdp;
     cfg.gpus = r.at("world");
     row.measured = r.at("peak_bytes");
-    row.key = fmt::format("{} S={} world={} {} ckpt={}", std::string(r.at("model")), cfg.seq,
-                          cfg.gpus, std::string(r.at("adapter")),
-                          std::string(r.at("checkpointing")));
+    row.key =
+        fmt::format("{} S={} world={} {} ckpt={}", std::string(r.at("model")), cfg.seq, cfg.gpus,
+                    std::string(r.at("adapter")), std::string(r.at("checkpointing")));
     validate(cfg);
     rows.push_back(std::move(row));
   }

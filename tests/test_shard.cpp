@@ -11,9 +11,9 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -30,8 +30,8 @@
 namespace vrambench {
 namespace {
 
-constexpr Strategy kSharded[] = {Strategy::zero1, Strategy::zero2, Strategy::zero3,
-                                 Strategy::fsdp, Strategy::hsdp};
+constexpr Strategy kSharded[] = {Strategy::zero1, Strategy::zero2, Strategy::zero3, Strategy::fsdp,
+                                 Strategy::hsdp};
 
 RunConfig tiny(std::string_view preset, Strategy strategy, std::int64_t gpus) {
   RunConfig cfg;
@@ -154,8 +154,8 @@ TEST(RankProgram, EachStrategyDividesWhatItShards) {
   const auto near = [](Bytes got, double want) {
     return std::abs(static_cast<double>(got) - want) <= 0.002 * want;
   };
-  for (Strategy s : {Strategy::ddp, Strategy::zero1, Strategy::zero2, Strategy::zero3,
-                     Strategy::fsdp}) {
+  for (Strategy s :
+       {Strategy::ddp, Strategy::zero1, Strategy::zero2, Strategy::zero3, Strategy::fsdp}) {
     RunConfig cfg = base;
     cfg.strategy = s;
     cfg.gpus = 8;
@@ -188,8 +188,8 @@ TEST(RankProgram, EachStrategyDividesWhatItShards) {
 // stays; every sharding strategy's falls with each doubling, ZeRO-3's and FSDP's the most.
 TEST(RankProgram, PerGpuPeakFallsWithTheGpus) {
   std::map<Strategy, std::vector<Bytes>> peaks;
-  for (Strategy s : {Strategy::ddp, Strategy::zero1, Strategy::zero2, Strategy::zero3,
-                     Strategy::fsdp})
+  for (Strategy s :
+       {Strategy::ddp, Strategy::zero1, Strategy::zero2, Strategy::zero3, Strategy::fsdp})
     for (std::int64_t gpus : {1, 2, 4, 8}) {
       RunConfig cfg;
       cfg.model = find_preset("llama3.2-1b").model;
@@ -277,8 +277,8 @@ nlohmann::json read_data(const char* file) {
 // it within 1% (the acceptance bound), for the presets whose programs are quick to build.
 TEST(RankProgram, DeepSpeedEstimatorsAndTheirCountOfTheProgram) {
   const nlohmann::json doc = read_data("deepspeed_reference.json");
-  const std::set<std::string> built = {"gpt2", "llama3-8b", "qwen2.5-7b", "gemma2-9b",
-                                       "phi3.5-mini", "qwen3-8b"};
+  const std::set<std::string> built = {"gpt2",      "llama3-8b",   "qwen2.5-7b",
+                                       "gemma2-9b", "phi3.5-mini", "qwen3-8b"};
   int rows = 0, counted = 0;
   double worst = 0;
   for (const auto& [name, model] : doc.at("models").items()) {
@@ -309,8 +309,11 @@ TEST(RankProgram, DeepSpeedEstimatorsAndTheirCountOfTheProgram) {
     validate(cfg);
     const std::optional<Bytes> count = deepspeed_count(build_program(cfg, 0));
     ASSERT_TRUE(count) << label;
-    EXPECT_NEAR(static_cast<double>(*count), static_cast<double>(want), 0.01 * static_cast<double>(want)) << label;
-    worst = std::max(worst, std::abs(static_cast<double>(*count - want)) / static_cast<double>(want));
+    EXPECT_NEAR(static_cast<double>(*count), static_cast<double>(want),
+                0.01 * static_cast<double>(want))
+        << label;
+    worst =
+        std::max(worst, std::abs(static_cast<double>(*count - want)) / static_cast<double>(want));
     ++counted;
   }
   EXPECT_GE(rows, 800);

@@ -10,8 +10,13 @@
 namespace vrambench {
 namespace {
 
-std::size_t byte_count(const Operand& o) {
-  return static_cast<std::size_t>(o.tensor->bytes);
+// `to`'s bytes filled with `from`'s, repeated (or cut short).
+void repeat_bytes(const Operand& to, const Operand& from) {
+  const auto total = static_cast<std::size_t>(to.tensor->bytes);
+  const auto n = static_cast<std::size_t>(from.tensor->bytes);
+  auto* out = static_cast<unsigned char*>(to.data);
+  for (std::size_t at = 0; at < total; at += n)
+    std::memcpy(out + at, from.data, std::min(n, total - at));
 }
 
 // A copy of bytes: the same dtype, or a buffer of bytes (u8) on either side (FSDP2's flat
@@ -28,10 +33,7 @@ void cpu_run_all_gather(const Operands& a, CpuContext&) {
   const Operand& full = a.out[0];
   a.require(shard.tensor->bytes > 0, "all_gather: an empty shard");
   if (bytewise(shard, full)) {
-    const std::size_t n = byte_count(shard), total = byte_count(full);
-    auto* out = static_cast<unsigned char*>(full.data);
-    for (std::size_t at = 0; at < total; at += n)
-      std::memcpy(out + at, shard.data, std::min(n, total - at));
+    repeat_bytes(full, shard);
     return;
   }
   const std::vector<float> part = cpu::load(shard);
@@ -44,10 +46,7 @@ void cpu_run_reduce_scatter(const Operands& a, CpuContext&) {
   const Operand& full = a.in[0];
   const Operand& shard = a.out[0];
   if (bytewise(full, shard)) {
-    const std::size_t n = byte_count(shard), have = byte_count(full);
-    auto* out = static_cast<unsigned char*>(shard.data);
-    for (std::size_t at = 0; at < n; at += have)
-      std::memcpy(out + at, full.data, std::min(have, n - at));
+    repeat_bytes(shard, full);
     return;
   }
   a.require(shard.tensor->elements() <= full.tensor->elements(),

@@ -20,8 +20,8 @@ bool copies_bytes(DType a, DType b) {
   return a == b || !is_floating(a) || !is_floating(b);
 }
 
-void launch_repeat_bytes(void* to, std::int64_t to_bytes, const void* from,
-                         std::int64_t from_bytes, cudaStream_t stream) {
+void launch_repeat_bytes(void* to, std::int64_t to_bytes, const void* from, std::int64_t from_bytes,
+                         cudaStream_t stream) {
   if (from_bytes <= 0) throw std::invalid_argument("collective: an empty source");
   auto* out = static_cast<unsigned char*>(to);
   for (std::int64_t at = 0; at < to_bytes; at += from_bytes)

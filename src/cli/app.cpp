@@ -427,7 +427,7 @@ CLI::App* add_plan_command(CLI::App& app, CliOptions& options) {
   add_config_options(plan, options, true);
   add_safety_margin_option(plan, options);
   plan->add_option("--target-batch", options.plan.target_batch,
-                   "the effective (global) batch: micro-batch x grad-accum")
+                   "the effective (global) batch: micro-batch x grad-accum (x --gpus)")
       ->check(kPositive)
       ->type_name("N")
       ->group("Plan");

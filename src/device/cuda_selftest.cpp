@@ -153,10 +153,10 @@ std::vector<SelftestConfig> selftest_configs() {
        rank_of(hf(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0)),
                Strategy::fsdp, 4)},
       {"llama bf16 flash qlora nf4 zero3 4 ranks hf",
-       rank_of(hf(finetune(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw,
-                                 0.0),
-                           Finetune::qlora, QuantKind::nf4, Toggle::on, 8, 0.0)),
-               Strategy::zero3, 4)},
+       rank_of(
+           hf(finetune(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
+                       Finetune::qlora, QuantKind::nf4, Toggle::on, 8, 0.0)),
+           Strategy::zero3, 4)},
   };
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "config/fields.h"
 #include "core/error.h"
@@ -29,13 +30,20 @@ std::string quant_text(const RunConfig& cfg) {
 }
 
 // The settings of the plan that a trainer takes.
+// The accumulation a trainer is given: the plan's, or where nothing fits the target's share of
+// one GPU (micro-batch 1).
+std::int64_t plan_grad_accum(const Plan& plan) {
+  return plan.choice.grad_accum > 0 ? plan.choice.grad_accum
+                                    : plan.target_batch.value_or(1) / plan.config.gpus;
+}
+
 // The settings of the plan that a trainer takes: per GPU, the global batch over --gpus.
 std::string accumulation_text(const Plan& plan) {
   const MicroBatchChoice& c = plan.choice;
   const std::int64_t gpus = plan.config.gpus;
   if (gpus > 1)
-    return fmt::format("micro-batch {} x grad-accum {} x {} GPUs = {}", c.micro_batch,
-                       c.grad_accum, gpus, c.effective_batch * gpus);
+    return fmt::format("micro-batch {} x grad-accum {} x {} GPUs = {}", c.micro_batch, c.grad_accum,
+                       gpus, c.effective_batch * gpus);
   return fmt::format("micro-batch {} x grad-accum {} = {}", c.micro_batch, c.grad_accum,
                      c.effective_batch);
 }
@@ -243,15 +251,27 @@ nlohmann::json config_json(const RunConfig& cfg) {
 
 }  // namespace
 
+namespace {
+constexpr std::array<std::pair<PlanEmit, std::string_view>, 6> kPlanEmit{
+    {{PlanEmit::text, "text"},
+     {PlanEmit::hf, "hf"},
+     {PlanEmit::axolotl, "axolotl"},
+     {PlanEmit::json, "json"},
+     {PlanEmit::accelerate, "accelerate"},
+     {PlanEmit::deepspeed, "deepspeed"}}};
+}  // namespace
+
+template <>
+EnumNames<PlanEmit> enum_names<PlanEmit>() {
+  return kPlanEmit;
+}
+
+std::string_view to_string(PlanEmit e) {
+  return enum_name(enum_names<PlanEmit>(), e);
+}
+
 PlanEmit parse_plan_emit(std::string_view text) {
-  if (text == "text") return PlanEmit::text;
-  if (text == "hf") return PlanEmit::hf;
-  if (text == "axolotl") return PlanEmit::axolotl;
-  if (text == "json") return PlanEmit::json;
-  if (text == "accelerate") return PlanEmit::accelerate;
-  if (text == "deepspeed") return PlanEmit::deepspeed;
-  throw UsageError(fmt::format(
-      "invalid --emit '{}': allowed values are text|hf|axolotl|json|accelerate|deepspeed", text));
+  return parse_enum<PlanEmit>(text, "emit");
 }
 
 std::string describe_recipe(const RunConfig& cfg) {
@@ -386,9 +406,7 @@ std::string plan_hf_snippet(const Plan& plan) {
   out += "    output_dir=\"out\",\n";
   out += fmt::format("    per_device_train_batch_size={},\n",
                      std::max<std::int64_t>(plan.choice.micro_batch, 1));
-  out += fmt::format("    gradient_accumulation_steps={},\n", plan.choice.grad_accum > 0
-                                                                  ? plan.choice.grad_accum
-                                                                  : plan.target_batch.value_or(1) / plan.config.gpus);
+  out += fmt::format("    gradient_accumulation_steps={},\n", plan_grad_accum(plan));
   out += fmt::format("    gradient_checkpointing={},\n", python_bool(ckpt));
   // Non-reentrant checkpointing is modelled (transformers' default; the reentrant kind peaks the
   // same, tests/data/README.md).
@@ -415,9 +433,7 @@ std::string plan_axolotl_yaml(const Plan& plan) {
   std::string out = header_comment(plan, "#");
   out += fmt::format("sequence_len: {}\n", cfg.seq);
   out += fmt::format("micro_batch_size: {}\n", std::max<std::int64_t>(plan.choice.micro_batch, 1));
-  out += fmt::format("gradient_accumulation_steps: {}\n", plan.choice.grad_accum > 0
-                                                              ? plan.choice.grad_accum
-                                                              : plan.target_batch.value_or(1) / plan.config.gpus);
+  out += fmt::format("gradient_accumulation_steps: {}\n", plan_grad_accum(plan));
   out += fmt::format("gradient_checkpointing: {}\n", yaml_bool(cfg.recompute == Recompute::full));
   if (cfg.optimizer != Optimizer::none)
     out += fmt::format("optimizer: {}\n", hf_optim_name(cfg.optimizer));
@@ -582,10 +598,14 @@ namespace {
 // The decoder layer class transformers names for the model_type, which FSDP wraps one by one.
 std::string decoder_layer_class(const ModelConfig& m) {
   static const std::pair<std::string_view, std::string_view> kClasses[] = {
-      {"gpt2", "GPT2Block"},           {"llama", "LlamaDecoderLayer"},
-      {"mistral", "MistralDecoderLayer"}, {"qwen2", "Qwen2DecoderLayer"},
-      {"qwen3", "Qwen3DecoderLayer"},  {"gemma", "GemmaDecoderLayer"},
-      {"gemma2", "Gemma2DecoderLayer"}, {"gemma3_text", "Gemma3DecoderLayer"},
+      {"gpt2", "GPT2Block"},
+      {"llama", "LlamaDecoderLayer"},
+      {"mistral", "MistralDecoderLayer"},
+      {"qwen2", "Qwen2DecoderLayer"},
+      {"qwen3", "Qwen3DecoderLayer"},
+      {"gemma", "GemmaDecoderLayer"},
+      {"gemma2", "Gemma2DecoderLayer"},
+      {"gemma3_text", "Gemma3DecoderLayer"},
       {"phi3", "Phi3DecoderLayer"}};
   for (const auto& [type, name] : kClasses)
     if (m.model_type == type) return std::string(name);
@@ -600,11 +620,6 @@ std::string_view accelerate_mixed_precision(const RunConfig& cfg) {
   return trainer_bf16(cfg) ? "bf16" : trainer_fp16(cfg) ? "fp16" : "no";
 }
 
-std::int64_t plan_grad_accum(const Plan& plan) {
-  return plan.choice.grad_accum > 0 ? plan.choice.grad_accum
-                                    : plan.target_batch.value_or(1) / plan.config.gpus;
-}
-
 }  // namespace
 
 std::string plan_accelerate_yaml(const Plan& plan) {
@@ -614,9 +629,9 @@ std::string plan_accelerate_yaml(const Plan& plan) {
   out += "# accelerate launch --config_file THIS_FILE train.py\n";
   // 'NO' quoted: YAML reads a bare NO as false.
   const std::string_view type = cfg.gpus == 1 && s == Strategy::ddp ? "'NO'"
-                                : is_zero(s)                      ? "DEEPSPEED"
-                                : is_fsdp(s)                      ? "FSDP"
-                                                                  : "MULTI_GPU";
+                                : is_zero(s)                        ? "DEEPSPEED"
+                                : is_fsdp(s)                        ? "FSDP"
+                                                                    : "MULTI_GPU";
   const std::int64_t per_node = std::min(cfg.gpus, kGpusPerNode);
   const std::int64_t machines = (cfg.gpus + kGpusPerNode - 1) / kGpusPerNode;
   out += "compute_environment: LOCAL_MACHINE\n";
@@ -628,7 +643,8 @@ std::string plan_accelerate_yaml(const Plan& plan) {
   out += fmt::format("mixed_precision: '{}'\n", accelerate_mixed_precision(cfg));
   if (is_fsdp(s) && !hf_autocast(cfg) && cfg.dtype != Precision::fp32)
     out += fmt::format(
-        "# planned for the model loaded in {} (no MixedPrecisionPolicy); mixed_precision bf16 would "
+        "# planned for the model loaded in {} (no MixedPrecisionPolicy); mixed_precision bf16 "
+        "would "
         "keep fp32 sharded parameters\n",
         torch_dtype(cfg.dtype));
   out += fmt::format("num_machines: {}\n", machines);
@@ -640,8 +656,8 @@ std::string plan_accelerate_yaml(const Plan& plan) {
     out += "fsdp_config:\n";
     out += "  fsdp_version: 2\n";
     out += "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n";
-    out += fmt::format("  fsdp_transformer_layer_cls_to_wrap: {}\n",
-                       decoder_layer_class(cfg.model));
+    out +=
+        fmt::format("  fsdp_transformer_layer_cls_to_wrap: {}\n", decoder_layer_class(cfg.model));
     out += "  fsdp_reshard_after_forward: true\n";
     out += fmt::format("  fsdp_offload_params: {}\n", yaml_bool(cfg.offload == Offload::params));
     out += "  fsdp_state_dict_type: SHARDED_STATE_DICT\n";
@@ -657,8 +673,9 @@ std::string plan_accelerate_yaml(const Plan& plan) {
   }
   if (is_zero(s)) {
     out += "deepspeed_config:\n";
-    out += fmt::format("  zero_stage: {}\n",
-                       s == Strategy::zero1 ? 1 : s == Strategy::zero2 ? 2 : 3);
+    out += fmt::format("  zero_stage: {}\n", s == Strategy::zero1   ? 1
+                                             : s == Strategy::zero2 ? 2
+                                                                    : 3);
     out += fmt::format("  offload_optimizer_device: {}\n",
                        cfg.offload == Offload::none ? "none" : "cpu");
     out += fmt::format("  offload_param_device: {}\n",
@@ -671,20 +688,25 @@ std::string plan_accelerate_yaml(const Plan& plan) {
   return out;
 }
 
-nlohmann::ordered_json plan_deepspeed_json(const Plan& plan) {
-  const RunConfig& cfg = plan.config;
+void require_zero_strategy(const RunConfig& cfg) {
   if (!is_zero(cfg.strategy))
     throw UsageError(fmt::format(
         "--emit deepspeed writes a ZeRO config: plan with --strategy zero1, zero2 or zero3 (got "
         "{}); --emit accelerate writes the config of every strategy",
         to_string(cfg.strategy)));
+}
+
+nlohmann::ordered_json plan_deepspeed_json(const Plan& plan) {
+  const RunConfig& cfg = plan.config;
+  require_zero_strategy(cfg);
   const int stage = cfg.strategy == Strategy::zero1 ? 1 : cfg.strategy == Strategy::zero2 ? 2 : 3;
   const std::int64_t micro = std::max<std::int64_t>(plan.choice.micro_batch, 1);
   const std::int64_t accum = plan_grad_accum(plan);
   nlohmann::ordered_json zero;
   zero["stage"] = stage;
   zero["offload_optimizer"] = {{"device", cfg.offload == Offload::none ? "none" : "cpu"}};
-  if (stage == 3) zero["offload_param"] = {{"device", cfg.offload == Offload::params ? "cpu" : "none"}};
+  if (stage == 3)
+    zero["offload_param"] = {{"device", cfg.offload == Offload::params ? "cpu" : "none"}};
   zero["contiguous_gradients"] = true;
   zero["overlap_comm"] = stage == 3;
   zero["reduce_bucket_size"] = kZeroReduceBucket;

@@ -8,13 +8,17 @@
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "plan/plan.h"
 
 namespace vrambench {
 
 enum class PlanEmit { text, hf, axolotl, json, accelerate, deepspeed };
-// "text", "hf", "axolotl", "json", "accelerate", "deepspeed"; throws UsageError naming --emit and
-// the allowed values.
+template <>
+EnumNames<PlanEmit> enum_names<PlanEmit>();
+// "text", "hf", "axolotl", "json", "accelerate", "deepspeed".
+std::string_view to_string(PlanEmit e);
+// The form named `text`; throws UsageError naming --emit and the allowed values.
 PlanEmit parse_plan_emit(std::string_view text);
 
 // The recipe in a few words: "llama2-7b, seq 2048, bf16, flash attention, recompute full,
@@ -40,6 +44,8 @@ std::string plan_accelerate_yaml(const Plan& plan);
 // A DeepSpeed config (TrainingArguments(deepspeed=...), or accelerate's deepspeed_config_file) for
 // a zero1/zero2/zero3 plan, with the ZeRO buffer sizes the plan modelled written out.
 nlohmann::ordered_json plan_deepspeed_json(const Plan& plan);
+// Throws UsageError unless cfg's strategy is ZeRO's (what --emit deepspeed needs).
+void require_zero_strategy(const RunConfig& cfg);
 
 // Several plans (a sweep): one row per configuration keyed by the varying fields, and a summary.
 std::string plans_markdown(const std::vector<Plan>& plans, const std::vector<std::string>& varying);

@@ -101,8 +101,7 @@ Budget make_budget(const TrialResult& trial, const Breakdown& estimate, std::int
   const Bytes fragmentation = std::max<Bytes>(trial.reserved_peak - trial.tensor_peak, 0);
   const Bytes context = std::max<Bytes>(trial.device_peak - trial.reserved_peak, fixed_overhead);
   // Off the device: what --offload keeps on the host, and a paged optimizer's managed memory.
-  const Bytes host =
-      std::min(trial.paged_bytes, estimate.component(MemoryComponent::host_offload));
+  const Bytes host = std::min(trial.paged_bytes, estimate.component(MemoryComponent::host_offload));
   b.lines = {
       {"quantized_weights", "weights: quantised (frozen, with constants)", quantized, true},
       {"frozen_weights", "weights: frozen", frozen, true},
@@ -276,8 +275,7 @@ Plan make_plan(const RunConfig& cfg, const Device& device, const PlanRequest& re
     plan.config.seq = std::max(plan.longest_seq.search.max_seq, request.seq_limits.granule);
 
   // With a target there is no use for a micro-batch above it.
-  const std::int64_t limit =
-      rank_target ? std::min(target, request.max_batch) : request.max_batch;
+  const std::int64_t limit = rank_target ? std::min(target, request.max_batch) : request.max_batch;
   plan.planned = search_micro_batch(plan.config, planning, rank_target, limit);
   const std::int64_t max_micro = plan.planned.search.max_batch;
   plan.config.grad_accum = plan.planned.config.grad_accum;

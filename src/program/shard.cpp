@@ -27,12 +27,12 @@ constexpr bool is_step(OpKind k) {
 // A parameter of the model and what the step keeps of it.
 struct Param {
   int w = -1;
-  int grad = -1;        // -1: frozen
-  int step = -1;        // its optimizer op, -1 without one
-  int unit = -1;        // the module group it is gathered with: its layer, -1 the root
-  int fwd_full = -1;    // its gathered copy in the forward (sharded parameters)
-  int bwd_full = -1;    // and in the backward (the forward's for the root under fsdp)
-  int grad_full = -1;   // the backward's unsharded gradient (sharded gradients)
+  int grad = -1;         // -1: frozen
+  int step = -1;         // its optimizer op, -1 without one
+  int unit = -1;         // the module group it is gathered with: its layer, -1 the root
+  int fwd_full = -1;     // its gathered copy in the forward (sharded parameters)
+  int bwd_full = -1;     // and in the backward (the forward's for the root under fsdp)
+  int grad_full = -1;    // the backward's unsharded gradient (sharded gradients)
   Bytes full_bytes = 0;  // its whole size, before sharding
 };
 
@@ -71,8 +71,8 @@ class RankProgram {
   const std::int64_t ranks_;
   Inserts inserts_;
   std::vector<Param> params_;
-  int bwd_start_ = -1;  // the loss backward: the first backward op
-  int opt_start_ = -1;  // the first optimizer op, or the op count
+  int bwd_start_ = -1;           // the loss backward: the first backward op
+  int opt_start_ = -1;           // the first optimizer op, or the op count
   std::vector<int> fp32_grads_;  // ZeRO's fp32 gradient partitions
 
   Tensor& t(int id) { return p_.tensors.at(static_cast<std::size_t>(id)); }
@@ -217,8 +217,8 @@ class RankProgram {
     for (Param& param : params_) {
       if (stays_whole(param)) continue;
       const bool root_kept = fsdp() && param.unit < 0;
-      param.fwd_full = copy_of(param.w, ".unsharded", Role::transient,
-                               MemoryComponent::gathered_parameters);
+      param.fwd_full =
+          copy_of(param.w, ".unsharded", Role::transient, MemoryComponent::gathered_parameters);
       param.bwd_full = root_kept ? param.fwd_full
                                  : copy_of(param.w, ".unsharded.bwd", Role::transient,
                                            MemoryComponent::gathered_parameters);
@@ -279,8 +279,8 @@ class RankProgram {
       const auto [first, last] = span_of(group, false);
       if (first < 0) continue;
       const Bytes bytes = gathered_bytes(group);
-      const int flat = buffer(unit_name(unit) + ".all_gather", bytes,
-                              MemoryComponent::gathered_parameters);
+      const int flat =
+          buffer(unit_name(unit) + ".all_gather", bytes, MemoryComponent::gathered_parameters);
       all_gather_into(group, first, flat, previous, unit_name(unit) + ".all_gather");
       copy_out(group, false, first, flat, ".copy_out");
       // A layer's copies live to its post-forward (its last op), the root's to its post-backward
@@ -340,7 +340,8 @@ class RankProgram {
       for (std::size_t k = 0; k < uses.size(); ++k) {
         const Param& param = *uses[k].second;
         const std::int64_t elements = param.full_bytes / dtype_size(t(param.w).dtype);
-        const int at = k > 0 && elements <= kZero3PrefetchBucket ? uses[k - 1].first : uses[k].first;
+        const int at =
+            k > 0 && elements <= kZero3PrefetchBucket ? uses[k - 1].first : uses[k].first;
         copy_out({&param}, backward, at, -1, backward ? ".fetch.bwd" : ".fetch");
       }
     }
@@ -355,8 +356,8 @@ class RankProgram {
   void reduce_grads() {
     for (Param& param : params_) {
       if (param.grad < 0) continue;
-      param.grad_full = copy_of(param.grad, ".unsharded", Role::transient,
-                                MemoryComponent::backward_transient);
+      param.grad_full =
+          copy_of(param.grad, ".unsharded", Role::transient, MemoryComponent::backward_transient);
       rewrite(param.grad, param.grad_full, bwd_start_, opt_start_, true);
       to_shard(param.grad);
     }
@@ -460,8 +461,8 @@ class RankProgram {
       // This rank's rows of a whole weight, which the step writes and an all-gather brings back.
       int rows = param.w;
       if (whole_w) {
-        rows = copy_of(param.w, ".partition", Role::transient,
-                       MemoryComponent::communication_buffers);
+        rows =
+            copy_of(param.w, ".partition", Role::transient, MemoryComponent::communication_buffers);
         to_shard(rows);
       }
       if (mixed) {
@@ -480,8 +481,8 @@ class RankProgram {
         after.push_back(Op(OpKind::cast, t(param.w).name + ".from_master", {master}, {rows}));
         after.back().layer = param.unit;
       } else if (whole_w) {
-        before.push_back(collective(OpKind::reduce_scatter, t(param.w).name + ".partition",
-                                    param.w, rows, param.unit));
+        before.push_back(collective(OpKind::reduce_scatter, t(param.w).name + ".partition", param.w,
+                                    rows, param.unit));
         step.inputs[0] = rows;
       }
       if (whole_w)
@@ -560,10 +561,10 @@ class RankProgram {
       }
     if (elements == 0) return;
     const Bytes bytes = std::min(elements, kZeroReduceBucket) * dtype_size(dtype);
-    const int bucket = p_.add_tensor("zero.reduce_bucket", Shape{bytes}, DType::u8,
-                                     cfg_.strategy == Strategy::zero3 ? Role::weight
-                                                                      : Role::transient,
-                                     MemoryComponent::communication_buffers);
+    const int bucket =
+        p_.add_tensor("zero.reduce_bucket", Shape{bytes}, DType::u8,
+                      cfg_.strategy == Strategy::zero3 ? Role::weight : Role::transient,
+                      MemoryComponent::communication_buffers);
     const int copy = p_.add_tensor("zero.reduce_bucket.flat", Shape{bytes}, DType::u8,
                                    Role::transient, MemoryComponent::communication_buffers);
     for (int at : {bwd_start_, opt_start_ - 1}) {
