@@ -1,5 +1,6 @@
 // The small models of the PyTorch reference measurements (scripts/torch_reference.py MODELS,
-// scripts/torch_fsdp_reference.py) as vrambench's ModelConfig, and the reference files' reader.
+// scripts/torch_fsdp_reference.py) as vrambench's ModelConfig, the reference files' reader, and
+// the hf step's tensor peak a row is compared with.
 #pragma once
 
 #include <filesystem>
@@ -8,8 +9,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "alloc/allocator.h"
+#include "config/run_config.h"
+#include "device/sources.h"
+#include "measure/trial.h"
 #include "model/families.h"
 #include "model/model_file.h"
+#include "program/program.h"
 
 namespace vrambench {
 
@@ -52,6 +58,17 @@ inline nlohmann::json read_reference(const char* file) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path.string());
   return nlohmann::json::parse(in);
+}
+
+// The tensor peak of cfg's hf step on the cpu device's options (the reference rows ran on the
+// CPU), replayed on virtual memory.
+inline Bytes hf_cpu_tensor_peak(const RunConfig& cfg) {
+  HfOptions options;
+  options.device = HfOptions::Device::cpu;
+  const Program program = build_hf_program(cfg, 0, options);
+  auto source = make_virtual_source(Bytes{1} << 50);
+  auto allocator = make_direct_allocator(*source);
+  return run_step(program, compute_liveness(program), *allocator, nullptr, 0).tensor_peak;
 }
 
 }  // namespace vrambench

@@ -1116,6 +1116,36 @@ TEST(Cli, ModelFromConfigJsonIsAModelAndASweepAxis) {
   fs::remove_all(dir);
 }
 
+// A mixture of experts from its published config.json: the headline sweep runs, each row says
+// the routing it assumed, and the estimate counts every expert and the active ones.
+TEST(Cli, MixtralConfigJsonSweepsAndCountsItsExperts) {
+  const fs::path dir = scratch("mixtral");
+  const std::string model = std::string(VRAMBENCH_SOURCE_DIR) + "/tests/data/models/mixtral-8x7b";
+  const CommandResult sweep =
+      vrambench("--quiet --model " + model + " --finetune lora --device sim:h100-80gb --sweep " +
+                "seq=512..8192 --out " + dir.string() + " --name sweep");
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  const auto rows = csv_of(dir / "sweep.csv");
+  ASSERT_EQ(rows.size(), 6u);  // a header and seq 512, 1024, 2048, 4096, 8192
+  const auto routing = std::find(rows[0].begin(), rows[0].end(), "routing") - rows[0].begin();
+  ASSERT_LT(static_cast<std::size_t>(routing), rows[0].size());
+  for (std::size_t r = 1; r < rows.size(); ++r)
+    EXPECT_EQ(rows[r][static_cast<std::size_t>(routing)], "balanced");
+  const CommandResult estimate =
+      vrambench("estimate --quiet --model " + model + " --batch 1 --seq 512 --out " + dir.string() +
+                " --name estimate");
+  ASSERT_EQ(estimate.exit_code, 0) << estimate.err;
+  const auto est = csv_of(dir / "estimate.csv");
+  ASSERT_EQ(est.size(), 2u);
+  auto column = [&](const std::string& name) {
+    const auto at = std::find(est[0].begin(), est[0].end(), name) - est[0].begin();
+    return est[1].at(static_cast<std::size_t>(at));
+  };
+  EXPECT_EQ(column("params"), "46702792704");
+  EXPECT_EQ(column("active_params"), "12879925248");
+  fs::remove_all(dir);
+}
+
 // A config's torch_dtype is the run's dtype unless --dtype (or a dtype axis) says otherwise; in a
 // sweep over models each takes its own.
 TEST(Cli, ModelsTorchDtypeIsTheDefaultDtype) {

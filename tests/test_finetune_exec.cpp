@@ -198,7 +198,15 @@ INSTANTIATE_TEST_SUITE_P(
                     LoraCase{"tiny-llama", Finetune::lora, Framework::hf, Recompute::none, 0.0,
                              "v_proj,up_proj"},
                     LoraCase{"tiny-llama", Finetune::qlora, Framework::hf, Recompute::none, 0.0,
-                             "o_proj"}),
+                             "o_proj"},
+                    // PEFT's ParamWrapper on a mixture of experts' 3-D weights, folded into the
+                    // experts' effective weights; QLoRA's fp32 experts; the lean form.
+                    LoraCase{"tiny-mixtral", Finetune::lora, Framework::hf, Recompute::none, 0.0,
+                             "q_proj,experts.gate_up_proj,experts.down_proj"},
+                    LoraCase{"tiny-qwen3-moe", Finetune::qlora, Framework::hf, Recompute::full, 0.0,
+                             "v_proj,experts.gate_up_proj,experts.down_proj"},
+                    LoraCase{"tiny-olmoe", Finetune::lora, Framework::lean, Recompute::none, 0.0,
+                             "experts.gate_up_proj,experts.down_proj"}),
     [](const testing::TestParamInfo<LoraCase>& param_info) {
       const LoraCase& c = param_info.param;
       std::string name(to_string(c.framework));

@@ -65,15 +65,6 @@ std::vector<Row> fsdp_rows() {
   return rows;
 }
 
-Bytes sim_tensor_peak(const RunConfig& cfg) {
-  HfOptions options;
-  options.device = HfOptions::Device::cpu;
-  const Program program = build_hf_program(cfg, 0, options);
-  auto source = make_virtual_source(Bytes{1} << 50);
-  auto allocator = make_direct_allocator(*source);
-  return run_step(program, compute_liveness(program), *allocator, nullptr, 0).tensor_peak;
-}
-
 TEST(FsdpReference, RankPeaksWithinThreePercent) {
   const std::vector<Row> rows = fsdp_rows();
   ASSERT_GE(rows.size(), 48u);
@@ -82,7 +73,7 @@ TEST(FsdpReference, RankPeaksWithinThreePercent) {
   std::string worst_key;
   const bool all = std::getenv("VRAMBENCH_FSDP_REFERENCE_ALL") != nullptr;
   for (const Row& row : rows) {
-    const Bytes sim = sim_tensor_peak(row.cfg);
+    const Bytes sim = hf_cpu_tensor_peak(row.cfg);
     by_key[row.key][row.batch] = {row.measured, sim};
     const double err = static_cast<double>(sim - row.measured) / static_cast<double>(row.measured);
     if (all)

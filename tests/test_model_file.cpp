@@ -187,9 +187,10 @@ TEST(ModelFile, WhatIsNotModelledIsRefusedInOneLineNamingIt) {
               {"unsupported model_type 'mamba'", "gpt2, llama, mistral, qwen2"});
   expect_says(R"({"model_type": "llava", "text_config": {}, "vision_config": {}})",
               {"'llava'", "multimodal"});
-  expect_says(R"({"model_type": "qwen2_moe", "num_experts": 60})", {"mixture of experts"});
-  expect_says(R"({"model_type": "mixtral", "hidden_size": 4096, "num_local_experts": 8})",
-              {"'mixtral' is not modelled yet", "mixture of experts"});
+  expect_says(R"({"model_type": "qwen2_moe", "num_experts": 60})",
+              {"'qwen2_moe' is not modelled yet", "shared expert"});
+  expect_says(R"({"model_type": "deepseek_v2", "n_routed_experts": 64, "num_experts": 64})",
+              {"unsupported model_type 'deepseek_v2'", "mixture of experts"});
   expect_says(R"({"model_type": "gemma3", "text_config": {"hidden_size": 2560}})",
               {"'gemma3' is not modelled yet", "text_config", "gemma3_text"});
   expect_says(R"({"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,

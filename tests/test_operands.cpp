@@ -256,8 +256,9 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
   int built = 0, optimizer_ops = 0;
   // The kinds seen reading or writing an operand of another dtype than their op's, per framework.
   std::set<std::string> mixed_lean, mixed_hf;
-  for (const char* preset :
-       {"tiny", "tiny-llama", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3"})
+  int moe_ops = 0;
+  for (const char* preset : {"tiny", "tiny-llama", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3",
+                             "tiny-phi3", "tiny-mixtral", "tiny-qwen3-moe", "tiny-olmoe"})
     for (Framework framework : {Framework::lean, Framework::hf})
       for (Precision dtype : {Precision::fp32, Precision::bf16, Precision::fp16,
                               Precision::amp_bf16, Precision::amp_fp16})
@@ -325,6 +326,14 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
                 if (a.op.kind == OpKind::adamw8bit_step) {
                   EXPECT_NO_THROW(adamw_8bit_state(a)) << p.ops[i].name.str();
                 }
+                // A mixture of experts' ops, through the dimensions both executors read.
+                if (signature(a.op.kind).name.find("moe") != std::string_view::npos ||
+                    a.op.kind == OpKind::router_topk || a.op.kind == OpKind::router_topk_bwd ||
+                    a.op.kind == OpKind::grouped_linear_fwd ||
+                    a.op.kind == OpKind::grouped_linear_bwd) {
+                  EXPECT_NO_THROW(moe_dims(a)) << p.ops[i].name.str();
+                  ++moe_ops;
+                }
                 if (framework == Framework::lean) continue;
                 if (a.op.kind == OpKind::lora_fwd || a.op.kind == OpKind::lora_bwd) {
                   EXPECT_NO_THROW(lora_columns(a, lora_dims(a))) << p.ops[i].name.str();
@@ -335,16 +344,22 @@ TEST(Operands, EveryStepIsReadOperandForOperand) {
                 }
               }
             }
-  EXPECT_GE(built, 500);  // 576 of the 720: the rest are recipes validate() refuses
+  EXPECT_GE(built, 600);  // the rest are recipes validate() refuses (a mixture of experts on lean)
   EXPECT_GT(optimizer_ops, 10000);
-  // The lean step keeps one dtype per op but the optimizer's fp32 state beside 16-bit weights;
-  // the hf step mixes them in each of these kinds (AdamW's where bitsandbytes keeps a small
-  // parameter's state in fp32).
-  EXPECT_EQ(mixed_lean, (std::set<std::string>{"adamw_step", "sgd_step"}));
-  EXPECT_EQ(mixed_hf,
-            (std::set<std::string>{"adamw_step", "add", "attn_scores", "lora_bwd", "lora_fwd",
-                                   "qk_norm_bwd", "qk_norm_fwd", "rmsnorm_bwd", "rmsnorm_fwd",
-                                   "rope_bwd", "rope_fwd", "softmax_bwd", "softmax_fwd"}));
+  EXPECT_GT(moe_ops, 1000);
+  // The lean step keeps one dtype per op but the optimizer's fp32 state beside 16-bit weights and
+  // the router's fp32 probabilities beside 16-bit logits; the hf step mixes them in each of these
+  // kinds (AdamW's where bitsandbytes keeps a small parameter's state in fp32; the MoE combine's
+  // where Mixtral's routing weights stay fp32 or QLoRA's experts compute in fp32).
+  // A router reads the logits in the step's dtype and keeps its probabilities in fp32, as
+  // transformers' softmax over logits.float() does, under either framework.
+  EXPECT_EQ(mixed_lean,
+            (std::set<std::string>{"adamw_step", "router_topk", "router_topk_bwd", "sgd_step"}));
+  EXPECT_EQ(mixed_hf, (std::set<std::string>{"adamw_step", "add", "attn_scores", "lora_bwd",
+                                             "lora_fwd", "moe_combine", "moe_combine_bwd",
+                                             "qk_norm_bwd", "qk_norm_fwd", "rmsnorm_bwd",
+                                             "rmsnorm_fwd", "rope_bwd", "rope_fwd", "router_topk",
+                                             "router_topk_bwd", "softmax_bwd", "softmax_fwd"}));
 }
 
 // The signature frees the operands the hf step mixes ("any", "=x"), and no other: RMSNorm's input

@@ -89,7 +89,8 @@ TEST(Signature, DtypeWordsAreDtypesAnyOrAnInputsDtype) {
         if (d.front() == '=') {
           EXPECT_TRUE(inputs.count(d.substr(1))) << s.name << ": " << o << " names no input";
         } else {
-          EXPECT_TRUE(d == "any" || d == "f32" || d == "u8" || d == "i32") << s.name << ": " << o;
+          EXPECT_TRUE(d == "any" || d == "f32" || d == "u8" || d == "i32" || d == "i64")
+              << s.name << ": " << o;
         }
       }
     };
@@ -164,6 +165,22 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
     cfg.seq = 16;
     cfg.strategy = strategy;
     cfg.gpus = 4;
+    validate(cfg);
+    const Program p = build_program(cfg, 4096);
+    for (const Op& op : p.ops) {
+      EXPECT_NO_THROW(check_op(p, op)) << op.name;
+      seen.insert(op.kind);
+    }
+  }
+  // A mixture of experts, its experts adapted by LoRA: the router, the dispatch, the grouped
+  // GEMMs, the combine and the folding of the adapters into the experts' weights.
+  for (Framework framework : {Framework::lean, Framework::hf}) {
+    RunConfig cfg;
+    cfg.model = find_preset("tiny-mixtral").model;
+    cfg.seq = 16;
+    cfg.framework = framework;
+    cfg.finetune = Finetune::lora;
+    cfg.lora_targets = parse_lora_targets("q_proj,experts.gate_up_proj,experts.down_proj");
     validate(cfg);
     const Program p = build_program(cfg, 4096);
     for (const Op& op : p.ops) {

@@ -58,12 +58,15 @@ std::vector<Parameter> described(const ModelConfig& m, std::int64_t seq) {
       case WeightKind::linear:
         out.push_back({name + ".w", Shape{module.rows, module.cols}});
         break;
+      case WeightKind::experts:
+        out.push_back({name + ".w", Shape{module.experts, module.rows, module.cols}});
+        break;
     }
     if (module.bias) out.push_back({name + ".b", Shape{module.rows}});
   };
   for (const WeightModule& module : w.embeddings) add("", module);
   for (std::int64_t l = 0; l < m.layers; ++l)
-    for (const WeightModule& module : w.block) add("layer" + std::to_string(l) + ".", module);
+    for (const WeightModule& module : w.layer(l)) add("layer" + std::to_string(l) + ".", module);
   for (const WeightModule& module : w.head) add("", module);
   return out;
 }

@@ -103,6 +103,8 @@ VB_HD inline float load(const void* data, DType t, std::int64_t i) {
       return static_cast<float>(static_cast<const std::uint8_t*>(data)[i]);
     case DType::i32:
       return static_cast<float>(static_cast<const std::int32_t*>(data)[i]);
+    case DType::i64:
+      return static_cast<float>(static_cast<const std::int64_t*>(data)[i]);
   }
   return 0.0f;
 }
@@ -123,6 +125,9 @@ VB_HD inline void store(void* data, DType t, std::int64_t i, float v) {
       return;
     case DType::i32:
       static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(lrintf(v));
+      return;
+    case DType::i64:
+      static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(llrintf(v));
       return;
   }
 }

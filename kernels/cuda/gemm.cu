@@ -70,6 +70,8 @@ cudaDataType_t cuda_data_type(DType dtype) {
       return CUDA_R_8U;
     case DType::i32:
       return CUDA_R_32I;
+    case DType::i64:
+      return CUDA_R_64I;
   }
   return CUDA_R_32F;
 }

@@ -241,6 +241,135 @@ LoraDims lora_dims(const Operands& a) {
   return d;
 }
 
+namespace {
+
+// A tensor's rows and last dimension, checked against the expected ones (0: any).
+void expect_matrix(const Operands& a, const Operand& o, std::int64_t rows_wanted,
+                   std::int64_t cols_wanted, std::string_view shape) {
+  const bool ok = (rows_wanted == 0 || rows(o) == rows_wanted) &&
+                  (cols_wanted == 0 || last_dim(o) == cols_wanted);
+  if (!ok)
+    a.fail(fmt::format("'{}' is [{},{}], not {} = [{},{}]", o.tensor->name, rows(o), last_dim(o),
+                       shape, rows_wanted, cols_wanted));
+}
+
+// A stack of E matrices [E,Out,In].
+void expect_stack(const Operands& a, const Operand& o, MoeDims& d) {
+  const Shape& s = o.tensor->shape;
+  if (s.size() != 3) a.fail(fmt::format("'{}' must be [E,Out,In]", o.tensor->name));
+  if ((d.E != 0 && s[0] != d.E) || (d.Out != 0 && s[1] != d.Out) || (d.In != 0 && s[2] != d.In))
+    a.fail(fmt::format("'{}' is [{},{},{}], not [E,Out,In] = [{},{},{}]", o.tensor->name, s[0],
+                       s[1], s[2], d.E, d.Out, d.In));
+  d.E = s[0];
+  d.Out = s[1];
+  d.In = s[2];
+}
+
+}  // namespace
+
+MoeDims moe_dims(const Operands& a) {
+  MoeDims d;
+  switch (a.op.kind) {
+    case OpKind::router_topk:
+    case OpKind::router_topk_bwd: {
+      const bool fwd = a.op.kind == OpKind::router_topk;
+      const Operand& probs = fwd ? output(a, "router_probs") : input(a, "router_probs");
+      const Operand& index = fwd ? output(a, "index") : input(a, "index");
+      d.M = rows(probs);
+      d.E = last_dim(probs);
+      d.K = last_dim(index);
+      expect_matrix(a, fwd ? input(a, "logits") : output(a, "dlogits"), d.M, d.E, "[M,E]");
+      expect_matrix(a, index, d.M, d.K, "[M,K]");
+      expect_matrix(a, fwd ? output(a, "scores") : input(a, "dscores"), d.M, d.K, "[M,K]");
+      a.require(d.K >= 1 && d.K <= d.E, "K must be in [1, E]");
+      break;
+    }
+    case OpKind::moe_dispatch: {
+      const Operand& x = input(a, "x");
+      const Operand& index = input(a, "index");
+      d.M = rows(x);
+      d.H = last_dim(x);
+      d.K = last_dim(index);
+      d.E = output(a, "offsets").tensor->elements();
+      expect_matrix(a, index, d.M, d.K, "[M,K]");
+      expect_matrix(a, output(a, "xs"), d.pairs(), d.H, "[M*K,H]");
+      a.require(output(a, "order").tensor->elements() == d.pairs(), "order must be [M*K]");
+      break;
+    }
+    case OpKind::moe_dispatch_bwd: {
+      const Operand& dx = output(a, "dx");
+      d.M = rows(dx);
+      d.H = last_dim(dx);
+      const std::int64_t pairs = input(a, "order").tensor->elements();
+      a.require(d.M > 0 && pairs % d.M == 0, "order must be [M*K]");
+      d.K = pairs / d.M;
+      expect_matrix(a, input(a, "dxs"), pairs, d.H, "[M*K,H]");
+      break;
+    }
+    case OpKind::moe_combine:
+    case OpKind::moe_combine_bwd: {
+      const bool fwd = a.op.kind == OpKind::moe_combine;
+      const Operand& scores = input(a, "scores");
+      d.M = rows(scores);
+      d.K = last_dim(scores);
+      const Operand& y = fwd ? output(a, "y") : input(a, "dy");
+      d.H = last_dim(y);
+      expect_matrix(a, y, d.M, d.H, "[M,H]");
+      expect_matrix(a, input(a, "ys"), d.pairs(), d.H, "[M*K,H]");
+      a.require(input(a, "order").tensor->elements() == d.pairs(), "order must be [M*K]");
+      if (!fwd) {
+        expect_matrix(a, output(a, "dys"), d.pairs(), d.H, "[M*K,H]");
+        expect_matrix(a, output(a, "dscores"), d.M, d.K, "[M,K]");
+      }
+      break;
+    }
+    case OpKind::grouped_linear_fwd:
+    case OpKind::grouped_linear_bwd: {
+      const bool fwd = a.op.kind == OpKind::grouped_linear_fwd;
+      expect_stack(a, input(a, "w"), d);
+      const Operand& offsets = input(a, "offsets");
+      a.require(offsets.tensor->elements() == d.E, "offsets must be [E]");
+      const Operand& rows_in = fwd ? input(a, "x") : output(a, "dx");
+      d.M = rows(rows_in);  // the pairs: a grouped linear sees rows, not tokens
+      d.K = 1;
+      expect_matrix(a, rows_in, d.M, d.In, "[M*K,In]");
+      expect_matrix(a, fwd ? output(a, "y") : input(a, "dy"), d.M, d.Out, "[M*K,Out]");
+      if (!fwd) {
+        const Operand* x = a.input("x");
+        const Operand* dw = a.output("dw");
+        a.require((x == nullptr) == (dw == nullptr), "x and dw come together");
+        if (x != nullptr) {
+          expect_matrix(a, *x, d.M, d.In, "[M*K,In]");
+          expect_stack(a, *dw, d);
+        }
+      }
+      break;
+    }
+    case OpKind::expert_lora_fwd:
+    case OpKind::expert_lora_bwd: {
+      const bool fwd = a.op.kind == OpKind::expert_lora_fwd;
+      expect_stack(a, fwd ? input(a, "w") : input(a, "dw_eff"), d);
+      if (fwd) expect_stack(a, output(a, "w_eff"), d);
+      const Operand& A = input(a, "a");
+      a.require(rows(A) % d.E == 0, "a must be [E*R,In]");
+      d.R = rows(A) / d.E;
+      expect_matrix(a, A, d.E * d.R, d.In, "[E*R,In]");
+      expect_matrix(a, input(a, "b"), d.Out, d.E * d.R, "[Out,E*R]");
+      if (!fwd) {
+        expect_matrix(a, output(a, "da"), d.E * d.R, d.In, "[E*R,In]");
+        expect_matrix(a, output(a, "db"), d.Out, d.E * d.R, "[Out,E*R]");
+      }
+      d.M = d.Out;  // each expert's product b_e a_e: Out rows
+      d.K = 1;
+      break;
+    }
+    default:
+      a.fail("not a mixture-of-experts op");
+  }
+  a.require(d.M > 0 && d.K > 0, "no rows");
+  return d;
+}
+
 const Operand* lora_columns(const Operands& a, const LoraDims& d) {
   const bool fwd = a.op.kind == OpKind::lora_fwd;
   const DType dt = a.dtype();

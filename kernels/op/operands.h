@@ -62,6 +62,12 @@ struct Operands {
   std::uint8_t* u8(const Operand& o) const {
     return static_cast<std::uint8_t*>(typed(o, DType::u8));
   }
+  std::int64_t* i64(const Operand& o) const {
+    return static_cast<std::int64_t*>(typed(o, DType::i64));
+  }
+  std::int32_t* i32_out(const Operand& o) const {
+    return static_cast<std::int32_t*>(typed(o, DType::i32));
+  }
   void* typed(const Operand& o, DType dtype) const;
 
   // InternalError naming the op and its kind.
@@ -130,6 +136,16 @@ struct LoraDims {
   std::int64_t M = 0, In = 0, R = 0, N = 0, Out = 0;
 };
 LoraDims lora_dims(const Operands& a);
+
+// The mixture-of-experts kinds (router_topk ... expert_lora_bwd): M tokens, K experts a token goes
+// to (P = M K token-expert pairs), E experts (0 where the kind has no operand that says),
+// H the width of what the dispatch and the combine move, a grouped linear's (or an expert LoRA's)
+// In and Out, and the rank R of an expert LoRA. Checked against every operand the kind has.
+struct MoeDims {
+  std::int64_t M = 0, K = 0, E = 0, H = 0, In = 0, Out = 0, R = 0;
+  std::int64_t pairs() const { return M * K; }
+};
+MoeDims moe_dims(const Operands& a);
 
 // Where a LoRA op whose y (dy) is of another dtype than its adapters keeps the adapter's columns
 // in the op's dtype: its first held tensor of y's shape but N columns in that dtype (lora_B's

@@ -50,6 +50,10 @@ constexpr const char* kExamples = R"(Examples:
       (--strategy ddp|zero1|zero2|zero3|fsdp|hsdp, --offload optimizer|params)
   vrambench --preset llama3-8b --strategy fsdp --sweep gpus=1,2,4,8 --seq 4096
       the largest per-GPU micro-batch under FSDP2 as the GPUs grow
+  vrambench estimate --preset qwen3-30b-a3b --finetune lora --batch 1 --seq 2048 \
+            --lora-targets q_proj,v_proj,experts.gate_up_proj,experts.down_proj
+      a mixture of experts (mixtral, qwen3_moe, olmoe configs), LoRA on its experts too;
+      --routing balanced|skewed says how the tokens spread over the experts
   vrambench program --preset tiny --batch 2 --seq 64
       every op of the training step with the live memory after it
   vrambench plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32

@@ -106,6 +106,9 @@ Grid make_grid(const CliOptions& options) {
   keep("strategy", distributed);
   keep("offload", std::any_of(grid.configs.begin(), grid.configs.end(),
                               [](const RunConfig& c) { return c.offload != Offload::none; }));
+  // A mixture of experts' figures say which routing they assume.
+  keep("routing", std::any_of(grid.configs.begin(), grid.configs.end(),
+                              [](const RunConfig& c) { return is_moe(c.model); }));
   for (const RunConfig& cfg : grid.configs) {
     try {
       validate(cfg);

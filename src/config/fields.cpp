@@ -139,7 +139,7 @@ constexpr Field run_choice(std::string_view name, std::string_view help) {
   return f;
 }
 
-const std::array<Field, 34> kFields{{
+const std::array<Field, 35> kFields{{
     // preset: the whole model.
     {"preset",
      FieldKind::text,
@@ -224,8 +224,9 @@ const std::array<Field, 34> kFields{{
         "lora-targets", FieldKind::text,
         "attn|attn-mlp|all-linear|peft-default (PEFT's own when target_modules is None: c_attn, "
         "or q_proj,v_proj), or module names as PEFT takes them: "
-        "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or c_attn,c_proj,c_fc "
-        "(join with + in a sweep)",
+        "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or c_attn,c_proj,c_fc; a "
+        "mixture of experts' experts.gate_up_proj,experts.down_proj (PEFT's target_parameters; "
+        "join with + in a sweep)",
         parse_lora_targets_field),
     run_choice<QuantKind, &RunConfig::quant>("quant", ": storage of the frozen block linears"),
     run_choice<Toggle, &RunConfig::double_quant>("double-quant", ": 8-bit absmax of 4-bit weights"),
@@ -249,6 +250,10 @@ const std::array<Field, 34> kFields{{
         "offload",
         ": host memory instead of the device's (zero*: optimizer; zero3: params; fsdp/hsdp: "
         "params), reported apart"),
+    run_choice<Routing, &RunConfig::routing>(
+        "routing",
+        ": how a mixture of experts' routers spread the tokens (balanced: evenly over the "
+        "experts; skewed: all on the same top-k experts)"),
 }};
 
 // The fields as the other folders see them, in the table's order: a choice's help starts with

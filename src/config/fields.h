@@ -24,10 +24,10 @@ enum class FieldKind {
 };
 
 // A field's typed value: the alternative its kind and name hold.
-using FieldValue = std::variant<std::int64_t, double, Arch, Precision, Framework, Attention,
-                                Recompute, Optimizer, Scope, AllocatorKind, Finetune, QuantKind,
-                                Toggle, Loop, Strategy, Offload, LoraTargets, DeviceChoice,
-                                ModelConfig>;
+using FieldValue =
+    std::variant<std::int64_t, double, Arch, Precision, Framework, Attention, Recompute, Optimizer,
+                 Scope, AllocatorKind, Finetune, QuantKind, Toggle, Loop, Strategy, Offload,
+                 Routing, LoraTargets, DeviceChoice, ModelConfig>;
 
 struct FieldInfo {
   std::string_view name;  // CLI spelling: "seq", "kv-heads", "vram"

@@ -61,6 +61,8 @@ constexpr NameTable<Strategy, 6> kStrategy{{{Strategy::ddp, "ddp"},
                                             {Strategy::hsdp, "hsdp"}}};
 constexpr NameTable<Offload, 3> kOffload{
     {{Offload::none, "none"}, {Offload::optimizer, "optimizer"}, {Offload::params, "params"}}};
+constexpr NameTable<Routing, 2> kRouting{
+    {{Routing::balanced, "balanced"}, {Routing::skewed, "skewed"}}};
 
 constexpr NameTable<Scope, 4> kScope{{{Scope::model, "model"},
                                       {Scope::layer, "layer"},
@@ -163,6 +165,9 @@ std::string_view to_string(Strategy v) {
 std::string_view to_string(Offload v) {
   return name_of(kOffload, v);
 }
+std::string_view to_string(Routing v) {
+  return name_of(kRouting, v);
+}
 
 template <>
 EnumNames<Precision> enum_names<Precision>() {
@@ -215,6 +220,10 @@ EnumNames<Strategy> enum_names<Strategy>() {
 template <>
 EnumNames<Offload> enum_names<Offload>() {
   return kOffload;
+}
+template <>
+EnumNames<Routing> enum_names<Routing>() {
+  return kRouting;
 }
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>() {
@@ -291,6 +300,31 @@ Framework framework_of(const RunConfig& cfg) {
   return hf_gap(cfg).empty() ? Framework::hf : Framework::lean;
 }
 
+namespace {
+
+// A mixture of experts' sizes and what its step models (docs/moe.md).
+void validate_experts(const RunConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  if (m.arch != Arch::llama)
+    throw UsageError("a mixture of experts is modelled on llama-style blocks");
+  require_positive(m.expert_ffn, "expert width (moe_intermediate_size)");
+  require_positive(m.sparse_step, "decoder_sparse_step");
+  if (m.experts_per_token < 1 || m.experts_per_token > m.experts)
+    throw UsageError(fmt::format("invalid top-k {}: a token goes to 1 to {} experts",
+                                 m.experts_per_token, m.experts));
+  if (m.router_aux_loss)
+    throw UsageError(
+        "output_router_logits true (the load-balancing loss over every layer's router logits) is "
+        "not modelled yet: give the config with output_router_logits false");
+  // The dispatch's rows and the experts' weights, in bytes, must fit in 64 bits.
+  const std::int64_t pairs = checked_mul(checked_mul(cfg.batch, cfg.seq, "batch x seq"),
+                                         m.experts_per_token, "token-expert pairs");
+  checked_mul(checked_mul(pairs, std::max(2 * m.expert_ffn, m.hidden), "pair rows"), 4,
+              "dispatch bytes");
+}
+
+}  // namespace
+
 void validate(const RunConfig& cfg) {
   const ModelConfig& m = cfg.model;
   require_positive(m.hidden, "hidden");
@@ -363,6 +397,7 @@ void validate(const RunConfig& cfg) {
         cfg.framework == Framework::automatic ? fmt::format(" (auto chose lean: {})", hf_gap(cfg))
                                               : ""));
   validate_distributed(cfg);
+  if (is_moe(m)) validate_experts(cfg);
   if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
     throw UsageError(
         "--finetune qlora quantises to 4 bits: use --quant nf4 or fp4 (or --finetune "

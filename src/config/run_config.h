@@ -55,6 +55,11 @@ enum class Strategy { ddp, zero1, zero2, zero3, fsdp, hsdp };
 // params (ZeRO-3's offload_param with the optimizer; FSDP2's CPUOffloadPolicy: sharded parameters,
 // gradients and optimizer state).
 enum class Offload { none, optimizer, params };
+// How a mixture of experts' routers spread the tokens (docs/moe.md): balanced (every expert gets
+// tokens x top-k / E of the pairs) or skewed (every token of a layer on the same top-k experts,
+// the fewest experts a router can choose). What the executors route by; transformers' grouped_mm
+// dispatch allocates the same bytes for either.
+enum class Routing : std::uint8_t { balanced, skewed };
 enum class AllocatorKind { direct, caching };
 
 std::string_view to_string(Precision v);
@@ -70,6 +75,7 @@ std::string_view to_string(Toggle v);
 std::string_view to_string(Loop v);
 std::string_view to_string(Strategy v);
 std::string_view to_string(Offload v);
+std::string_view to_string(Routing v);
 
 // Every value of an enum above with its name, in declaration order (core/enum_names.h).
 template <>
@@ -98,6 +104,8 @@ template <>
 EnumNames<Strategy> enum_names<Strategy>();
 template <>
 EnumNames<Offload> enum_names<Offload>();
+template <>
+EnumNames<Routing> enum_names<Routing>();
 // The Hugging Face `optim` names of the optimizers ("adamw_torch", "paged_adamw_8bit").
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>();
@@ -172,6 +180,7 @@ struct RunConfig {
   std::int64_t gpus = 1;
   Strategy strategy = Strategy::ddp;
   Offload offload = Offload::none;
+  Routing routing = Routing::balanced;  // a mixture of experts' routing
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -7,8 +7,10 @@
 namespace vrambench {
 
 // How a tensor is stored. Activations and weights follow the run's precision; statistics
-// (norm mean/rstd, log-sum-exp) and optimizer state are fp32; dropout masks one byte per element.
-enum class DType : std::uint8_t { f32, f16, bf16, u8, i32 };
+// (norm mean/rstd, log-sum-exp) and optimizer state are fp32; dropout masks one byte per element;
+// token ids i32; a router's expert indices and the dispatch's orders i64, as PyTorch's topk and
+// sort return them.
+enum class DType : std::uint8_t { f32, f16, bf16, u8, i32, i64 };
 
 constexpr std::int64_t dtype_size(DType t) {
   switch (t) {
@@ -22,6 +24,8 @@ constexpr std::int64_t dtype_size(DType t) {
       return 1;
     case DType::i32:
       return 4;
+    case DType::i64:
+      return 8;
   }
   return 0;
 }
@@ -43,6 +47,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "u8";
     case DType::i32:
       return "i32";
+    case DType::i64:
+      return "i64";
   }
   return "?";
 }

@@ -70,6 +70,19 @@ RunConfig hf(RunConfig c) {
   return c;
 }
 
+// A mixture of experts' step with every token of a layer on the same top-k experts (the other
+// experts' GEMMs run over no rows).
+RunConfig moe_skewed(RunConfig c) {
+  c.routing = Routing::skewed;
+  return c;
+}
+
+// LoRA on the attention and on the experts' two 3-D weights (PEFT's target_parameters).
+RunConfig experts_lora(RunConfig c) {
+  c.lora_targets = parse_lora_targets("q_proj,v_proj,experts.gate_up_proj,experts.down_proj");
+  return c;
+}
+
 // One rank's step of `ranks` under `strategy`: the collectives' copies and casts.
 RunConfig rank_of(RunConfig c, Strategy strategy, std::int64_t ranks) {
   c.strategy = strategy;
@@ -157,6 +170,20 @@ std::vector<SelftestConfig> selftest_configs() {
            hf(finetune(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
                        Finetune::qlora, QuantKind::nf4, Toggle::on, 8, 0.0)),
            Strategy::zero3, 4)},
+      // Mixtures of experts: the router, the dispatch, the experts' grouped GEMMs and the combine
+      // (Mixtral's fp32 routing weights beside bf16 rows), under both routings; OLMoE's
+      // full-width q/k norms with Qwen3-MoE-style bf16 weights; PEFT's LoRA folded into the
+      // experts' weights; QLoRA's fp32 experts under autocast.
+      {"mixtral bf16 flash hf", hf(family("tiny-mixtral", Precision::bf16, Attention::flash))},
+      {"mixtral bf16 flash skewed",
+       moe_skewed(family("tiny-mixtral", Precision::bf16, Attention::flash))},
+      {"olmoe fp32 eager hf", hf(family("tiny-olmoe", Precision::fp32, Attention::eager))},
+      {"qwen3-moe bf16 flash lora experts hf",
+       hf(experts_lora(finetune(family("tiny-qwen3-moe", Precision::bf16, Attention::flash),
+                                Finetune::lora, QuantKind::none, Toggle::off, 8, 0.0)))},
+      {"mixtral bf16 flash qlora nf4 hf",
+       hf(finetune(family("tiny-mixtral", Precision::bf16, Attention::flash), Finetune::qlora,
+                   QuantKind::nf4, Toggle::on, 8, 0.0))},
   };
 }
 
@@ -165,7 +192,9 @@ namespace {
 bool is_gemm(OpKind k) {
   return k == OpKind::linear_fwd || k == OpKind::linear_bwd || k == OpKind::attn_scores ||
          k == OpKind::attn_values || k == OpKind::attn_values_bwd || k == OpKind::attn_scores_bwd ||
-         k == OpKind::linear_dgrad || k == OpKind::lora_fwd || k == OpKind::lora_bwd;
+         k == OpKind::linear_dgrad || k == OpKind::lora_fwd || k == OpKind::lora_bwd ||
+         k == OpKind::grouped_linear_fwd || k == OpKind::grouped_linear_bwd ||
+         k == OpKind::expert_lora_fwd || k == OpKind::expert_lora_bwd;
 }
 
 // Tolerance for one op's outputs, scaled to the storage type the step runs in.

@@ -1,6 +1,8 @@
 // The calculators' formula: bytes per parameter, Korthikanti's activations, logits and context.
 #include "estimate/formula.h"
 
+#include <algorithm>
+
 #include "core/dtype.h"
 #include "core/quant_layout.h"
 #include "model/weights.h"
@@ -66,13 +68,39 @@ Bytes korthikanti_layer_bytes(std::int64_t seq, std::int64_t batch, std::int64_t
 }
 
 std::int64_t lora_parameter_count(const RunConfig& cfg) {
-  std::int64_t per_layer = 0;
-  for (const WeightModule& linear : block_modules(cfg.model))
-    for (const ModuleRows& module : linear.modules())
-      if (lora_targets_module(cfg.lora_targets, cfg.model, module.module))
-        per_layer = checked_add(
-            per_layer, checked_mul(cfg.lora_rank, linear.cols + module.rows, "lora"), "lora");
-  return checked_mul(per_layer, cfg.model.layers, "lora parameters");
+  // A layer's adapters: r (in + out) each, E times on an MoE layer's experts (ParamWrapper's).
+  auto per_layer = [&](const WeightModules& modules) {
+    std::int64_t n = 0;
+    for (const WeightModule& linear : modules)
+      for (const ModuleRows& module : linear.modules())
+        if (lora_targets_module(cfg.lora_targets, cfg.model, module.module))
+          n = checked_add(n,
+                          checked_mul(cfg.lora_rank * std::max<std::int64_t>(linear.experts, 1),
+                                      linear.cols + module.rows, "lora"),
+                          "lora");
+    return n;
+  };
+  const ModelWeights weights = model_weights(cfg.model);
+  std::int64_t total = 0;
+  for (std::int64_t l = 0; l < cfg.model.layers; ++l)
+    total = checked_add(total, per_layer(weights.layer(l)), "lora parameters");
+  return total;
+}
+
+// Korthikanti's MLP share of a layer's 34 s b h, 19 s b h at F = 4h: its input and dropout mask
+// (3 s b h) and the first linear's and the activation's outputs (4 s b F). An MoE layer keeps that
+// for each of a token's k experts at their width I, and the router's fp32 probabilities over the
+// E experts (4 s b E): the MoE form, for the layers that have it.
+Bytes moe_mlp_delta(const ModelConfig& m, std::int64_t seq) {
+  const Bytes sb = seq;
+  const Bytes dense = checked_mul(sb, 19 * m.hidden, "dense mlp");
+  const Bytes moe =
+      checked_add(checked_mul(m.experts_per_token,
+                              checked_add(checked_mul(sb, 3 * m.hidden, "3sbh"),
+                                          checked_mul(sb, 4 * m.expert_ffn, "4sbI"), "expert"),
+                              "k experts"),
+                  checked_mul(sb, 4 * m.experts, "router"), "moe mlp");
+  return moe - dense;
 }
 
 Formula formula(const RunConfig& cfg, Bytes context) {
@@ -112,16 +140,21 @@ Formula formula(const RunConfig& cfg, Bytes context) {
   // Korthikanti's bytes are for 16-bit activations; 32-bit ones double them.
   const Bytes scale = dtype_size(activation_dtype(cfg.dtype)) / 2;
   const bool scores = cfg.attention == Attention::eager && cfg.recompute == Recompute::none;
+  std::int64_t moe_layers = 0;
+  for (std::int64_t l = 0; l < m.layers; ++l) moe_layers += moe_layer(m, l) ? 1 : 0;
+  const Bytes moe = moe_layers > 0 ? moe_mlp_delta(m, cfg.seq) : 0;
   const Bytes layer = korthikanti_layer_bytes(cfg.seq, 1, m.hidden, m.heads, scores);
   Bytes activations = 0;
   if (cfg.recompute == Recompute::full) {
     // Each layer's input (2·s·b·h), and one layer recomputed in full, scores included (eager).
     const Bytes recomputed =
-        korthikanti_layer_bytes(cfg.seq, 1, m.hidden, m.heads, cfg.attention == Attention::eager);
+        korthikanti_layer_bytes(cfg.seq, 1, m.hidden, m.heads, cfg.attention == Attention::eager) +
+        moe;
     activations = checked_add(checked_mul(m.layers, checked_mul(2 * cfg.seq, m.hidden, "2sh"), "L"),
                               recomputed, "activations");
   } else {
-    activations = checked_mul(m.layers, layer, "activations");
+    activations = checked_add(checked_mul(m.layers, layer, "activations"),
+                              checked_mul(moe_layers, moe, "moe activations"), "activations");
   }
   f.activations = checked_mul(activations, scale, "activations");
   f.logits = checked_mul(checked_mul(cfg.seq, m.vocab, "s*V"), 4, "logits");

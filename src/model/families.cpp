@@ -18,10 +18,8 @@ namespace {
 
 // Families transformers has that the step program does not model yet, with what is missing:
 // named in the refusal so that the user knows it is a gap, not a typo.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kNotYet{{
-    {"mixtral", "its mixture of experts"},
-    {"qwen2_moe", "its mixture of experts"},
-    {"qwen3_moe", "its mixture of experts"},
+constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kNotYet{{
+    {"qwen2_moe", "its shared expert beside the routed ones"},
     {"gemma3",
      "its vision tower (a multimodal config: give its text_config as a gemma3_text "
      "config.json)"},
@@ -56,6 +54,43 @@ ModelConfig gpt2_model(const ConfigReader& r) {
   return m;
 }
 
+// The mixture-of-experts fields of MixtralConfig, Qwen3MoeConfig and OlmoeConfig, with their
+// classes' defaults: the experts (num_local_experts 8 / num_experts 128 / 64), the top-k
+// (num_experts_per_tok 2 / 8 / 8), the experts' width (Mixtral's and OLMoE's intermediate_size,
+// Qwen3-MoE's moe_intermediate_size 768), which layers are MoE (Qwen3-MoE's decoder_sparse_step
+// and mlp_only_layers; every layer of the others), the top-k renormalisation (always for Mixtral,
+// norm_topk_prob for the others, default false), the load-balancing loss (output_router_logits,
+// router_aux_loss_coef 0.001 / 0.001 / 0.01). OLMoE's q_norm and k_norm span the whole
+// projections. What the step does not model is refused by name: Mixtral's router jitter noise,
+// OLMoE's clip_qkv.
+void read_experts(const ConfigReader& r, std::string_view type, ModelConfig& m) {
+  const bool mixtral = type == "mixtral", qwen = type == "qwen3_moe";
+  m.experts = mixtral ? r.optional("num_local_experts", r.optional("num_experts", 8))
+                      : r.optional("num_experts", r.optional("num_local_experts", qwen ? 128 : 64));
+  m.experts_per_token = r.optional("num_experts_per_tok", mixtral ? 2 : 8);
+  if (m.experts_per_token > m.experts)
+    r.fail(fmt::format("num_experts_per_tok {} is more than the {} experts", m.experts_per_token,
+                       m.experts));
+  m.expert_ffn = qwen ? r.optional("moe_intermediate_size", 768) : m.ffn;
+  if (qwen) {
+    m.sparse_step = r.optional("decoder_sparse_step", 1);
+    m.dense_layers = r.index_list("mlp_only_layers", m.layers);
+  }
+  m.norm_topk = mixtral || r.flag("norm_topk_prob", false);
+  m.router_scores_f32 = mixtral;
+  m.router_aux_loss = r.flag("output_router_logits", false);
+  m.router_aux_coef = r.non_negative("router_aux_loss_coef", type == "olmoe" ? 0.01 : 0.001);
+  if (mixtral && r.non_negative("router_jitter_noise", 0.0) > 0.0)
+    r.fail("router_jitter_noise > 0 (noise on the router's input in training) is not modelled yet");
+  if (type == "olmoe") {
+    if (r.positive_or_null("clip_qkv", 0.0) > 0.0)
+      r.fail("clip_qkv (an in-place clamp of q, k and v) is not modelled yet");
+    if (m.kv_heads != m.heads)
+      r.fail("an OLMoE config with num_key_value_heads != num_attention_heads is not modelled yet");
+    m.qk_norm_full_width = true;
+  }
+}
+
 // The llama-style families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GemmaConfig,
 // Gemma2Config, Gemma3TextConfig, Phi3Config. Their common fields: hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (the heads when
@@ -76,15 +111,17 @@ ModelConfig llama_model(const ConfigReader& r, std::string_view type) {
   m.vocab = r.required("vocab_size", type);
   m.max_positions = 1;  // rotary: no learned position table
   m.tied_embeddings = r.flag("tie_word_embeddings", gemma);
-  const std::int64_t default_head_dim = type == "qwen3" ? 128 : gemma ? 256 : 0;
+  const std::int64_t default_head_dim = type == "qwen3" || type == "qwen3_moe" ? 128
+                                        : gemma                                ? 256
+                                                                               : 0;
   const std::int64_t head_dim = r.optional("head_dim", default_head_dim);
   if (head_dim > 0 && !(m.hidden % m.heads == 0 && head_dim == m.hidden / m.heads))
     m.explicit_head_dim = head_dim;
-  if (type == "llama" || type == "qwen3" || gemma)
+  if (type == "llama" || type == "qwen3" || type == "qwen3_moe" || type == "olmoe" || gemma)
     m.qkv_bias = m.o_bias = r.flag("attention_bias", false);
   if (type == "llama") m.mlp_bias = r.flag("mlp_bias", false);
   m.qkv_bias = m.qkv_bias || type == "qwen2";
-  m.qk_norm = type == "qwen3" || type == "gemma3_text";
+  m.qk_norm = type == "qwen3" || type == "qwen3_moe" || type == "olmoe" || type == "gemma3_text";
   if (gemma) {
     m.offset_norms = m.embed_scale = true;
     // gelu_pytorch_tanh; Gemma's config turns a legacy "gelu" into it.
@@ -98,6 +135,7 @@ ModelConfig llama_model(const ConfigReader& r, std::string_view type) {
   // Phi-3 (and Phi-4, whose configs say phi3): qkv_proj and gate_up_proj, and resid_pdrop's
   // dropouts on both branches.
   m.fused_linears = m.resid_dropout = type == "phi3";
+  if (type == "mixtral" || type == "qwen3_moe" || type == "olmoe") read_experts(r, type, m);
   if (type == "gemma2") {
     m.attn_softcap = r.positive_or_null("attn_logit_softcapping", 50.0);
     m.final_softcap = r.positive_or_null("final_logit_softcapping", 30.0);
@@ -125,13 +163,15 @@ ModelConfig llama_model(const ConfigReader& r, std::string_view type) {
 //   gemma3-*      google/gemma-3-1b-pt (gemma3_text), and the text_config of gemma-3-4b-pt,
 //                 gemma-3-12b-pt, gemma-3-27b-pt (vocab_size left out there: Gemma3TextConfig's
 //                 262208) as gemma3_text configs: the language model alone
+//   mixtral-8x7b  mistralai/Mixtral-8x7B-v0.1;  qwen3-30b-a3b  Qwen/Qwen3-30B-A3B;
+//   olmoe-1b-7b   allenai/OLMoE-1B-7B-0924 (mixtures of experts)
 //   phi3.5-mini   microsoft/Phi-3.5-mini-instruct;  phi4  microsoft/phi-4 (model_type phi3: fused
 //                 qkv_proj and gate_up_proj)
 struct PresetConfig {
   std::string_view name, description, config;
 };
 
-constexpr std::array<PresetConfig, 43> kPresetConfigs{{
+constexpr std::array<PresetConfig, 49> kPresetConfigs{{
     {"tiny", "2-layer GPT for tests (H=64, A=4, V=256)",
      R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 256,
          "n_positions": 256})"},
@@ -156,6 +196,20 @@ constexpr std::array<PresetConfig, 43> kPresetConfigs{{
      R"({"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 4,
          "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 176,
          "vocab_size": 256})"},
+    {"tiny-mixtral", "2-layer Mixtral for tests (4 experts, top-2)",
+     R"({"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 96,
+         "vocab_size": 256, "num_local_experts": 4, "num_experts_per_tok": 2})"},
+    {"tiny-qwen3-moe", "2-layer Qwen3-MoE for tests (8 experts, top-2, layer 0 dense)",
+     R"({"model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2,
+         "intermediate_size": 176, "moe_intermediate_size": 32, "vocab_size": 256,
+         "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": true,
+         "mlp_only_layers": [0]})"},
+    {"tiny-olmoe", "2-layer OLMoE for tests (8 experts, top-2, full-width q/k norms)",
+     R"({"model_type": "olmoe", "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 4, "num_hidden_layers": 2, "intermediate_size": 32,
+         "vocab_size": 256, "num_experts": 8, "num_experts_per_tok": 2})"},
     {"gpt2", "GPT-2 small, 124M",
      R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257,
          "n_positions": 1024})"},
@@ -299,6 +353,25 @@ constexpr std::array<PresetConfig, 43> kPresetConfigs{{
      R"({"model_type": "gemma3_text", "hidden_size": 5376, "num_attention_heads": 32,
          "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 62,
          "intermediate_size": 21504, "vocab_size": 262208})"},
+    {"mixtral-8x7b", "Mixtral 8x7B (8 experts, top-2; 12.9B active)",
+     R"({"model_type": "mixtral", "hidden_size": 4096, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+         "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
+         "output_router_logits": false, "router_aux_loss_coef": 0.02,
+         "router_jitter_noise": 0.0, "tie_word_embeddings": false})"},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B (128 experts, top-8; 3.3B active)",
+     R"({"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 32,
+         "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
+         "intermediate_size": 6144, "moe_intermediate_size": 768, "vocab_size": 151936,
+         "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true,
+         "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": false,
+         "router_aux_loss_coef": 0.001, "tie_word_embeddings": false})"},
+    {"olmoe-1b-7b", "OLMoE 1B-7B (64 experts, top-8; 1.3B active)",
+     R"({"model_type": "olmoe", "hidden_size": 2048, "num_attention_heads": 16,
+         "num_key_value_heads": 16, "num_hidden_layers": 16, "intermediate_size": 1024,
+         "vocab_size": 50304, "num_experts": 64, "num_experts_per_tok": 8,
+         "norm_topk_prob": false, "clip_qkv": null, "output_router_logits": false,
+         "router_aux_loss_coef": 0.01, "tie_word_embeddings": false})"},
     {"phi3.5-mini", "Phi-3.5 mini 3.8B (fused qkv and gate_up projections)",
      R"({"model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
          "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 8192,

@@ -13,7 +13,8 @@ namespace vrambench {
 
 // The model_types whose blocks the step program models, as transformers names them.
 inline constexpr std::string_view kSupportedModelTypes =
-    "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3";
+    "gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, mixtral, qwen3_moe, "
+    "olmoe";
 
 // The model a config.json of `model_type` describes, its fields read through `r`. Throws
 // UsageError naming the supported model_types for any other (a family transformers has that is

@@ -15,8 +15,14 @@ namespace vrambench {
 namespace {
 
 constexpr std::array<std::string_view, kLoraModuleCount> kLoraModuleNames{
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",     "down_proj",
-    "c_attn", "c_proj", "c_fc",   "c_proj", "qkv_proj",  "gate_up_proj"};
+    "q_proj",           "k_proj",
+    "v_proj",           "o_proj",
+    "gate_proj",        "up_proj",
+    "down_proj",        "c_attn",
+    "c_proj",           "c_fc",
+    "c_proj",           "qkv_proj",
+    "gate_up_proj",     "experts.gate_up_proj",
+    "experts.down_proj"};
 constexpr std::array<std::pair<LoraTargets::Shorthand, std::string_view>, 4> kLoraShorthands{
     {{LoraTargets::Shorthand::attn, "attn"},
      {LoraTargets::Shorthand::attn_mlp, "attn-mlp"},
@@ -51,7 +57,9 @@ LoraTargets parse_lora_targets(std::string_view text) {
       throw UsageError(fmt::format(
           "invalid --lora-targets '{}': unknown module '{}'; use attn, attn-mlp, all-linear, or "
           "module names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (llama-style), "
-          "c_attn,c_proj,c_fc (gpt-style), qkv_proj,o_proj,gate_up_proj,down_proj (Phi-3)",
+          "c_attn,c_proj,c_fc (gpt-style), qkv_proj,o_proj,gate_up_proj,down_proj (Phi-3), "
+          "experts.gate_up_proj,experts.down_proj (an MoE layer's experts, PEFT's "
+          "target_parameters)",
           text, name));
     start = end + 1;
   }
@@ -84,8 +92,10 @@ bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, L
              module == LoraModule::o || module == LoraModule::c_attn ||
              module == LoraModule::attn_c_proj || module == LoraModule::qkv_proj;
     case LoraTargets::Shorthand::attn_mlp:
-    case LoraTargets::Shorthand::all_linear:
       return true;
+    case LoraTargets::Shorthand::all_linear:
+      // PEFT's all-linear takes nn.Linear modules: never the experts' 3-D parameters.
+      return module != LoraModule::experts_gate_up && module != LoraModule::experts_down;
     case LoraTargets::Shorthand::peft_default:
       // peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt2
       // ["c_attn"]; llama, mistral, qwen2 ["q_proj", "v_proj"].
@@ -96,8 +106,11 @@ bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, L
 
 LoraModules lora_modules(const ModelConfig& model) {
   LoraModules out;
-  for (const WeightModule& w : block_modules(model))
-    for (const ModuleRows& m : w.modules()) out.push_back(m.module);
+  const ModelWeights weights = model_weights(model);
+  for (const WeightModules* block : {&weights.block, &weights.dense_block})
+    for (const WeightModule& w : *block)
+      for (const ModuleRows& m : w.modules())
+        if (std::find(out.begin(), out.end(), m.module) == out.end()) out.push_back(m.module);
   return out;
 }
 

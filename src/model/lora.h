@@ -14,7 +14,9 @@ namespace vrambench {
 
 // llama-style blocks have q, k, v, o, gate, up, down (q_proj ...); gpt-style blocks have the packed
 // c_attn, the attention's c_proj, c_fc and the MLP's c_proj ("c_proj" names both, as in PEFT);
-// llama-style blocks with fused linears (Phi-3) have qkv_proj, o_proj, gate_up_proj and down_proj.
+// llama-style blocks with fused linears (Phi-3) have qkv_proj, o_proj, gate_up_proj and down_proj;
+// an MoE layer's experts are two 3-D parameters, which PEFT adapts through target_parameters
+// ("experts.gate_up_proj", "experts.down_proj"), one adapter each of rank r per expert.
 enum class LoraModule : std::uint8_t {
   q,
   k,
@@ -28,9 +30,11 @@ enum class LoraModule : std::uint8_t {
   c_fc,
   mlp_c_proj,
   qkv_proj,
-  gate_up_proj
+  gate_up_proj,
+  experts_gate_up,
+  experts_down
 };
-inline constexpr int kLoraModuleCount = 13;
+inline constexpr int kLoraModuleCount = 15;
 
 // What --lora-targets names: modules, or a shorthand resolved per architecture.
 struct LoraTargets {
@@ -51,7 +55,7 @@ std::string to_string(const LoraTargets& targets);
 // Whether `module` is targeted in `model` (a module its blocks do not have never is).
 bool lora_targets_module(const LoraTargets& targets, const ModelConfig& model, LoraModule module);
 // The modules of the model's blocks, in block order: its block linears' (model/weights.h).
-using LoraModules = SmallVector<LoraModule, 8>;
+using LoraModules = SmallVector<LoraModule, 12>;
 LoraModules lora_modules(const ModelConfig& model);
 // Their names, joined by ',' ("q_proj,k_proj,...").
 std::string lora_module_list(const ModelConfig& model);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/enum_names.h"
@@ -49,6 +50,26 @@ struct ModelConfig {
   // module to LoRA and a single output that q, k, v (gate, up) are views of.
   bool fused_linears = false;
   bool resid_dropout = false;  // Phi-3: dropout (resid_pdrop) on the attention and MLP outputs
+  // OLMoE: q_norm and k_norm are RMSNorms over the whole q and k projections ([A*D] and [K*D]),
+  // not over each head.
+  bool qk_norm_full_width = false;
+  // A mixture of experts (Mixtral, Qwen3-MoE, OLMoE; 0 experts: a dense model). The MLP of each
+  // MoE layer is a router [E, H] and E experts of width expert_ffn, stored as transformers 5
+  // stores them: gate|up [E, 2 I, H] and down [E, H, I], one 3-D parameter each. Every token goes
+  // to its top `experts_per_token` experts (model/moe.h).
+  std::int64_t experts = 0;            // E: num_local_experts (Mixtral), num_experts
+  std::int64_t experts_per_token = 0;  // k: num_experts_per_tok
+  std::int64_t expert_ffn = 0;         // I: moe_intermediate_size (Mixtral: intermediate_size)
+  // Which layers are MoE: every sparse_step-th (decoder_sparse_step), except mlp_only_layers,
+  // which keep a dense MLP of width ffn (Qwen3-MoE).
+  std::int64_t sparse_step = 1;
+  std::vector<std::int64_t> dense_layers;
+  bool norm_topk = true;           // the top-k weights renormalised to sum to 1 (norm_topk_prob)
+  bool router_scores_f32 = false;  // Mixtral: the routing weights stay fp32 (else cast back)
+  // output_router_logits: the load-balancing loss over every layer's router logits, added to the
+  // loss times router_aux_loss_coef.
+  bool router_aux_loss = false;
+  double router_aux_coef = 0.0;
   // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
   std::string source;
   // Its transformers model_type ("llama", "qwen3", "gpt2"), "" for a shape given by hand.
@@ -73,6 +94,20 @@ constexpr std::int64_t qkv_width(std::int64_t heads, std::int64_t kv_heads, std:
 inline std::int64_t qkv_width(const ModelConfig& m) {
   return qkv_width(m.heads, m.kv_heads, m.head_dim());
 }
+// Whether the model is a mixture of experts, and whether its layer `layer` has the MoE MLP.
+inline bool is_moe(const ModelConfig& m) {
+  return m.experts > 0;
+}
+inline bool moe_layer(const ModelConfig& m, std::int64_t layer) {
+  return is_moe(m) && (layer + 1) % m.sparse_step == 0 &&
+         std::find(m.dense_layers.begin(), m.dense_layers.end(), layer) == m.dense_layers.end();
+}
+// Token-expert pairs a step of `tokens` tokens routes: tokens x top-k, the rows of every dispatch
+// tensor.
+inline std::int64_t routed_rows(const ModelConfig& m, std::int64_t tokens) {
+  return tokens * m.experts_per_token;
+}
+
 // Rows of the learned position table a step of `seq` tokens has: the model's, or one per position
 // when the sequence is longer (so long sequences stay buildable); none for llama (rotary).
 inline std::int64_t position_rows(const ModelConfig& m, std::int64_t seq) {

@@ -82,6 +82,31 @@ double ConfigReader::positive_or_null(std::string_view field, double fallback) c
   return it->get<double>();
 }
 
+double ConfigReader::non_negative(std::string_view field, double fallback) const {
+  const auto it = config_.find(std::string(field));
+  if (it == config_.end() || it->is_null()) return fallback;
+  if (!it->is_number() || !(it->get<double>() >= 0.0))
+    fail(fmt::format("field '{}' is {}, not a number >= 0", field, it->dump()));
+  return it->get<double>();
+}
+
+std::vector<std::int64_t> ConfigReader::index_list(std::string_view field,
+                                                   std::int64_t below) const {
+  const auto it = config_.find(std::string(field));
+  if (it == config_.end() || it->is_null()) return {};
+  std::vector<std::int64_t> out;
+  if (it->is_array())
+    for (const Json& v : *it) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= below)
+        break;
+      out.push_back(v.get<std::int64_t>());
+    }
+  if (!it->is_array() || out.size() != it->size())
+    fail(fmt::format("field '{}' is {}, not a list of layer indices below {}", field, it->dump(),
+                     below));
+  return out;
+}
+
 std::string ConfigReader::text(std::string_view field, std::string_view fallback) const {
   const auto it = config_.find(std::string(field));
   if (it == config_.end() || it->is_null()) return std::string(fallback);

@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/model_config.h"
 
@@ -24,6 +25,10 @@ class ConfigReader {
   std::int64_t optional(std::string_view field, std::int64_t fallback) const;
   // A positive number or null (0: null, or left out and `fallback` 0).
   double positive_or_null(std::string_view field, double fallback) const;
+  // A number >= 0, `fallback` where it is left out or null (router_aux_loss_coef).
+  double non_negative(std::string_view field, double fallback) const;
+  // A list of whole numbers in [0, below) (mlp_only_layers), empty where it is left out or null.
+  std::vector<std::int64_t> index_list(std::string_view field, std::int64_t below) const;
   // A string field, `fallback` where it is left out or null.
   std::string text(std::string_view field, std::string_view fallback) const;
   bool flag(std::string_view field, bool fallback) const;

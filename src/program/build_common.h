@@ -95,8 +95,12 @@ struct Linear {
   std::vector<QuantModule> quant;
   std::vector<Adapter> lora;
   std::int64_t out = 0, in = 0;
+  // An MoE layer's experts: E linears stacked in one weight [E, out, in] (0: a plain linear),
+  // each adapter a [E R, in] and b [out, E R] (PEFT's ParamWrapper).
+  std::int64_t experts = 0;
   bool trainable() const { return w.trainable(); }
   bool quantized() const { return !quant.empty(); }
+  bool present() const { return w.present() || quantized(); }
 };
 
 // A norm's parameters: its scale and, for layernorm, its bias. Its ops and tensors are named
@@ -120,6 +124,10 @@ struct BlockWeights {
   Linear fc;            // gpt: fc [F,H], [F]; llama: gate [F,H]; fused: gate|up [2F,H]
   Linear up;            // llama: up [F,H] (absent where fused)
   Linear out;           // gpt: mlp.proj [H,F], [H]; llama: down [H,F]
+  Linear router;        // an MoE layer's: the router [E,H]
+  Linear gate_up;       // its experts' gate|up [E,2I,H]
+  Linear down;          // its experts' down [E,H,I]
+  bool moe() const { return router.present(); }
 
   // Files a module's parameters under its slot.
   void set(WeightPart part, Norm norm) {
@@ -162,6 +170,15 @@ struct BlockWeights {
         return;
       case WeightPart::out:
         out = std::move(linear);
+        return;
+      case WeightPart::router:
+        router = std::move(linear);
+        return;
+      case WeightPart::experts_gate_up:
+        gate_up = std::move(linear);
+        return;
+      case WeightPart::experts_down:
+        down = std::move(linear);
         return;
       default:
         throw InternalError("BlockWeights: not a linear of a block");
@@ -224,7 +241,7 @@ BlockWeights lay_out_block(const WeightModules& modules, int l, bool mlp_only, M
   for (const WeightModule& module : modules) {
     if (mlp_only && !in_mlp(module.part)) continue;
     const Name name = pre + module.name;
-    if (module.kind == WeightKind::linear) {
+    if (module.kind == WeightKind::linear || module.kind == WeightKind::experts) {
       w.set(module.part, linear(name, module));
       continue;
     }
@@ -450,12 +467,23 @@ class ProgramWriter {
     dropout_attrs(o, layer, DropoutSite::attn_probs);
     o.softcap = static_cast<float>(p_.config.model.attn_softcap);
   }
-  // The q/k norm of q|k|v `qkv` (weights qw, kw) into `out` and the heads' statistics `rstd`.
+  // The q/k norm of q|k|v `qkv` (weights qw, kw) into `out` and the heads' statistics `rstd`. A
+  // norm over the whole q and k projections (OLMoE's, whose heads equal its kv heads) is one of a
+  // single head each.
   Op& qk_norm_op(const Name& name, int qkv, const Param& qw, const Param& kw, int out, int rstd,
                  int layer, bool recompute) {
     Op& o = op(OpKind::qk_norm_fwd, name, {qkv, qw.w, kw.w}, {out, rstd}, layer, recompute);
-    attention_attrs(o);
+    qk_norm_heads(o);
     return rms_attrs(o);
+  }
+  void qk_norm_heads(Op& o) const {
+    attention_attrs(o);
+    if (p_.config.model.qk_norm_full_width) o.heads = o.kv_heads = 1;
+  }
+  // The q/k norm's statistics per token: one per head, or one each for q and k (full width).
+  std::int64_t qk_norm_rows() const {
+    const ModelConfig& m = p_.config.model;
+    return m.qk_norm_full_width ? 2 : m.heads + m.kv_heads;
   }
   // Its backward from dy into dqkv, and into the weights' gradients where they train.
   Op& qk_norm_bwd_op(const Name& name, int dy, int qkv, const Param& qw, const Param& kw, int rstd,
@@ -463,7 +491,7 @@ class ProgramWriter {
     TensorIds out{dqkv};
     if (qw.trainable()) out.insert(out.end(), {qw.grad, kw.grad});
     Op& o = row_sum(OpKind::qk_norm_bwd, name, {dy, qkv, qw.w, kw.w, rstd}, std::move(out), layer);
-    attention_attrs(o);
+    qk_norm_heads(o);
     return rms_attrs(o);
   }
   // Dropout of x at `site` (ops `name`_dropout, tensors `name`.drop and its `mask`, saved for the
@@ -534,7 +562,9 @@ class ProgramWriter {
   // it: its weight by make_weight(name, shape, false), or under `quant` the quantised modules
   // standing for it; its bias by make_weight(name, shape, true); under fine-tuning an adapter on
   // each targeted module, A and B by make_adapter(name, shape), numbered from `adapter_index`
-  // (the layer's count so far, advanced).
+  // (the layer's count so far, advanced). bitsandbytes quantises nn.Linear modules alone: an MoE
+  // layer's router and experts (bare parameters in transformers 5) stay whole; the experts'
+  // weight is [E, out, in], and their adapter PEFT's ParamWrapper's, A [E r, in] and B [out, E r].
   template <typename MakeWeight, typename MakeAdapter>
   Linear linear_of(const Name& name, const WeightModule& module, QuantKind quant,
                    int& adapter_index, MakeWeight make_weight, MakeAdapter make_adapter) {
@@ -545,7 +575,10 @@ class ProgramWriter {
     lin.name = name;
     lin.in = in;
     lin.out = module.rows;
-    if (quant == QuantKind::none) {
+    lin.experts = module.kind == WeightKind::experts ? module.experts : 0;
+    if (lin.experts > 0) {
+      lin.w = make_weight(name + ".w", Shape{lin.experts, lin.out, in}, false);
+    } else if (quant == QuantKind::none || modules.empty()) {
       lin.w = make_weight(name + ".w", Shape{lin.out, in}, false);
     } else {
       std::int64_t row = 0;
@@ -563,8 +596,9 @@ class ProgramWriter {
         Adapter ad;
         ad.name = module_name(name, target, modules.size());
         ad.index = adapter_index++;
-        ad.a = make_adapter(ad.name + ".lora_A", Shape{cfg.lora_rank, in});
-        ad.b = make_adapter(ad.name + ".lora_B", Shape{rows, cfg.lora_rank});
+        const std::int64_t r = cfg.lora_rank * std::max<std::int64_t>(lin.experts, 1);
+        ad.a = make_adapter(ad.name + ".lora_A", Shape{r, in});
+        ad.b = make_adapter(ad.name + ".lora_B", Shape{rows, r});
         ad.col_offset = col;
         ad.out = rows;
         lin.lora.push_back(std::move(ad));
@@ -594,6 +628,24 @@ class ProgramWriter {
       o.row_offset = q.row_offset;
       o.rows = q.rows;
     }
+  }
+  // An MoE layer's experts' grouped GEMM backward from dy into dx, and into the weight's gradient
+  // where it trains, or where an adapter folds into it the effective weight's (a transient in
+  // the weight's dtype, which it returns; -1 otherwise), whose backward gives the adapter's.
+  int experts_grouped_bwd(const Linear& lin, int w_operand, int dy, int offsets, int x, int dx,
+                          int layer) {
+    TensorIds in{dy, w_operand, offsets};
+    TensorIds out{dx};
+    int dw_eff = -1;
+    if (lin.trainable() || !lin.lora.empty()) {
+      in.push_back(x);
+      if (!lin.trainable())
+        dw_eff = tensor(lin.name + ".w.lora.grad", dims_of(lin.w.w), dtype_of(lin.w.w),
+                        Role::transient, MemoryComponent::dequant_transient);
+      out.push_back(lin.trainable() ? lin.w.grad : dw_eff);
+    }
+    gemm(OpKind::grouped_linear_bwd, lin.name + ".bwd", std::move(in), std::move(out), layer);
+    return dw_eff;
   }
   // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
   void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {

@@ -37,6 +37,9 @@ HfBlockTensors HfBuilder::block_start(int l, int x_in, const BlockWeights& w,
   b.up_grad = gpt_ || fused_ ? b.fc_grad : b.x_mid_grad || !w.up.lora.empty() || w.up.trainable();
   b.act_grad = b.fc_grad || b.up_grad;
   b.mlp_grad = b.act_grad || !w.out.lora.empty() || w.out.trainable();
+  if (w.moe())
+    b.mlp_grad = b.x_mid_grad || w.router.trainable() || w.gate_up.trainable() ||
+                 !w.gate_up.lora.empty() || w.down.trainable() || !w.down.lora.empty();
   return b;
 }
 
@@ -66,7 +69,10 @@ HfBlockTensors HfBuilder::llama_block_fwd(int l, int x_in, const BlockWeights& w
   const int attn_y = proj_dropout_fwd(l, w, pass, b);
   b.x_mid = mid_residual_fwd(b, attn_y, pass);
   b.norm2 = rms_norm_fwd(w.norm2, b.x_mid, pass, l, b.x_mid_grad);
-  gated_mlp_fwd(pre, l, w, pass, b);
+  if (w.moe())
+    moe_mlp_fwd(pre, l, w, pass, b);
+  else
+    gated_mlp_fwd(pre, l, w, pass, b);
   const int mlp_y = mlp_dropout_fwd(l, w, pass, b);
   b.x_out = out_residual_fwd(b, mlp_y, pass);
   return b;
@@ -134,7 +140,11 @@ int HfBuilder::gpt2_block_bwd(const HfBlockTensors& b, const BlockWeights& w, in
 }
 
 int HfBuilder::llama_block_bwd(const HfBlockTensors& b, const BlockWeights& w, int dx_out) {
-  const int dnorm2_out = b.mlp_grad ? gated_mlp_bwd(b, w, mlp_branch_grad(b, w, dx_out)) : -1;
+  int dnorm2_out = -1;
+  if (b.mlp_grad) {
+    const int dmlp = mlp_branch_grad(b, w, dx_out);
+    dnorm2_out = w.moe() ? moe_mlp_bwd(b, w, dmlp) : gated_mlp_bwd(b, w, dmlp);
+  }
   if (!b.x_mid_grad) return -1;
   const int dx_mid = residual_bwd(w.norm2, b.norm2, b.x_mid, dx_out, dnorm2_out,
                                   block_prefix(b.layer) + "mlp.residual.bwd", b.layer);

@@ -53,7 +53,7 @@ void HfBuilder::build_model() {
   auto param = [&](const Name& name, Shape shape) { return weight(name, shape, -1, train); };
   const ModelWeights description = model_weights(m, S_);
   ModelParams params;
-  auto block_of = [&](int l) { return block_weights(description.block, l); };
+  auto block_of = [&](int l) { return block_weights(description.layer(l), l); };
   const std::vector<BlockWeights> weights =
       build_common::lay_out_model(description, m.layers, params, param, block_of);
   // The embedding output requires grad under full training, and under fine-tuning with

@@ -92,7 +92,7 @@ int HfBuilder::qk_norm_fwd(const Name& pre, int l, const BlockWeights& w, const 
   const Role out_role = w.q_norm.w.trainable() ? x_role : Role::transient;
   const Dims qk{B_, S_, (A_ + K_) * D_};
   b.qk_normed = tensor(suffixed(pass, name + ".out"), {B_, S_, Q_}, x_dtype, Role::transient);
-  b.qk_rstd = tensor(suffixed(pass, name + ".rstd"), {B_, S_, A_ + K_}, DType::f32, x_role,
+  b.qk_rstd = tensor(suffixed(pass, name + ".rstd"), {B_, S_, qk_norm_rows()}, DType::f32, x_role,
                      stats_component(pass.recompute));
   Op& o =
       qk_norm_op(name, b.qkv, w.q_norm.w, w.k_norm.w, b.qk_normed, b.qk_rstd, l, pass.recompute);

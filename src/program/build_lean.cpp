@@ -56,6 +56,12 @@ struct Mlp {
   int out = -1;                                     // mlp.proj.out / mlp.down.out
   int drop = -1, mask = -1;                         // dropout after the output projection
   LoraSaved fc_saved, up_saved, out_saved;
+  // An MoE layer's (moe_fwd): the router's logits, probabilities, weights and experts, the
+  // dispatch's rows, order and offsets, the experts' weight operands and outputs.
+  int logits = -1, probs = -1, scores = -1, index = -1;
+  int xs = -1, order = -1, offsets = -1;
+  int w_gate_up = -1, w_down = -1, gate_up = -1, act = -1, ys = -1;
+  LoraSaved router_saved;
   int y() const { return drop >= 0 ? drop : out; }
 };
 
@@ -202,7 +208,9 @@ class LeanBuilder : private LeanLinears {
   Mlp mlp_fwd(const Name& pre, int layer, int x, const BlockWeights& w, const Pass& pass) {
     Mlp mlp;
     const Role role = saved(pass);
-    if (gpt_) {
+    if (w.moe()) {
+      moe_fwd(pre, layer, x, w, pass, mlp);
+    } else if (gpt_) {
       mlp.fc_out = tensor(suffixed(pass, w.fc.name + ".out"), bsf(), act_, role);
       mlp.fc_saved = linear_fwd(w.fc, x, mlp.fc_out, layer, pass);
       mlp.gelu_out = tensor(suffixed(pass, pre + "mlp.gelu.out"), bsf(), act_, role);
@@ -227,9 +235,87 @@ class LeanBuilder : private LeanLinears {
       mlp.out_saved = linear_fwd(w.out, mlp.swiglu_out, mlp.out, layer, pass);
     }
     if (dropout_)
-      mlp.drop =
-          dropout_fwd(w.out.name, mlp.out, layer, DropoutSite::mlp_proj, pass, DType::u8, mlp.mask);
+      mlp.drop = dropout_fwd(mlp_site(w), mlp.out, layer, DropoutSite::mlp_proj, pass, DType::u8,
+                             mlp.mask);
     return mlp;
+  }
+
+  // What the MLP's output dropout is named after: its output projection (an MoE layer's experts'
+  // down).
+  static const Name& mlp_site(const BlockWeights& w) { return w.moe() ? w.down.name : w.out.name; }
+
+  // An MoE layer's MLP (docs/moe.md) in one dtype, keeping what its backward reads: the router's
+  // fp32 probabilities, weights and experts, the dispatch's rows, order and offsets (tokens x
+  // top-k rows whatever the routing), gate|up's output and the SwiGLU product, down's output.
+  void moe_fwd(const Name& pre, int layer, int x, const BlockWeights& w, const Pass& pass,
+               Mlp& mlp) {
+    const ModelConfig& m = cfg_.model;
+    const Role role = saved(pass);
+    const Dim P(routed_rows(m, M_.size), routed_rows(m, M_.per_sample));
+    const std::int64_t E = m.experts, K = m.experts_per_token, I = m.expert_ffn;
+    auto named = [&](const char* what) { return suffixed(pass, pre + "mlp." + what); };
+    mlp.logits = tensor(named("router.logits"), {M_, E}, act_, Role::transient);
+    mlp.router_saved = linear_fwd(w.router, x, mlp.logits, layer, pass);
+    mlp.probs = tensor(named("router.probs"), {M_, E}, DType::f32, role);
+    mlp.scores = tensor(named("router.scores"), {M_, K}, act_, role);
+    mlp.index = tensor(named("router.index"), {M_, K}, DType::i64, role);
+    Op& router = op(OpKind::router_topk, pre + "mlp.router.topk", {mlp.logits},
+                    {mlp.probs, mlp.scores, mlp.index}, layer, pass.recompute);
+    router.routing = cfg_.routing;
+    router.norm_topk = m.norm_topk;
+    mlp.xs = tensor(named("experts.rows"), {P, H_}, act_, role);
+    mlp.order = tensor(named("experts.order"), {P}, DType::i64, role);
+    mlp.offsets = tensor(named("experts.offsets"), {E}, DType::i32, role);
+    op(OpKind::moe_dispatch, pre + "mlp.experts.dispatch", {x, mlp.index},
+       {mlp.xs, mlp.order, mlp.offsets}, layer, pass.recompute);
+    mlp.w_gate_up = experts_weight(w.gate_up, layer, pass);
+    mlp.gate_up = tensor(named("experts.gate_up.out"), {P, 2 * I}, act_, role);
+    gemm(OpKind::grouped_linear_fwd, pre + "mlp.experts.gate_up",
+         {mlp.xs, mlp.w_gate_up, mlp.offsets}, {mlp.gate_up}, layer, pass.recompute);
+    mlp.act = tensor(named("experts.act"), {P, I}, act_, role);
+    gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.experts.swiglu", {mlp.gate_up}, {mlp.act}, layer,
+                  pass.recompute));
+    mlp.w_down = experts_weight(w.down, layer, pass);
+    mlp.ys = tensor(named("experts.down.out"), {P, H_}, act_, role);
+    gemm(OpKind::grouped_linear_fwd, pre + "mlp.experts.down", {mlp.act, mlp.w_down, mlp.offsets},
+         {mlp.ys}, layer, pass.recompute);
+    mlp.out = tensor(suffixed(pass, w.down.name + ".combined"), bsh(), act_, Role::transient);
+    // The kernel's inverse of the order.
+    op(OpKind::moe_combine, pre + "mlp.experts.combine", {mlp.ys, mlp.scores, mlp.order}, {mlp.out},
+       layer, pass.recompute)
+        .held.push_back(tensor(named("experts.inverse"), {P}, DType::i64, Role::transient));
+  }
+
+  // An MoE layer's MLP backward from the gradient of its output: the gradient of its input x, or
+  // -1 where x needs none.
+  int moe_bwd(const Name& pre, int layer, int x, const Mlp& mlp, const BlockWeights& w, int dy,
+              const BlockGrad& g) {
+    const Dim P(routed_rows(cfg_.model, M_.size), routed_rows(cfg_.model, M_.per_sample));
+    const int dys = grad_of(mlp.ys), dscores = grad_of(mlp.scores);
+    op(OpKind::moe_combine_bwd, pre + "mlp.experts.combine.bwd",
+       {dy, mlp.ys, mlp.scores, mlp.order}, {dys, dscores}, layer);
+    const int dact = grad_of(mlp.act);
+    experts_bwd(w.down, mlp.w_down, dys, mlp.offsets, mlp.act, dact, layer);
+    const int dgate_up = grad_of(mlp.gate_up);
+    gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.experts.swiglu.bwd", {dact, mlp.gate_up},
+                  {dgate_up}, layer));
+    const int dxs = grad_of(mlp.xs);
+    experts_bwd(w.gate_up, mlp.w_gate_up, dgate_up, mlp.offsets, mlp.xs, dxs, layer);
+    const int dlogits = grad_of(mlp.logits);
+    Op& router = op(OpKind::router_topk_bwd, pre + "mlp.router.topk.bwd",
+                    {dscores, mlp.probs, mlp.index}, {dlogits}, layer);
+    router.routing = cfg_.routing;
+    router.norm_topk = cfg_.model.norm_topk;
+    const int dx_router = g.mlp_in ? grad_named(w.router.name + ".in.grad", x) : -1;
+    linear_bwd(w.router, mlp.router_saved, dlogits, x, dx_router, layer);
+    if (!g.mlp_in) return -1;
+    const int dx_experts = grad_named(pre + "mlp.experts.in.grad", x);
+    op(OpKind::moe_dispatch_bwd, pre + "mlp.experts.dispatch.bwd", {dxs, mlp.order}, {dx_experts},
+       layer)
+        .held.push_back(tensor(pre + "mlp.experts.inverse.bwd", {P}, DType::i64, Role::transient));
+    const int dx = grad_of(x);
+    op(OpKind::add, pre + "mlp.grad_sum.bwd", {dx_experts, dx_router}, {dx}, layer);
+    return dx;
   }
 
   BlockTensors block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass) {
@@ -257,8 +343,8 @@ class LeanBuilder : private LeanLinears {
       if (cfg_.model.qk_norm) {
         b.qk_normed =
             tensor(suffixed(pass, pre + "attn.qk_norm.out"), {B_, S_, Q_}, act_, Role::transient);
-        b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, A_ + K_}, DType::f32,
-                           role, stats_component(pass.recompute));
+        b.qk_rstd = tensor(suffixed(pass, pre + "attn.qk_norm.rstd"), {B_, S_, qk_norm_rows()},
+                           DType::f32, role, stats_component(pass.recompute));
         qk_norm_op(pre + "attn.qk_norm", b.qkv_linear, w.q_norm.w, w.k_norm.w, b.qk_normed,
                    b.qk_rstd, l, pass.recompute);
         rope_in = b.qk_normed;
@@ -343,7 +429,8 @@ class LeanBuilder : private LeanLinears {
               const BlockGrad& g) {
     int dout = dy;
     if (dropout_)
-      dout = dropout_bwd(w.out.name, dy, mlp.mask, mlp.out, layer, DropoutSite::mlp_proj);
+      dout = dropout_bwd(mlp_site(w), dy, mlp.mask, mlp.out, layer, DropoutSite::mlp_proj);
+    if (w.moe()) return moe_bwd(pre, layer, x, mlp, w, dout, g);
     if (gpt_) {
       const int dgelu = g.fc ? grad_of(mlp.gelu_out) : -1;
       linear_bwd(w.out, mlp.out_saved, dout, mlp.gelu_out, dgelu, layer);
@@ -463,6 +550,7 @@ class LeanBuilder : private LeanLinears {
     g.fc = g.x_mid || !w.fc.lora.empty();
     g.up = gpt_ || cfg_.model.fused_linears ? false : g.x_mid || !w.up.lora.empty();
     g.out = g.fc || g.up || !w.out.lora.empty();
+    if (w.moe()) g.out = g.x_mid || !w.gate_up.lora.empty() || !w.down.lora.empty();
     g.x_out = g.x_mid || g.out;
     return g;
   }
@@ -482,7 +570,7 @@ class LeanBuilder : private LeanLinears {
     auto param = [&](const Name& name, Shape shape) { return weight(name, shape, -1, train); };
     const ModelWeights description = model_weights(m, S_);
     ModelParams params;
-    auto block_of = [&](int l) { return block_weights(description.block, l); };
+    auto block_of = [&](int l) { return block_weights(description.layer(l), l); };
     const std::vector<BlockWeights> weights =
         build_common::lay_out_model(description, m.layers, params, param, block_of);
     const Param& wte = params.wte;

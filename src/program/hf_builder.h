@@ -32,6 +32,22 @@ struct HfNormSaved {
   TensorIds held;  // what its backward releases
 };
 
+// What an MoE layer's MLP made in its forward that its backward reads (build_hf_moe.cpp).
+struct HfMoeTensors {
+  LinearSaved router_saved;
+  int logits = -1;  // the router's output
+  int probs = -1, scores = -1, index = -1;
+  int xs = -1, order = -1, offsets = -1;  // the dispatch's rows, their order, the experts' ends
+  int gemm_in = -1;                       // what the gate|up GEMM reads: xs, or its cast
+  int w_gate_up = -1, w_down = -1;  // the experts' weights the GEMMs read (LoRA: effective ones)
+  int gate_up = -1, act = -1, ys = -1;
+  int pairs_perm = -1;                  // the sort's permutation, which scores[perm] saves
+  TensorIds gate_up_casts, down_casts;  // an adapter's A and B in the weight's dtype
+  TensorIds combine_held;               // what the combine's backward releases
+  TensorIds router_held, act_held;      // what the router's and SwiGLU's backward release
+  bool in_grad = false, logit_grad = false, gate_up_grad = false, down_grad = false;
+};
+
 // What a decoder layer's forward made that its backward reads, and what autograd holds beside.
 struct HfBlockTensors {
   int layer = 0;
@@ -63,6 +79,7 @@ struct HfBlockTensors {
        up_grad = true, act_grad = true, mlp_grad = true;
   // Held by the backward ops that release them.
   TensorIds gelu_held, swiglu_held, attn_held, qkv_held, proj_held;
+  HfMoeTensors moe;  // an MoE layer's MLP
 };
 
 // What the model's head made in the forward that its backward reads.
@@ -146,6 +163,14 @@ class HfBuilder : private HfLinears {
                      HfBlockTensors& b);
   int gelu_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int dmlp);
   int gated_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int dmlp);
+
+  // ---- an MoE layer's MLP (build_hf_moe.cpp) ------------------------------------------------
+  void moe_mlp_fwd(const Name& pre, int l, const BlockWeights& w, const Pass& pass,
+                   HfBlockTensors& b);
+  int moe_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int dmlp);
+  int experts_weight(const Linear& lin, const Pass& pass, bool keep, int l, TensorIds& casts);
+  int experts_linear_bwd(const Linear& lin, int w_operand, const TensorIds& casts, int dy,
+                         int offsets, int x, int dx, int l);
 
   // ---- decoder blocks (build_hf_blocks.cpp) -------------------------------------------------
   HfBlockTensors block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass,

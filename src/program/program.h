@@ -161,6 +161,10 @@ struct Op {
   bool double_quant = false;
   std::int64_t row_offset = 0, rows = 0, col_offset = 0;
   float lora_scale = 0.0f;
+  // router_topk(_bwd): which experts each token goes to, and whether the top-k weights are
+  // divided by their sum.
+  Routing routing = Routing::balanced;
+  bool norm_topk = false;
   bool operator==(const Op&) const = default;
 };
 

@@ -135,6 +135,8 @@ void check_op(const Program& program, const Op& op) {
   if (uses.embed_scale ? !(op.embed_scale > 0.0f) : op.embed_scale != 1.0f)
     fail(op, fmt::format("embedding scale {} {}", op.embed_scale,
                          uses.embed_scale ? "is not positive" : "on a kind without one"));
+  if (!uses.routing && (op.routing != Routing::balanced || op.norm_topk))
+    fail(op, "routing attributes on a kind without a router");
   const bool capped = op.kind == OpKind::softcap_fwd || op.kind == OpKind::softcap_bwd;
   if (uses.softcap ? !(capped ? op.softcap > 0.0f : op.softcap >= 0.0f) : op.softcap != 0.0f)
     fail(op, fmt::format("softcap {} {}", op.softcap,

@@ -13,10 +13,11 @@
 // autocast's and QLoRA's fp32 stream beside 16-bit branches, PEFT's fp32 adapters over a 16-bit
 // base); "=x": stored in input x's dtype.
 // Shapes: M = B*S rows, H hidden, A heads, K = kv heads, D = head size, Q = (A + 2K)*D packed q|k|v
-// columns, F ffn, V vocab, P position rows. Unless noted, an op overwrites its outputs; with
-// `accumulate` it adds into its `grad` outputs. Tensors of role workspace may follow the listed
-// inputs or outputs of any op and are not counted: the GEMM workspace as the last input of linear
-// and attention GEMM ops and of the ops whose kernels sum over the rows (layernorm_bwd,
+// columns, F ffn, V vocab, P position rows; a mixture of experts' E experts, K experts a token
+// goes to (M*K token-expert pairs), R the LoRA rank. Unless noted, an op overwrites its outputs;
+// with `accumulate` it adds into its `grad` outputs. Tensors of role workspace may follow the
+// listed inputs or outputs of any op and are not counted: the GEMM workspace as the last input of
+// linear and attention GEMM ops and of the ops whose kernels sum over the rows (layernorm_bwd,
 // rmsnorm_bwd, qk_norm_bwd: dw and db; embedding_bwd: the token sort and dwpe), which keep their
 // fp32 partials there; an op's own scratch as its last output. Kernels find them by role.
 #pragma once
@@ -44,6 +45,7 @@ struct OpAttrs {
   bool gelu_gate = false;    // gelu_gate (swiglu)
   bool embed_scale = false;  // embed_scale > 0 (embedding)
   bool softcap = false;      // softcap: > 0 for the softcap kinds, >= 0 for fused attention
+  bool routing = false;      // router_topk(_bwd): routing and norm_topk
 };
 
 struct OpSignature {

@@ -11,6 +11,7 @@
 #include "config/fields.h"
 #include "estimate/formula.h"
 #include "measure/measurement_json.h"
+#include "model/weights.h"
 
 namespace vrambench {
 namespace {
@@ -93,6 +94,7 @@ EstimateExtras estimate_extras(const std::vector<RunConfig>& configs) {
   for (const RunConfig& c : configs) {
     x.deepspeed = x.deepspeed || c.strategy == Strategy::zero2 || c.strategy == Strategy::zero3;
     x.host = x.host || c.offload != Offload::none;
+    x.moe = x.moe || is_moe(c.model);
   }
   return x;
 }
@@ -115,6 +117,7 @@ Table estimate_table(const std::vector<std::string>& varying, bool at_batch,
   t.columns.push_back({"formula_peak_bytes", "formula", CellKind::bytes});
   t.columns.push_back({"formula_vs_est", "formula vs est", CellKind::percent});
   t.columns.push_back({"params", "params", CellKind::integer});
+  if (extras.moe) t.columns.push_back({"active_params", "active params", CellKind::integer});
   t.columns.push_back({"model_state_bytes", "model state", CellKind::bytes});
   t.columns.push_back({"fixed_bytes", "fixed", CellKind::bytes});
   t.columns.push_back({"per_sample_bytes", "per sample", CellKind::bytes});
@@ -147,6 +150,7 @@ std::vector<Cell> estimate_row(const EstimateFigures& e, const std::vector<std::
   row.push_back(bytes_cell(formula_peak(e.formula)));
   row.push_back(relative_cell(formula_peak(e.formula), e.peak));
   row.push_back(Cell::of_int(e.parameters));
+  if (extras.moe) row.push_back(Cell::of_int(active_parameter_count(e.config.model)));
   row.push_back(Cell::of_bytes(e.breakdown.model_state));
   row.push_back(Cell::of_bytes(e.breakdown.fixed_total()));
   row.push_back(Cell::of_bytes(e.breakdown.per_sample_total()));

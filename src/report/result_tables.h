@@ -24,10 +24,12 @@ namespace vrambench {
 // Columns some grids add: `deepspeed` (a ZeRO-2/3 strategy in the grid) the model states as
 // DeepSpeed's estimator counts them on the rank's program, DeepSpeed's own estimate and the
 // difference (estimate/deepspeed.h); `host` (an offload in the grid) the bytes kept in host
-// memory, outside every peak.
+// memory, outside every peak; `moe` (a mixture of experts in the grid) the parameters one token
+// uses (model/weights.h active_parameter_count).
 struct EstimateExtras {
   bool deepspeed = false;
   bool host = false;
+  bool moe = false;  // a mixture of experts: the parameters a token uses beside all of them
 };
 // The extras a grid of these configurations needs.
 EstimateExtras estimate_extras(const std::vector<RunConfig>& configs);

@@ -246,6 +246,10 @@ TEST(CudaSelftest, ConfigsBuildAndCoverEveryOpKind) {
   for (int k = 0; k <= static_cast<int>(OpKind::sgd_step); ++k)
     EXPECT_TRUE(kinds.count(static_cast<OpKind>(k)))
         << "no selftest program uses " << to_string(static_cast<OpKind>(k));
+  // A mixture of experts' kinds, so that a GPU checks them against the CPU.
+  for (int k = static_cast<int>(OpKind::router_topk); k < static_cast<int>(kOpKindCount); ++k)
+    EXPECT_TRUE(kinds.count(static_cast<OpKind>(k)))
+        << "no selftest program uses " << to_string(static_cast<OpKind>(k));
   EXPECT_EQ(dtypes.size(), 3u);
 }
 
@@ -269,7 +273,9 @@ TEST(CudaSelftest, ConfigsAreStepsTheCudaKernelsRun) {
   for (OpKind k :
        {OpKind::rmsnorm_fwd, OpKind::rmsnorm_bwd, OpKind::add, OpKind::rope_fwd, OpKind::rope_bwd,
         OpKind::lora_fwd, OpKind::lora_bwd, OpKind::softmax_fwd, OpKind::softmax_bwd,
-        OpKind::qk_norm_fwd, OpKind::qk_norm_bwd, OpKind::attn_scores})
+        OpKind::qk_norm_fwd, OpKind::qk_norm_bwd, OpKind::attn_scores, OpKind::router_topk,
+        OpKind::router_topk_bwd, OpKind::moe_combine, OpKind::moe_combine_bwd,
+        OpKind::expert_lora_fwd, OpKind::expert_lora_bwd})
     EXPECT_TRUE(mixed.count(k)) << "no selftest op of " << to_string(k)
                                 << " reads an operand of another dtype";
 }
