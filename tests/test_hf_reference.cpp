@@ -133,22 +133,19 @@ std::vector<Row> finetune_rows() {
 // The mixture-of-experts rows (tests/data/torch_moe_reference.json): small Mixtral, Qwen3-MoE
 // (one with a dense first layer) and OLMoE configs, full training in bf16, PEFT LoRA on the
 // attention, on the attention and the experts (target_parameters), QLoRA, each with and without
-// checkpointing, torch AdamW, sdpa. Rows with the load-balancing loss (aux=on) are not modelled
-// yet and are left out (`skipped`).
-std::vector<Row> moe_rows(int& skipped) {
+// checkpointing, torch AdamW, sdpa; some with the load-balancing loss (aux=on).
+std::vector<Row> moe_rows() {
   const nlohmann::json doc = read_reference("torch_moe_reference.json");
   std::vector<Row> rows;
-  skipped = 0;
   for (const nlohmann::json& r : doc.at("rows")) {
-    if (r.at("aux") != "off") {
-      ++skipped;
-      continue;
-    }
     Row row;
     RunConfig& cfg = row.cfg;
     const std::string model = r.at("model");
     cfg.framework = Framework::hf;
     cfg.model = model_from_config_text(doc.at("models").at(model).dump(), model, "");
+    // The load-balancing loss (output_router_logits) with the row's coefficient.
+    cfg.model.router_aux_loss = r.at("aux") == "on";
+    if (cfg.model.router_aux_loss) cfg.model.router_aux_coef = r.at("aux_loss_coef");
     const std::string recipe = r.at("recipe");
     cfg.finetune = recipe == "full"    ? Finetune::full
                    : recipe == "qlora" ? Finetune::qlora
@@ -178,8 +175,8 @@ std::vector<Row> moe_rows(int& skipped) {
     row.measured = r.at("peak_bytes");
     row.forward = r.at("forward_bytes");
     row.phase = r.at("phase");
-    row.key = fmt::format("{} {} ckpt={} S={}", model, recipe, std::string(r.at("checkpointing")),
-                          cfg.seq);
+    row.key = fmt::format("{} {} ckpt={} aux={} S={}", model, recipe,
+                          std::string(r.at("checkpointing")), std::string(r.at("aux")), cfg.seq);
     validate(cfg);
     rows.push_back(std::move(row));
   }
@@ -288,12 +285,10 @@ TEST(HfReference, FinetunePeaksAndPerSampleBytesWithinTolerance) {
   expect_within_tolerance(rows, kFinetuneTolerance);
 }
 
-// Mixtures of experts: 66 of the 74 rows (the 8 with the load-balancing loss are not modelled).
+// Mixtures of experts: all 74 rows, each peak, live bytes after the forward and per-sample bytes.
 TEST(HfReference, MoePeaksAndPerSampleBytesWithinTolerance) {
-  int skipped = 0;
-  const std::vector<Row> rows = moe_rows(skipped);
-  ASSERT_EQ(rows.size(), 66u);
-  EXPECT_EQ(skipped, 8);
+  const std::vector<Row> rows = moe_rows();
+  ASSERT_EQ(rows.size(), 74u);
   expect_within_tolerance(rows, kTolerance);
 }
 

@@ -74,6 +74,8 @@ TEST(MoeModel, PresetsHaveThePublishedTotalsAndActiveParameters) {
   // A dense model's active parameters are all of them.
   const ModelConfig& dense = find_preset("llama3-8b").model;
   EXPECT_EQ(active_parameter_count(dense), parameter_count(dense));
+  // DeepSpeed's largest layer of Mixtral: one layer's experts, a module of both 3-D parameters.
+  EXPECT_EQ(largest_module_parameters(find_preset("mixtral-8x7b").model), 8LL * 3 * 14336 * 4096);
 }
 
 TEST(MoeModel, ConfigsAreReadWithTheirClassesDefaults) {
@@ -146,9 +148,12 @@ TEST(MoeModel, WhatIsNotModelledIsRefusedByName) {
                 .find("num_experts_per_tok"),
             std::string::npos);
 
-  // The load-balancing loss is refused where a step is asked for.
+  // The load-balancing loss is the hf step's: refused under lean.
   RunConfig aux = moe_config("tiny-mixtral");
   aux.model.router_aux_loss = true;
+  aux.model.router_aux_coef = 0.01;
+  EXPECT_NO_THROW(validate(aux));
+  aux.framework = Framework::lean;
   EXPECT_THROW(validate(aux), UsageError);
 }
 
@@ -282,6 +287,10 @@ TEST(MoeGradients, MatchFiniteDifferences) {
     for (std::string_view preset : {"tiny-mixtral", "tiny-qwen3-moe", "tiny-olmoe"}) {
       RunConfig cfg = moe_config(preset, Finetune::full, Precision::fp32);
       cfg.framework = framework;
+      // hf: with the load-balancing loss, its coefficient large enough to show in the router's
+      // gradient.
+      cfg.model.router_aux_loss = framework == Framework::hf;
+      cfg.model.router_aux_coef = 0.5;
       cfg.model.vocab = 32;
       cfg.seq = 8;
       cfg.optimizer = Optimizer::none;

@@ -29,6 +29,7 @@ void give_attributes(Op& op) {
   }
   if (uses.lora) op.lora_scale = 1.0f;
   if (uses.softcap) op.softcap = 1.0f;
+  if (uses.aux) op.aux_coef = 0.01f;
 }
 
 // An op of `kind` over one tensor per listed operand, named after it ("in.x", "out.y"), with the

@@ -181,6 +181,8 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
     cfg.framework = framework;
     cfg.finetune = Finetune::lora;
     cfg.lora_targets = parse_lora_targets("q_proj,experts.gate_up_proj,experts.down_proj");
+    cfg.model.router_aux_loss = framework == Framework::hf;  // the load-balancing loss's kinds
+    cfg.model.router_aux_coef = 0.01;
     validate(cfg);
     const Program p = build_program(cfg, 4096);
     for (const Op& op : p.ops) {

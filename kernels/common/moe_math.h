@@ -25,18 +25,24 @@ struct FloatRow {
   VB_HD void set(std::int64_t i, float v) const { p[i] = v; }
 };
 
-// One token's router: probs = softmax(logits) over E (fp32), index = its experts, scores = their
-// probs, divided by their sum under `norm`.
-// `logits` is anything indexable to floats (a pointer, or the CUDA side's reader of a dtype).
+// probs = softmax(logits) over E in fp32. `logits` is anything indexable to floats (a pointer,
+// or the CUDA side's reader of a dtype).
 template <typename Logits>
-VB_HD inline void router_row(const Logits& logits, std::int64_t E, std::int64_t K, std::int64_t m,
-                             bool skewed, bool norm, float* probs, float* scores,
-                             std::int64_t* index) {
+VB_HD inline void softmax_row(const Logits& logits, std::int64_t E, float* probs) {
   float top = logits[0];
   for (std::int64_t e = 1; e < E; ++e) top = logits[e] > top ? logits[e] : top;
   float sum = 0.0f;
   for (std::int64_t e = 0; e < E; ++e) sum += probs[e] = expf(logits[e] - top);
   for (std::int64_t e = 0; e < E; ++e) probs[e] /= sum;
+}
+
+// One token's router: probs = softmax(logits) over E (fp32), index = its experts, scores = their
+// probs, divided by their sum under `norm`.
+template <typename Logits>
+VB_HD inline void router_row(const Logits& logits, std::int64_t E, std::int64_t K, std::int64_t m,
+                             bool skewed, bool norm, float* probs, float* scores,
+                             std::int64_t* index) {
+  softmax_row(logits, E, probs);
   float picked = 0.0f;
   for (std::int64_t k = 0; k < K; ++k) {
     index[k] = routed_expert(skewed, m, k, K, E);
@@ -69,8 +75,35 @@ VB_HD inline void router_row_grad(const Grads& dscores, const float* probs,
   }
 }
 
+// The load-balancing loss of transformers' load_balancing_loss_func over L layers: c_e and p_e
+// the per-layer sums (over the layers) of the share of pairs and the mean probability of expert
+// e, the loss coef E sum_e (c_e / L)(p_e / L). Its gradient with respect to one layer's
+// probability of expert e at any of its M rows, times `scale`.
+VB_HD inline float aux_loss(const float* c, const float* p, std::int64_t E, float layers,
+                            float coef) {
+  float dot = 0.0f;
+  for (std::int64_t e = 0; e < E; ++e) dot += (c[e] / layers) * (p[e] / layers);
+  return coef * static_cast<float>(E) * dot;
+}
+VB_HD inline float aux_prob_grad(float c_e, std::int64_t E, float layers, std::int64_t M,
+                                 float coef, float scale) {
+  return scale * coef * static_cast<float>(E) * c_e / (layers * layers * static_cast<float>(M));
+}
+
+// A softmax row's backward of the gradient g (E values) of its output probs: p_e (g_e - sum_j g_j
+// p_j), written through `dlogits.set`.
+template <typename Probs, typename Out>
+VB_HD inline void softmax_row_grad(const Probs& probs, const float* g, std::int64_t E,
+                                   const Out& dlogits) {
+  float inner = 0.0f;
+  for (std::int64_t e = 0; e < E; ++e) inner += g[e] * probs[e];
+  for (std::int64_t e = 0; e < E; ++e) dlogits.set(e, probs[e] * (g[e] - inner));
+}
+
 // The most experts a token goes to that the CUDA router kernels keep per thread (Qwen3-MoE and
 // OLMoE take 8, Mixtral 2).
 inline constexpr std::int64_t kMaxTopK = 64;
+// The most experts the CUDA load-balancing kernels keep a row of per thread (Qwen3-MoE has 128).
+inline constexpr std::int64_t kMaxAuxExperts = 256;
 
 }  // namespace vrambench::kmath

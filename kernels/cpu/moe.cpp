@@ -224,3 +224,59 @@ void cpu_run_expert_lora_bwd(const Operands& a, CpuContext&) {
 }
 
 }  // namespace vrambench
+
+namespace vrambench {
+
+// This layer's softmax of its logits, and the statistics so far plus its share: the pairs of
+// each expert (from the router's index) and its probabilities' sum, both over M, and one more
+// layer in the last column.
+void cpu_run_router_aux_stats(const Operands& a, CpuContext&) {
+  const MoeDims d = moe_dims(a);
+  const auto logits = cpu::load(a.in[0]);
+  const std::int64_t* index = a.i64(a.in[1]);
+  const std::int64_t W = d.E + 1;
+  std::vector<float> stats =
+      a.in.size() == 3 ? cpu::load(a.in[2]) : std::vector<float>(static_cast<std::size_t>(2 * W));
+  std::vector<float> probs(static_cast<std::size_t>(d.M * d.E));
+  for (std::int64_t m = 0; m < d.M; ++m) {
+    kmath::softmax_row(logits.data() + m * d.E, d.E, probs.data() + m * d.E);
+    for (std::int64_t e = 0; e < d.E; ++e)
+      stats[static_cast<std::size_t>(W + e)] +=
+          probs[static_cast<std::size_t>(m * d.E + e)] / static_cast<float>(d.M);
+  }
+  for (std::int64_t p = 0; p < d.pairs(); ++p) {
+    a.require(index[p] >= 0 && index[p] < d.E, "an expert index out of range");
+    stats[static_cast<std::size_t>(index[p])] += 1.0f / static_cast<float>(d.M);
+  }
+  stats[static_cast<std::size_t>(d.E)] += 1.0f;
+  cpu::store_out(a, 0, probs);
+  cpu::store_out(a, 1, stats);
+}
+
+void cpu_run_router_aux_loss(const Operands& a, CpuContext&) {
+  const MoeDims d = moe_dims(a);
+  const auto loss = cpu::load(a.in[0]), stats = cpu::load(a.in[1]);
+  const float layers = stats[static_cast<std::size_t>(d.E)];
+  a.require(layers >= 1.0f, "statistics of no layer");
+  cpu::store_out(a, 0,
+                 {loss[0] + kmath::aux_loss(stats.data(), stats.data() + d.E + 1, d.E, layers,
+                                            a.op.aux_coef)});
+}
+
+void cpu_run_router_aux_bwd(const Operands& a, CpuContext&) {
+  const MoeDims d = moe_dims(a);
+  const auto probs = cpu::load(a.in[0]), stats = cpu::load(a.in[1]);
+  const float layers = stats[static_cast<std::size_t>(d.E)];
+  a.require(layers >= 1.0f, "statistics of no layer");
+  std::vector<float> g(static_cast<std::size_t>(d.E));
+  for (std::int64_t e = 0; e < d.E; ++e)
+    g[static_cast<std::size_t>(e)] = kmath::aux_prob_grad(
+        stats[static_cast<std::size_t>(e)], d.E, layers, d.M, a.op.aux_coef, a.op.grad_scale);
+  std::vector<float> dlogits(probs.size());
+  for (std::int64_t m = 0; m < d.M; ++m)
+    kmath::softmax_row_grad(probs.data() + m * d.E, g.data(), d.E,
+                            kmath::FloatRow{dlogits.data() + m * d.E});
+  cpu::store_out(a, 0, dlogits);
+}
+
+}  // namespace vrambench

@@ -135,6 +135,53 @@ void require_top_k(std::int64_t K) {
                                 std::to_string(kmath::kMaxTopK) + "]");
 }
 
+// The load-balancing loss's softmax rows, and its statistics per expert (one thread each) and
+// the layer count (the thread past the last expert).
+__global__ void aux_softmax_kernel(AnyFloats logits, AnyFloatsOut probs, std::int64_t M,
+                                   std::int64_t E) {
+  VB_GRID_STRIDE(m, M) {
+    float row[kmath::kMaxAuxExperts];
+    kmath::softmax_row(RowIn{logits, m * E}, E, row);
+    for (std::int64_t e = 0; e < E; ++e) probs.store(m * E + e, row[e]);
+  }
+}
+__global__ void aux_stats_kernel(const std::int64_t* index, AnyFloats probs, const float* stats_in,
+                                 float* stats, std::int64_t M, std::int64_t K, std::int64_t E) {
+  VB_GRID_STRIDE(e, E + 1) {
+    const std::int64_t W = E + 1;
+    float c = stats_in ? stats_in[e] : 0.0f, p = stats_in ? stats_in[W + e] : 0.0f;
+    if (e == E) {
+      c += 1.0f;
+    } else {
+      for (std::int64_t i = 0; i < M * K; ++i) c += index[i] == e ? 1.0f / M : 0.0f;
+      for (std::int64_t m = 0; m < M; ++m) p += probs[m * E + e] / M;
+    }
+    stats[e] = c;
+    stats[W + e] = p;
+  }
+}
+__global__ void aux_loss_kernel(const float* loss, const float* stats, float* total, std::int64_t E,
+                                float coef) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  total[0] = loss[0] + kmath::aux_loss(stats, stats + E + 1, E, stats[E], coef);
+}
+__global__ void aux_bwd_kernel(AnyFloats probs, const float* stats, AnyFloatsOut dlogits,
+                               std::int64_t M, std::int64_t E, float coef, float scale) {
+  VB_GRID_STRIDE(m, M) {
+    float g[kmath::kMaxAuxExperts];
+    for (std::int64_t e = 0; e < E; ++e)
+      g[e] = kmath::aux_prob_grad(stats[e], E, stats[E], M, coef, scale);
+    kmath::softmax_row_grad(RowIn{probs, m * E}, g, E, RowOut{dlogits, m * E});
+  }
+}
+
+void require_aux_experts(std::int64_t E) {
+  if (E < 1 || E > kmath::kMaxAuxExperts)
+    throw std::invalid_argument("load-balancing loss: " + std::to_string(E) +
+                                " experts is not in [1, " + std::to_string(kmath::kMaxAuxExperts) +
+                                "]");
+}
+
 }  // namespace
 
 std::vector<ExpertRows> expert_rows(const std::vector<std::int32_t>& offsets, std::int64_t pairs) {
@@ -224,6 +271,35 @@ void launch_moe_combine_bwd(DType dy_dtype, const void* dy, DType ys_dtype, cons
       AnyFloats{dy, dy_dtype}, AnyFloats{ys, ys_dtype}, AnyFloats{scores, scores_dtype}, order,
       AnyFloatsOut{dys, dys_dtype}, AnyFloatsOut{dscores, dscores_dtype}, M * K, K, H);
   VB_CHECK_LAUNCH("combine_bwd_kernel");
+}
+
+void launch_router_aux_stats(DType logits_dtype, const void* logits, const std::int64_t* index,
+                             const float* stats_in, DType probs_dtype, void* aux_probs,
+                             float* stats, std::int64_t M, std::int64_t K, std::int64_t E,
+                             cudaStream_t stream) {
+  require_aux_experts(E);
+  aux_softmax_kernel<<<grid_for(M, 128), 128, 0, stream>>>(
+      AnyFloats{logits, logits_dtype}, AnyFloatsOut{aux_probs, probs_dtype}, M, E);
+  VB_CHECK_LAUNCH("aux_softmax_kernel");
+  aux_stats_kernel<<<grid_for(E + 1, 64), 64, 0, stream>>>(index, AnyFloats{aux_probs, probs_dtype},
+                                                           stats_in, stats, M, K, E);
+  VB_CHECK_LAUNCH("aux_stats_kernel");
+}
+
+void launch_router_aux_loss(const float* loss, const float* stats, float* total, std::int64_t E,
+                            float coef, cudaStream_t stream) {
+  aux_loss_kernel<<<1, 1, 0, stream>>>(loss, stats, total, E, coef);
+  VB_CHECK_LAUNCH("aux_loss_kernel");
+}
+
+void launch_router_aux_bwd(DType probs_dtype, const void* aux_probs, const float* stats,
+                           DType dlogits_dtype, void* dlogits, std::int64_t M, std::int64_t E,
+                           float coef, float scale, cudaStream_t stream) {
+  require_aux_experts(E);
+  aux_bwd_kernel<<<grid_for(M, 128), 128, 0, stream>>>(AnyFloats{aux_probs, probs_dtype}, stats,
+                                                       AnyFloatsOut{dlogits, dlogits_dtype}, M, E,
+                                                       coef, scale);
+  VB_CHECK_LAUNCH("aux_bwd_kernel");
 }
 
 }  // namespace vrambench::cuda
@@ -408,6 +484,27 @@ void cuda_run_expert_lora_bwd(const Operands& a, CudaContext& context) {
                     context.stream());
   cuda::launch_cast(a.out[1].tensor->dtype, a.out[1].data, dt, dB->data, dB->tensor->elements(),
                     context.stream());
+}
+
+void cuda_run_router_aux_stats(const Operands& a, CudaContext& context) {
+  const MoeDims d = moe_dims(a);
+  const float* stats_in = a.in.size() == 3 ? a.f32(a.in[2]) : nullptr;
+  cuda::launch_router_aux_stats(a.in[0].tensor->dtype, a.in[0].data, a.i64(a.in[1]), stats_in,
+                                a.out[0].tensor->dtype, a.out[0].data, a.f32(a.out[1]), d.M, d.K,
+                                d.E, context.stream());
+}
+
+void cuda_run_router_aux_loss(const Operands& a, CudaContext& context) {
+  const MoeDims d = moe_dims(a);
+  cuda::launch_router_aux_loss(a.f32(a.in[0]), a.f32(a.in[1]), a.f32(a.out[0]), d.E, a.op.aux_coef,
+                               context.stream());
+}
+
+void cuda_run_router_aux_bwd(const Operands& a, CudaContext& context) {
+  const MoeDims d = moe_dims(a);
+  cuda::launch_router_aux_bwd(a.in[0].tensor->dtype, a.in[0].data, a.f32(a.in[1]),
+                              a.out[0].tensor->dtype, a.out[0].data, d.M, d.E, a.op.aux_coef,
+                              a.op.grad_scale, context.stream());
 }
 
 }  // namespace vrambench

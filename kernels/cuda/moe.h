@@ -60,4 +60,18 @@ void launch_moe_combine_bwd(DType dy_dtype, const void* dy, DType ys_dtype, cons
                             DType dys_dtype, void* dys, DType dscores_dtype, void* dscores,
                             std::int64_t M, std::int64_t K, std::int64_t H, cudaStream_t stream);
 
+// The load-balancing loss: a layer's softmax of its logits into aux_probs and its statistics
+// (stats_in, or zeros, plus its share: pairs per expert from index and the probabilities' sum,
+// over M, one more layer), stats [2, E+1] fp32; the loss added to `loss`; a layer's gradient of
+// its logits.
+void launch_router_aux_stats(DType logits_dtype, const void* logits, const std::int64_t* index,
+                             const float* stats_in, DType probs_dtype, void* aux_probs,
+                             float* stats, std::int64_t M, std::int64_t K, std::int64_t E,
+                             cudaStream_t stream);
+void launch_router_aux_loss(const float* loss, const float* stats, float* total, std::int64_t E,
+                            float coef, cudaStream_t stream);
+void launch_router_aux_bwd(DType probs_dtype, const void* aux_probs, const float* stats,
+                           DType dlogits_dtype, void* dlogits, std::int64_t M, std::int64_t E,
+                           float coef, float scale, cudaStream_t stream);
+
 }  // namespace vrambench::cuda

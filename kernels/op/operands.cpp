@@ -363,6 +363,33 @@ MoeDims moe_dims(const Operands& a) {
       d.K = 1;
       break;
     }
+    case OpKind::router_aux_stats:
+    case OpKind::router_aux_loss:
+    case OpKind::router_aux_bwd: {
+      const Operand& stats =
+          a.op.kind == OpKind::router_aux_stats ? output(a, "stats") : input(a, "stats");
+      a.require(stats.tensor->shape.size() == 2 && stats.tensor->shape[0] == 2 &&
+                    stats.tensor->shape[1] >= 2,
+                "stats must be [2,E+1]");
+      d.E = stats.tensor->shape[1] - 1;
+      d.M = d.K = 1;
+      if (a.op.kind == OpKind::router_aux_loss) break;
+      const Operand& probs =
+          a.op.kind == OpKind::router_aux_stats ? output(a, "aux_probs") : input(a, "aux_probs");
+      d.M = rows(probs);
+      expect_matrix(a, probs, d.M, d.E, "[M,E]");
+      if (a.op.kind == OpKind::router_aux_bwd) {
+        expect_matrix(a, output(a, "dlogits"), d.M, d.E, "[M,E]");
+        break;
+      }
+      expect_matrix(a, input(a, "logits"), d.M, d.E, "[M,E]");
+      const Operand& index = input(a, "index");
+      d.K = last_dim(index);
+      expect_matrix(a, index, d.M, d.K, "[M,K]");
+      if (const Operand* in = a.input("stats_in"))
+        a.require(in->tensor->shape == stats.tensor->shape, "stats_in must be stats' shape");
+      break;
+    }
     default:
       a.fail("not a mixture-of-experts op");
   }

@@ -312,10 +312,14 @@ void validate_experts(const RunConfig& cfg) {
   if (m.experts_per_token < 1 || m.experts_per_token > m.experts)
     throw UsageError(fmt::format("invalid top-k {}: a token goes to 1 to {} experts",
                                  m.experts_per_token, m.experts));
-  if (m.router_aux_loss)
+  if (m.router_aux_loss && framework_of(cfg) != Framework::hf)
     throw UsageError(
-        "output_router_logits true (the load-balancing loss over every layer's router logits) is "
-        "not modelled yet: give the config with output_router_logits false");
+        "output_router_logits true (the load-balancing loss) is modelled in the step transformers "
+        "runs: use --framework hf, or a config with output_router_logits false");
+  if (m.router_aux_loss && !(m.router_aux_coef > 0.0))
+    throw UsageError(
+        "output_router_logits true with router_aux_loss_coef 0 is not modelled (transformers still "
+        "runs the loss): give a coefficient above 0, or output_router_logits false");
   // The dispatch's rows and the experts' weights, in bytes, must fit in 64 bits.
   const std::int64_t pairs = checked_mul(checked_mul(cfg.batch, cfg.seq, "batch x seq"),
                                          m.experts_per_token, "token-expert pairs");

@@ -77,6 +77,13 @@ RunConfig moe_skewed(RunConfig c) {
   return c;
 }
 
+// With the load-balancing loss (output_router_logits, coefficient 0.02 as Mixtral's).
+RunConfig aux_loss(RunConfig c) {
+  c.model.router_aux_loss = true;
+  c.model.router_aux_coef = 0.02;
+  return c;
+}
+
 // LoRA on the attention and on the experts' two 3-D weights (PEFT's target_parameters).
 RunConfig experts_lora(RunConfig c) {
   c.lora_targets = parse_lora_targets("q_proj,v_proj,experts.gate_up_proj,experts.down_proj");
@@ -171,10 +178,12 @@ std::vector<SelftestConfig> selftest_configs() {
                        Finetune::qlora, QuantKind::nf4, Toggle::on, 8, 0.0)),
            Strategy::zero3, 4)},
       // Mixtures of experts: the router, the dispatch, the experts' grouped GEMMs and the combine
-      // (Mixtral's fp32 routing weights beside bf16 rows), under both routings; OLMoE's
+      // (Mixtral's fp32 routing weights beside bf16 rows) and the load-balancing loss, under
+      // both routings; OLMoE's
       // full-width q/k norms with Qwen3-MoE-style bf16 weights; PEFT's LoRA folded into the
       // experts' weights; QLoRA's fp32 experts under autocast.
-      {"mixtral bf16 flash hf", hf(family("tiny-mixtral", Precision::bf16, Attention::flash))},
+      {"mixtral bf16 flash aux-loss hf",
+       hf(aux_loss(family("tiny-mixtral", Precision::bf16, Attention::flash)))},
       {"mixtral bf16 flash skewed",
        moe_skewed(family("tiny-mixtral", Precision::bf16, Attention::flash))},
       {"olmoe fp32 eager hf", hf(family("tiny-olmoe", Precision::fp32, Attention::eager))},

@@ -159,10 +159,16 @@ std::int64_t layer_parameter_count(const ModelConfig& m) {
 std::int64_t largest_module_parameters(const ModelConfig& m) {
   const ModelWeights w = model_weights(m);
   std::int64_t largest = 0;
-  for (const WeightModules* list : {&w.embeddings, &w.block, &w.head})
+  for (const WeightModules* list : {&w.embeddings, &w.block, &w.dense_block, &w.head}) {
+    // An MoE layer's experts are one module holding both 3-D parameters (MixtralExperts).
+    std::int64_t experts = 0;
+    for (const WeightModule& module : *list)
+      if (module.kind == WeightKind::experts) experts += module.parameters();
+    largest = std::max(largest, experts);
     for (const WeightModule& module : *list) {
       // A packed linear is one module per part in transformers (q_proj, k_proj, v_proj), each
       // with its rows of the weight and of the bias.
+      if (module.kind == WeightKind::experts) continue;
       if (module.modules().size() > 1) {
         for (const ModuleRows& part : module.modules())
           largest = std::max(largest, part.rows * module.cols + (module.bias ? part.rows : 0));
@@ -170,6 +176,7 @@ std::int64_t largest_module_parameters(const ModelConfig& m) {
         largest = std::max(largest, module.parameters());
       }
     }
+  }
   return largest;
 }
 

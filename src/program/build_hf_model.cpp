@@ -80,7 +80,9 @@ void HfBuilder::build_model() {
     x_grad = blocks.back().x_mid_grad || blocks.back().mlp_grad;
   }
   HfHead head = head_fwd(x, x_grad, params, targets);
+  if (m.router_aux_loss) aux_loss_fwd(blocks);
 
+  if (m.router_aux_loss) aux_loss_bwd(blocks);
   int dx = head_bwd(head, params, targets);
   for (int l = static_cast<int>(m.layers) - 1; l >= 0 && dx >= 0; --l) {
     const BlockWeights& w = weights[static_cast<std::size_t>(l)];

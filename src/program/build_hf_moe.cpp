@@ -222,11 +222,67 @@ int HfBuilder::moe_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int d
     dlogits = grad_of(t.logits);
     op(OpKind::cast, pre + "mlp.router.logits.f32.grad.cast", {dlogits_router}, {dlogits}, l);
   }
+  // The load-balancing loss's share, which waited in autograd's buffer since the backward began.
+  if (static_cast<std::size_t>(l) < aux_dlogits_.size() && aux_dlogits_[l] >= 0) {
+    const int sum = grad_named(pre + "mlp.router.logits.grad.sum", t.logits);
+    op(OpKind::add, pre + "mlp.router.aux.grad_sum", {dlogits, aux_dlogits_[l]}, {sum}, l);
+    dlogits = sum;
+  }
   const int dx_router = linear_bwd(w.router, t.router_saved, dlogits, l);
   if (dx_router < 0) return dx_experts;
   const int dx = grad_of(x);
   op(OpKind::add, pre + "mlp.grad_sum.bwd", {dx_experts, dx_router}, {dx}, l);
   return dx;
+}
+
+// transformers' load_balancing_loss_func over the router logits the model kept of every MoE layer
+// (outputs.router_logits), after the loss: per layer softmax (its output saved), top-k, histc of
+// the experts (fp32) and the probabilities' fp32 sum, into statistics over the layers; then the
+// loss plus router_aux_loss_coef times it. The statistics are chained layer to layer.
+void HfBuilder::aux_loss_fwd(const std::vector<HfBlockTensors>& blocks) {
+  const ModelConfig& m = cfg_.model;
+  const std::int64_t E = m.experts, K = m.experts_per_token;
+  aux_probs_.assign(blocks.size(), -1);
+  for (const HfBlockTensors& b : blocks) {
+    const HfMoeTensors& t = b.moe;
+    if (t.logits < 0) continue;
+    const Name pre = block_prefix(b.layer) + "mlp.router.aux.";
+    const DType dt = dtype_of(t.logits);
+    const int probs = tensor(pre + "probs", {M_, E}, dt, Role::activation);
+    const int stats = tensor(pre + "stats", {2, E + 1}, DType::f32, Role::transient);
+    TensorIds in{t.logits, t.index};
+    if (aux_stats_ >= 0) in.push_back(aux_stats_);
+    Op& o = op(OpKind::router_aux_stats, pre + "stats", std::move(in), {probs, stats}, -1);
+    o.held = {tensor(pre + "topk.values", {M_, K}, dt, Role::transient),
+              tensor(pre + "topk.index", {M_, K}, DType::i64, Role::transient),
+              tensor(pre + "histc_in", {M_, K}, DType::f32, Role::transient)};
+    if (dt != DType::f32)
+      o.held.push_back(tensor(pre + "probs.f32", {M_, E}, DType::f32, Role::transient));
+    aux_probs_[static_cast<std::size_t>(b.layer)] = probs;
+    aux_stats_ = stats;
+  }
+  const int total =
+      tensor("loss.total", {1}, DType::f32, Role::transient, MemoryComponent::logits_and_loss);
+  op(OpKind::router_aux_loss, "router.aux.loss", {p_.loss_tensor, aux_stats_}, {total}, -1)
+      .aux_coef = static_cast<float>(m.router_aux_coef);
+  p_.loss_tensor = total;
+}
+
+// Its backward, which autograd runs before the loss's: each layer's gradient of its logits, which
+// waits for the layer's backward (where the router's logits require grad).
+void HfBuilder::aux_loss_bwd(const std::vector<HfBlockTensors>& blocks) {
+  aux_dlogits_.assign(blocks.size(), -1);
+  for (const HfBlockTensors& b : blocks) {
+    const int probs = aux_probs_[static_cast<std::size_t>(b.layer)];
+    if (probs < 0 || !b.moe.logit_grad) continue;
+    const int dlogits =
+        grad_named(block_prefix(b.layer) + "mlp.router.logits.aux.grad", b.moe.logits);
+    Op& o = op(OpKind::router_aux_bwd, block_prefix(b.layer) + "mlp.router.aux.bwd",
+               {probs, aux_stats_}, {dlogits}, b.layer);
+    o.aux_coef = static_cast<float>(cfg_.model.router_aux_coef);
+    o.grad_scale = loss_scale_;
+    aux_dlogits_[static_cast<std::size_t>(b.layer)] = dlogits;
+  }
 }
 
 }  // namespace vrambench::build_hf

@@ -13,6 +13,8 @@
 // values where the kernel keeps the packed q|k|v), the operand stands for them.
 #pragma once
 
+#include <vector>
+
 #include "config/run_config.h"
 #include "program/build_common.h"
 #include "program/hf_linears.h"
@@ -169,6 +171,8 @@ class HfBuilder : private HfLinears {
                    HfBlockTensors& b);
   int moe_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int dmlp);
   int experts_weight(const Linear& lin, const Pass& pass, bool keep, int l, TensorIds& casts);
+  void aux_loss_fwd(const std::vector<HfBlockTensors>& blocks);
+  void aux_loss_bwd(const std::vector<HfBlockTensors>& blocks);
   int experts_linear_bwd(const Linear& lin, int w_operand, const TensorIds& casts, int dy,
                          int offsets, int x, int dx, int l);
 
@@ -212,6 +216,11 @@ class HfBuilder : private HfLinears {
   bool resid_dropout_ = false;  // dropout on both branches' outputs (gpt2, Phi-3)
   float loss_scale_ = 1.0f;
   int mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
+  // The load-balancing loss: each MoE layer's softmax of its router logits, kept for the loss's
+  // backward, the statistics over the layers, and each layer's gradient of its logits, waiting
+  // for its backward (-1 where a layer has none).
+  std::vector<int> aux_probs_, aux_dlogits_;
+  int aux_stats_ = -1;
 };
 
 }  // namespace vrambench::build_hf

@@ -165,6 +165,8 @@ struct Op {
   // divided by their sum.
   Routing routing = Routing::balanced;
   bool norm_topk = false;
+  // The load-balancing loss's coefficient (router_aux_coef) on its kinds.
+  float aux_coef = 0.0f;
   bool operator==(const Op&) const = default;
 };
 

@@ -137,6 +137,9 @@ void check_op(const Program& program, const Op& op) {
                          uses.embed_scale ? "is not positive" : "on a kind without one"));
   if (!uses.routing && (op.routing != Routing::balanced || op.norm_topk))
     fail(op, "routing attributes on a kind without a router");
+  if (uses.aux ? !(op.aux_coef > 0.0f) : op.aux_coef != 0.0f)
+    fail(op, fmt::format("load-balancing coefficient {} {}", op.aux_coef,
+                         uses.aux ? "is not positive" : "on a kind without the loss"));
   const bool capped = op.kind == OpKind::softcap_fwd || op.kind == OpKind::softcap_bwd;
   if (uses.softcap ? !(capped ? op.softcap > 0.0f : op.softcap >= 0.0f) : op.softcap != 0.0f)
     fail(op, fmt::format("softcap {} {}", op.softcap,

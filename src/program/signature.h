@@ -46,6 +46,7 @@ struct OpAttrs {
   bool embed_scale = false;  // embed_scale > 0 (embedding)
   bool softcap = false;      // softcap: > 0 for the softcap kinds, >= 0 for fused attention
   bool routing = false;      // router_topk(_bwd): routing and norm_topk
+  bool aux = false;          // the load-balancing loss: aux_coef > 0
 };
 
 struct OpSignature {
