@@ -36,6 +36,17 @@ VB_HD inline void softmax_row(const Logits& logits, std::int64_t E, float* probs
   for (std::int64_t e = 0; e < E; ++e) probs[e] /= sum;
 }
 
+// softmax(logits) over E written through out.set(e, p) (the load-balancing loss's, into a tensor
+// of any dtype): the row's max, the sum of exponentials, then each probability, with no row kept.
+template <typename Logits, typename Out>
+VB_HD inline void softmax_row_store(const Logits& logits, std::int64_t E, const Out& out) {
+  float top = logits[0];
+  for (std::int64_t e = 1; e < E; ++e) top = logits[e] > top ? logits[e] : top;
+  float sum = 0.0f;
+  for (std::int64_t e = 0; e < E; ++e) sum += expf(logits[e] - top);
+  for (std::int64_t e = 0; e < E; ++e) out.set(e, expf(logits[e] - top) / sum);
+}
+
 // One token's router: probs = softmax(logits) over E (fp32), index = its experts, scores = their
 // probs, divided by their sum under `norm`.
 template <typename Logits>
@@ -89,11 +100,21 @@ VB_HD inline float aux_prob_grad(float c_e, std::int64_t E, float layers, std::i
                                  float coef, float scale) {
   return scale * coef * static_cast<float>(E) * c_e / (layers * layers * static_cast<float>(M));
 }
+// That gradient of every expert, read as g[e] off the statistics [2, E+1] (their first row the
+// pairs' shares, the last column the layers).
+struct AuxGrads {
+  const float* stats = nullptr;
+  std::int64_t E = 0, M = 0;
+  float coef = 0.0f, scale = 1.0f;
+  VB_HD float operator[](std::int64_t e) const {
+    return aux_prob_grad(stats[e], E, stats[E], M, coef, scale);
+  }
+};
 
-// A softmax row's backward of the gradient g (E values) of its output probs: p_e (g_e - sum_j g_j
-// p_j), written through `dlogits.set`.
-template <typename Probs, typename Out>
-VB_HD inline void softmax_row_grad(const Probs& probs, const float* g, std::int64_t E,
+// A softmax row's backward of the gradient g (E values, read as g[e]) of its output probs:
+// p_e (g_e - sum_j g_j p_j), written through `dlogits.set`.
+template <typename Probs, typename Grads, typename Out>
+VB_HD inline void softmax_row_grad(const Probs& probs, const Grads& g, std::int64_t E,
                                    const Out& dlogits) {
   float inner = 0.0f;
   for (std::int64_t e = 0; e < E; ++e) inner += g[e] * probs[e];
@@ -102,8 +123,6 @@ VB_HD inline void softmax_row_grad(const Probs& probs, const float* g, std::int6
 
 // The most experts a token goes to that the CUDA router kernels keep per thread (Qwen3-MoE and
 // OLMoE take 8, Mixtral 2).
-inline constexpr std::int64_t kMaxTopK = 64;
-// The most experts the CUDA load-balancing kernels keep a row of per thread (Qwen3-MoE has 128).
-inline constexpr std::int64_t kMaxAuxExperts = 256;
+inline constexpr std::int64_t kMaxTopK = 32;
 
 }  // namespace vrambench::kmath

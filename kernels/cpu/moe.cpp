@@ -239,7 +239,7 @@ void cpu_run_router_aux_stats(const Operands& a, CpuContext&) {
       a.in.size() == 3 ? cpu::load(a.in[2]) : std::vector<float>(static_cast<std::size_t>(2 * W));
   std::vector<float> probs(static_cast<std::size_t>(d.M * d.E));
   for (std::int64_t m = 0; m < d.M; ++m) {
-    kmath::softmax_row(logits.data() + m * d.E, d.E, probs.data() + m * d.E);
+    kmath::softmax_row_store(logits.data() + m * d.E, d.E, kmath::FloatRow{probs.data() + m * d.E});
     for (std::int64_t e = 0; e < d.E; ++e)
       stats[static_cast<std::size_t>(W + e)] +=
           probs[static_cast<std::size_t>(m * d.E + e)] / static_cast<float>(d.M);
@@ -268,13 +268,10 @@ void cpu_run_router_aux_bwd(const Operands& a, CpuContext&) {
   const auto probs = cpu::load(a.in[0]), stats = cpu::load(a.in[1]);
   const float layers = stats[static_cast<std::size_t>(d.E)];
   a.require(layers >= 1.0f, "statistics of no layer");
-  std::vector<float> g(static_cast<std::size_t>(d.E));
-  for (std::int64_t e = 0; e < d.E; ++e)
-    g[static_cast<std::size_t>(e)] = kmath::aux_prob_grad(
-        stats[static_cast<std::size_t>(e)], d.E, layers, d.M, a.op.aux_coef, a.op.grad_scale);
+  const kmath::AuxGrads g{stats.data(), d.E, d.M, a.op.aux_coef, a.op.grad_scale};
   std::vector<float> dlogits(probs.size());
   for (std::int64_t m = 0; m < d.M; ++m)
-    kmath::softmax_row_grad(probs.data() + m * d.E, g.data(), d.E,
+    kmath::softmax_row_grad(probs.data() + m * d.E, g, d.E,
                             kmath::FloatRow{dlogits.data() + m * d.E});
   cpu::store_out(a, 0, dlogits);
 }

@@ -139,11 +139,7 @@ void require_top_k(std::int64_t K) {
 // the layer count (the thread past the last expert).
 __global__ void aux_softmax_kernel(AnyFloats logits, AnyFloatsOut probs, std::int64_t M,
                                    std::int64_t E) {
-  VB_GRID_STRIDE(m, M) {
-    float row[kmath::kMaxAuxExperts];
-    kmath::softmax_row(RowIn{logits, m * E}, E, row);
-    for (std::int64_t e = 0; e < E; ++e) probs.store(m * E + e, row[e]);
-  }
+  VB_GRID_STRIDE(m, M) kmath::softmax_row_store(RowIn{logits, m * E}, E, RowOut{probs, m * E});
 }
 __global__ void aux_stats_kernel(const std::int64_t* index, AnyFloats probs, const float* stats_in,
                                  float* stats, std::int64_t M, std::int64_t K, std::int64_t E) {
@@ -167,19 +163,8 @@ __global__ void aux_loss_kernel(const float* loss, const float* stats, float* to
 }
 __global__ void aux_bwd_kernel(AnyFloats probs, const float* stats, AnyFloatsOut dlogits,
                                std::int64_t M, std::int64_t E, float coef, float scale) {
-  VB_GRID_STRIDE(m, M) {
-    float g[kmath::kMaxAuxExperts];
-    for (std::int64_t e = 0; e < E; ++e)
-      g[e] = kmath::aux_prob_grad(stats[e], E, stats[E], M, coef, scale);
-    kmath::softmax_row_grad(RowIn{probs, m * E}, g, E, RowOut{dlogits, m * E});
-  }
-}
-
-void require_aux_experts(std::int64_t E) {
-  if (E < 1 || E > kmath::kMaxAuxExperts)
-    throw std::invalid_argument("load-balancing loss: " + std::to_string(E) +
-                                " experts is not in [1, " + std::to_string(kmath::kMaxAuxExperts) +
-                                "]");
+  const kmath::AuxGrads g{stats, E, M, coef, scale};
+  VB_GRID_STRIDE(m, M) kmath::softmax_row_grad(RowIn{probs, m * E}, g, E, RowOut{dlogits, m * E});
 }
 
 }  // namespace
@@ -277,7 +262,6 @@ void launch_router_aux_stats(DType logits_dtype, const void* logits, const std::
                              const float* stats_in, DType probs_dtype, void* aux_probs,
                              float* stats, std::int64_t M, std::int64_t K, std::int64_t E,
                              cudaStream_t stream) {
-  require_aux_experts(E);
   aux_softmax_kernel<<<grid_for(M, 128), 128, 0, stream>>>(
       AnyFloats{logits, logits_dtype}, AnyFloatsOut{aux_probs, probs_dtype}, M, E);
   VB_CHECK_LAUNCH("aux_softmax_kernel");
@@ -295,7 +279,6 @@ void launch_router_aux_loss(const float* loss, const float* stats, float* total,
 void launch_router_aux_bwd(DType probs_dtype, const void* aux_probs, const float* stats,
                            DType dlogits_dtype, void* dlogits, std::int64_t M, std::int64_t E,
                            float coef, float scale, cudaStream_t stream) {
-  require_aux_experts(E);
   aux_bwd_kernel<<<grid_for(M, 128), 128, 0, stream>>>(AnyFloats{aux_probs, probs_dtype}, stats,
                                                        AnyFloatsOut{dlogits, dlogits_dtype}, M, E,
                                                        coef, scale);
