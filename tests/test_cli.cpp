@@ -996,9 +996,28 @@ TEST(Cli, PlanEmitHfIsPythonThatCompiles) {
     EXPECT_NE(lean.err.find("framework lean"), std::string::npos) << lean.err;
     EXPECT_TRUE(lean.out.empty()) << lean.out;
   }
+  // LoRA on a mixture of experts' experts: their 3-D weights are PEFT's target_parameters
+  // (axolotl's lora_target_parameters), never target_modules.
+  const CommandResult experts = vrambench(
+      "plan --preset olmoe-1b-7b --finetune lora --lora-targets "
+      "q_proj,v_proj,experts.gate_up_proj,experts.down_proj --vram 80GiB --seq 512 --emit hf");
+  ASSERT_EQ(experts.exit_code, 0) << experts.err;
+  EXPECT_NE(experts.out.find("    target_modules=[\"q_proj\", \"v_proj\"],"), std::string::npos)
+      << experts.out;
+  EXPECT_NE(experts.out.find("    target_parameters=[\"experts.gate_up_proj\", "
+                             "\"experts.down_proj\"],"),
+            std::string::npos)
+      << experts.out;
+  const CommandResult yaml = vrambench(
+      "plan --preset olmoe-1b-7b --finetune lora --lora-targets experts.down_proj --vram 80GiB "
+      "--seq 512 --emit axolotl");
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.err;
+  EXPECT_NE(yaml.out.find("lora_target_parameters:\n  - experts.down_proj\n"), std::string::npos)
+      << yaml.out;
+  EXPECT_EQ(yaml.out.find("lora_target_modules"), std::string::npos) << yaml.out;
   if (std::system("python3 --version >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "python3 is not installed: the snippets were not compiled";
-  for (const CommandResult* snippet : {&run, &qlora}) {
+  for (const CommandResult* snippet : {&run, &qlora, &experts}) {
     const fs::path dir = scratch("hf");
     fs::create_directories(dir);
     const fs::path py = dir / "plan_snippet.py";

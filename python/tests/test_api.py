@@ -212,6 +212,15 @@ def test_lora_and_quantisation_configs_are_the_options_they_stand_for():
     eight = vrambench.command_line("plan", peft_config={"r": 4, "target_modules": "all-linear"},
                                    bnb_config={"load_in_8bit": True})
     assert eight[eight.index("--quant") + 1] == "int8" and eight[eight.index("--finetune") + 1] == "lora"
+    # A mixture of experts' expert weights (PEFT's target_parameters) join the modules.
+    moe = vrambench.command_line("plan", "olmoe-1b-7b", peft_config={
+        "r": 8, "target_modules": ["q_proj"], "target_parameters": ["mlp.experts.gate_up_proj"]})
+    assert moe[moe.index("--lora-targets") + 1] == "q_proj,experts.gate_up_proj"
+    with pytest.raises(ValueError, match="all-linear"):
+        vrambench.command_line("plan", peft_config={"r": 8, "target_modules": "all-linear",
+                                                    "target_parameters": ["experts.down_proj"]})
+    with pytest.raises(ValueError, match="router.weight"):
+        vrambench.command_line("plan", peft_config={"r": 8, "target_parameters": ["router.weight"]})
     # Inside a sweep, a value that is a list is joined with '+', as the program reads it there.
     swept = vrambench.command_line("estimate", sweep={"lora_targets": [["q_proj", "v_proj"], "all-linear"]})
     assert swept[-2:] == ["--sweep", "lora-targets=q_proj+v_proj,all-linear"]

@@ -137,8 +137,8 @@ def _model_args(model: ModelLike, files: _ModelFiles) -> List[str]:
 
 
 def lora_options(peft_config: Any) -> Dict[str, Any]:
-    """The LoRA options of a PEFT ``LoraConfig`` (or a dict of its fields): rank, alpha, dropout
-    and target modules. What the model does not hold (DoRA, modules_to_save, a subset of layers,
+    """The LoRA options of a PEFT ``LoraConfig`` (or a dict of its fields): rank, alpha, dropout,
+    target modules and, for a mixture of experts, target parameters. What the model does not hold (DoRA, modules_to_save, a subset of layers,
     per-module ranks) is refused rather than planned without."""
     if peft_config is None:
         return {}
@@ -159,12 +159,28 @@ def lora_options(peft_config: Any) -> Dict[str, Any]:
         if get(key):
             raise ValueError(f"peft_config: {what} is not modelled; plan without it")
     targets = get("target_modules")
-    if targets is None:
+    # target_parameters: a mixture of experts' 3-D expert weights, by the names PEFT matches at
+    # the end of a parameter's ("experts.gate_up_proj", "mlp.experts.down_proj").
+    parameters = []
+    for name in get("target_parameters") or []:
+        short = next((p for p in ("experts.gate_up_proj", "experts.down_proj") if name.endswith(p)),
+                     None)
+        if short is None:
+            raise ValueError(f"peft_config: target_parameters {name!r} is not modelled; the "
+                             "experts' experts.gate_up_proj and experts.down_proj are")
+        parameters.append(short)
+    if targets is None and not parameters:
         target_text = "peft-default"
-    elif isinstance(targets, str):
+    elif isinstance(targets, str) and not parameters:
         target_text = targets  # "all-linear", or a module name
+    elif isinstance(targets, str) and targets != "all-linear" or targets is None:
+        target_text = _text(([targets] if targets else []) + parameters)
+    elif isinstance(targets, str):
+        raise ValueError("peft_config: target_modules 'all-linear' with target_parameters: name "
+                         "the modules (q_proj, ...) to plan both")
     else:
-        target_text = _text(targets)
+        modules = sorted(targets) if isinstance(targets, (set, frozenset)) else list(targets)
+        target_text = _text(modules + parameters)
     options = {"lora_rank": get("r"), "lora_alpha": get("lora_alpha"), "lora_targets": target_text}
     if get("lora_dropout") is not None:
         options["lora_dropout"] = get("lora_dropout")

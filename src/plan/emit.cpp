@@ -152,14 +152,16 @@ std::string yaml_bool(bool v) {
   return v ? "true" : "false";
 }
 
-// PEFT's target_modules: the shorthand "all-linear" as PEFT spells it, else the module names.
-std::vector<std::string> target_module_names(const RunConfig& cfg) {
+// PEFT's target_modules (the nn.Linear modules, `parameters` false) or target_parameters (an MoE
+// layer's experts' 3-D weights, true) that the run targets, by PEFT's names.
+std::vector<std::string> target_module_names(const RunConfig& cfg, bool parameters = false) {
   std::vector<std::string> names;
-  for (LoraModule m : lora_modules(cfg.model))
-    if (lora_targets_module(cfg.lora_targets, cfg.model, m)) {
-      const std::string name(lora_module_name(m));
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-    }
+  for (LoraModule m : lora_modules(cfg.model)) {
+    const bool experts = m == LoraModule::experts_gate_up || m == LoraModule::experts_down;
+    if (experts != parameters || !lora_targets_module(cfg.lora_targets, cfg.model, m)) continue;
+    const std::string name(lora_module_name(m));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
   return names;
 }
 
@@ -377,8 +379,10 @@ std::string plan_hf_snippet(const Plan& plan) {
     out += fmt::format("    lora_dropout={:g},\n", cfg.lora_dropout);
     if (cfg.lora_targets.shorthand == LoraTargets::Shorthand::all_linear)
       out += "    target_modules=\"all-linear\",\n";
-    else
-      out += fmt::format("    target_modules={},\n", quoted_list(target_module_names(cfg)));
+    else if (const auto modules = target_module_names(cfg); !modules.empty())
+      out += fmt::format("    target_modules={},\n", quoted_list(modules));
+    if (const auto parameters = target_module_names(cfg, true); !parameters.empty())
+      out += fmt::format("    target_parameters={},\n", quoted_list(parameters));
     out += "    task_type=\"CAUSAL_LM\",\n)\n\n";
   }
   out += "model_kwargs = dict(\n";
@@ -455,9 +459,13 @@ std::string plan_axolotl_yaml(const Plan& plan) {
     out += fmt::format("lora_dropout: {:g}\n", cfg.lora_dropout);
     if (cfg.lora_targets.shorthand == LoraTargets::Shorthand::all_linear) {
       out += "lora_target_linear: true\n";
-    } else {
+    } else if (const auto modules = target_module_names(cfg); !modules.empty()) {
       out += "lora_target_modules:\n";
-      for (const std::string& name : target_module_names(cfg)) out += fmt::format("  - {}\n", name);
+      for (const std::string& name : modules) out += fmt::format("  - {}\n", name);
+    }
+    if (const auto parameters = target_module_names(cfg, true); !parameters.empty()) {
+      out += "lora_target_parameters:\n";
+      for (const std::string& name : parameters) out += fmt::format("  - {}\n", name);
     }
   }
   return out;
