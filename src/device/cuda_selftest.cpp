@@ -245,7 +245,7 @@ void compare(const Tensor& t, const std::uint8_t* gpu, const std::uint8_t* cpu, 
     }
     if (std::isnan(w) || std::isinf(w)) continue;
     const double err = std::fabs(g - w);
-    const bool exact = t.dtype == DType::u8 || t.dtype == DType::i32;
+    const bool exact = t.dtype == DType::u8 || t.dtype == DType::i32 || t.dtype == DType::i64;
     c.max_abs = std::max(c.max_abs, err);
     c.worst = std::max(
         c.worst, exact ? (err == 0 ? 0.0 : 1e30) : err / (tol.atol + tol.rtol * std::fabs(w)));
