@@ -1,7 +1,8 @@
 // A mixture of experts on the CPU (docs/moe.md): the router's softmax and top-k by the op's
 // routing (common/moe_math.h), the dispatch as a stable counting sort of the token-expert pairs by
-// expert, each expert's GEMMs over its rows, the weighted combine in fp32, and PEFT's LoRA on the
-// experts' stacked weights. The adapters of the moe kinds (cpu/op_table.h).
+// expert, each expert's GEMMs over its rows, the weighted combine in fp32, PEFT's LoRA on the
+// experts' stacked weights, and the load-balancing loss. The adapters of the moe kinds
+// (cpu/op_table.h).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -222,10 +223,6 @@ void cpu_run_expert_lora_bwd(const Operands& a, CpuContext&) {
   cpu::store_out(a, 0, da);
   cpu::store_out(a, 1, db);
 }
-
-}  // namespace vrambench
-
-namespace vrambench {
 
 // This layer's softmax of its logits, and the statistics so far plus its share: the pairs of
 // each expert (from the router's index) and its probabilities' sum, both over M, and one more

@@ -1,7 +1,8 @@
 // A mixture of experts on cuda (docs/moe.md): the router's softmax and top-k, the dispatch (a
 // stable counting sort of the token-expert pairs by expert, and the gather of their rows), the
-// weighted combine, their backward, and the plan of the experts' GEMMs, one cuBLASLt GEMM per
-// expert over its rows (the offsets, which the host reads as transformers' fallback does).
+// weighted combine, their backward, the load-balancing loss, and the plan of the experts' GEMMs,
+// one cuBLASLt GEMM per expert over its rows (the offsets, which the host reads as transformers'
+// fallback does).
 #pragma once
 
 #include <cuda_runtime.h>
