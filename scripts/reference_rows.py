@@ -29,16 +29,16 @@ def matches(row, pattern, fields):
     return all(any(re.fullmatch(term, field) for field in named) for term in pattern.split())
 
 
-def dumps(doc, sections=()):
+def dumps(doc, sections=(), sort_keys=False):
     """The header indented, then each of `sections` (dicts) one entry a line, then "rows" one row
-    a line."""
+    a line; with `sort_keys`, every object's keys sorted."""
     head = {k: v for k, v in doc.items() if k != "rows" and k not in sections}
-    text = json.dumps(head, indent=2)[:-2]
+    text = json.dumps(head, indent=2, sort_keys=sort_keys)[:-2]
     for section in sections:
         lines = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc[section].items()]
         text += f',\n  "{section}": {{' + ("\n    " + ",\n    ".join(lines) + "\n  " if lines
                                           else "") + "}"
-    lines = [json.dumps(r) for r in doc["rows"]]
+    lines = [json.dumps(r, sort_keys=sort_keys) for r in doc["rows"]]
     return text + ',\n  "rows": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
 
 
@@ -84,18 +84,38 @@ def check(measured, path, doc_now, fields, versions, fail):
     return bad == 0
 
 
-def write(doc, path, fields, subset, sections=()):
+def merge_subset(doc, path, fields, subset):
+    """A measured subset (`subset`) of an existing file: `doc`'s rows replace theirs in it and the
+    others are kept, in row order. Returns the existing file's document, or None."""
+    if not subset or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        old = json.load(f)
+    keep = {row_id(r, fields): r for r in old["rows"]}
+    keep.update({row_id(r, fields): r for r in doc["rows"]})
+    doc["rows"] = sorted(keep.values(), key=lambda r: sort_key(r, fields))
+    return old
+
+
+def add_per_sample(rows, fields):
+    """per_sample_bytes on every row with batch > 1: (peak(B) - peak(1)) / (B - 1) of the same
+    configuration, when both are measured."""
+    by_id = {row_id(r, fields): r for r in rows}
+    for r in rows:
+        r.pop("per_sample_bytes", None)
+        if r["batch"] > 1 and "peak_bytes" in r:
+            one = by_id.get(row_id(dict(r, batch=1), fields))
+            if one is not None and "peak_bytes" in one:
+                r["per_sample_bytes"] = (r["peak_bytes"] - one["peak_bytes"]) // (r["batch"] - 1)
+
+
+def write(doc, path, fields, subset, sections=(), sort_keys=False):
     """Writes `doc`; a measured subset (`subset`) updates its rows in an existing file and keeps
-    the others."""
-    if subset and os.path.exists(path):
-        with open(path) as f:
-            old = json.load(f)
-        keep = {row_id(r, fields): r for r in old["rows"]}
-        keep.update({row_id(r, fields): r for r in doc["rows"]})
-        doc["rows"] = sorted(keep.values(), key=lambda r: sort_key(r, fields))
+    the others (merge_subset)."""
+    merge_subset(doc, path, fields, subset)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        f.write(dumps(doc, sections))
+        f.write(dumps(doc, sections, sort_keys))
     print(f"wrote {len(doc['rows'])} rows to {path}", file=sys.stderr)
 
 

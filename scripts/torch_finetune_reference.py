@@ -24,6 +24,7 @@ import time
 import weakref
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_rows  # noqa: E402  (pure standard library)
 
 DEFAULT_OUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                             "tests", "data", "torch_finetune_reference.json"))
@@ -513,18 +514,6 @@ def run(rows, jobs):
     return results
 
 
-def add_per_sample(rows):
-    """per_sample_bytes on every row with batch > 1: (peak(B) - peak(1)) / (B - 1) of the same
-    configuration, when both are measured."""
-    by_id = {row_id(r): r for r in rows}
-    for r in rows:
-        r.pop("per_sample_bytes", None)
-        if r["batch"] > 1 and "peak_bytes" in r:
-            one = by_id.get(row_id(dict(r, batch=1)))
-            if one is not None and "peak_bytes" in one:
-                r["per_sample_bytes"] = (r["peak_bytes"] - one["peak_bytes"]) // (r["batch"] - 1)
-
-
 # ---------------------------------------------------------------------------------------------
 # The JSON.
 
@@ -554,13 +543,6 @@ def document(rows):
                             "where a row says so)"},
         "rows": rows,
     }
-
-
-def dumps(doc):
-    head = {k: v for k, v in doc.items() if k != "rows"}
-    text = json.dumps(head, indent=2, sort_keys=True)[:-2]
-    lines = [json.dumps(r, sort_keys=True) for r in doc["rows"]]
-    return text + ',\n  "rows": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
 
 
 def check(measured, path, doc_now):
@@ -625,17 +607,9 @@ def main():
     doc = document(measured)
     if args.check:
         return 0 if check(measured, args.out, doc) else 1
-    if args.only and os.path.exists(args.out):
-        with open(args.out) as f:
-            old = json.load(f)
-        keep = {row_id(r): r for r in old["rows"]}
-        keep.update({row_id(r): r for r in measured})
-        doc["rows"] = sorted(keep.values(), key=sort_key)
-    add_per_sample(doc["rows"])
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(dumps(doc))
-    print(f"wrote {len(doc['rows'])} rows to {args.out}", file=sys.stderr)
+    reference_rows.merge_subset(doc, args.out, FIELDS, bool(args.only))
+    reference_rows.add_per_sample(doc["rows"], FIELDS)
+    reference_rows.write(doc, args.out, FIELDS, False, sort_keys=True)
     return 0
 
 

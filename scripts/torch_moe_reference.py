@@ -317,16 +317,6 @@ def _routing_check(measured, skewed):
     return check
 
 
-def add_per_sample(rows):
-    """torch_finetune_reference.add_per_sample over this file's row id fields."""
-    by_id = {row_id(r): r for r in rows}
-    for r in rows:
-        r.pop("per_sample_bytes", None)
-        one = by_id.get(row_id(dict(r, batch=1)))
-        if r["batch"] > 1 and "peak_bytes" in r and one is not None and "peak_bytes" in one:
-            r["per_sample_bytes"] = (r["peak_bytes"] - one["peak_bytes"]) // (r["batch"] - 1)
-
-
 # ---------------------------------------------------------------------------------------------
 # The JSON: torch_finetune_reference.py's layout.
 
@@ -383,18 +373,11 @@ def main():
     doc = document(measured, routing_check)
     if args.check:
         return 0 if check(measured, args.out, doc) else 1
-    if args.only and os.path.exists(args.out):
-        old = reference_rows.read(args.out, fail)
-        keep = {row_id(r): r for r in old["rows"]}
-        keep.update({row_id(r): r for r in measured})
-        doc["rows"] = sorted(keep.values(), key=sort_key)
-        if routing_check is None and "routing_check" in old:
-            doc["routing_check"] = old["routing_check"]
-    add_per_sample(doc["rows"])
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(ft.dumps(doc))
-    print(f"wrote {len(doc['rows'])} rows to {args.out}", file=sys.stderr)
+    old = reference_rows.merge_subset(doc, args.out, FIELDS, bool(args.only))
+    if old is not None and routing_check is None and "routing_check" in old:
+        doc["routing_check"] = old["routing_check"]
+    reference_rows.add_per_sample(doc["rows"], FIELDS)
+    reference_rows.write(doc, args.out, FIELDS, False, sort_keys=True)
     return 0
 
 
