@@ -629,11 +629,32 @@ class ProgramWriter {
       o.rows = q.rows;
     }
   }
-  // An MoE layer's experts' grouped GEMM backward from dy into dx, and into the weight's gradient
-  // where it trains, or where an adapter folds into it the effective weight's (a transient in
-  // the weight's dtype, which it returns; -1 otherwise), whose backward gives the adapter's.
-  int experts_grouped_bwd(const Linear& lin, int w_operand, int dy, int offsets, int x, int dx,
-                          int layer) {
+  // The weight operand of an MoE layer's experts' GEMM: the parameter, or under LoRA PEFT's
+  // effective weight W + scale B A (ParamWrapper), folded per forward by baddbmm in W's dtype, the
+  // adapters cast to it where they are of another (into `casts`, which baddbmm saves); grouped_mm
+  // saves the effective weight when its input requires grad (`keep`).
+  int experts_weight(const Linear& lin, const Pass& pass, bool keep, int layer, float lora_scale,
+                     TensorIds& casts) {
+    if (lin.lora.empty()) return lin.w.w;
+    const Adapter& ad = lin.lora.front();
+    const DType wd = dtype_of(lin.w.w);
+    const Role role = saved(pass);
+    if (dtype_of(ad.a.w) != wd)
+      for (const int p : {ad.a.w, ad.b.w})
+        casts.push_back(tensor(suffixed(pass, p_.tensor(p).name + ".cast"), dims_of(p), wd, role));
+    const int w_eff = tensor(suffixed(pass, lin.name + ".w.lora"), dims_of(lin.w.w), wd,
+                             keep ? role : Role::transient, MemoryComponent::dequant_transient);
+    Op& o = gemm(OpKind::expert_lora_fwd, ad.name + ".lora", {lin.w.w, ad.a.w, ad.b.w}, {w_eff},
+                 layer, pass.recompute);
+    o.lora_scale = lora_scale;
+    o.held = casts;
+    return w_eff;
+  }
+  // Its backward from dy into dx, and into the weight's gradient where it trains; under LoRA into
+  // the effective weight's (a transient in W's dtype), whose backward gives the adapter's A and B
+  // theirs, through the casts' gradients where the adapters were cast.
+  void experts_bwd(const Linear& lin, int w_operand, const TensorIds& casts, int dy, int offsets,
+                   int x, int dx, int layer, float lora_scale) {
     TensorIds in{dy, w_operand, offsets};
     TensorIds out{dx};
     int dw_eff = -1;
@@ -645,7 +666,15 @@ class ProgramWriter {
       out.push_back(lin.trainable() ? lin.w.grad : dw_eff);
     }
     gemm(OpKind::grouped_linear_bwd, lin.name + ".bwd", std::move(in), std::move(out), layer);
-    return dw_eff;
+    if (lin.lora.empty()) return;
+    const Adapter& ad = lin.lora.front();
+    Op& o = gemm(OpKind::expert_lora_bwd, ad.name + ".lora.bwd", {dw_eff, ad.a.w, ad.b.w},
+                 {ad.a.grad, ad.b.grad}, layer);
+    o.lora_scale = lora_scale;
+    o.held = casts;
+    for (const int c : casts)
+      o.held.push_back(
+          tensor(p_.tensor(c).name + ".grad", dims_of(c), dtype_of(c), Role::transient));
   }
   // An adapter's input dropout: its own seed per adapter, the same in forward and backward.
   void lora_dropout_attrs(Op& o, int layer, const Adapter& ad) const {

@@ -17,29 +17,6 @@
 
 namespace vrambench::build_hf {
 
-// The weight operand of an experts' GEMM: the parameter, or under LoRA PEFT's effective weight
-// W + scale B A, folded per forward by baddbmm in W's dtype (the adapters cast to it: `casts`),
-// which grouped_mm saves when its input requires grad (`keep`).
-int HfBuilder::experts_weight(const Linear& lin, const Pass& pass, bool keep, int l,
-                              TensorIds& casts) {
-  if (lin.lora.empty()) return lin.w.w;
-  const Adapter& ad = lin.lora.front();
-  const DType wd = dtype_of(lin.w.w);
-  const Role role = saved(pass);
-  TensorIds in{lin.w.w, ad.a.w, ad.b.w};
-  if (dtype_of(ad.a.w) != wd) {
-    for (const int p : {ad.a.w, ad.b.w})
-      casts.push_back(tensor(suffixed(pass, p_.tensor(p).name + ".cast"), dims_of(p), wd, role));
-  }
-  const int w_eff = tensor(suffixed(pass, lin.name + ".w.lora"), dims_of(lin.w.w), wd,
-                           keep ? role : Role::transient, MemoryComponent::dequant_transient);
-  Op& o =
-      gemm(OpKind::expert_lora_fwd, ad.name + ".lora", std::move(in), {w_eff}, l, pass.recompute);
-  o.lora_scale = lora_scale_;
-  o.held = casts;
-  return w_eff;
-}
-
 void HfBuilder::moe_mlp_fwd(const Name& pre, int l, const BlockWeights& w, const Pass& pass,
                             HfBlockTensors& b) {
   const ModelConfig& m = cfg_.model;
@@ -94,7 +71,7 @@ void HfBuilder::moe_mlp_fwd(const Name& pre, int l, const BlockWeights& w, const
                    tensor(named("experts.counts"), {E}, DType::f32, Role::transient)};
 
   // gate|up: grouped_mm reads the rows in the weight's dtype and the weight (LoRA's effective one).
-  t.w_gate_up = experts_weight(w.gate_up, pass, t.in_grad, l, t.gate_up_casts);
+  t.w_gate_up = experts_weight(w.gate_up, pass, t.in_grad, l, lora_scale_, t.gate_up_casts);
   const DType wd = dtype_of(t.w_gate_up);
   t.gemm_in =
       cast(t.xs, wd, pre + "mlp.experts.rows.cast", kept(t.gate_up_grad), l, pass.recompute);
@@ -109,7 +86,7 @@ void HfBuilder::moe_mlp_fwd(const Name& pre, int l, const BlockWeights& w, const
   act.held = t.act_held;
 
   // down, then the weighted combine.
-  t.w_down = experts_weight(w.down, pass, rows_grad, l, t.down_casts);
+  t.w_down = experts_weight(w.down, pass, rows_grad, l, lora_scale_, t.down_casts);
   t.ys = tensor(named("experts.down.out"), {P, m.hidden}, wd, kept(t.logit_grad));
   gemm(OpKind::grouped_linear_fwd, pre + "mlp.experts.down", {t.act, t.w_down, t.offsets}, {t.ys},
        l, pass.recompute);
@@ -130,23 +107,6 @@ void HfBuilder::moe_mlp_fwd(const Name& pre, int l, const BlockWeights& w, const
   combine.held.push_back(tensor(named("experts.unpermuted"), {P, m.hidden}, cd, Role::transient));
   if (cd != xd)
     combine.held.push_back(tensor(named("experts.sum"), {M_, m.hidden}, cd, Role::transient));
-}
-
-// An experts' GEMM backward from dy: dx, and the weight's gradient where it trains, or the
-// effective weight's, whose backward gives the adapter's A and B theirs (in W's dtype, then cast
-// to their fp32).
-int HfBuilder::experts_linear_bwd(const Linear& lin, int w_operand, const TensorIds& casts, int dy,
-                                  int offsets, int x, int dx, int l) {
-  const int dw = experts_grouped_bwd(lin, w_operand, dy, offsets, x, dx, l);
-  if (lin.lora.empty()) return dx;
-  const Adapter& ad = lin.lora.front();
-  Op& o = gemm(OpKind::expert_lora_bwd, ad.name + ".lora.bwd", {dw, ad.a.w, ad.b.w},
-               {ad.a.grad, ad.b.grad}, l);
-  o.lora_scale = lora_scale_;
-  o.held = casts;
-  for (const int c : casts)
-    o.held.push_back(tensor(p_.tensor(c).name + ".grad", dims_of(c), dtype_of(c), Role::transient));
-  return dx;
 }
 
 int HfBuilder::moe_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int dmlp) {
@@ -176,7 +136,7 @@ int HfBuilder::moe_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int d
 
   // down, SiLU(gate) * up, gate|up.
   const int dact = grad_of(t.act);
-  experts_linear_bwd(w.down, t.w_down, t.down_casts, dys, t.offsets, t.act, dact, l);
+  experts_bwd(w.down, t.w_down, t.down_casts, dys, t.offsets, t.act, dact, l, lora_scale_);
   const int dgate_up = grad_of(t.gate_up);
   Op& act = gate_attrs(
       op(OpKind::swiglu_bwd, pre + "mlp.experts.swiglu.bwd", {dact, t.gate_up}, {dgate_up}, l));
@@ -186,8 +146,8 @@ int HfBuilder::moe_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int d
   int drows = -1;
   if (t.in_grad || !w.gate_up.lora.empty() || w.gate_up.trainable()) {
     drows = grad_of(t.gemm_in);
-    experts_linear_bwd(w.gate_up, t.w_gate_up, t.gate_up_casts, dgate_up, t.offsets, t.gemm_in,
-                       drows, l);
+    experts_bwd(w.gate_up, t.w_gate_up, t.gate_up_casts, dgate_up, t.offsets, t.gemm_in, drows, l,
+                lora_scale_);
   }
 
   // The gather's backward into the rows' token (index_put with accumulate, which sorts the

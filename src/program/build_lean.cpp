@@ -268,14 +268,16 @@ class LeanBuilder : private LeanLinears {
     mlp.offsets = tensor(named("experts.offsets"), {E}, DType::i32, role);
     op(OpKind::moe_dispatch, pre + "mlp.experts.dispatch", {x, mlp.index},
        {mlp.xs, mlp.order, mlp.offsets}, layer, pass.recompute);
-    mlp.w_gate_up = experts_weight(w.gate_up, layer, pass);
+    // The adapters are in the weights' dtype here: nothing to cast.
+    TensorIds no_casts;
+    mlp.w_gate_up = experts_weight(w.gate_up, pass, true, layer, lora_scale_, no_casts);
     mlp.gate_up = tensor(named("experts.gate_up.out"), {P, 2 * I}, act_, role);
     gemm(OpKind::grouped_linear_fwd, pre + "mlp.experts.gate_up",
          {mlp.xs, mlp.w_gate_up, mlp.offsets}, {mlp.gate_up}, layer, pass.recompute);
     mlp.act = tensor(named("experts.act"), {P, I}, act_, role);
     gate_attrs(op(OpKind::swiglu_fwd, pre + "mlp.experts.swiglu", {mlp.gate_up}, {mlp.act}, layer,
                   pass.recompute));
-    mlp.w_down = experts_weight(w.down, layer, pass);
+    mlp.w_down = experts_weight(w.down, pass, true, layer, lora_scale_, no_casts);
     mlp.ys = tensor(named("experts.down.out"), {P, H_}, act_, role);
     gemm(OpKind::grouped_linear_fwd, pre + "mlp.experts.down", {mlp.act, mlp.w_down, mlp.offsets},
          {mlp.ys}, layer, pass.recompute);
@@ -295,12 +297,13 @@ class LeanBuilder : private LeanLinears {
     op(OpKind::moe_combine_bwd, pre + "mlp.experts.combine.bwd",
        {dy, mlp.ys, mlp.scores, mlp.order}, {dys, dscores}, layer);
     const int dact = grad_of(mlp.act);
-    experts_bwd(w.down, mlp.w_down, dys, mlp.offsets, mlp.act, dact, layer);
+    experts_bwd(w.down, mlp.w_down, {}, dys, mlp.offsets, mlp.act, dact, layer, lora_scale_);
     const int dgate_up = grad_of(mlp.gate_up);
     gate_attrs(op(OpKind::swiglu_bwd, pre + "mlp.experts.swiglu.bwd", {dact, mlp.gate_up},
                   {dgate_up}, layer));
     const int dxs = grad_of(mlp.xs);
-    experts_bwd(w.gate_up, mlp.w_gate_up, dgate_up, mlp.offsets, mlp.xs, dxs, layer);
+    experts_bwd(w.gate_up, mlp.w_gate_up, {}, dgate_up, mlp.offsets, mlp.xs, dxs, layer,
+                lora_scale_);
     const int dlogits = grad_of(mlp.logits);
     Op& router = op(OpKind::router_topk_bwd, pre + "mlp.router.topk.bwd",
                     {dscores, mlp.probs, mlp.index}, {dlogits}, layer);

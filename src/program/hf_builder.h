@@ -170,11 +170,8 @@ class HfBuilder : private HfLinears {
   void moe_mlp_fwd(const Name& pre, int l, const BlockWeights& w, const Pass& pass,
                    HfBlockTensors& b);
   int moe_mlp_bwd(const HfBlockTensors& b, const BlockWeights& w, int dmlp);
-  int experts_weight(const Linear& lin, const Pass& pass, bool keep, int l, TensorIds& casts);
   void aux_loss_fwd(const std::vector<HfBlockTensors>& blocks);
   void aux_loss_bwd(const std::vector<HfBlockTensors>& blocks);
-  int experts_linear_bwd(const Linear& lin, int w_operand, const TensorIds& casts, int dy,
-                         int offsets, int x, int dx, int l);
 
   // ---- decoder blocks (build_hf_blocks.cpp) -------------------------------------------------
   HfBlockTensors block_fwd(int l, int x_in, const BlockWeights& w, const Pass& pass,

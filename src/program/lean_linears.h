@@ -97,32 +97,6 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
         [&](const Name& name, const WeightModule& module) { return linear(name, module, l); });
   }
 
-  // ---- an MoE layer's experts --------------------------------------------------------------
-
-  // The experts' weight operand: the weight, or with an adapter the effective W + scale B A,
-  // folded per forward and kept for the backward.
-  int experts_weight(const Linear& lin, int layer, const Pass& pass) {
-    if (lin.lora.empty()) return lin.w.w;
-    const Adapter& ad = lin.lora.front();
-    const int w_eff = tensor(suffixed(pass, lin.name + ".w.lora"), dims_of(lin.w.w), act_,
-                             saved(pass), MemoryComponent::dequant_transient);
-    gemm(OpKind::expert_lora_fwd, ad.name + ".lora", {lin.w.w, ad.a.w, ad.b.w}, {w_eff}, layer,
-         pass.recompute)
-        .lora_scale = lora_scale_;
-    return w_eff;
-  }
-
-  // An experts' GEMM backward into dx, and the weight's (or its adapter's) gradients.
-  void experts_bwd(const Linear& lin, int w_operand, int dy, int offsets, int x, int dx,
-                   int layer) {
-    const int dw = experts_grouped_bwd(lin, w_operand, dy, offsets, x, dx, layer);
-    if (lin.lora.empty()) return;
-    const Adapter& ad = lin.lora.front();
-    gemm(OpKind::expert_lora_bwd, ad.name + ".lora.bwd", {dw, ad.a.w, ad.b.w},
-         {ad.a.grad, ad.b.grad}, layer)
-        .lora_scale = lora_scale_;
-  }
-
   // ---- linears of the fine-tuning recipes ---------------------------------------------------
 
   // The weight operand of a linear's GEMM: the weight, or under --quant its dequantised copy in
