@@ -30,6 +30,10 @@ void give_attributes(Op& op) {
   if (uses.lora) op.lora_scale = 1.0f;
   if (uses.softcap) op.softcap = 1.0f;
   if (uses.aux) op.aux_coef = 0.01f;
+  if (uses.preference) {
+    op.trainer = Trainer::dpo;
+    op.beta = 0.1f;
+  }
 }
 
 // An op of `kind` over one tensor per listed operand, named after it ("in.x", "out.y"), with the

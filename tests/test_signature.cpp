@@ -190,6 +190,20 @@ TEST(Signature, BuiltProgramsMatchTheTable) {
       seen.insert(op.kind);
     }
   }
+  // The preference trainers: the fused LM head's log-probabilities and the DPO and KTO losses.
+  for (Trainer trainer : {Trainer::dpo, Trainer::kto}) {
+    RunConfig cfg;
+    cfg.model = find_preset("tiny-llama").model;
+    cfg.seq = 16;
+    cfg.framework = Framework::hf;
+    cfg.trainer = trainer;
+    validate(cfg);
+    const Program p = build_program(cfg, 4096);
+    for (const Op& op : p.ops) {
+      EXPECT_NO_THROW(check_op(p, op)) << op.name;
+      seen.insert(op.kind);
+    }
+  }
   EXPECT_EQ(seen.size(), kOpKindCount) << "some kind is never built";
 }
 

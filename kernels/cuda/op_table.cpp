@@ -20,12 +20,12 @@ constexpr std::array<CudaRun, kOpKindCount> kCudaRuns{
 };
 // clang-format on
 
-// The recipe's GEMM math where the op computes in the recipe's storage dtype, else the op's own.
-cuda::GemmMath gemm_math(const Operands& a) {
+// The recipe's GEMM math where the op computes in the recipe's storage dtype, else `dtype`'s.
+cuda::GemmMath gemm_math(const Operands& a, DType dtype) {
   const cuda::GemmMath m = cuda::gemm_math(a.program.config.dtype);
-  if (cuda::gemm_storage(m) == a.dtype()) return m;
-  if (!is_floating(a.dtype())) a.fail(fmt::format("no GEMM computes in {}", dtype_name(a.dtype())));
-  return cuda::gemm_math_of(a.dtype());
+  if (cuda::gemm_storage(m) == dtype) return m;
+  if (!is_floating(dtype)) a.fail(fmt::format("no GEMM computes in {}", dtype_name(dtype)));
+  return cuda::gemm_math_of(dtype);
 }
 
 }  // namespace
@@ -47,7 +47,14 @@ cuda::CudnnSdpa& CudaContext::cudnn_sdpa() {
 void CudaContext::gemm(const Operands& a, const cuda::GemmPlan& plan, const void* A, const void* B,
                        void* C, const void* bias) {
   if (!gemm_) gemm_ = std::make_unique<cuda::GemmRunner>();
-  gemm_->run(plan, gemm_math(a), A, B, C, bias, a.workspace, a.workspace_bytes, stream());
+  gemm_->run(plan, gemm_math(a, a.dtype()), A, B, C, bias, a.workspace, a.workspace_bytes,
+             stream());
+}
+
+void CudaContext::gemm(const Operands& a, DType dtype, const cuda::GemmPlan& plan, const void* A,
+                       const void* B, void* C) {
+  if (!gemm_) gemm_ = std::make_unique<cuda::GemmRunner>();
+  gemm_->run(plan, gemm_math(a, dtype), A, B, C, nullptr, a.workspace, a.workspace_bytes, stream());
 }
 
 }  // namespace vrambench

@@ -44,6 +44,10 @@ class CudaContext {
   // adapters under a 16-bit recipe multiply in fp32, PyTorch's default for matmuls (no TF32).
   void gemm(const Operands& a, const cuda::GemmPlan& plan, const void* A, const void* B, void* C,
             const void* bias = nullptr);
+  // The same in `dtype`'s math (the recipe's where it stores `dtype`), for an op whose operands
+  // do not say what its GEMMs compute in (the LM head's tiles beside fp32 log-probabilities).
+  void gemm(const Operands& a, DType dtype, const cuda::GemmPlan& plan, const void* A,
+            const void* B, void* C);
 
   OptimizerSteps optimizer_steps;
 

@@ -397,6 +397,58 @@ MoeDims moe_dims(const Operands& a) {
   return d;
 }
 
+LogprobOperands logprob_operands(const Operands& a) {
+  const bool fwd = a.op.kind == OpKind::logprob_fwd;
+  LogprobOperands d;
+  d.x = &input(a, fwd ? "x" : "xs");
+  const Operand& w = input(a, "w");
+  const Shape& xs = d.x->tensor->shape;
+  const Shape& full = fwd ? xs : output(a, "dx").tensor->shape;
+  if (xs.size() != 3 || full.size() != 3)
+    a.fail(fmt::format("'{}' must be [R,S,H]", d.x->tensor->name));
+  d.R = full[0];
+  d.S = full[1];
+  d.H = full[2];
+  d.P = xs[1];
+  d.V = rows(w);
+  expect_matrix(a, w, 0, d.H, "[V,H]");
+  a.require(d.S >= 2, "each sequence needs 2 positions or more: the last has no next token");
+  a.require(xs[0] == d.R && xs[2] == d.H && (d.P == d.S || (!fwd && d.P == d.S - 1)),
+            "xs must be [R,S-1,H] or x itself [R,S,H]");
+  a.require(input(a, "targets").tensor->elements() == d.tokens(), "targets must be [R,S]");
+  for (std::string_view name : {"logp", "logz"}) {
+    const Operand& o = fwd ? output(a, name) : input(a, name == "logp" ? "dlogp" : name);
+    a.require(o.tensor->elements() == d.tokens(), "logp, dlogp and logz must be [R,S]");
+  }
+  if (fwd) {
+    d.xs = a.output("xs");
+    if (d.xs != nullptr)
+      a.require(d.xs->tensor->shape == Shape{d.R, d.S - 1, d.H}, "xs must be [R,S-1,H]");
+  } else if (const Operand* dw = a.output("dw")) {
+    a.require(dw->tensor->shape == w.tensor->shape, "dw must be w's shape");
+  }
+  a.require(!a.held.empty() && a.held[0].data != nullptr && a.held[0].tensor->shape.size() == 2,
+            "the logits' tile [T,C] must be its first held tensor");
+  d.tile = &a.held[0];
+  d.T = d.tile->tensor->shape[0];
+  d.C = d.tile->tensor->shape[1];
+  a.require(d.T >= 1 && d.C >= 1 && d.C <= d.V, "the tile must be [T,C] with 1 <= C <= V");
+  const DType tile_dtype = d.tile->tensor->dtype;
+  a.require(is_floating(tile_dtype), "the tile must be of a floating dtype");
+  if (tile_dtype != d.x->tensor->dtype) {
+    const bool rows_held =
+        a.held.size() >= 3 && a.held[1].data != nullptr && a.held[2].data != nullptr &&
+        a.held[1].tensor->dtype == tile_dtype && a.held[2].tensor->dtype == tile_dtype &&
+        a.held[1].tensor->shape == Shape{d.T, d.H} && a.held[2].tensor->shape == Shape{d.C, d.H};
+    a.require(rows_held,
+              "a tile of another dtype than x needs its x rows [T,H] and w rows [C,H] in that "
+              "dtype as the second and third held tensors");
+    d.x_rows = &a.held[1];
+    d.w_rows = &a.held[2];
+  }
+  return d;
+}
+
 const Operand* lora_columns(const Operands& a, const LoraDims& d) {
   const bool fwd = a.op.kind == OpKind::lora_fwd;
   const DType dt = a.dtype();

@@ -147,6 +147,23 @@ struct MoeDims {
 };
 MoeDims moe_dims(const Operands& a);
 
+// logprob_fwd / logprob_bwd: R sequences of S positions, hidden size H, vocabulary V; the rows
+// the op reads x from: the forward's x [R,S,H], the backward's xs, P = S - 1 positions a row (the
+// forward's copy) or S (x itself); and the tile the logits go through: the op's first held tensor
+// [T,C] (T tokens of one row, C <= V vocabulary columns). Where the tile is of another dtype than
+// x (autocast), the second and third held tensors, [T,H] and [C,H] in the tile's dtype, take a
+// tile's x rows and w rows; else they are nullptr. Checked against every operand the kind has.
+struct LogprobOperands {
+  std::int64_t R = 0, S = 0, P = 0, H = 0, V = 0, T = 0, C = 0;
+  const Operand* x = nullptr;
+  const Operand* tile = nullptr;
+  const Operand* x_rows = nullptr;
+  const Operand* w_rows = nullptr;
+  const Operand* xs = nullptr;  // the forward's copy of x without the last positions, or nullptr
+  std::int64_t tokens() const { return R * S; }
+};
+LogprobOperands logprob_operands(const Operands& a);
+
 // Where a LoRA op whose y (dy) is of another dtype than its adapters keeps the adapter's columns
 // in the op's dtype: its first held tensor of y's shape but N columns in that dtype (lora_B's
 // output in the forward, the gradient of the adapter's columns in the backward: what PyTorch

@@ -85,6 +85,10 @@ Grid make_grid(const CliOptions& options) {
   grid.axes = options.sweeps;
   grid.varying = varying_fields(grid.axes);
   grid.configs = expand(base, grid.axes);
+  // A preference trainer's reference is named as TRL resolves it (auto: adapters under PEFT, a
+  // copy under full fine-tuning), in the figures and in every row's key.
+  for (RunConfig& cfg : grid.configs)
+    if (is_preference(cfg)) cfg.reference = reference_of(cfg);
   // Models whose config.json name different dtypes vary the dtype without a dtype axis: a column
   // says which ran in which.
   const auto dtype_differs = [&](const RunConfig& cfg) {
@@ -109,6 +113,11 @@ Grid make_grid(const CliOptions& options) {
   // A mixture of experts' figures say which routing they assume.
   keep("routing", std::any_of(grid.configs.begin(), grid.configs.end(),
                               [](const RunConfig& c) { return is_moe(c.model); }));
+  // A preference trainer's figures say which trainer and reference they are of.
+  const bool preference = std::any_of(grid.configs.begin(), grid.configs.end(),
+                                      [](const RunConfig& c) { return is_preference(c); });
+  keep("trainer", preference);
+  keep("reference", preference);
   for (const RunConfig& cfg : grid.configs) {
     try {
       validate(cfg);

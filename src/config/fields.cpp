@@ -139,7 +139,7 @@ constexpr Field run_choice(std::string_view name, std::string_view help) {
   return f;
 }
 
-const std::array<Field, 35> kFields{{
+const std::array<Field, 37> kFields{{
     // preset: the whole model.
     {"preset",
      FieldKind::text,
@@ -254,6 +254,16 @@ const std::array<Field, 35> kFields{{
         "routing",
         ": how a mixture of experts' routers spread the tokens (balanced: evenly over the "
         "experts; skewed: all on the same top-k experts)"),
+    run_choice<Trainer, &RunConfig::trainer>(
+        "trainer",
+        ": the step of a language-modelling loss (sft), or of TRL's DPOTrainer (a batch of "
+        "chosen/rejected pairs, 2 sequences each) or KTOTrainer (a batch of examples and a KL "
+        "pass over mismatched pairs)"),
+    run_choice<Reference, &RunConfig::reference>(
+        "reference",
+        " (--trainer dpo|kto): the reference model; auto is TRL's default (PEFT: adapters "
+        "disabled; full fine-tuning: a frozen copy in the policy's dtype); precomputed: "
+        "precompute_ref_log_probs=True, no reference forward"),
 }};
 
 // The fields as the other folders see them, in the table's order: a choice's help starts with

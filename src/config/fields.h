@@ -27,7 +27,7 @@ enum class FieldKind {
 using FieldValue =
     std::variant<std::int64_t, double, Arch, Precision, Framework, Attention, Recompute, Optimizer,
                  Scope, AllocatorKind, Finetune, QuantKind, Toggle, Loop, Strategy, Offload,
-                 Routing, LoraTargets, DeviceChoice, ModelConfig>;
+                 Routing, Trainer, Reference, LoraTargets, DeviceChoice, ModelConfig>;
 
 struct FieldInfo {
   std::string_view name;  // CLI spelling: "seq", "kv-heads", "vram"

@@ -63,6 +63,12 @@ constexpr NameTable<Offload, 3> kOffload{
     {{Offload::none, "none"}, {Offload::optimizer, "optimizer"}, {Offload::params, "params"}}};
 constexpr NameTable<Routing, 2> kRouting{
     {{Routing::balanced, "balanced"}, {Routing::skewed, "skewed"}}};
+constexpr NameTable<Trainer, 3> kTrainer{
+    {{Trainer::sft, "sft"}, {Trainer::dpo, "dpo"}, {Trainer::kto, "kto"}}};
+constexpr NameTable<Reference, 4> kReference{{{Reference::automatic, "auto"},
+                                              {Reference::copy, "copy"},
+                                              {Reference::adapters, "adapters"},
+                                              {Reference::precomputed, "precomputed"}}};
 
 constexpr NameTable<Scope, 4> kScope{{{Scope::model, "model"},
                                       {Scope::layer, "layer"},
@@ -168,6 +174,12 @@ std::string_view to_string(Offload v) {
 std::string_view to_string(Routing v) {
   return name_of(kRouting, v);
 }
+std::string_view to_string(Trainer v) {
+  return name_of(kTrainer, v);
+}
+std::string_view to_string(Reference v) {
+  return name_of(kReference, v);
+}
 
 template <>
 EnumNames<Precision> enum_names<Precision>() {
@@ -224,6 +236,14 @@ EnumNames<Offload> enum_names<Offload>() {
 template <>
 EnumNames<Routing> enum_names<Routing>() {
   return kRouting;
+}
+template <>
+EnumNames<Trainer> enum_names<Trainer>() {
+  return kTrainer;
+}
+template <>
+EnumNames<Reference> enum_names<Reference>() {
+  return kReference;
 }
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>() {
@@ -327,6 +347,49 @@ void validate_experts(const RunConfig& cfg) {
               "dispatch bytes");
 }
 
+// A preference trainer's step (docs/preference.md): TRL's, over transformers' model code, on one
+// GPU, without dropout (TRL's disable_dropout).
+void validate_preference(const RunConfig& cfg) {
+  if (!is_preference(cfg)) {
+    if (cfg.reference != Reference::automatic)
+      throw UsageError(fmt::format(
+          "--reference {} is a preference trainer's reference model: add --trainer dpo or kto",
+          to_string(cfg.reference)));
+    return;
+  }
+  const std::string_view trainer = to_string(cfg.trainer);
+  if (framework_of(cfg) != Framework::hf)
+    throw UsageError(fmt::format(
+        "--trainer {} models the step TRL runs over transformers' model code: use --framework "
+        "hf{}",
+        trainer, cfg.framework == Framework::automatic ? fmt::format(" ({})", hf_gap(cfg)) : ""));
+  if (is_distributed(cfg))
+    throw UsageError(fmt::format(
+        "--trainer {} is modelled on one GPU: --gpus {} --strategy {} (a sharded reference model) "
+        "is not yet",
+        trainer, cfg.gpus, to_string(cfg.strategy)));
+  if (cfg.dropout > 0.0)
+    throw UsageError(fmt::format(
+        "--trainer {}: TRL disables the model's dropout (disable_dropout=True); use --dropout 0",
+        trainer));
+  if (cfg.loop != Loop::trainer)
+    throw UsageError(
+        fmt::format("--trainer {} runs in TRL's Trainer: use --loop trainer", trainer));
+  if (cfg.model.router_aux_loss)
+    throw UsageError(fmt::format(
+        "--trainer {} with output_router_logits true (the load-balancing loss) is not modelled "
+        "yet: give the config with output_router_logits false",
+        trainer));
+  if (cfg.reference == Reference::adapters && !is_finetune(cfg))
+    throw UsageError(
+        "--reference adapters disables a PEFT model's adapters: use --finetune lora or qlora, or "
+        "--reference copy or precomputed under full fine-tuning");
+  if (cfg.seq < 2)
+    throw UsageError(fmt::format(
+        "invalid --seq {} for --trainer {}: each sequence scores its next tokens, so at least 2",
+        cfg.seq, trainer));
+}
+
 }  // namespace
 
 void validate(const RunConfig& cfg) {
@@ -401,6 +464,7 @@ void validate(const RunConfig& cfg) {
         cfg.framework == Framework::automatic ? fmt::format(" (auto chose lean: {})", hf_gap(cfg))
                                               : ""));
   validate_distributed(cfg);
+  validate_preference(cfg);
   if (is_moe(m)) validate_experts(cfg);
   if (cfg.finetune == Finetune::qlora && cfg.quant == QuantKind::int8)
     throw UsageError(
@@ -408,7 +472,8 @@ void validate(const RunConfig& cfg) {
         "lora --quant int8)");
 
   // The largest byte counts the program and the estimate form; each must fit in 64 bits.
-  const std::int64_t tokens = checked_mul(cfg.batch, cfg.seq, "batch x seq");
+  const std::int64_t tokens =
+      checked_mul(checked_mul(cfg.batch, rows_per_sample(cfg), "rows"), cfg.seq, "batch x seq");
   checked_mul(checked_mul(tokens, m.vocab, "batch x seq x vocab"), 4, "logits bytes");
   checked_mul(checked_mul(checked_mul(tokens, m.heads, "batch x heads x seq"), cfg.seq,
                           "batch x heads x seq x seq"),

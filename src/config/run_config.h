@@ -60,6 +60,16 @@ enum class Offload { none, optimizer, params };
 // the fewest experts a router can choose). What the executors route by; transformers' grouped_mm
 // dispatch allocates the same bytes for either.
 enum class Routing : std::uint8_t { balanced, skewed };
+// The trainer whose step is modelled (docs/preference.md): sft (a language-modelling loss over the
+// batch), or TRL's preference trainers: dpo (a batch of prompt/chosen/rejected pairs, both
+// completions of a pair in one forward) and kto (a batch of examples, each desirable or not, and
+// a KL term over mismatched pairs).
+enum class Trainer : std::uint8_t { sft, dpo, kto };
+// What a preference trainer compares the policy with: automatic (TRL's default: the adapters
+// disabled under PEFT, else a copy), copy (a frozen second model in the policy's dtype: an explicit
+// ref_model), adapters (the policy's own base with its adapters disabled), precomputed (log-
+// probabilities computed before training, precompute_ref_log_probs=True: no reference forward).
+enum class Reference : std::uint8_t { automatic, copy, adapters, precomputed };
 enum class AllocatorKind { direct, caching };
 
 std::string_view to_string(Precision v);
@@ -76,6 +86,8 @@ std::string_view to_string(Loop v);
 std::string_view to_string(Strategy v);
 std::string_view to_string(Offload v);
 std::string_view to_string(Routing v);
+std::string_view to_string(Trainer v);
+std::string_view to_string(Reference v);
 
 // Every value of an enum above with its name, in declaration order (core/enum_names.h).
 template <>
@@ -106,6 +118,10 @@ template <>
 EnumNames<Offload> enum_names<Offload>();
 template <>
 EnumNames<Routing> enum_names<Routing>();
+template <>
+EnumNames<Trainer> enum_names<Trainer>();
+template <>
+EnumNames<Reference> enum_names<Reference>();
 // The Hugging Face `optim` names of the optimizers ("adamw_torch", "paged_adamw_8bit").
 template <>
 EnumNames<Optimizer> enum_aliases<Optimizer>();
@@ -181,6 +197,8 @@ struct RunConfig {
   Strategy strategy = Strategy::ddp;
   Offload offload = Offload::none;
   Routing routing = Routing::balanced;  // a mixture of experts' routing
+  Trainer trainer = Trainer::sft;
+  Reference reference = Reference::automatic;  // a preference trainer's reference model
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -191,6 +209,22 @@ constexpr bool is_finetune(const RunConfig& c) {
 // The storage of the frozen block linears: --quant, or nf4 under qlora when not given.
 constexpr QuantKind base_quant(const RunConfig& c) {
   return c.finetune == Finetune::qlora && c.quant == QuantKind::none ? QuantKind::nf4 : c.quant;
+}
+
+// A preference trainer's (dpo, kto): TRL's DPOTrainer or KTOTrainer.
+constexpr bool is_preference(const RunConfig& c) {
+  return c.trainer != Trainer::sft;
+}
+// The sequences the model reads per sample of the batch: DPO's batch is of pairs, whose chosen and
+// rejected completions are concatenated into one forward of 2B rows; 1 otherwise.
+constexpr std::int64_t rows_per_sample(const RunConfig& c) {
+  return c.trainer == Trainer::dpo ? 2 : 1;
+}
+// The reference a preference trainer keeps: --reference, or TRL's default where automatic (PEFT:
+// the adapters disabled; full fine-tuning: a copy of the model).
+constexpr Reference reference_of(const RunConfig& c) {
+  if (c.reference != Reference::automatic) return c.reference;
+  return is_finetune(c) ? Reference::adapters : Reference::copy;
 }
 
 // The ranks a strategy shards parameters, gradients or optimizer state over: 1 for ddp and

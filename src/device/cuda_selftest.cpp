@@ -90,6 +90,13 @@ RunConfig experts_lora(RunConfig c) {
   return c;
 }
 
+// TRL's preference trainer `trainer` against `reference`: the fused LM head's tiles and the loss.
+RunConfig preference(RunConfig c, Trainer trainer, Reference reference) {
+  c.trainer = trainer;
+  c.reference = reference;
+  return c;
+}
+
 // One rank's step of `ranks` under `strategy`: the collectives' copies and casts.
 RunConfig rank_of(RunConfig c, Strategy strategy, std::int64_t ranks) {
   c.strategy = strategy;
@@ -193,6 +200,22 @@ std::vector<SelftestConfig> selftest_configs() {
       {"mixtral bf16 flash qlora nf4 hf",
        hf(finetune(family("tiny-mixtral", Precision::bf16, Attention::flash), Finetune::qlora,
                    QuantKind::nf4, Toggle::on, 8, 0.0))},
+      // Preference trainers: DPO's pairs through a trainable tied head and a frozen copy (the
+      // tiles in the head's dtype), KTO's KL and reference forwards with the adapters off under
+      // QLoRA's autocast (the tiles' rows cast to bf16), DPO under autocast with a trainable head
+      // and precomputed reference log-probabilities (the head's gradient through the cast rows).
+      {"gpt bf16 flash dpo copy hf",
+       preference(hf(small(Arch::gpt, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0)),
+                  Trainer::dpo, Reference::copy)},
+      {"llama bf16 flash qlora nf4 kto adapters hf",
+       preference(
+           hf(finetune(small(Arch::llama, Precision::bf16, Attention::flash, Optimizer::adamw, 0.0),
+                       Finetune::qlora, QuantKind::nf4, Toggle::on, 8, 0.0)),
+           Trainer::kto, Reference::adapters)},
+      {"llama amp-bf16 eager dpo precomputed hf",
+       preference(
+           hf(small(Arch::llama, Precision::amp_bf16, Attention::eager, Optimizer::adamw, 0.0)),
+           Trainer::dpo, Reference::precomputed)},
   };
 }
 
@@ -203,7 +226,8 @@ bool is_gemm(OpKind k) {
          k == OpKind::attn_values || k == OpKind::attn_values_bwd || k == OpKind::attn_scores_bwd ||
          k == OpKind::linear_dgrad || k == OpKind::lora_fwd || k == OpKind::lora_bwd ||
          k == OpKind::grouped_linear_fwd || k == OpKind::grouped_linear_bwd ||
-         k == OpKind::expert_lora_fwd || k == OpKind::expert_lora_bwd;
+         k == OpKind::expert_lora_fwd || k == OpKind::expert_lora_bwd || k == OpKind::logprob_fwd ||
+         k == OpKind::logprob_bwd;
 }
 
 // Tolerance for one op's outputs, scaled to the storage type the step runs in.

@@ -26,6 +26,7 @@ NLOHMANN_JSON_SERIALIZE_ENUM(
                          {MemoryComponent::gathered_parameters, "gathered_parameters"},
                          {MemoryComponent::communication_buffers, "communication_buffers"},
                          {MemoryComponent::host_offload, "host_offload"},
+                         {MemoryComponent::reference_weights, "reference_weights"},
                          {MemoryComponent::saved_activations, "saved_activations"},
                          {MemoryComponent::norm_statistics, "norm_statistics"},
                          {MemoryComponent::recomputed_activations, "recomputed_activations"},
@@ -34,6 +35,7 @@ NLOHMANN_JSON_SERIALIZE_ENUM(
                          {MemoryComponent::scope_inputs, "scope_inputs"},
                          {MemoryComponent::logits_and_loss, "logits_and_loss"},
                          {MemoryComponent::embedding_dropout_mask, "embedding_dropout_mask"},
+                         {MemoryComponent::reference_forward, "reference_forward"},
                          {MemoryComponent::allocator_fragmentation, "allocator_fragmentation"},
                      })
 

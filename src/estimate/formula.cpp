@@ -156,8 +156,18 @@ Formula formula(const RunConfig& cfg, Bytes context) {
     activations = checked_add(checked_mul(m.layers, layer, "activations"),
                               checked_mul(moe_layers, moe, "moe activations"), "activations");
   }
-  f.activations = checked_mul(activations, scale, "activations");
-  f.logits = checked_mul(checked_mul(cfg.seq, m.vocab, "s*V"), 4, "logits");
+  // A preference trainer's sample is rows_per_sample sequences (DPO's pair), each with its
+  // activations and logits; a reference copy is one more model in the weights' dtype (the
+  // textbook's policy plus reference; the reference's forward keeps nothing).
+  const std::int64_t rows = rows_per_sample(cfg);
+  f.activations = checked_mul(checked_mul(activations, scale, "activations"), rows, "rows");
+  f.logits =
+      checked_mul(checked_mul(checked_mul(cfg.seq, m.vocab, "s*V"), 4, "logits"), rows, "rows");
+  if (is_preference(cfg) && reference_of(cfg) == Reference::copy) {
+    const Bytes copy = is_finetune(cfg) ? frozen_base_bytes(cfg, f.parameters, weight_bytes)
+                                        : checked_mul(f.parameters, weight_bytes, "reference");
+    f.model_state = checked_add(f.model_state, share(copy, weights_split), "reference");
+  }
   return f;
 }
 

@@ -18,12 +18,15 @@ struct Formula {
   std::int64_t adapter_parameters = 0;  // LoRA's A and B over the targets; 0 for full training
   // Full training: P times weight + gradient + fp32 master (16-bit weights with an optimizer) +
   // optimizer state bytes, divided over the ranks as the ZeRO paper divides them (stage 1 the
-  // master and state, stage 2 the gradients, stage 3 and FSDP the weights). LoRA / QLoRA: the frozen base, P times 2 or 4 bytes (lora), 1 (int8)
-  // or 4 bits plus the absmax (4-bit), and the adapters in fp32 with their gradients and state.
+  // master and state, stage 2 the gradients, stage 3 and FSDP the weights). LoRA / QLoRA: the
+  // frozen base, P times 2 or 4 bytes (lora), 1 (int8) or 4 bits plus the absmax (4-bit), and the
+  // adapters in fp32 with their gradients and state. A preference trainer's reference copy adds the
+  // model once more in the weights' dtype.
   Bytes model_state = 0;
   Bytes context = 0;      // the CUDA context, as the caller gives it
-  Bytes activations = 0;  // per sample: Korthikanti's per layer times L (the recompute's form)
-  Bytes logits = 0;       // per sample: the [S, V] logits in fp32, what the loss reads
+  // Per sample (of a DPO batch: per pair, its two sequences):
+  Bytes activations = 0;  // Korthikanti's per layer times L (the recompute's form)
+  Bytes logits = 0;       // the [S, V] logits in fp32, what the loss reads
   Bytes fixed() const;
   Bytes per_sample() const;
   Bytes peak(std::int64_t batch) const;  // fixed + batch * per_sample (checked)

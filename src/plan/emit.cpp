@@ -354,11 +354,23 @@ std::string plan_hf_snippet(const Plan& plan) {
   if (is_finetune(cfg))
     out += fmt::format("from peft import LoraConfig, get_peft_model{}\n",
                        quantised ? ", prepare_model_for_kbit_training" : "");
-  out += fmt::format("from transformers import AutoModelForCausalLM, {}TrainingArguments\n\n",
-                     quantised ? "BitsAndBytesConfig, " : "");
-  out += fmt::format(
-      "max_seq_length = {}  # tokenise or pack to this length (TRL's SFTConfig: max_length)\n\n",
-      cfg.seq);
+  const bool preference = is_preference(cfg);
+  // TRL's trainer and its config for a preference trainer: DPOConfig, KTOConfig.
+  const std::string trl = cfg.trainer == Trainer::dpo ? "DPO" : "KTO";
+  if (preference) {
+    out += fmt::format("from transformers import AutoModelForCausalLM{}\n",
+                       quantised ? ", BitsAndBytesConfig" : "");
+    out += fmt::format("from trl import {0}Config, {0}Trainer\n\n", trl);
+    out += fmt::format(
+        "max_length = {}  # prompt + completion of each sequence, padded or truncated to it\n\n",
+        cfg.seq);
+  } else {
+    out += fmt::format("from transformers import AutoModelForCausalLM, {}TrainingArguments\n\n",
+                       quantised ? "BitsAndBytesConfig, " : "");
+    out += fmt::format(
+        "max_seq_length = {}  # tokenise or pack to this length (TRL's SFTConfig: max_length)\n\n",
+        cfg.seq);
+  }
   if (quantised) {
     out += "bnb_config = BitsAndBytesConfig(\n";
     if (q == QuantKind::int8) {
@@ -405,11 +417,24 @@ std::string plan_hf_snippet(const Plan& plan) {
         python_bool(ckpt),
         ckpt ? ",\n#     gradient_checkpointing_kwargs={\"use_reentrant\": False}" : "");
   if (is_finetune(cfg)) out += "# model = get_peft_model(model, lora_config)\n";
+  const Reference reference = preference ? reference_of(cfg) : Reference::automatic;
+  if (reference == Reference::copy)
+    out +=
+        "# ref_model = AutoModelForCausalLM.from_pretrained(MODEL, **model_kwargs)"
+        "  # the frozen copy planned\n";
   out += "\n";
-  out += "training_args = TrainingArguments(\n";
+  out += preference ? fmt::format("training_args = {}Config(\n", trl)
+                    : std::string("training_args = TrainingArguments(\n");
   out += "    output_dir=\"out\",\n";
-  out += fmt::format("    per_device_train_batch_size={},\n",
-                     std::max<std::int64_t>(plan.choice.micro_batch, 1));
+  out += fmt::format("    per_device_train_batch_size={},{}\n",
+                     std::max<std::int64_t>(plan.choice.micro_batch, 1),
+                     cfg.trainer == Trainer::dpo   ? "  # pairs (chosen and rejected)"
+                     : cfg.trainer == Trainer::kto ? "  # examples"
+                                                   : "");
+  if (preference) {
+    out += "    max_length=max_length,\n";
+    if (reference == Reference::precomputed) out += "    precompute_ref_log_probs=True,\n";
+  }
   out += fmt::format("    gradient_accumulation_steps={},\n", plan_grad_accum(plan));
   out += fmt::format("    gradient_checkpointing={},\n", python_bool(ckpt));
   // Non-reentrant checkpointing is modelled (transformers' default; the reentrant kind peaks the
@@ -428,6 +453,15 @@ std::string plan_hf_snippet(const Plan& plan) {
         cfg.dtype == Precision::bf16 ? "bf16" : "fp16", torch_dtype(cfg.dtype));
   if (cfg.dtype == Precision::tf32) out += "    tf32=True,\n";
   out += ")\n";
+  if (preference) {
+    out += fmt::format(
+        "# trainer = {}Trainer(model=model, ref_model={}, args=training_args,\n"
+        "#                     train_dataset=DATASET)\n",
+        trl, reference == Reference::copy ? "ref_model" : "None");
+    if (reference == Reference::adapters)
+      out +=
+          "# (ref_model=None under PEFT: the reference is the model with its adapters disabled)\n";
+  }
   return out;
 }
 
@@ -435,6 +469,7 @@ std::string plan_axolotl_yaml(const Plan& plan) {
   const RunConfig& cfg = plan.config;
   const QuantKind q = base_quant(cfg);
   std::string out = header_comment(plan, "#");
+  if (is_preference(cfg)) out += fmt::format("rl: {}\n", to_string(cfg.trainer));
   out += fmt::format("sequence_len: {}\n", cfg.seq);
   out += fmt::format("micro_batch_size: {}\n", std::max<std::int64_t>(plan.choice.micro_batch, 1));
   out += fmt::format("gradient_accumulation_steps: {}\n", plan_grad_accum(plan));

@@ -128,6 +128,13 @@ struct BlockWeights {
   Linear gate_up;       // its experts' gate|up [E,2I,H]
   Linear down;          // its experts' down [E,H,I]
   bool moe() const { return router.present(); }
+  // The block as PEFT's disable_adapter() runs it: its base linears alone.
+  BlockWeights without_adapters() const {
+    BlockWeights w = *this;
+    for (Linear* lin : {&w.qkv, &w.proj, &w.fc, &w.up, &w.out, &w.router, &w.gate_up, &w.down})
+      lin->lora.clear();
+    return w;
+  }
 
   // Files a module's parameters under its slot.
   void set(WeightPart part, Norm norm) {
@@ -201,6 +208,16 @@ inline Name module_name(const Name& linear, LoraModule module, std::size_t count
   return linear.substr(0, linear.rfind('.') + 1) + Name(peft.substr(0, 1));
 }
 
+// TRL's chunked LM head (preference trainers, build_hf_preference.cpp) projects at most this many
+// tokens (TOKEN_CHUNK_SIZE) by this many vocabulary columns (_CHUNKED_LOGPROB_CHUNK_SIZE) at once.
+inline constexpr std::int64_t kLogprobTileTokens = 4096;
+inline constexpr std::int64_t kLogprobTileColumns = 32768;
+// Whether the head's tile is full at `batch` (its rows no longer grow with the batch): the
+// positions it scores, rows x (S - 1), reach kLogprobTileTokens.
+inline bool logprob_tile_full(const RunConfig& cfg, std::int64_t batch) {
+  return is_preference(cfg) && batch * rows_per_sample(cfg) * (cfg.seq - 1) >= kLogprobTileTokens;
+}
+
 // The step's sizes, as both builders name them (a builder derives from it): batch B, sequence S,
 // hidden H, heads A, key/value heads K, head size D, q|k|v width Q, attention output width AD
 // (A·D: H unless the model gives its own head size), MLP width F, vocabulary V,
@@ -208,7 +225,7 @@ inline Name module_name(const Name& linear, LoraModule module, std::size_t count
 // written with them says so.
 struct StepShape {
   explicit StepShape(const RunConfig& cfg)
-      : B_(cfg.batch, 1),
+      : B_(checked_mul(cfg.batch, rows_per_sample(cfg), "rows"), rows_per_sample(cfg)),
         S_(cfg.seq),
         H_(cfg.model.hidden),
         A_(cfg.model.heads),
@@ -218,7 +235,7 @@ struct StepShape {
         AD_(A_ * D_),
         F_(cfg.model.ffn),
         V_(cfg.model.vocab),
-        M_(checked_mul(cfg.batch, S_, "batch x seq"), S_) {}
+        M_(checked_mul(B_.size, S_, "batch x seq"), S_ * rows_per_sample(cfg)) {}
 
   Dims bsh() const { return {B_, S_, H_}; }
   Dims bs_ad() const { return {B_, S_, AD_}; }  // the attention's output
@@ -342,7 +359,9 @@ class ProgramWriter {
     for (const Dim& d : dims) shape.push_back(d.size);
     if (!component)
       component = name.ends_with(kRecomputeSuffix) ? MemoryComponent::recomputed_activations
-                                                   : default_component(role);
+                  : no_grad_pass() && name.ends_with(recompute_suffix_)
+                      ? MemoryComponent::reference_forward
+                      : default_component(role);
     const int id = p_.add_tensor(std::move(name), std::move(shape), dtype, role, *component);
     for (std::size_t i = 0; i < dims.size(); ++i)
       if (dims[i].per_sample != 0)
@@ -414,11 +433,15 @@ class ProgramWriter {
     return pass;
   }
   static Pass recompute_pass() { return {.recompute = true}; }
-  // A tensor's name in `pass`: a recompute's tensors end in the recompute suffix.
-  static Name suffixed(const Pass& pass, Name name) {
-    if (pass.recompute) name += kRecomputeSuffix;
+  // A tensor's name in `pass`: a recompute's tensors end in the recompute suffix (a forward under
+  // no_grad's in its own, recompute_suffix_).
+  Name suffixed(const Pass& pass, Name name) const {
+    if (pass.recompute) name += recompute_suffix_;
     return name;
   }
+  // Whether the recompute passes are a forward under torch.no_grad (a preference trainer's
+  // reference and KL forwards): what they make is read by nothing after them.
+  bool no_grad_pass() const { return recompute_suffix_ != kRecomputeSuffix; }
   // The role of what the backward reads: an activation of a kept forward; a recompute's are
   // transient.
   static Role saved(const Pass& pass) {
@@ -428,7 +451,7 @@ class ProgramWriter {
   static Dims fixed(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
   Op& op(OpKind kind, Name name, TensorIds inputs, TensorIds outputs, int layer,
          bool recompute = false) {
-    if (recompute) name += kRecomputeSuffix;
+    if (recompute) name += recompute_suffix_;
     Op& o = p_.add_op(kind, std::move(name), std::move(inputs), std::move(outputs));
     o.layer = layer;
     o.recompute = recompute;
@@ -567,7 +590,8 @@ class ProgramWriter {
   // weight is [E, out, in], and their adapter PEFT's ParamWrapper's, A [E r, in] and B [out, E r].
   template <typename MakeWeight, typename MakeAdapter>
   Linear linear_of(const Name& name, const WeightModule& module, QuantKind quant,
-                   int& adapter_index, MakeWeight make_weight, MakeAdapter make_adapter) {
+                   int& adapter_index, MakeWeight make_weight, MakeAdapter make_adapter,
+                   bool adapters = true) {
     const RunConfig& cfg = p_.config;
     const std::span<const ModuleRows> modules = module.modules();
     const std::int64_t in = module.cols;
@@ -589,7 +613,7 @@ class ProgramWriter {
       }
     }
     if (module.bias) lin.b = make_weight(name + ".b", Shape{lin.out}, true);
-    if (!is_finetune(cfg)) return lin;
+    if (!is_finetune(cfg) || !adapters) return lin;
     std::int64_t col = 0;
     for (const auto& [target, rows] : modules) {
       if (lora_targets_module(cfg.lora_targets, cfg.model, target)) {
@@ -718,6 +742,8 @@ class ProgramWriter {
   }
 
   Program p_;
+  // What a recompute pass's names end in: kRecomputeSuffix, or a no_grad forward's own (".ref").
+  std::string_view recompute_suffix_ = kRecomputeSuffix;
   Bytes gemm_workspace_;
   int workspaces_[2] = {-1, -1};  // the main thread's, the autograd thread's
   bool per_thread_workspaces_ = false, autograd_thread_ = false;

@@ -69,6 +69,13 @@ void HfBuilder::build_model() {
   if (eager_) mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient);
   if (!gpt_) cos_sin_ = tensor("rope.cos_sin", {2, S_, D_}, wdt_, Role::activation);
 
+  // A preference trainer's reference and KTO's KL forward under no_grad, before the policy's.
+  const bool preference = is_preference(cfg_);
+  HfPreference pref;
+  if (preference) pref = preference_setup(description, params, weights);
+  if (pref.kl_tokens >= 0)
+    pref.kl = no_grad_forward(".kl", pref.kl_tokens, pref.kl_targets, params, weights);
+
   const HfEmbeddings embeddings = embeddings_fwd(tokens, params, x0_grad);
   const Pass pass = forward_pass();
   std::vector<HfBlockTensors> blocks;
@@ -79,11 +86,14 @@ void HfBuilder::build_model() {
     x = blocks.back().x_out;
     x_grad = blocks.back().x_mid_grad || blocks.back().mlp_grad;
   }
-  HfHead head = head_fwd(x, x_grad, params, targets);
+  HfHead head = preference ? logprob_head_fwd(x, x_grad, params, targets, Pass{})
+                           : head_fwd(x, x_grad, params, targets);
+  if (preference) preference_loss_fwd(head, tokens, targets, pref);
   if (m.router_aux_loss) aux_loss_fwd(blocks);
 
   if (m.router_aux_loss) aux_loss_bwd(blocks);
-  int dx = head_bwd(head, params, targets);
+  int dx = preference ? logprob_head_bwd(head, preference_loss_bwd(head, pref), params)
+                      : head_bwd(head, params, targets);
   for (int l = static_cast<int>(m.layers) - 1; l >= 0 && dx >= 0; --l) {
     const BlockWeights& w = weights[static_cast<std::size_t>(l)];
     HfBlockTensors b = blocks[static_cast<std::size_t>(l)];
@@ -93,24 +103,27 @@ void HfBuilder::build_model() {
   embeddings_bwd(dx, tokens, params, embeddings, head.tied_grad);
 }
 
-// Embeddings (not autocast: fp32 under autocast), then the embedding dropout.
-HfEmbeddings HfBuilder::embeddings_fwd(int tokens, const ModelParams& params, bool x0_grad) {
+// Embeddings (not autocast: fp32 under autocast), then the embedding dropout; in `pass` (a
+// forward under no_grad is a recompute pass of its own names).
+HfEmbeddings HfBuilder::embeddings_fwd(int tokens, const ModelParams& params, bool x0_grad,
+                                       const Pass& pass) {
   HfEmbeddings e;
-  e.x0 = tensor("x0", bsh(), wdt_, x0_grad ? Role::activation : Role::transient);
+  e.x0 = tensor(suffixed(pass, "x0"), bsh(), wdt_, x0_grad ? Role::activation : Role::transient);
   TensorIds embed_in{tokens, params.wte.w};
   if (gpt_) embed_in.push_back(params.wpe.w);
   e.out = e.x0;
   if (dropout_ && gpt_) e.out = tensor("embed.out", bsh(), wdt_, Role::transient);
-  Op& embed = embed_attrs(op(OpKind::embedding_fwd, "embed", std::move(embed_in), {e.out}, -1));
+  Op& embed = embed_attrs(
+      op(OpKind::embedding_fwd, "embed", std::move(embed_in), {e.out}, -1, pass.recompute));
   // Gemma's scaled embedding: the lookup's output times sqrt(hidden), a new tensor.
   if (cfg_.model.embed_scale)
-    embed.held.push_back(tensor("embed.unscaled", bsh(), wdt_, Role::transient));
+    embed.held.push_back(tensor(suffixed(pass, "embed.unscaled"), bsh(), wdt_, Role::transient));
   // Token and position embeddings are separate tensors before their sum.
   // Under fine-tuning with input gradients the token embeddings are a leaf that requires grad,
   // which its AccumulateGrad node holds until the backward ends.
   e.leaf = finetune_ && x0_grad;
   if (gpt_)
-    embed.held.push_back(e.tokens = tensor("embed.tokens", bsh(), wdt_,
+    embed.held.push_back(e.tokens = tensor(suffixed(pass, "embed.tokens"), bsh(), wdt_,
                                            e.leaf ? Role::activation : Role::transient));
   if (dropout_ && gpt_) {
     e.mask = tensor("embed.mask", bsh(), mask_dtype(e.out), Role::activation,

@@ -753,9 +753,11 @@ class LeanBuilder : private LeanLinears {
 
 int structure_key(const RunConfig& cfg, std::int64_t batch) {
   if (framework_of(cfg) != Framework::hf) return 0;
-  return build_common::hf_query_is_a_view(cfg, batch) != build_common::hf_query_is_a_view(cfg, 2)
-             ? 1
-             : 0;
+  const int view =
+      build_common::hf_query_is_a_view(cfg, batch) != build_common::hf_query_is_a_view(cfg, 2) ? 1
+                                                                                               : 0;
+  // A preference trainer's LM head tile stops growing once full.
+  return view + (build_common::logprob_tile_full(cfg, batch) ? 2 : 0);
 }
 
 Program build_program(const RunConfig& cfg, Bytes gemm_workspace) {

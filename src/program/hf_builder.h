@@ -13,6 +13,7 @@
 // values where the kernel keeps the packed q|k|v), the operand stands for them.
 #pragma once
 
+#include <string_view>
 #include <vector>
 
 #include "config/run_config.h"
@@ -94,6 +95,23 @@ struct HfHead {
   int logits_f32 = -1;  // what the loss reads: the logits, or their fp32 copy
   int lse = -1;
   int tied_grad = -1;  // a tied lm head's gradient, which the embedding's joins (head_bwd)
+  // A preference trainer's fused head (build_hf_preference.cpp): the per-token log-probabilities,
+  // their log-sum-exps and entropies, which its backward reads, and what it reads x from: the
+  // copy of the final norm's output without each row's last position, or that output itself.
+  int logp = -1, logz = -1, entropy = -1, xs = -1;
+  int targets = -1;
+};
+
+// A preference trainer's step beside the policy's forward (build_hf_preference.cpp): the
+// reference's parameters (a frozen copy, or the policy's with the adapters off), KTO's KL inputs,
+// and the per-token log-probabilities the loss reads.
+struct HfPreference {
+  ModelParams ref_params;
+  std::vector<BlockWeights> ref_weights;
+  int kl_tokens = -1, kl_targets = -1;  // kto: the mismatched pairs' sequences
+  int kl = -1;                          // kto: the policy's on them, under no_grad
+  int ref = -1, ref_kl = -1;            // the reference's (or precomputed inputs)
+  TensorIds loss_in;                    // what the loss reads
 };
 
 // What the embeddings made in the forward that their backward reads.
@@ -199,11 +217,24 @@ class HfBuilder : private HfLinears {
 
   // ---- the model (build_hf_model.cpp) -------------------------------------------------------
   void build_model();
-  HfEmbeddings embeddings_fwd(int tokens, const ModelParams& params, bool x0_grad);
+  HfEmbeddings embeddings_fwd(int tokens, const ModelParams& params, bool x0_grad,
+                              const Pass& pass = Pass{});
   HfHead head_fwd(int x, bool x_grad, const ModelParams& params, int targets);
   int head_bwd(HfHead& head, const ModelParams& params, int targets);
   void embeddings_bwd(int dx, int tokens, const ModelParams& params, const HfEmbeddings& e,
                       int lm_head_grad);
+
+  // ---- preference training (build_hf_preference.cpp) ---------------------------------------
+  HfPreference preference_setup(const ModelWeights& description, const ModelParams& params,
+                                const std::vector<BlockWeights>& weights);
+  int no_grad_forward(std::string_view suffix, int tokens, int targets, const ModelParams& params,
+                      const std::vector<BlockWeights>& weights);
+  HfHead logprob_head_fwd(int x, bool x_grad, const ModelParams& params, int targets,
+                          const Pass& pass);
+  TensorIds logprob_scratch(const Name& name, int hidden, const Pass& pass, int cpu_tiles);
+  void preference_loss_fwd(const HfHead& head, int tokens, int targets, HfPreference& pref);
+  int preference_loss_bwd(const HfHead& head, const HfPreference& pref);
+  int logprob_head_bwd(HfHead& head, int dlogp, const ModelParams& params);
 
   // ---- optimizer (build_hf_optimizer.cpp) ---------------------------------------------------
   void add_optimizer();

@@ -73,7 +73,7 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // `name` in `dtype` (a new tensor made by a cast op), or x itself when it has that dtype.
   int cast(int x, DType dtype, const Name& name, Role role, int layer, bool recompute) {
     if (dtype_of(x) == dtype) return x;
-    const int y = tensor(recompute ? name + kRecomputeSuffix : name, dims_of(x), dtype, role);
+    const int y = tensor(recompute ? name + recompute_suffix_ : name, dims_of(x), dtype, role);
     op(OpKind::cast, name + ".cast", {x}, {y}, layer, recompute);
     return y;
   }
@@ -137,15 +137,17 @@ class HfLinears : protected build_common::StepShape, protected build_common::Pro
   // A block linear of the weights description: trainable under full training; else frozen,
   // stored quantised under --quant (its bias then in the compute dtype, as Linear4bit casts it in
   // its first forward), with an adapter on each targeted module.
-  Linear linear(const Name& name, const WeightModule& module, int layer) {
-    const Train train = finetune_ ? Train::frozen : Train::full;
+  // `adapters` false: a reference model's copy, frozen and without adapters.
+  Linear linear(const Name& name, const WeightModule& module, int layer, bool adapters = true) {
+    const Train train = finetune_ || !adapters ? Train::frozen : Train::full;
     return linear_of(
         name, module, quant_, adapters_in_layer_,
         [&](const Name& n, Shape shape, bool is_bias) {
           return weight(n, shape, layer, train,
                         is_bias && quant_ != QuantKind::none ? std::optional(cdt_) : std::nullopt);
         },
-        [&](const Name& n, Shape shape) { return weight(n, shape, layer, Train::adapter); });
+        [&](const Name& n, Shape shape) { return weight(n, shape, layer, Train::adapter); },
+        adapters);
   }
 
   // Block l's parameters as the weights description lists them (`modules`).

@@ -105,7 +105,7 @@ class LeanLinears : protected build_common::StepShape, protected build_common::P
   int weight_operand(const Linear& lin, int layer, bool recompute, bool backward) {
     if (lin.quant.empty()) return lin.w.w;
     const Name name = lin.name + (backward ? ".w.dq.bwd" : ".w.dq");
-    const int w = tensor(recompute ? name + kRecomputeSuffix : name, {lin.out, lin.in}, act_,
+    const int w = tensor(recompute ? name + recompute_suffix_ : name, {lin.out, lin.in}, act_,
                          Role::transient, MemoryComponent::dequant_transient);
     dequantize(lin.quant, w, quant_, layer, recompute, backward);
     return w;

@@ -28,6 +28,8 @@ enum class MemoryComponent : std::uint8_t {
   gathered_parameters,    // the parameters of the modules gathered now, and the all-gather buffers
   communication_buffers,  // reduce-scatter buffers, ZeRO's fp32 gradient partition, DDP's buckets
   host_offload,           // what --offload keeps in host memory: reported, never on the device
+  // Preference training (docs/preference.md).
+  reference_weights,  // the reference model's copy of the weights (--reference copy)
   // Per sample.
   saved_activations,
   norm_statistics,
@@ -37,6 +39,7 @@ enum class MemoryComponent : std::uint8_t {
   scope_inputs,  // the activation entering a layer, mlp or attention scope and its gradient
   logits_and_loss,
   embedding_dropout_mask,
+  reference_forward,        // what the reference and KL forwards make under no_grad
   allocator_fragmentation,  // caching allocator: what it reserves beyond the tensors (a replay)
 };
 

@@ -167,6 +167,9 @@ struct Op {
   bool norm_topk = false;
   // The load-balancing loss's coefficient (router_aux_coef) on its kinds.
   float aux_coef = 0.0f;
+  // preference_loss(_bwd): the trainer's loss (dpo or kto) and its beta (TRL's default 0.1).
+  Trainer trainer = Trainer::sft;
+  float beta = 0.0f;
   bool operator==(const Op&) const = default;
 };
 

@@ -140,6 +140,10 @@ void check_op(const Program& program, const Op& op) {
   if (uses.aux ? !(op.aux_coef > 0.0f) : op.aux_coef != 0.0f)
     fail(op, fmt::format("load-balancing coefficient {} {}", op.aux_coef,
                          uses.aux ? "is not positive" : "on a kind without the loss"));
+  if (uses.preference ? op.trainer == Trainer::sft || !(op.beta > 0.0f)
+                      : op.trainer != Trainer::sft || op.beta != 0.0f)
+    fail(op, fmt::format("trainer {} with beta {} {}", to_string(op.trainer), op.beta,
+                         uses.preference ? "is not a preference loss's" : "on a kind without one"));
   const bool capped = op.kind == OpKind::softcap_fwd || op.kind == OpKind::softcap_bwd;
   if (uses.softcap ? !(capped ? op.softcap > 0.0f : op.softcap >= 0.0f) : op.softcap != 0.0f)
     fail(op, fmt::format("softcap {} {}", op.softcap,

@@ -47,6 +47,7 @@ struct OpAttrs {
   bool softcap = false;      // softcap: > 0 for the softcap kinds, >= 0 for fused attention
   bool routing = false;      // router_topk(_bwd): routing and norm_topk
   bool aux = false;          // the load-balancing loss: aux_coef > 0
+  bool preference = false;   // preference_loss(_bwd): trainer dpo or kto, beta > 0
 };
 
 struct OpSignature {

@@ -440,12 +440,29 @@ std::string recipe_text(const std::vector<RunConfig>& configs) {
     }
     return fmt::format("{}", fmt::join(seen, "/"));
   };
-  return fmt::format("dtype {}, finetune {}, quant {}, optimizer {}, recompute {}",
-                     values([](const RunConfig& c) { return to_string(c.dtype); }),
-                     values([](const RunConfig& c) { return to_string(c.finetune); }),
-                     values([](const RunConfig& c) { return to_string(base_quant(c)); }),
-                     values([](const RunConfig& c) { return to_string(c.optimizer); }),
-                     values([](const RunConfig& c) { return to_string(c.recompute); }));
+  std::string text =
+      fmt::format("dtype {}, finetune {}, quant {}, optimizer {}, recompute {}",
+                  values([](const RunConfig& c) { return to_string(c.dtype); }),
+                  values([](const RunConfig& c) { return to_string(c.finetune); }),
+                  values([](const RunConfig& c) { return to_string(base_quant(c)); }),
+                  values([](const RunConfig& c) { return to_string(c.optimizer); }),
+                  values([](const RunConfig& c) { return to_string(c.recompute); }));
+  // A preference trainer's batch is not SFT's: the summary says what one sample of it is.
+  if (std::any_of(configs.begin(), configs.end(),
+                  [](const RunConfig& c) { return is_preference(c); })) {
+    text += fmt::format(
+        ", trainer {} (a batch of {}), reference {}",
+        values([](const RunConfig& c) { return to_string(c.trainer); }),
+        values([](const RunConfig& c) {
+          return c.trainer == Trainer::dpo   ? "pairs: chosen and rejected, 2 sequences each"
+                 : c.trainer == Trainer::kto ? "examples, each with a KL sequence"
+                                             : "sequences";
+        }),
+        values([](const RunConfig& c) {
+          return is_preference(c) ? to_string(reference_of(c)) : std::string_view("none");
+        }));
+  }
+  return text;
 }
 
 bool is_search_table(const Table& table) {
