@@ -1,6 +1,7 @@
 // The hf step program against PyTorch's own count: every row of tests/data/torch_reference.json in
 // scope (full training; attention that ran a fused kernel) and every row of
-// tests/data/torch_finetune_reference.json (PEFT LoRA, bitsandbytes QLoRA, 8-bit AdamW) is rebuilt
+// tests/data/torch_finetune_reference.json (PEFT LoRA, bitsandbytes QLoRA, 8-bit AdamW),
+// torch_moe_reference.json and trl_reference.json (TRL's DPO and KTO steps) is rebuilt
 // at its configuration and batch, replayed on the sim device, and its tensor peak compared with
 // the measured peak, and per-sample bytes (peak at batch 2 - peak at batch 1) with the measured
 // ones.
@@ -183,6 +184,50 @@ std::vector<Row> moe_rows() {
   return rows;
 }
 
+// The preference rows (tests/data/trl_reference.json): TRL's DPOTrainer and KTOTrainer over small
+// Llama and GPT-2 models in bf16, full fine-tuning and PEFT LoRA (its default targets), each
+// reference (a frozen copy, the adapters disabled, precomputed log-probabilities), with and
+// without checkpointing, torch AdamW, sdpa.
+std::vector<Row> preference_rows() {
+  const nlohmann::json doc = read_reference("trl_reference.json");
+  std::vector<Row> rows;
+  for (const nlohmann::json& r : doc.at("rows")) {
+    Row row;
+    RunConfig& cfg = row.cfg;
+    cfg.framework = Framework::hf;
+    cfg.model = reference_model(r.at("model"));
+    const std::string trainer = r.at("trainer"), finetune = r.at("finetune"),
+                      reference = r.at("reference");
+    cfg.trainer = trainer == "dpo" ? Trainer::dpo : Trainer::kto;
+    cfg.reference = reference == "copy"       ? Reference::copy
+                    : reference == "adapters" ? Reference::adapters
+                                              : Reference::precomputed;
+    cfg.finetune = finetune == "lora" ? Finetune::lora : Finetune::full;
+    cfg.dtype = Precision::bf16;
+    if (cfg.finetune == Finetune::lora) {
+      cfg.lora_rank = 8;
+      cfg.lora_alpha = 16;
+      cfg.lora_targets = parse_lora_targets("peft-default");
+    }
+    cfg.attention = Attention::flash;
+    cfg.dropout = 0.0;
+    cfg.recompute = r.at("checkpointing") == "off" ? Recompute::none : Recompute::full;
+    cfg.optimizer = Optimizer::adamw;
+    cfg.seq = r.at("seq");
+    row.batch = r.at("batch");
+    cfg.batch = row.batch;
+    row.options.device = HfOptions::Device::cpu;
+    row.measured = r.at("peak_bytes");
+    row.forward = r.at("forward_bytes");
+    row.phase = r.at("phase");
+    row.key = fmt::format("{} {} {} ref={} ckpt={} S={}", std::string(r.at("model")), trainer,
+                          finetune, reference, std::string(r.at("checkpointing")), cfg.seq);
+    validate(cfg);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 Bytes sim_tensor_peak(const Row& row) {
   const Program program = build_hf_program(row.cfg, 0, row.options);
   auto source = make_virtual_source(Bytes{1} << 50);
@@ -282,6 +327,15 @@ TEST(HfReference, PeaksAndPerSampleBytesWithinTolerance) {
 TEST(HfReference, FinetunePeaksAndPerSampleBytesWithinTolerance) {
   const std::vector<Row> rows = finetune_rows();
   ASSERT_EQ(rows.size(), 230u);
+  expect_within_tolerance(rows, kFinetuneTolerance);
+}
+
+// Preference training: all 80 rows of TRL's DPO and KTO steps, each peak, the live bytes when the
+// loss is formed and DPO's per-sample bytes (per pair), held to the fine-tuning rows' tenth of the
+// bound (all are within 0.15% today).
+TEST(HfReference, PreferencePeaksWithinTolerance) {
+  const std::vector<Row> rows = preference_rows();
+  ASSERT_EQ(rows.size(), 80u);
   expect_within_tolerance(rows, kFinetuneTolerance);
 }
 

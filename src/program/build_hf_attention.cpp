@@ -9,9 +9,11 @@ namespace vrambench {
 
 // gpt2's eager attention: matmul folds a batch-1 query into its batches without a copy, so it
 // saves a view of c_attn's output; from batch 2 it saves a copy. The fused kernel reads the
-// query in place, and llama's query is a tensor of its own either way.
+// query in place, and llama's query is a tensor of its own either way. A DPO batch of one pair is
+// two sequences.
 bool build_common::hf_query_is_a_view(const RunConfig& cfg, std::int64_t batch) {
-  return cfg.model.arch != Arch::gpt || cfg.attention != Attention::eager || batch == 1;
+  return cfg.model.arch != Arch::gpt || cfg.attention != Attention::eager ||
+         batch * rows_per_sample(cfg) == 1;
 }
 
 namespace build_hf {
@@ -99,7 +101,9 @@ int HfBuilder::rope_fwd(const Name& pre, int l, int x, const Pass& pass, const P
 void HfBuilder::attention_fwd(const Name& pre, int l, int qkv, const Pass& pass,
                               HfBlockTensors& b) {
   const Role role = saved(pass);
-  const bool cache = !ckpt_;  // use_cache: transformers turns it off with checkpointing
+  // use_cache: transformers turns it off with checkpointing, and TRL's preference trainers pass
+  // use_cache=False.
+  const bool cache = !ckpt_ && !is_preference(cfg_);
   // Under autocast attention casts fp32 q|k|v (QLoRA's Linear4bit keeps its input's dtype) to
   // 16 bits and saves the copies; the cache keeps the fp32 keys and values through the forward.
   const DType cache_dtype = dtype_of(qkv);
@@ -108,7 +112,7 @@ void HfBuilder::attention_fwd(const Name& pre, int l, int qkv, const Pass& pass,
   b.attn_qkv = qkv;
   // gpt2: a query that matmul can fold into batches without a copy (batch 1) or that the fused
   // kernel reads in place is saved as a view of c_attn's output; else matmul saves a copy.
-  const bool query_view = build_common::hf_query_is_a_view(cfg_, B_.size);
+  const bool query_view = build_common::hf_query_is_a_view(cfg_, cfg_.batch);
   TensorIds fwd_held;  // what only the forward of the core holds
   if (gpt_) {
     // The cache's keys and values are new tensors (DynamicLayer.update concatenates); attention

@@ -35,7 +35,8 @@ namespace {
 
 constexpr MemoryComponent kLoss = MemoryComponent::logits_and_loss;
 // The fp32 [T,C] tiles the CPU's torch fold keeps at once (its tile.float(), exp(z - max) and
-// their products; the backward's y, z, log_p, p, the gradient and two temporaries of its sum).
+// their products; the backward's y, z, log_p, p, the gradient and two temporaries of its sum,
+// beside the bool tile of which column is the target).
 constexpr int kCpuTilesFwd = 3;
 constexpr int kCpuTilesBwd = 7;
 // The per-token fp32 vectors the fused head makes beside its outputs (running max, sums, target
@@ -131,11 +132,36 @@ TensorIds HfBuilder::logprob_scratch(const Name& name, int hidden, const Pass& p
   }
   held.push_back(tensor(suffixed(pass, name + ".per_token"), {B_, S_ - 1, kPerTokenVectors},
                         DType::f32, Role::transient, component()));
-  if (cpu_)
-    for (int k = 0; k < cpu_tiles; ++k)
-      held.push_back(tensor(suffixed(pass, fmt::format("{}.tile.f32.{}", name, k)), {T, C},
-                            DType::f32, Role::transient, component()));
+  if (cpu_) {
+    const TensorIds temporaries = cpu_fold_tiles(name, pass, cpu_tiles);
+    held.insert(held.end(), temporaries.begin(), temporaries.end());
+  }
   return held;
+}
+
+// The CPU's torch fold's temporaries: `count` fp32 tiles, and in the backward the bool tile of
+// which column is the target.
+TensorIds HfBuilder::cpu_fold_tiles(const Name& name, const Pass& pass, int count) {
+  const auto [T, C] = logprob_tile();
+  const std::optional<MemoryComponent> component =
+      no_grad_pass() && pass.recompute ? std::nullopt : std::optional(kLoss);
+  TensorIds held;
+  for (int k = 0; k < count; ++k)
+    held.push_back(tensor(suffixed(pass, fmt::format("{}.tile.f32.{}", name, k)), {T, C},
+                          DType::f32, Role::transient, component));
+  if (count == kCpuTilesBwd)
+    held.push_back(tensor(suffixed(pass, name + ".tile.is_target"), {T, C}, DType::u8,
+                          Role::transient, component));
+  return held;
+}
+
+// The tile's dimensions: at most kLogprobTileTokens of the scored positions (a line in the batch
+// until full) by at most kLogprobTileColumns of the vocabulary.
+std::pair<Dim, std::int64_t> HfBuilder::logprob_tile() const {
+  const std::int64_t scored = B_.size * (S_ - 1);
+  const Dim T = scored >= build_common::kLogprobTileTokens ? Dim(build_common::kLogprobTileTokens)
+                                                           : Dim(scored, B_.per_sample * (S_ - 1));
+  return {T, std::min(V_, build_common::kLogprobTileColumns)};
 }
 
 // The final norm and TRL's fused LM head over the last block's output x.
@@ -212,16 +238,30 @@ int HfBuilder::logprob_head_bwd(HfHead& h, int dlogp, const ModelParams& params)
   Linear lm = h.lm;
   if (cfg_.model.tied_embeddings && lm.trainable())
     lm.w.grad = h.tied_grad = tensor("wte.grad.lm_head", {V_, H_}, wdt_, Role::transient);
+  // The fp32 accumulators of the input's gradient and a trainable head's, live from the
+  // backward's start; the outputs are their casts, made when its tile loop has ended.
+  TensorIds accumulators{
+      tensor("lm_head.logprob.bwd.dx_f32", {B_, S_ - 1, H_}, DType::f32, Role::transient, kLoss)};
+  if (lm.trainable())
+    accumulators.push_back(
+        tensor("lm_head.logprob.bwd.dw_f32", {V_, H_}, DType::f32, Role::transient, kLoss));
+  TensorIds scratch = logprob_scratch("lm_head.logprob.bwd", hidden, Pass{}, 0);
+  // On the CPU the loop's fp32 tiles are freed before the casts: they are listed, with the
+  // accumulators and the tile, on the op before (the loss's backward, which runs right before), so
+  // that the outputs are not counted beside them.
+  if (cpu_) {
+    Op& before = p_.ops.back();
+    const TensorIds loop = cpu_fold_tiles("lm_head.logprob.bwd", Pass{}, kCpuTilesBwd);
+    before.held.insert(before.held.end(), loop.begin(), loop.end());
+    before.held.insert(before.held.end(), scratch.begin(), scratch.end());
+    before.held.insert(before.held.end(), accumulators.begin(), accumulators.end());
+  }
   TensorIds outputs{dhidden};
   if (lm.trainable()) outputs.push_back(lm.w.grad);
   Op& o = gemm(OpKind::logprob_bwd, "lm_head.logprob.bwd", {dlogp, h.xs, lm.w.w, h.targets, h.logz},
                std::move(outputs), -1);
-  o.held = logprob_scratch("lm_head.logprob.bwd", hidden, Pass{}, kCpuTilesBwd);
-  o.held.push_back(
-      tensor("lm_head.logprob.bwd.dx_f32", {B_, S_ - 1, H_}, DType::f32, Role::transient, kLoss));
-  if (lm.trainable())
-    o.held.push_back(
-        tensor("lm_head.logprob.bwd.dw_f32", {V_, H_}, DType::f32, Role::transient, kLoss));
+  o.held = std::move(scratch);
+  o.held.insert(o.held.end(), accumulators.begin(), accumulators.end());
   o.held.push_back(h.entropy);
   const int dx = grad_of(h.x);
   norm_bwd(params.final_norm, h.final_norm, dhidden, h.x, dx, -1);

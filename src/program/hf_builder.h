@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/run_config.h"
@@ -232,6 +233,8 @@ class HfBuilder : private HfLinears {
   HfHead logprob_head_fwd(int x, bool x_grad, const ModelParams& params, int targets,
                           const Pass& pass);
   TensorIds logprob_scratch(const Name& name, int hidden, const Pass& pass, int cpu_tiles);
+  std::pair<Dim, std::int64_t> logprob_tile() const;
+  TensorIds cpu_fold_tiles(const Name& name, const Pass& pass, int count);
   void preference_loss_fwd(const HfHead& head, int tokens, int targets, HfPreference& pref);
   int preference_loss_bwd(const HfHead& head, const HfPreference& pref);
   int logprob_head_bwd(HfHead& head, int dlogp, const ModelParams& params);
