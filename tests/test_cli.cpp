@@ -936,6 +936,36 @@ TEST(Cli, PlanKeepsTheEffectiveBatchAskedFor) {
   }
 }
 
+// A preference trainer's plan prints TRL's config with the settings modelled: DPOConfig with the
+// batch of pairs and max_length, precompute_ref_log_probs where precomputed, the copy's ref_model;
+// axolotl's rl key.
+TEST(Cli, PlanEmitsTrlsPreferenceConfig) {
+  const std::string args =
+      "plan --preset llama3.2-1b --finetune lora --trainer dpo --device sim:rtx4090 --seq 1024";
+  const CommandResult dpo = vrambench(args + " --emit hf");
+  ASSERT_EQ(dpo.exit_code, 0) << dpo.err;
+  for (const char* line :
+       {"from trl import DPOConfig, DPOTrainer", "training_args = DPOConfig(", "max_length = 1024",
+        "max_length=max_length,", "# pairs", "ref_model=None", "adapters disabled"})
+    EXPECT_NE(dpo.out.find(line), std::string::npos) << line << "\n" << dpo.out;
+  EXPECT_EQ(dpo.out.find("TrainingArguments"), std::string::npos) << dpo.out;
+  EXPECT_EQ(dpo.out.find("precompute_ref_log_probs"), std::string::npos) << dpo.out;
+  const CommandResult kto = vrambench(
+      "plan --preset llama3.2-1b --trainer kto --reference precomputed --device sim:h100-80gb "
+      "--seq 1024 --emit hf");
+  ASSERT_EQ(kto.exit_code, 0) << kto.err;
+  for (const char* line :
+       {"training_args = KTOConfig(", "precompute_ref_log_probs=True,", "# examples"})
+    EXPECT_NE(kto.out.find(line), std::string::npos) << line << "\n" << kto.out;
+  const CommandResult copy = vrambench(
+      "plan --preset llama3.2-1b --trainer dpo --device sim:h100-80gb --seq 1024 --emit hf");
+  EXPECT_NE(copy.out.find("# ref_model = AutoModelForCausalLM.from_pretrained"), std::string::npos)
+      << copy.out;
+  EXPECT_NE(copy.out.find("ref_model=ref_model"), std::string::npos) << copy.out;
+  const CommandResult axolotl = vrambench(args + " --emit axolotl");
+  EXPECT_NE(axolotl.out.find("rl: dpo\n"), std::string::npos) << axolotl.out;
+}
+
 TEST(Cli, PlanShortOfTheTargetShowsRankedAlternatives) {
   const CommandResult run = vrambench(
       "plan --preset qwen2.5-7b --finetune lora --vram 24GiB --seq 2048 --target-batch 16");
@@ -1162,6 +1192,50 @@ TEST(Cli, MixtralConfigJsonSweepsAndCountsItsExperts) {
   };
   EXPECT_EQ(column("params"), "46702792704");
   EXPECT_EQ(column("active_params"), "12879925248");
+  fs::remove_all(dir);
+}
+
+// The preference trainers' headline sweep: each row names its trainer and reference (TRL's
+// default under LoRA: the adapters disabled), the summary says a batch is of pairs, and a full
+// fine-tuning DPO row holds one more model than SFT (its copy) where LoRA's adapters do not.
+TEST(Cli, DpoSweepNamesItsTrainerAndReference) {
+  const fs::path dir = scratch("dpo");
+  const CommandResult sweep = vrambench(
+      "--preset llama3.2-3b --finetune lora --trainer dpo --device sim:rtx4090 --sweep "
+      "seq=512..4096 --out " +
+      dir.string() + " --name sweep");
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  EXPECT_NE(sweep.out.find("trainer dpo (a batch of pairs: chosen and rejected, 2 sequences each), "
+                           "reference adapters"),
+            std::string::npos)
+      << sweep.out;
+  const auto rows = csv_of(dir / "sweep.csv");
+  ASSERT_EQ(rows.size(), 5u);  // a header and seq 512, 1024, 2048, 4096
+  auto at = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), name) -
+                                    rows[0].begin());
+  };
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    EXPECT_EQ(rows[r].at(at("trainer")), "dpo");
+    EXPECT_EQ(rows[r].at(at("reference")), "adapters");
+  }
+  // Each recipe's estimated peak at batch 1.
+  auto peak = [&](const std::string& args, const std::string& name) {
+    const CommandResult r = vrambench("estimate --quiet --preset llama3.2-1b --batch 1 --seq 512 " +
+                                      args + " --out " + dir.string() + " --name " + name);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto est = csv_of(dir / (name + ".csv"));
+    const auto col = static_cast<std::size_t>(
+        std::find(est[0].begin(), est[0].end(), "est_peak_bytes") - est[0].begin());
+    return std::stoll(est.at(1).at(col));
+  };
+  const long long sft = peak("", "sft"), dpo = peak("--trainer dpo", "dpo");
+  const long long lora = peak("--finetune lora", "lora"),
+                  lora_dpo = peak("--finetune lora --trainer dpo", "lora-dpo");
+  // 1B parameters in bf16: the copy is about 2.5 GB more; the adapters' reference adds no weights,
+  // only the reference forward's transients and the second sequence of the pair.
+  EXPECT_GT(dpo - sft, 2'400'000'000LL);
+  EXPECT_LT(lora_dpo - lora, dpo - sft - 2'000'000'000LL);
   fs::remove_all(dir);
 }
 

@@ -54,6 +54,10 @@ constexpr const char* kExamples = R"(Examples:
             --lora-targets q_proj,v_proj,experts.gate_up_proj,experts.down_proj
       a mixture of experts (mixtral, qwen3_moe, olmoe configs), LoRA on its experts too;
       --routing balanced|skewed says how the tokens spread over the experts
+  vrambench --preset llama3.2-3b --finetune lora --trainer dpo --device sim:rtx4090 \
+            --sweep seq=512..4096
+      the largest batch of DPO pairs (TRL's DPOTrainer; --trainer kto, --reference
+      copy|adapters|precomputed)
   vrambench program --preset tiny --batch 2 --seq 64
       every op of the training step with the live memory after it
   vrambench plan --preset llama3.2-3b --finetune lora --device sim:rtx4090 --target-batch 32

@@ -426,11 +426,12 @@ std::string plan_hf_snippet(const Plan& plan) {
   out += preference ? fmt::format("training_args = {}Config(\n", trl)
                     : std::string("training_args = TrainingArguments(\n");
   out += "    output_dir=\"out\",\n";
-  out += fmt::format("    per_device_train_batch_size={},{}\n",
-                     std::max<std::int64_t>(plan.choice.micro_batch, 1),
-                     cfg.trainer == Trainer::dpo   ? "  # pairs (chosen and rejected)"
-                     : cfg.trainer == Trainer::kto ? "  # examples"
-                                                   : "");
+  out += fmt::format(
+      "    per_device_train_batch_size={},{}\n", std::max<std::int64_t>(plan.choice.micro_batch, 1),
+      cfg.trainer == Trainer::dpo ? "  # pairs (chosen and rejected)"
+      : cfg.trainer == Trainer::kto
+          ? (plan.choice.micro_batch < 2 ? "  # examples: KTOTrainer refuses 1" : "  # examples")
+          : "");
   if (preference) {
     out += "    max_length=max_length,\n";
     if (reference == Reference::precomputed) out += "    precompute_ref_log_probs=True,\n";

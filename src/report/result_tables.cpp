@@ -454,9 +454,10 @@ std::string recipe_text(const std::vector<RunConfig>& configs) {
         ", trainer {} (a batch of {}), reference {}",
         values([](const RunConfig& c) { return to_string(c.trainer); }),
         values([](const RunConfig& c) {
-          return c.trainer == Trainer::dpo   ? "pairs: chosen and rejected, 2 sequences each"
-                 : c.trainer == Trainer::kto ? "examples, each with a KL sequence"
-                                             : "sequences";
+          return c.trainer == Trainer::dpo ? "pairs: chosen and rejected, 2 sequences each"
+                 : c.trainer == Trainer::kto
+                     ? "examples, each with a KL sequence; KTOTrainer needs 2 or more"
+                     : "sequences";
         }),
         values([](const RunConfig& c) {
           return is_preference(c) ? to_string(reference_of(c)) : std::string_view("none");
