@@ -131,6 +131,24 @@ std::vector<Row> finetune_rows() {
   return rows;
 }
 
+// What the rows measured on real CPU tensors as a Trainer step (the MoE and TRL files) share: sdpa,
+// no dropout, torch AdamW, checkpointing off or non-reentrant, the row's seq and batch, and its
+// peak, phase and bytes live once the loss is formed.
+void real_cpu_step(const nlohmann::json& r, Row& row) {
+  RunConfig& cfg = row.cfg;
+  cfg.attention = Attention::flash;
+  cfg.dropout = 0.0;
+  cfg.recompute = r.at("checkpointing") == "off" ? Recompute::none : Recompute::full;
+  cfg.optimizer = Optimizer::adamw;
+  cfg.seq = r.at("seq");
+  row.batch = r.at("batch");
+  cfg.batch = row.batch;
+  row.options.device = HfOptions::Device::cpu;
+  row.measured = r.at("peak_bytes");
+  row.forward = r.at("forward_bytes");
+  row.phase = r.at("phase");
+}
+
 // The mixture-of-experts rows (tests/data/torch_moe_reference.json): small Mixtral, Qwen3-MoE
 // (one with a dense first layer) and OLMoE configs, full training in bf16, PEFT LoRA on the
 // attention, on the attention and the experts (target_parameters), QLoRA, each with and without
@@ -165,17 +183,7 @@ std::vector<Row> moe_rows() {
       cfg.quant = QuantKind::nf4;
       cfg.double_quant = Toggle::on;
     }
-    cfg.attention = Attention::flash;
-    cfg.dropout = 0.0;
-    cfg.recompute = r.at("checkpointing") == "off" ? Recompute::none : Recompute::full;
-    cfg.optimizer = Optimizer::adamw;
-    cfg.seq = r.at("seq");
-    row.batch = r.at("batch");
-    cfg.batch = row.batch;
-    row.options.device = HfOptions::Device::cpu;
-    row.measured = r.at("peak_bytes");
-    row.forward = r.at("forward_bytes");
-    row.phase = r.at("phase");
+    real_cpu_step(r, row);
     row.key = fmt::format("{} {} ckpt={} aux={} S={}", model, recipe,
                           std::string(r.at("checkpointing")), std::string(r.at("aux")), cfg.seq);
     validate(cfg);
@@ -209,17 +217,7 @@ std::vector<Row> preference_rows() {
       cfg.lora_alpha = 16;
       cfg.lora_targets = parse_lora_targets("peft-default");
     }
-    cfg.attention = Attention::flash;
-    cfg.dropout = 0.0;
-    cfg.recompute = r.at("checkpointing") == "off" ? Recompute::none : Recompute::full;
-    cfg.optimizer = Optimizer::adamw;
-    cfg.seq = r.at("seq");
-    row.batch = r.at("batch");
-    cfg.batch = row.batch;
-    row.options.device = HfOptions::Device::cpu;
-    row.measured = r.at("peak_bytes");
-    row.forward = r.at("forward_bytes");
-    row.phase = r.at("phase");
+    real_cpu_step(r, row);
     row.key = fmt::format("{} {} {} ref={} ckpt={} S={}", std::string(r.at("model")), trainer,
                           finetune, reference, std::string(r.at("checkpointing")), cfg.seq);
     validate(cfg);

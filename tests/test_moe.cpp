@@ -16,6 +16,7 @@
 #include "device/cpu_executor.h"
 #include "device/host_runner.h"
 #include "estimate/formula.h"
+#include "finite_difference.h"
 #include "model/families.h"
 #include "model/model_file.h"
 #include "model/weights.h"
@@ -307,27 +308,8 @@ TEST(MoeGradients, MatchFiniteDifferences) {
       const std::string pre = "layer" + std::to_string(moe) + ".mlp.";
       for (const std::string& name : {pre + "router.w", pre + "experts.gate_up.w",
                                       pre + "experts.down.w", std::string("layer0.attn.qkv.w")}) {
-        const int id = find_tensor(p, name);
-        const std::vector<float>& g = grads.at(name + ".grad");
-        std::vector<float> u(g.size());
-        double along = 0.0;
-        for (std::size_t i = 0; i < g.size(); ++i) {
-          u[i] = ((i * 2654435761u) >> 7) % 2 ? 1.0f : -1.0f;
-          along += static_cast<double>(g[i]) * u[i];
-        }
-        const std::vector<float> saved = run.values(id);
-        double loss[2];
-        const double h = 1e-3;
-        for (int side = 0; side < 2; ++side) {
-          std::vector<float> w = saved;
-          for (std::size_t i = 0; i < w.size(); ++i)
-            w[i] = static_cast<float>(saved[i] + (side == 0 ? h : -h) * u[i]);
-          run.set_values(id, w);
-          run.step();
-          loss[side] = run.loss();
-        }
-        run.set_values(id, saved);
-        const double numeric = (loss[0] - loss[1]) / (2 * h);
+        const Directional d = directional_check(run, p, name, grads.at(name + ".grad"), 1e-3);
+        const double along = d.along, numeric = d.numeric;
         EXPECT_NEAR(along, numeric, 2e-3 + 0.03 * std::fabs(numeric))
             << to_string(framework) << " " << preset << " " << name;
         EXPECT_GT(std::fabs(along), 1e-5) << to_string(framework) << " " << preset << " " << name;
