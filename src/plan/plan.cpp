@@ -97,7 +97,9 @@ Budget make_budget(const TrialResult& trial, const Breakdown& estimate, std::int
   const Bytes quantized = estimate.component(MemoryComponent::quantized_weights);
   const Bytes frozen = estimate.component(MemoryComponent::frozen_weights);
   const Bytes adapters = estimate.component(MemoryComponent::adapters);
-  const Bytes trainable = std::max<Bytes>(role[Role::weight] - quantized - frozen - adapters, 0);
+  const Bytes reference = estimate.component(MemoryComponent::reference_weights);
+  const Bytes trainable =
+      std::max<Bytes>(role[Role::weight] - quantized - frozen - adapters - reference, 0);
   const Bytes fragmentation = std::max<Bytes>(trial.reserved_peak - trial.tensor_peak, 0);
   const Bytes context = std::max<Bytes>(trial.device_peak - trial.reserved_peak, fixed_overhead);
   // Off the device: what --offload keeps on the host, and a paged optimizer's managed memory.
@@ -107,6 +109,7 @@ Budget make_budget(const TrialResult& trial, const Breakdown& estimate, std::int
       {"frozen_weights", "weights: frozen", frozen, true},
       {"trainable_weights", "weights: trainable", trainable, true},
       {"adapters", "adapters (LoRA A and B)", adapters, true},
+      {"reference_weights", "weights: the reference model's copy (frozen)", reference, true},
       {"master_weights", "master weights (fp32)", role[Role::master_weight], true},
       {"gradients", "gradients", role[Role::grad], true},
       {"optimizer_state", "optimizer state (device)", role[Role::optimizer_state], true},
