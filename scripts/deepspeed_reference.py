@@ -66,9 +66,7 @@ ops are not built, which the estimators do not need; keep all of it out of the r
 """
 
 
-def fail(message):
-    print(f"deepspeed_reference.py: {message}", file=sys.stderr)
-    sys.exit(2)
+fail = reference_rows.failing("deepspeed_reference.py")
 
 
 # DeepSpeed picks an accelerator at import time; without a GPU it falls back to the CPU with a
@@ -82,12 +80,11 @@ try:
     from deepspeed.runtime.zero import stage_1_and_2 as ds_zero2
     from deepspeed.runtime.zero import stage3 as ds_zero3
 except ImportError as e:
-    if __name__ == "__main__" and ("-h" in sys.argv or "--help" in sys.argv):
-        torch = None  # --help works without them
-    else:
-        fail(f"{e.name or e} is not importable ({e}); see the setup in "
-             f"scripts/deepspeed_reference.py --help ({PINNED}), then run "
-             f"~/venv-ds/bin/python scripts/deepspeed_reference.py")
+    reference_rows.import_failed(
+        e, fail, __name__ == "__main__",
+        f"see the setup in scripts/deepspeed_reference.py --help ({PINNED}), then run "
+        "~/venv-ds/bin/python scripts/deepspeed_reference.py")
+    torch = None  # --help works without them
 
 # ---------------------------------------------------------------------------------------------
 # The grid.

@@ -12,6 +12,29 @@ import re
 import sys
 
 
+def failing(script):
+    """`script`'s fail(message): the message on one line of stderr after the script's name, exit
+    status 2."""
+    def fail(message):
+        print(f"{script}: {message}", file=sys.stderr)
+        sys.exit(2)
+    return fail
+
+
+def venv_setup(pinned):
+    """Where a measuring script's packages go: a virtual environment outside the repository."""
+    return (f"install into a virtual environment outside the repository: python3 -m venv "
+            f"~/venv-torch && ~/venv-torch/bin/pip install {pinned}")
+
+
+def import_failed(error, fail, main, setup):
+    """A measuring script whose imports failed (`error`): run as the main script (`main`) with
+    --help, which needs none of them, it goes on; else it fails naming the module and `setup`."""
+    if main and ("-h" in sys.argv or "--help" in sys.argv):
+        return
+    fail(f"{error.name or error} is not importable ({error}); {setup}")
+
+
 def row_id(row, fields):
     return " ".join(f"{f}={row[f]}" for f in fields)
 

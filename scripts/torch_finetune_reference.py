@@ -50,9 +50,7 @@ setup (torch is never needed by the build or the tests; keep it out of the repos
 """
 
 
-def fail(message):
-    print(f"torch_finetune_reference.py: {message}", file=sys.stderr)
-    sys.exit(2)
+fail = reference_rows.failing("torch_finetune_reference.py")
 
 
 try:
@@ -62,12 +60,9 @@ try:
     from torch.utils._pytree import tree_flatten
     import torch_reference as _ref
 except ImportError as e:
-    if __name__ == "__main__" and ("-h" in sys.argv or "--help" in sys.argv):
-        torch = None
-        TorchDispatchMode = object
-    else:
-        fail(f"{e.name or e} is not importable ({e}); install into a virtual environment outside the "
-             f"repository: python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install {PINNED}")
+    reference_rows.import_failed(e, fail, __name__ == "__main__", reference_rows.venv_setup(PINNED))
+    torch = None
+    TorchDispatchMode = object
 
 # ---------------------------------------------------------------------------------------------
 # The grid.

@@ -118,9 +118,7 @@ setup (torch is never needed by the build or the tests; keep it out of the repos
 """
 
 
-def fail(message):
-    print(f"torch_fsdp_reference.py: {message}", file=sys.stderr)
-    sys.exit(2)
+fail = reference_rows.failing("torch_fsdp_reference.py")
 
 
 try:
@@ -134,12 +132,11 @@ try:
     from torch.distributed.tensor import _sharding_prop
     from torch.testing._internal.distributed.fake_pg import FakeStore
 except ImportError as e:
-    if __name__ == "__main__" and ("-h" in sys.argv or "--help" in sys.argv):
-        torch = None  # --help works without torch
-    else:
-        fail(f"{e.name or e} is not importable ({e}); install into a virtual environment outside the "
-             f"repository: python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install "
-             f"{PINNED}, then run ~/venv-torch/bin/python scripts/torch_fsdp_reference.py")
+    reference_rows.import_failed(
+        e, fail, __name__ == "__main__",
+        reference_rows.venv_setup(PINNED) +
+        ", then run ~/venv-torch/bin/python scripts/torch_fsdp_reference.py")
+    torch = None  # --help works without torch
 
 # ---------------------------------------------------------------------------------------------
 # The grid.

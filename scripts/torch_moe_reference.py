@@ -51,9 +51,7 @@ setup (torch is never needed by the build or the tests; keep it out of the repos
 """
 
 
-def fail(message):
-    print(f"torch_moe_reference.py: {message}", file=sys.stderr)
-    sys.exit(2)
+fail = reference_rows.failing("torch_moe_reference.py")
 
 
 try:
@@ -61,11 +59,8 @@ try:
     import transformers
     from torch.utils._python_dispatch import _disable_current_modes
 except ImportError as e:
-    if __name__ == "__main__" and ("-h" in sys.argv or "--help" in sys.argv):
-        torch = None
-    else:
-        fail(f"{e.name or e} is not importable ({e}); install into a virtual environment outside the "
-             f"repository: python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install {PINNED}")
+    reference_rows.import_failed(e, fail, __name__ == "__main__", reference_rows.venv_setup(PINNED))
+    torch = None
 if torch is not None:
     import torch_finetune_reference as ft
     _ref = ft._ref

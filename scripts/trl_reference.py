@@ -90,20 +90,15 @@ downloaded: the models are built from their configs, the tokenizer locally):
 """
 
 
-def fail(message):
-    print(f"trl_reference.py: {message}", file=sys.stderr)
-    sys.exit(2)
+fail = reference_rows.failing("trl_reference.py")
 
 
 try:
     import torch
     import transformers
 except ImportError as e:
-    if __name__ == "__main__" and ("-h" in sys.argv or "--help" in sys.argv):
-        torch = None
-    else:
-        fail(f"{e.name or e} is not importable ({e}); install into a virtual environment outside the "
-             f"repository: python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install {PINNED}")
+    reference_rows.import_failed(e, fail, __name__ == "__main__", reference_rows.venv_setup(PINNED))
+    torch = None
 if torch is not None:
     import torch_finetune_reference as ft
     _ref = ft._ref
