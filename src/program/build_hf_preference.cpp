@@ -107,61 +107,57 @@ int HfBuilder::no_grad_forward(std::string_view suffix, int tokens, int targets,
   return logp;
 }
 
-// What the fused head allocates while it runs: the tile in the compute dtype (autocast's, else
-// the hidden states'), under autocast the tile's rows of x and w cast to it, the per-token
-// vectors, and on the CPU `cpu_tiles` fp32 tiles of the torch fold.
-TensorIds HfBuilder::logprob_scratch(const Name& name, int hidden, const Pass& pass,
-                                     int cpu_tiles) {
-  const auto component = [&]() -> std::optional<MemoryComponent> {
-    return no_grad_pass() && pass.recompute ? std::nullopt : std::optional(kLoss);
-  };
-  const std::int64_t scored = B_.size * (S_ - 1);
-  const Dim T = scored >= build_common::kLogprobTileTokens ? Dim(build_common::kLogprobTileTokens)
-                                                           : Dim(scored, B_.per_sample * (S_ - 1));
-  const std::int64_t C = std::min(V_, build_common::kLogprobTileColumns);
-  const DType x_dtype = dtype_of(hidden);
-  const DType tile_dtype = amp_ ? cdt_ : x_dtype;
-  TensorIds held;
-  held.push_back(
-      tensor(suffixed(pass, name + ".tile"), {T, C}, tile_dtype, Role::transient, component()));
-  if (tile_dtype != x_dtype) {
-    held.push_back(tensor(suffixed(pass, name + ".tile.x"), {T, H_}, tile_dtype, Role::transient,
-                          component()));
-    held.push_back(tensor(suffixed(pass, name + ".tile.w"), {C, H_}, tile_dtype, Role::transient,
-                          component()));
-  }
-  held.push_back(tensor(suffixed(pass, name + ".per_token"), {B_, S_ - 1, kPerTokenVectors},
-                        DType::f32, Role::transient, component()));
-  if (cpu_) {
-    const TensorIds temporaries = cpu_fold_tiles(name, pass, cpu_tiles);
-    held.insert(held.end(), temporaries.begin(), temporaries.end());
-  }
-  return held;
-}
-
-// The CPU's torch fold's temporaries: `count` fp32 tiles, and in the backward the bool tile of
-// which column is the target.
-TensorIds HfBuilder::cpu_fold_tiles(const Name& name, const Pass& pass, int count) {
-  const auto [T, C] = logprob_tile();
-  const std::optional<MemoryComponent> component =
-      no_grad_pass() && pass.recompute ? std::nullopt : std::optional(kLoss);
-  TensorIds held;
-  for (int k = 0; k < count; ++k)
-    held.push_back(tensor(suffixed(pass, fmt::format("{}.tile.f32.{}", name, k)), {T, C},
-                          DType::f32, Role::transient, component));
-  if (count == kCpuTilesBwd)
-    held.push_back(tensor(suffixed(pass, name + ".tile.is_target"), {T, C}, DType::u8,
-                          Role::transient, component));
-  return held;
+// What the head's tensors are filed under: the loss's, or in a forward under no_grad the
+// reference forward's (by its names' suffix).
+std::optional<MemoryComponent> HfBuilder::head_component(const Pass& pass) const {
+  return pass.recompute ? std::nullopt : std::optional(kLoss);
 }
 
 // The tile's dimensions: at most kLogprobTileTokens of the scored positions (a line in the batch
 // until full) by at most kLogprobTileColumns of the vocabulary.
 std::pair<Dim, std::int64_t> HfBuilder::logprob_tile() const {
-  const std::int64_t scored = B_.size * (S_ - 1);
-  const Dim T = scored >= build_common::kLogprobTileTokens ? Dim(build_common::kLogprobTileTokens)
-                                                           : Dim(scored, B_.per_sample * (S_ - 1));
+  const Dim T = build_common::logprob_tile_full(cfg_, cfg_.batch)
+                    ? Dim(build_common::kLogprobTileTokens)
+                    : Dim(B_.size * (S_ - 1), B_.per_sample * (S_ - 1));
   return {T, std::min(V_, build_common::kLogprobTileColumns)};
+}
+
+// What the fused head allocates while it runs: the tile in the compute dtype (autocast's, else
+// the hidden states'), under autocast the tile's rows of x and w cast to it, and the per-token
+// vectors.
+TensorIds HfBuilder::logprob_scratch(const Name& name, int hidden, const Pass& pass) {
+  const auto [T, C] = logprob_tile();
+  const std::optional<MemoryComponent> component = head_component(pass);
+  const DType x_dtype = dtype_of(hidden);
+  const DType tile_dtype = amp_ ? cdt_ : x_dtype;
+  TensorIds held;
+  held.push_back(
+      tensor(suffixed(pass, name + ".tile"), {T, C}, tile_dtype, Role::transient, component));
+  if (tile_dtype != x_dtype) {
+    held.push_back(
+        tensor(suffixed(pass, name + ".tile.x"), {T, H_}, tile_dtype, Role::transient, component));
+    held.push_back(
+        tensor(suffixed(pass, name + ".tile.w"), {C, H_}, tile_dtype, Role::transient, component));
+  }
+  held.push_back(tensor(suffixed(pass, name + ".per_token"), {B_, S_ - 1, kPerTokenVectors},
+                        DType::f32, Role::transient, component));
+  return held;
+}
+
+// The CPU's torch fold's temporaries: `count` fp32 tiles, and with `target_mask` the backward's
+// bool tile of which column is the target.
+TensorIds HfBuilder::cpu_fold_tiles(const Name& name, const Pass& pass, int count,
+                                    bool target_mask) {
+  const auto [T, C] = logprob_tile();
+  const std::optional<MemoryComponent> component = head_component(pass);
+  TensorIds held;
+  for (int k = 0; k < count; ++k)
+    held.push_back(tensor(suffixed(pass, fmt::format("{}.tile.f32.{}", name, k)), {T, C},
+                          DType::f32, Role::transient, component));
+  if (target_mask)
+    held.push_back(tensor(suffixed(pass, name + ".tile.is_target"), {T, C}, DType::u8,
+                          Role::transient, component));
+  return held;
 }
 
 // The final norm and TRL's fused LM head over the last block's output x.
@@ -177,8 +173,7 @@ HfHead HfBuilder::logprob_head_fwd(int x, bool x_grad, const ModelParams& params
   h.final_norm = norm_fwd(params.final_norm, x, pass, -1, x_grad);
   const int hidden = h.final_norm.out;
   const Role role = saved(pass);
-  const std::optional<MemoryComponent> component =
-      pass.recompute ? std::nullopt : std::optional(kLoss);
+  const std::optional<MemoryComponent> component = head_component(pass);
   h.logp = tensor(suffixed(pass, "logps"), {B_, S_}, DType::f32, role, component);
   h.logz = tensor(suffixed(pass, "lm_head.logz"), {B_, S_}, DType::f32, role, component);
   h.entropy = tensor(suffixed(pass, "lm_head.entropy"), {B_, S_}, DType::f32, role, component);
@@ -191,7 +186,11 @@ HfHead HfBuilder::logprob_head_fwd(int x, bool x_grad, const ModelParams& params
                                     dtype_of(hidden), role, component));
   Op& o = gemm(OpKind::logprob_fwd, "lm_head.logprob", {hidden, h.lm.w.w, targets},
                std::move(outputs), -1, pass.recompute);
-  o.held = logprob_scratch("lm_head.logprob", hidden, pass, kCpuTilesFwd);
+  o.held = logprob_scratch("lm_head.logprob", hidden, pass);
+  if (cpu_) {
+    const TensorIds fold = cpu_fold_tiles("lm_head.logprob", pass, kCpuTilesFwd, false);
+    o.held.insert(o.held.end(), fold.begin(), fold.end());
+  }
   o.held.push_back(h.entropy);
   return h;
 }
@@ -213,20 +212,24 @@ void HfBuilder::preference_loss_fwd(const HfHead& head, int tokens, int targets,
     pref.loss_in.push_back(pref.ref_kl);
   }
   const int loss = tensor("loss", {1}, DType::f32, Role::transient, kLoss);
-  Op& o = op(OpKind::preference_loss, "preference.loss", pref.loss_in, {loss}, -1);
+  preference_attrs(op(OpKind::preference_loss, "preference.loss", pref.loss_in, {loss}, -1));
+  p_.loss_tensor = loss;
+}
+
+// A loss op's trainer and beta (TRL's default, 0.1, for DPO and KTO alike).
+Op& HfBuilder::preference_attrs(Op& o) const {
   o.trainer = cfg_.trainer;
   o.beta = 0.1f;
-  p_.loss_tensor = loss;
+  return o;
 }
 
 // The loss's gradient in the policy's log-probabilities.
 int HfBuilder::preference_loss_bwd(const HfHead& head, const HfPreference& pref) {
   on_autograd_thread();
   const int dlogp = grad_of(head.logp);
-  Op& o = op(OpKind::preference_loss_bwd, "preference.loss.bwd", pref.loss_in, {dlogp}, -1);
-  o.trainer = cfg_.trainer;
-  o.beta = 0.1f;
-  o.grad_scale = loss_scale_;
+  preference_attrs(
+      op(OpKind::preference_loss_bwd, "preference.loss.bwd", pref.loss_in, {dlogp}, -1))
+      .grad_scale = loss_scale_;
   return dlogp;
 }
 
@@ -245,13 +248,13 @@ int HfBuilder::logprob_head_bwd(HfHead& h, int dlogp, const ModelParams& params)
   if (lm.trainable())
     accumulators.push_back(
         tensor("lm_head.logprob.bwd.dw_f32", {V_, H_}, DType::f32, Role::transient, kLoss));
-  TensorIds scratch = logprob_scratch("lm_head.logprob.bwd", hidden, Pass{}, 0);
+  TensorIds scratch = logprob_scratch("lm_head.logprob.bwd", hidden, Pass{});
   // On the CPU the loop's fp32 tiles are freed before the casts: they are listed, with the
   // accumulators and the tile, on the op before (the loss's backward, which runs right before), so
   // that the outputs are not counted beside them.
   if (cpu_) {
     Op& before = p_.ops.back();
-    const TensorIds loop = cpu_fold_tiles("lm_head.logprob.bwd", Pass{}, kCpuTilesBwd);
+    const TensorIds loop = cpu_fold_tiles("lm_head.logprob.bwd", Pass{}, kCpuTilesBwd, true);
     before.held.insert(before.held.end(), loop.begin(), loop.end());
     before.held.insert(before.held.end(), scratch.begin(), scratch.end());
     before.held.insert(before.held.end(), accumulators.begin(), accumulators.end());

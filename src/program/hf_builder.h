@@ -13,6 +13,7 @@
 // values where the kernel keeps the packed q|k|v), the operand stands for them.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -232,9 +233,11 @@ class HfBuilder : private HfLinears {
                       const std::vector<BlockWeights>& weights);
   HfHead logprob_head_fwd(int x, bool x_grad, const ModelParams& params, int targets,
                           const Pass& pass);
-  TensorIds logprob_scratch(const Name& name, int hidden, const Pass& pass, int cpu_tiles);
+  std::optional<MemoryComponent> head_component(const Pass& pass) const;
   std::pair<Dim, std::int64_t> logprob_tile() const;
-  TensorIds cpu_fold_tiles(const Name& name, const Pass& pass, int count);
+  TensorIds logprob_scratch(const Name& name, int hidden, const Pass& pass);
+  TensorIds cpu_fold_tiles(const Name& name, const Pass& pass, int count, bool target_mask);
+  Op& preference_attrs(Op& o) const;
   void preference_loss_fwd(const HfHead& head, int tokens, int targets, HfPreference& pref);
   int preference_loss_bwd(const HfHead& head, const HfPreference& pref);
   int logprob_head_bwd(HfHead& head, int dlogp, const ModelParams& params);
