@@ -14,6 +14,7 @@
 #include "estimate/formula.h"
 #include "model/families.h"
 #include "program/program.h"
+#include "program_counts.h"
 
 namespace vrambench {
 namespace {
@@ -29,12 +30,6 @@ RunConfig config(std::string_view preset, Framework framework, Attention attenti
   cfg.dtype = dtype;
   validate(cfg);
   return cfg;
-}
-
-int count_ops(const Program& p, OpKind kind) {
-  int n = 0;
-  for (const Op& op : p.ops) n += op.kind == kind;
-  return n;
 }
 
 const Op& op_named(const Program& p, std::string_view name) {

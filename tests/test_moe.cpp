@@ -21,6 +21,7 @@
 #include "model/model_file.h"
 #include "model/weights.h"
 #include "program/program.h"
+#include "program_counts.h"
 #include "reference_models.h"
 
 namespace vrambench {
@@ -28,12 +29,6 @@ namespace {
 
 ModelConfig from_text(const std::string& json) {
   return model_from_config_text(json, "test", "test.json");
-}
-
-int count_ops(const Program& p, OpKind kind) {
-  int n = 0;
-  for (const Op& op : p.ops) n += op.kind == kind;
-  return n;
 }
 
 const Tensor& tensor_named(const Program& p, std::string_view name) {

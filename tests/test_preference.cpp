@@ -20,6 +20,7 @@
 #include "op/operands.h"
 #include "program/program.h"
 #include "program/signature.h"
+#include "program_counts.h"
 
 namespace vrambench {
 namespace {
@@ -37,19 +38,6 @@ RunConfig preference_config(std::string_view preset, Trainer trainer, Finetune f
   cfg.lora_rank = 4;
   cfg.lora_alpha = 8;
   return cfg;
-}
-
-Bytes role_bytes(const Program& p, Role role) {
-  Bytes sum = 0;
-  for (const Tensor& t : p.tensors)
-    if (t.role == role) sum += t.bytes;
-  return sum;
-}
-
-int count_ops(const Program& p, OpKind kind) {
-  int n = 0;
-  for (const Op& op : p.ops) n += op.kind == kind;
-  return n;
 }
 
 // ---- what is accepted ------------------------------------------------------------------------

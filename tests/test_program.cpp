@@ -19,6 +19,7 @@
 #include "model/weights.h"
 #include "program/program.h"
 #include "program/schedule.h"
+#include "program_counts.h"
 #include "report/program_table.h"
 
 namespace vrambench {
@@ -472,13 +473,6 @@ TEST(ProgramActivations, DropoutReplaysReuseTheForwardSeed) {
   // Embedding, then three sites in each of three blocks.
   EXPECT_EQ(forward_seeds.size(), 10u);
   EXPECT_EQ(replays, 9);
-}
-
-Bytes role_bytes(const Program& p, Role role) {
-  Bytes total = 0;
-  for (const Tensor& t : p.tensors)
-    if (t.role == role) total += t.bytes;
-  return total;
 }
 
 TEST(ProgramParameters, WeightBytesMatchParameterCount) {
