@@ -221,7 +221,10 @@ void optimizer_steps_match_the_cpu(std::int64_t n, bool with_master, float scale
   launch_adamw(dt, st, d_w.get(), d_g.get(), d_m.get(), d_v.get(),
                with_master ? d_master.as<float>() : nullptr, gp, n, nullptr);
   expect_close(download<S>(d_m, n), widen(m), rtol<S>(), 1e-7, "adamw m");
-  expect_close(download<S>(d_v, n), widen(v), rtol<S>(), 1e-9, "adamw v");
+  // v is small (squared gradients): in fp16 state much of it is below the normal range, where
+  // fp16 rounds to multiples of 2^-24.
+  const double v_atol = std::is_same_v<S, __half> ? std::ldexp(1.0, -24) : 1e-9;
+  expect_close(download<S>(d_v, n), widen(v), rtol<S>(), v_atol, "adamw v");
   expect_close(download<T>(d_w, n), widen(param), rtol<T>(), 1e-5, "adamw w");
   if (with_master)
     expect_close(download<float>(d_master, n), widen(param), 1e-5, 1e-6, "adamw master");
