@@ -155,18 +155,33 @@ HfHead HfBuilder::head_fwd(int x, bool x_grad, const ModelParams& params, int ta
     softcap_op("logits.softcap", h.head_out, logits_, -1, cap)
         .held.push_back(tensor("logits.softcap.div", {M_, V_}, cdt_, Role::transient, kLoss));
   // The loss (transformers' ForCausalLMLoss): logits.float(), then cross entropy, whose
-  // log-softmax output (fp32, B S V) is saved. The fp32 logits stand for it.
+  // log-softmax output (fp32, B S V), made second, is saved; the fp32 logits, made first, go when
+  // the loss function returns. The kernels read and write one fp32 tensor, logits.f32, which
+  // stands for the saved output: `logits.float` before it, the same size, is the block that
+  // goes, so that each block's place and lifetime are PyTorch's (at the limit, which of the two
+  // stays decides what the caching allocator can still place).
+  const int logits_float =
+      cdt_ == DType::f32 ? -1
+                         : tensor("logits.float", {M_, V_}, DType::f32, Role::transient, kLoss);
   h.logits_f32 = cast(logits_, DType::f32, "logits.f32", Role::activation, -1, false);
   p_.tensors[static_cast<std::size_t>(h.logits_f32)].component = kLoss;
+  if (logits_float >= 0) p_.ops.back().held.push_back(logits_float);
   const int loss = tensor("loss", {1}, DType::f32, Role::transient, kLoss);
   h.lse = tensor("ce.lse", {M_}, DType::f32, Role::activation, kLoss);
   Op& ce = op(OpKind::cross_entropy_fwd, "ce", {h.logits_f32, targets}, {loss, h.lse}, -1);
   // Autocast's cache of 16-bit weights lives until the autocast region (forward and loss) ends.
   ce.held = autocast_cache_;
-  // The model's output object keeps the logits while its forward computes the loss, and the
-  // log-softmax output is made beside the fp32 logits.
-  if (h.logits_f32 != logits_) ce.held.push_back(logits_);
-  ce.held.push_back(tensor("ce.log_softmax", {M_, V_}, DType::f32, Role::transient, kLoss));
+  // The model's forward keeps the last hidden states and its output object the logits while the
+  // loss is computed.
+  ce.held.push_back(h.final_norm.out);
+  if (logits_float >= 0) {
+    ce.held.push_back(logits_);
+    ce.held.push_back(logits_float);
+  } else {
+    // The logits are fp32 already and stand for the saved output: the log-softmax is made
+    // beside them.
+    ce.held.push_back(tensor("ce.log_softmax", {M_, V_}, DType::f32, Role::transient, kLoss));
+  }
   // Where the loss reads fp32 logits in place, they stand for its saved log-softmax output,
   // unless something else keeps them to the backward: the output object of the native loop, or
   // soft-capping's tanh, for whose output they stand. Then the log-probabilities are a tensor of
@@ -184,12 +199,14 @@ int HfBuilder::head_bwd(HfHead& h, const ModelParams& params, int targets) {
   constexpr MemoryComponent kLoss = MemoryComponent::logits_and_loss;
   // The log-softmax's gradient and the logits' (both fp32, B S V) before the cast, on the
   // autograd engine's thread.
+  // nll_loss's backward makes the first, log_softmax's the second.
   on_autograd_thread();
+  const int dlog_probs = tensor("ce.log_probs.grad", {M_, V_}, DType::f32, Role::transient, kLoss);
   const int dlogits_f32 = grad_of(h.logits_f32);
   Op& ce_bwd =
       op(OpKind::cross_entropy_bwd, "ce.bwd", {h.logits_f32, targets, h.lse}, {dlogits_f32}, -1);
   ce_bwd.grad_scale = loss_scale_;
-  ce_bwd.held.push_back(tensor("ce.log_probs.grad", {M_, V_}, DType::f32, Role::transient, kLoss));
+  ce_bwd.held.push_back(dlog_probs);
   if (log_probs_ >= 0) ce_bwd.held.push_back(log_probs_);
   int dlogits = dlogits_f32;
   if (h.logits_f32 != logits_) {
