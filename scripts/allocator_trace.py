@@ -7,7 +7,7 @@ segment_alloc, segment_free, oom, each with its address and size). This script r
 the step started in (the final segments with the trace's events undone) and writes what a replay
 through another allocator needs, with no addresses:
 
-    {"config", "batch", "cap_bytes", "fits", "torch", "gpu", "source",
+    {"config", "batch", "seq", "cap_bytes", "fits", "torch", "gpu", "source",
      "initial": [{"address": A, "size": segment bytes, "blocks": [[offset, block bytes], ...]},
                  ...],
      "events": [n, ...],           n > 0: a request of n bytes (the tensor's own, unrounded);
@@ -239,7 +239,7 @@ def convert(snapshot, case, source):
         diff = set(layout.allocated.items()) ^ set(want_live.items())
         fail(f"the blocks after the replay are not the snapshot's ({len(diff)} differ)")
     return {
-        "config": case["config"], "batch": case["batch"],
+        "config": case["config"], "batch": case["batch"], "seq": case.get("seq"),
         "cap_bytes": case["cap_gib"] * (1 << 30) if case["cap_gib"] else None,
         "fits": case["fits"], "error": case["error"], "source": source,
         "initial_reserved_bytes": initial_reserved, "reserved_peak_bytes": reserved_peak,

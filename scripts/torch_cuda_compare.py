@@ -37,9 +37,44 @@ DEFAULT_JSON = ROOT / "tests" / "data" / "torch_cuda_reference.json"
 
 # vrambench against PyTorch, |error| at most (issue 32): the allocated peak, the reserved peak, and
 # the largest batch in batch steps.
-TOLERANCE = {"allocated": 0.02, "reserved": 0.03, "largest_batch_below": 1}
-# Rows a tolerance does not hold, by configuration id, with the reason; reported, not failed.
-EXCEPTIONS = {}
+TOLERANCE = {"allocated": 0.02, "reserved": 0.03, "largest_batch_below": 1,
+             "longest_seq_below": 0.10}
+# Figures a tolerance does not hold, by (configuration id, figure: allocated, reserved,
+# largest_batch or longest_seq), with the reason; reported, not failed. Every other figure of the
+# configuration is still held. Those of the H200 session of 2026-11-28 (results/h200/
+# README.md says what was looked at):
+_GPT2_RESERVED = ("gpt2 at B <= 4 reserves 2-6 GiB, where a few blocks of 100-300 MiB decide the "
+                  "steady state's segments; allocated is within 1.2%; not explained yet")
+_SEQ_AT_THE_LIMIT = ("optimistic: at batch 1 the limit is decided by where the fp32 logits (one "
+                     "block of 0.1-2.6 GiB) find room among the step's freed blocks, and "
+                     "vrambench's events follow PyTorch's to the op, not to the tensor (in "
+                     "llama3.2-1b-lora's failing step PyTorch carved a LoRA input's fp32 copy "
+                     "out of the segment the last step's logits had freed); not fixed yet")
+EXCEPTIONS = {
+    ("gpt2-bf16-eager-ckpt-off", "reserved"): _GPT2_RESERVED,
+    ("gpt2-bf16-eager-ckpt-on", "reserved"): _GPT2_RESERVED,
+    ("gpt2-bf16-sdpa-ckpt-off", "reserved"): _GPT2_RESERVED,
+    ("gpt2-bf16-sdpa-ckpt-on", "reserved"): _GPT2_RESERVED,
+    ("gpt2-amp-bf16-eager-ckpt-on", "reserved"): _GPT2_RESERVED,
+    ("gpt2-amp-bf16-sdpa-ckpt-on", "reserved"): _GPT2_RESERVED,
+    ("llama3.2-1b-full", "reserved"): "over at B=4 (+10%): a segment vrambench keeps that "
+                                      "PyTorch's step reuses; not explained yet",
+    ("llama3.2-1b-lora", "reserved"): "under at B=1 (-6%) in a fresh process (7.23 GiB; 6.78 "
+                                      "GiB when the same run followed another configuration); "
+                                      "not explained yet",
+    ("gemma2-2b-lora-ckpt", "reserved"): "over (+5% to +10%), eager attention's scores under "
+                                         "checkpointing; not explained yet",
+    ("qwen3-1.7b-lora-accum4", "reserved"): "over at B=1 (+7%); not explained yet",
+    ("qwen3-1.7b-full-amp", "reserved"): "over at B=1 and 2 (+11%, +4%); not explained yet",
+    ("phi3.5-mini-lora-ckpt", "reserved"): "over at B=4 (+3.6%); not explained yet",
+    ("phi3.5-mini-lora-ckpt", "largest_batch"): "two below PyTorch's (11 for 13; safe): the "
+                                                "replay under the cap fails where PyTorch's "
+                                                "release-and-retry succeeded",
+    ("llama3.2-1b-lora", "longest_seq"): _SEQ_AT_THE_LIMIT,
+    ("gemma3-1b-lora", "longest_seq"): _SEQ_AT_THE_LIMIT + "; allocated is also 1.5% under "
+                                       "at S 2048 (Gemma 3)",
+    ("mistral-7b-lora", "longest_seq"): _SEQ_AT_THE_LIMIT,
+}
 
 # The simulated profile of a measured card, by the name torch gives it.
 PROFILES = [("H200", "sim:h200"), ("H100 PCIe", "sim:h100-pcie"), ("H100", "sim:h100-80gb"),
@@ -92,16 +127,18 @@ def recipe_args(config, model_file):
     if lora:
         args += ["--lora-rank", str(lora["rank"]), "--lora-alpha", str(lora["alpha"]),
                  "--lora-dropout", str(lora["dropout"]), "--lora-targets", lora["targets"]]
+    if config.get("grad_accum", 1) > 1:
+        args += ["--grad-accum", str(config["grad_accum"])]
     return args
 
 
-def estimate(binary, args, scratch):
-    """The first row of `vrambench estimate ARGS` as its JSON gives it."""
+def estimate(binary, args, scratch, command="estimate"):
+    """The first row of `vrambench estimate ARGS` (or another command) as its JSON gives it."""
     out = pathlib.Path(scratch)
-    result = subprocess.run([binary, "estimate", *args, "--quiet", "--format", "json", "--out",
+    result = subprocess.run([binary, command, *args, "--quiet", "--format", "json", "--out",
                              str(out), "--name", "estimate"], capture_output=True, text=True)
     if result.returncode != 0:
-        fail(f"vrambench estimate {' '.join(args)}: {result.stderr.strip()}")
+        fail(f"vrambench {command} {' '.join(args)}: {result.stderr.strip()}")
     return json.loads((out / "estimate.json").read_text())["rows"][0]
 
 
@@ -110,11 +147,18 @@ def error(predicted, measured):
 
 
 def compare(doc, binary):
-    """Rows of peaks and of largest batches, vrambench beside PyTorch, with the errors."""
+    """Rows of peaks, of largest batches and of longest sequences, vrambench beside PyTorch,
+    with the errors."""
     profile = profile_of(doc["environment"])
     context = context_bytes(binary, profile)
     configs = {c["id"]: c for c in doc["configs"]}
-    peaks, batches = [], []
+    peaks, batches, sequences = [], [], []
+
+    def card(cap_bytes):
+        # PyTorch's cap bounds the allocator alone: vrambench's card is the cap plus its
+        # context. Uncapped, the whole card as torch saw it.
+        return cap_bytes + context if cap_bytes else doc["environment"]["gpu_total_bytes"]
+
     with tempfile.TemporaryDirectory() as scratch:
         models = pathlib.Path(scratch) / "models"
         models.mkdir()
@@ -141,18 +185,31 @@ def compare(doc, binary):
                 "used_error": error(est["est_peak_bytes"], row["driver_used_bytes"])})
         for b in doc["bisections"]:
             config = configs[b["config"]]
-            # PyTorch's cap bounds the allocator alone: vrambench's card is the cap plus its
-            # context. Uncapped, the whole card as torch saw it.
-            vram = (b["cap_bytes"] + context if b["cap_bytes"]
-                    else doc["environment"]["gpu_total_bytes"])
-            est = estimate(binary, args_of(config) + ["--device", profile, "--vram", f"{vram}B"],
+            est = estimate(binary, args_of(config) + ["--device", profile,
+                                                      "--vram", f"{card(b['cap_bytes'])}B"],
                            scratch)
             batches.append({"config": b["config"], "cap_bytes": b["cap_bytes"],
                             "torch_largest": b["largest_batch"],
                             "est_largest": est["est_max_batch"],
                             "steps": est["est_max_batch"] - b["largest_batch"],
                             "torch_reserved": b["reserved_at_largest_bytes"]})
-    return peaks, batches
+        # The longest sequence at batch 1: vrambench's search over seq on the simulated card
+        # (est_max_seq, a multiple of 64) beside PyTorch's bracket [longest, first failure).
+        for q in doc.get("longest_seqs", []):
+            config = configs[q["config"]]
+            args = args_of(config)
+            at = args.index("--seq")
+            del args[at:at + 2]  # what the search finds
+            est = estimate(binary, args + ["--device", profile, "--over", "seq",
+                                                      "--vram", f"{card(q['cap_bytes'])}B"],
+                           scratch, command="search")
+            sequences.append({"config": q["config"], "cap_bytes": q["cap_bytes"],
+                              "torch_longest": q["longest_seq"],
+                              "torch_first_oom": q["first_oom_seq"],
+                              "est_longest": est["est_max_seq"],
+                              "error": error(est["est_max_seq"], q["longest_seq"])
+                              if q["longest_seq"] else 0.0})
+    return peaks, batches, sequences
 
 
 def steady_state(row):
@@ -161,10 +218,11 @@ def steady_state(row):
     return "first_step_reserved_peak_bytes" in row
 
 
-def outside(peaks, batches):
+def outside(peaks, batches, sequences=()):
     """Figures beyond the tolerances as (config, what is off), exceptions included: the
     allocated peak; the reserved peak of steady-state rows; a largest batch above PyTorch's (the
-    error that sends a user into out-of-memory) or more than one below."""
+    error that sends a user into out-of-memory) or more than one below; a longest sequence at or
+    above one that failed in PyTorch, or more than 10% below the longest that ran."""
     out = []
     for r in peaks:
         for what in ("allocated", "reserved"):
@@ -172,12 +230,20 @@ def outside(peaks, batches):
                 continue
             e = r[f"{what}_error"]
             if abs(e) > TOLERANCE[what]:
-                out.append((r["config"], f"B={r['batch']} {what} {e:+.1%}"))
+                out.append((r["config"], what, f"B={r['batch']} {what} {e:+.1%}"))
     for r in batches:
         if r["steps"] > 0 or -r["steps"] > TOLERANCE["largest_batch_below"]:
             where = "above" if r["steps"] > 0 else "below"
-            out.append((r["config"], f"largest batch {r['est_largest']} {where} PyTorch's "
-                                     f"{r['torch_largest']}"))
+            out.append((r["config"], "largest_batch", f"largest batch {r['est_largest']} {where} "
+                                                      f"PyTorch's {r['torch_largest']}"))
+    for r in sequences:
+        if r["torch_first_oom"] and r["est_longest"] >= r["torch_first_oom"]:
+            out.append((r["config"], "longest_seq", f"longest sequence {r['est_longest']}: "
+                                                    f"PyTorch failed at {r['torch_first_oom']}"))
+        elif -r["error"] > TOLERANCE["longest_seq_below"]:
+            out.append((r["config"], "longest_seq", f"longest sequence {r['est_longest']} "
+                                                    f"{r['error']:+.1%} below PyTorch's "
+                                                    f"{r['torch_longest']}"))
     return out
 
 
@@ -198,7 +264,7 @@ def markdown_table(header, rows):
     return "\n".join([line(header), rule] + [line(r) for r in rows])
 
 
-def report(doc, peaks, batches, source):
+def report(doc, peaks, batches, source, sequences=()):
     env = doc["environment"]
     versions = ", ".join(f"{k} {env.get(k)}" for k in
                          ("torch", "transformers", "peft", "bitsandbytes", "cuda", "driver"))
@@ -235,6 +301,17 @@ def report(doc, peaks, batches, source):
             [[b["config"], gib(b["cap_bytes"]) if b["cap_bytes"] else "whole card",
               str(b["torch_largest"]), str(b["est_largest"]), f"{b['steps']:+d}",
               gib(b["torch_reserved"]) if b["torch_reserved"] else "-"] for b in batches]))
+    if sequences:
+        text += ["", "The longest sequence at batch 1: PyTorch's search (doubling, then halving "
+                 "the gap to 256 tokens; each trial a training run) gives a bracket, the longest "
+                 "that ran and the first that failed; vrambench's `search --over seq` on the "
+                 "simulated card of the cap plus its context, to 64 tokens. It must stay below "
+                 "the length that failed.", ""]
+        text.append(markdown_table(
+            ["config", "cap", "longest", "failed at", "est", "err"],
+            [[q["config"], gib(q["cap_bytes"]) if q["cap_bytes"] else "whole card",
+              str(q["torch_longest"]), str(q["torch_first_oom"] or "-"), str(q["est_longest"]),
+              f"{q['error']:+.1%}"] for q in sequences]))
     def summary(key):
         errs = sorted(r[key] for r in peaks)
         mid = sorted(abs(e) for e in errs)[len(errs) // 2]
@@ -247,6 +324,12 @@ def report(doc, peaks, batches, source):
             line += (f"; {len(batches)} largest batches: {steps.count(0)} equal, "
                      f"{sum(1 for x in steps if x < 0)} below, "
                      f"{sum(1 for x in steps if x > 0)} above")
+        if sequences:
+            above = sum(1 for q in sequences
+                        if q["torch_first_oom"] and q["est_longest"] >= q["torch_first_oom"])
+            line += (f"; {len(sequences)} longest sequences: median |error| "
+                     f"{sorted(abs(q['error']) for q in sequences)[len(sequences) // 2]:.1%}, "
+                     f"{above} at or above a length that failed")
         text += ["", line + "."]
     return "\n".join(text) + "\n"
 
@@ -269,8 +352,8 @@ def main():
     for key in ("environment", "models", "configs", "rows", "bisections"):
         if key not in doc:
             fail(f"{path} has no '{key}': written by an older torch_cuda_reference.py?")
-    peaks, batches = compare(doc, args.vrambench)
-    text = report(doc, peaks, batches, os.path.relpath(path, ROOT))
+    peaks, batches, sequences = compare(doc, args.vrambench)
+    text = report(doc, peaks, batches, os.path.relpath(path, ROOT), sequences)
     if args.out:
         pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(args.out).write_text(text)
@@ -280,9 +363,9 @@ def main():
     if not args.check:
         return 0
     failed = 0
-    for config, detail in outside(peaks, batches):
-        if config in EXCEPTIONS:
-            print(f"exception {config}: {detail} ({EXCEPTIONS[config]})", file=sys.stderr)
+    for config, what, detail in outside(peaks, batches, sequences):
+        if (config, what) in EXCEPTIONS:
+            print(f"exception {config}: {detail} ({EXCEPTIONS[config, what]})", file=sys.stderr)
         else:
             print(f"outside the tolerance: {config} {detail}", file=sys.stderr)
             failed += 1

@@ -9,10 +9,18 @@ vrambench predicts) and over its first step, and what the driver reports in use 
 (torch.cuda.mem_get_info: the CUDA context and the libraries' workspaces included). For some
 configurations it then bisects the batch until torch.OutOfMemoryError, each trial such a run, on
 the card capped with torch.cuda.set_per_process_memory_fraction (24 GiB, or the whole card), and
-records the largest batch that ran and the reserved peak at it. With --snapshots DIR it also runs
-the largest batch and the first that failed once more, records the allocator's history over the
-last step (torch.cuda.memory._record_memory_history) and pickles torch.cuda.memory._snapshot()
-into DIR with an index, snapshots.json, which scripts/allocator_trace.py converts.
+records the largest batch that ran and the reserved peak at it; for some it also searches the
+longest sequence at batch 1 under a cap (doubling, then halving the gap to SEQ_STEP tokens). With
+--snapshots DIR it also runs each search's boundary (what ran last and the first that failed) once
+more, records the allocator's history over the last step
+(torch.cuda.memory._record_memory_history) and pickles torch.cuda.memory._snapshot() into DIR with
+an index, snapshots.json, which scripts/allocator_trace.py converts.
+
+The configurations come in two groups (--group): `core`, the first reference's, and `families`,
+each model family vrambench reads (Qwen3, Mistral, Gemma 2 and 3, Phi-3) and each recipe (full
+fine-tuning under autocast, gradient accumulation) with the longest-sequence searches. A run of
+several configurations is one process, whose memory outside the allocator grows as it loads
+kernels: each row records its configuration's place in it (process_order).
 
 Models are built from their configs with random weights on the GPU (no download); a QLoRA base is
 built with bitsandbytes' Linear4bit (NF4, double quantisation, bf16 compute) in place of the
@@ -40,8 +48,10 @@ examples:
     python3 scripts/torch_cuda_reference.py --out $OUT/torch_cuda_reference.json
   one configuration, no bisection:
     python3 scripts/torch_cuda_reference.py --only llama3.2-1b-lora --no-bisect --out /tmp/x.json
-  the allocator's history at the boundary of each bisection, for scripts/allocator_trace.py:
+  the allocator's history at the boundary of each search, for scripts/allocator_trace.py:
     python3 scripts/torch_cuda_reference.py --only llama3-8b-qlora-s512 --snapshots $OUT/snap
+  the model families and recipes alone:
+    python3 scripts/torch_cuda_reference.py --group families --out $OUT/families.json
   the code paths on the CPU with tiny models, nothing measured (no GPU needed):
     ~/venv-torch/bin/python scripts/torch_cuda_reference.py --smoke --snapshots /tmp/snap
 """
@@ -62,6 +72,31 @@ MODELS = {
         "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
         "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
         "tie_word_embeddings": False, "max_position_embeddings": 32768}),
+    "qwen3-1.7b": ("Qwen3Config", {
+        "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 40960}),
+    "mistral-7b": ("MistralConfig", {
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 32768, "tie_word_embeddings": False, "max_position_embeddings": 32768,
+        "sliding_window": None}),
+    "gemma2-2b": ("Gemma2Config", {
+        "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "vocab_size": 256000, "tie_word_embeddings": True, "max_position_embeddings": 8192,
+        "sliding_window": 4096, "query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh"}),
+    "gemma3-1b": ("Gemma3TextConfig", {
+        "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+        "vocab_size": 262144, "tie_word_embeddings": True, "max_position_embeddings": 32768,
+        "sliding_window": 512, "query_pre_attn_scalar": 256,
+        "hidden_activation": "gelu_pytorch_tanh"}),
+    "phi3.5-mini": ("Phi3Config", {
+        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+        "tie_word_embeddings": False, "max_position_embeddings": 131072}),
 }
 
 # What --smoke makes of each model: two small layers, the same kind of block.
@@ -92,17 +127,43 @@ CONFIGS += [
      "batches": [1, 2, 4], "bisect": [24]},
     {"id": "llama3.2-1b-lora", "model": "llama3.2-1b", "base": "bf16", "attention": "sdpa",
      "checkpointing": "off", "adapter": "lora-r16", "optimizer": "adamw", "seq": 1024,
-     "batches": [1, 2, 4], "bisect": [24]},
+     "batches": [1, 2, 4], "bisect": [24], "longest_seq": [24]},
     {"id": "llama3-8b-qlora-s512", "model": "llama3-8b", "base": "nf4", "attention": "sdpa",
      "checkpointing": "on", "adapter": "lora-r16", "optimizer": "paged_adamw_8bit", "seq": 512,
      "batches": [1, 2, 4], "bisect": [24]},
     {"id": "llama3-8b-qlora-s2048", "model": "llama3-8b", "base": "nf4", "attention": "sdpa",
      "checkpointing": "on", "adapter": "lora-r16", "optimizer": "paged_adamw_8bit", "seq": 2048,
-     "batches": [1, 2, 4], "bisect": [24, 0]},
+     "batches": [1, 2, 4], "bisect": [24]},
     {"id": "qwen2.5-7b-lora-ckpt", "model": "qwen2.5-7b", "base": "bf16", "attention": "sdpa",
      "checkpointing": "on", "adapter": "lora-r16", "optimizer": "adamw", "seq": 2048,
      "batches": [1, 2, 4], "bisect": [24]},
 ] + GPT2_CONFIGS
+for _c in CONFIGS:
+    _c["group"] = "core"
+# Each model family vrambench reads and each recipe, the largest batch under a 24 GiB cap and
+# (longest_seq) the longest sequence at batch 1 under a cap: the second group, measured by its own
+# call on the GPU machine (scripts/gpu-session.sh's `families` step). grad_accum: micro-batches a
+# step, as Trainer's gradient_accumulation_steps runs them.
+_FAMILY = {"attention": "sdpa", "checkpointing": "off", "adapter": "lora-r16", "base": "bf16",
+           "optimizer": "adamw", "seq": 2048, "batches": [1, 2, 4], "bisect": [24],
+           "longest_seq": [24], "group": "families"}
+CONFIGS += [dict(_FAMILY, **c) for c in [
+    {"id": "gemma3-1b-lora", "model": "gemma3-1b"},
+    {"id": "mistral-7b-qlora", "model": "mistral-7b", "base": "nf4", "checkpointing": "on",
+     "optimizer": "paged_adamw_8bit", "longest_seq": [12]},
+    {"id": "phi3.5-mini-lora-ckpt", "model": "phi3.5-mini", "checkpointing": "on",
+     "longest_seq": [16]},
+    {"id": "gemma2-2b-lora-ckpt", "model": "gemma2-2b", "attention": "eager",
+     "checkpointing": "on"},
+    {"id": "qwen3-1.7b-lora-accum4", "model": "qwen3-1.7b", "seq": 1024, "grad_accum": 4,
+     "batches": [1, 2], "longest_seq": []},
+    {"id": "qwen3-1.7b-full-amp", "model": "qwen3-1.7b", "base": "amp-bf16", "adapter": "none",
+     "seq": 1024, "bisect": [48], "longest_seq": [48]},
+    {"id": "mistral-7b-lora", "model": "mistral-7b", "seq": 1024, "bisect": [],
+     "longest_seq": [24]},
+]]
+# Granularity of the longest-sequence search: the bracket [longest, first_oom) is at most this wide.
+SEQ_STEP = 256
 
 
 def fail(message):
@@ -127,6 +188,10 @@ def model_config(name, smoke):
     if smoke:
         fields.update(SMOKE_GPT2 if name == "gpt2" else SMOKE_SHAPE)
     cfg = getattr(transformers, class_name)(**fields)
+    if smoke:  # the special tokens of a real vocabulary are out of a smoke model's
+        for token in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            if (getattr(cfg, token, None) or 0) >= cfg.vocab_size:
+                setattr(cfg, token, None)
     if name == "gpt2":
         cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
     return cfg
@@ -212,15 +277,21 @@ def make_optimizer(c, model, smoke):
     raise ValueError(c["optimizer"])
 
 
-def step(c, model, optimizer, cfg, batch, device):
-    ids = torch.randint(0, cfg.vocab_size, (batch, c["seq"]), device=device)
+def step(c, model, optimizer, cfg, batch, device, seq):
+    """One optimizer step: grad_accum micro-batches of `batch` sequences, each forward and
+    backward (the gradients accumulate), then the update."""
     autocast = c["base"] in ("amp-bf16", "nf4")
-    with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=autocast):
-        loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
+    accum = c.get("grad_accum", 1)
+    for _ in range(accum):
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
+        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                            enabled=autocast):
+            loss = model(input_ids=ids, labels=ids).loss / accum
+        loss.backward()
+        del ids
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss.detach()) * accum
 
 
 def cuda_figures():
@@ -264,15 +335,17 @@ class Run:
         if not self.smoke:
             torch.cuda.reset_peak_memory_stats()
 
-    def __call__(self, batch, record=None):
-        """Runs it; the loss of the last step and the first step's peaks (CUDA). `record`, when
-        given, is called before the last step (the allocator's history starts there)."""
+    def __call__(self, batch, record=None, seq=None):
+        """Runs it (at the configuration's sequence, or `seq`); the loss of the last step and the
+        first step's peaks (CUDA). `record`, when given, is called before the last step (the
+        allocator's history starts there)."""
         self.fresh()
         first, loss = {}, None
         for i in range(self.steps):
             if record is not None and i == self.steps - 1:
                 record()
-            loss = step(self.c, self.model, self.optimizer, self.cfg, batch, self.device)
+            loss = step(self.c, self.model, self.optimizer, self.cfg, batch, self.device,
+                        seq or self.c["seq"])
             if i == 0 and not self.smoke:
                 torch.cuda.synchronize()
                 first = {"first_step_allocated_peak_bytes": torch.cuda.max_memory_allocated(),
@@ -300,14 +373,14 @@ def measure_rows(c, run):
     return rows
 
 
-def fits(run, batch, record=None, recorded=None):
+def fits(run, batch, record=None, recorded=None, seq=None):
     """Whether a run at `batch` fits; its reserved peak and allocated peak where it does, and the
     error where it does not. The cache is emptied after it. `record` is called before the run's
     last step, `recorded` right after the run (an out-of-memory's frames released), before the
     gradients go and the cache is emptied."""
     ok, error = True, None
     try:
-        run(batch, record)
+        run(batch, record, seq)
     except (torch.OutOfMemoryError, RuntimeError) as e:
         if not out_of_memory(e):
             raise
@@ -324,12 +397,17 @@ def fits(run, batch, record=None, recorded=None):
     return ok, error, figures
 
 
-def bisect(c, run, cap_gib):
-    """The largest batch that runs under the cap: doubling from 1, then halving the gap."""
+def set_cap(run, cap_gib):
+    """The allocator's cap (GiB; 0: the whole card)."""
     if not run.smoke:
         total = torch.cuda.get_device_properties(0).total_memory
-        fraction = 1.0 if cap_gib == 0 else min(1.0, cap_gib * GiB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction)
+        torch.cuda.set_per_process_memory_fraction(
+            1.0 if cap_gib == 0 else min(1.0, cap_gib * GiB / total))
+
+
+def bisect(c, run, cap_gib):
+    """The largest batch that runs under the cap: doubling from 1, then halving the gap."""
+    set_cap(run, cap_gib)
     good, reserved_at_good, bad, trials = 0, 0, None, 0
     batch = 1
     while bad is None or bad - good > 1:
@@ -344,23 +422,51 @@ def bisect(c, run, cap_gib):
         if bad is None and run.smoke and trials >= 3:
             break
         batch = batch * 2 if bad is None else (good + bad) // 2
-    if not run.smoke:
-        torch.cuda.set_per_process_memory_fraction(1.0)
+    set_cap(run, 0)
     return {"config": c["id"], "cap_bytes": cap_gib * GiB if cap_gib else None,
             "largest_batch": good, "first_oom_batch": bad,
             "reserved_at_largest_bytes": reserved_at_good, "steps": run.steps, "trials": trials}
 
 
+def longest_seq(c, run, cap_gib):
+    """The longest sequence that runs at batch 1 under the cap, to SEQ_STEP tokens: doubling from
+    the configuration's sequence (halving while that fails), then halving the gap."""
+    set_cap(run, cap_gib)
+    good, reserved_at_good, bad, trials = 0, 0, None, 0
+    seq = c["seq"]
+    while bad is None or bad - good > SEQ_STEP:
+        ok, _, figures = fits(run, 1, seq=seq)
+        trials += 1
+        print(f"  {c['id']} cap {cap_gib or 'card'} B=1 seq={seq}: {'fits' if ok else 'OOM'}",
+              file=sys.stderr, flush=True)
+        if ok:
+            good, reserved_at_good = seq, figures["reserved"]
+        else:
+            bad = seq
+        if run.smoke and trials >= 3:
+            break
+        if bad is None:
+            seq *= 2
+        elif good == 0:
+            if seq <= SEQ_STEP:
+                break
+            seq //= 2
+        else:
+            seq = (good + bad) // 2 // SEQ_STEP * SEQ_STEP
+    set_cap(run, 0)
+    return {"config": c["id"], "cap_bytes": cap_gib * GiB if cap_gib else None, "batch": 1,
+            "longest_seq": good, "first_oom_seq": bad, "granularity": SEQ_STEP,
+            "reserved_at_longest_bytes": reserved_at_good, "steps": run.steps, "trials": trials}
+
+
 def snapshot_boundary(c, run, bisection, cap_gib, folder):
-    """The bisection's largest batch and the first that failed, each run once more with the
-    allocator's history recorded over its last step; each snapshot pickled into `folder` (its
+    """The bisection's largest batch and the first that failed (or, for a longest-sequence
+    search, the longest sequence and the first that failed, at batch 1), each run once more with
+    the allocator's history recorded over its last step; each snapshot pickled into `folder` (its
     stack frames dropped), an entry of snapshots.json per case."""
     import pickle
     cases = []
-    if not run.smoke:
-        total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(
-            1.0 if cap_gib == 0 else min(1.0, cap_gib * GiB / total))
+    set_cap(run, cap_gib)
 
     def record():
         if not run.smoke:
@@ -373,11 +479,16 @@ def snapshot_boundary(c, run, bisection, cap_gib, folder):
             taken.append(torch.cuda.memory._snapshot())
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    for batch in [b for b in (bisection["largest_batch"], bisection["first_oom_batch"]) if b]:
+    over_seq = "longest_seq" in bisection
+    ends = ((bisection["longest_seq"], bisection["first_oom_seq"]) if over_seq
+            else (bisection["largest_batch"], bisection["first_oom_batch"]))
+    for end in [e for e in ends if e]:
+        batch, seq = (1, end) if over_seq else (end, c["seq"])
         start = time.perf_counter()
-        name = f"{c['id']}-B{batch}-cap{cap_gib}.pickle"
+        name = (f"{c['id']}-S{seq}-cap{cap_gib}.pickle" if over_seq
+                else f"{c['id']}-B{batch}-cap{cap_gib}.pickle")
         taken.clear()
-        ok, error, figures = fits(run, batch, record, recorded)
+        ok, error, figures = fits(run, batch, record, recorded, seq)
         snap = taken[0] if taken else None
         if snap is not None:
             for segment in snap["segments"]:
@@ -389,16 +500,16 @@ def snapshot_boundary(c, run, bisection, cap_gib, folder):
                     event.pop("frames", None)
             with open(os.path.join(folder, name), "wb") as f:
                 pickle.dump(snap, f)
-        cases.append({"config": c["id"], "batch": batch, "cap_gib": cap_gib, "fits": ok,
+        cases.append({"config": c["id"], "batch": batch, "seq": seq, "cap_gib": cap_gib,
+                      "fits": ok,
                       "error": None if error is None else error[:400],
                       "allocated_peak_bytes": figures["allocated"],
                       "reserved_peak_bytes": figures["reserved"], "steps": run.steps,
                       "seconds": round(time.perf_counter() - start, 1),
                       "snapshot": name if snap is not None else None})
-        print(f"  {c['id']} cap {cap_gib or 'card'} B={batch}: snapshot, "
+        print(f"  {c['id']} cap {cap_gib or 'card'} B={batch} seq={seq}: snapshot, "
               f"{'fits' if ok else 'OOM'}", file=sys.stderr, flush=True)
-    if not run.smoke:
-        torch.cuda.set_per_process_memory_fraction(1.0)
+    set_cap(run, 0)
     return cases
 
 
@@ -432,7 +543,11 @@ def main():
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=DEFAULT_OUT, help="the JSON to write (default: %(default)s)")
     ap.add_argument("--only", default="", help="comma-separated configuration ids")
-    ap.add_argument("--no-bisect", action="store_true", help="skip the largest-batch bisection")
+    ap.add_argument("--group", choices=["all", "core", "families"], default="all",
+                    help="core: the first reference's configurations; families: each model "
+                    "family and recipe, with the longest sequence (default: %(default)s)")
+    ap.add_argument("--no-bisect", action="store_true",
+                    help="skip the searches: the largest batch and the longest sequence")
     ap.add_argument("--smoke", action="store_true",
                     help="run every code path on the CPU with tiny models; measures nothing, "
                     "writes nothing")
@@ -441,16 +556,19 @@ def main():
                     help="training steps per run, each row's and each bisection trial's "
                     "(default: %(default)s; vrambench's sim replays two)")
     ap.add_argument("--snapshots", metavar="DIR",
-                    help="after each bisection, the allocator's history over the last step at "
-                    "the largest batch and the first that failed, pickled into DIR with "
+                    help="after each search (of the core group, or of the configurations "
+                    "--only names), the allocator's history over the last step at the largest "
+                    "batch (or longest sequence) and the first that failed, pickled into DIR with "
                     "DIR/snapshots.json (smoke: the index alone)")
     args = ap.parse_args()
     if args.steps < 1:
         fail(f"--steps {args.steps}: a run takes at least one step")
 
-    configs = [c for c in CONFIGS if not args.only or c["id"] in args.only.split(",")]
+    configs = [c for c in CONFIGS if (not args.only or c["id"] in args.only.split(","))
+               and args.group in ("all", c["group"])]
     if not configs:
-        fail(f"--only {args.only!r} names no configuration; --list shows them")
+        fail(f"--only {args.only!r} --group {args.group} names no configuration; --list shows "
+             "them")
     if args.list:
         for c in configs:
             print(c["id"])
@@ -464,7 +582,7 @@ def main():
             c["seq"] = 32
 
     started = time.time()
-    rows, bisections, snapshots = [], [], []
+    rows, bisections, longest, snapshots = [], [], [], []
     if args.snapshots:
         os.makedirs(args.snapshots, exist_ok=True)
 
@@ -473,9 +591,10 @@ def main():
         # config.json (what `vrambench --model` reads), the adapters, where autocast was on.
         described = []
         for c in configs:
-            d = {k: v for k, v in c.items() if k not in ("batches", "bisect")}
+            d = {k: v for k, v in c.items() if k not in ("batches", "bisect", "longest_seq")}
             rank = lora_rank(c["adapter"])
-            d.update({"autocast_bf16": c["base"] in ("amp-bf16", "nf4"),
+            d.update({"grad_accum": c.get("grad_accum", 1),
+                      "autocast_bf16": c["base"] in ("amp-bf16", "nf4"),
                       "lora": {"rank": rank, "alpha": LORA_ALPHA_PER_RANK * rank, "dropout": 0.0,
                                "targets": LORA_TARGETS} if rank else None,
                       "quantization": {"quant_type": "nf4", "double_quant": True,
@@ -486,7 +605,7 @@ def main():
         return {"environment": environment(device), "models": models, "configs": described,
                 "protocol": f"each row and bisection trial a training run of {args.steps} steps "
                             "from a fresh optimizer, the cache emptied before it",
-                "rows": rows, "bisections": bisections,
+                "rows": rows, "bisections": bisections, "longest_seqs": longest,
                 "seconds": round(time.time() - started, 1)}
 
     def write_json(path, doc):
@@ -506,17 +625,25 @@ def main():
         if args.snapshots:
             write_index()
 
-    for c in configs:
+    for order, c in enumerate(configs):
         print(f"{c['id']}", file=sys.stderr, flush=True)
         model, cfg = build(c, device, args.smoke)
         run = Run(c, model, cfg, device, args.smoke, args.steps)
-        rows += measure_rows(c, run)
+        # The families' searches are many and long: their boundaries are recorded when named.
+        snapshot = args.snapshots and (c["group"] == "core" or args.only)
+        # Its place in this process (0: the first): the memory a process holds outside the
+        # allocator grows with the kernels it has loaded.
+        rows += [dict(r, process_order=order) for r in measure_rows(c, run)]
         if not args.no_bisect:
             for cap in c["bisect"]:
                 bisections.append(bisect(c, run, cap))
-                if args.snapshots:
+                if snapshot:
                     snapshots.extend(
                         snapshot_boundary(c, run, bisections[-1], cap, args.snapshots))
+            for cap in c.get("longest_seq", []):
+                longest.append(longest_seq(c, run, cap))
+                if snapshot:
+                    snapshots.extend(snapshot_boundary(c, run, longest[-1], cap, args.snapshots))
         del model, run
         release()
         if not args.smoke:  # after each configuration: a run stopped early keeps what it measured
@@ -528,7 +655,8 @@ def main():
         print(f"smoke: {len(configs)} configurations ran on the CPU in {time.time() - started:.0f} s",
               file=sys.stderr)
         return 0
-    print(f"wrote {len(rows)} rows and {len(bisections)} bisections to {args.out} in "
+    print(f"wrote {len(rows)} rows, {len(bisections)} bisections and {len(longest)} longest "
+          f"sequences to {args.out} in "
           f"{time.time() - started:.0f} s", file=sys.stderr)
     return 0
 

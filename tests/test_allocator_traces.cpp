@@ -5,7 +5,9 @@
 // same cap. Where PyTorch served every request, the replay must too, reserving at its peak within
 // 2% of what PyTorch reserved; where PyTorch refused one (llama3-8b QLoRA at batch 13 under 24
 // GiB: the 3.18 GiB fp32 logits, with 3.72 GiB cached but in pieces), the replay must refuse the
-// same request and serve every one before it.
+// same request and serve every one before it. The second session's traces are the last step of
+// two-step runs at each search's boundary, the longest sequences at batch 1 included (llama3.2-1b
+// LoRA at S 5376: the 2.57 GiB fp32 logits refused with 2.74 GiB cached in pieces).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -211,7 +213,14 @@ INSTANTIATE_TEST_SUITE_P(
     H200, AllocatorTrace,
     ::testing::Values("llama3-8b-qlora-s512-B12-cap24.json", "llama3-8b-qlora-s512-B13-cap24.json",
                       "gpt2-bf16-sdpa-ckpt-off-B1-cap0.json", "llama3.2-1b-full-B2-cap0.json",
-                      "gpt2-amp-bf16-sdpa-ckpt-on-B1-cap0.json"),
+                      "gpt2-amp-bf16-sdpa-ckpt-on-B1-cap0.json",
+                      // The second session's boundaries: two-step runs, the last step recorded.
+                      "gpt2-bf16-sdpa-ckpt-off-B19-cap24.json",
+                      "gpt2-bf16-sdpa-ckpt-off-B20-cap24.json",
+                      "qwen2.5-7b-lora-ckpt-B2-cap24.json", "llama3.2-1b-lora-S5120-cap24.json",
+                      "llama3.2-1b-lora-S5376-cap24.json", "mistral-7b-lora-S768-cap24.json",
+                      "mistral-7b-lora-S1024-cap24.json", "phi3.5-mini-lora-ckpt-S13824-cap16.json",
+                      "phi3.5-mini-lora-ckpt-S14080-cap16.json"),
     [](const ::testing::TestParamInfo<std::string>& param) {
       std::string name = param.param.substr(0, param.param.find(".json"));
       std::replace_if(

@@ -96,14 +96,18 @@ TEST(Presets, OutsideTheAllocatorFollowsTheSms) {
                    "torch_cuda_reference.json");
   const nlohmann::json reference = nlohmann::json::parse(in);
   ASSERT_EQ(reference["environment"]["gpu"], "NVIDIA H200");
-  int rows = 0;
+  // What a process holds outside the allocator grows with each kernel it loads: a training run
+  // is one configuration in a fresh process, the first configuration each measuring process ran
+  // (process_order 0). Later ones are bounded by nothing the profile describes.
+  int first = 0;
   for (const auto& row : reference["rows"]) {
+    if (row["process_order"].get<int>() != 0) continue;
     EXPECT_GE(find_gpu_profile("h200").context_overhead(),
               row["outside_allocator_bytes"].get<Bytes>())
         << row["config"] << " B=" << row["batch"];
-    ++rows;
+    ++first;
   }
-  EXPECT_EQ(rows, 39);
+  EXPECT_EQ(first, 9);  // three processes' first configurations, at B = 1, 2 and 4
 }
 
 TEST(Presets, QwenHasQkvBiasesAndLlamaThreeTwoTiesItsHead) {

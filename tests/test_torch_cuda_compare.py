@@ -1,9 +1,10 @@
 """scripts/torch_cuda_compare.py against a reference whose PyTorch figures are vrambench's own
 predictions moved by known errors: the comparison must rebuild each configuration as vrambench
-is asked for it by hand (the model file, LoRA, QLoRA with paged 8-bit AdamW and checkpointing,
-the cap), report exactly those errors, and --check must fail on the figures beyond the tolerances
-(allocated 2%, a steady state's reserved 3%, a largest batch above PyTorch's or more than one
-below) and on nothing else.
+is asked for it by hand (the model file, LoRA, QLoRA with paged 8-bit AdamW, checkpointing and
+gradient accumulation, the cap, the search over seq), report exactly those errors, and --check
+must fail on the figures beyond the tolerances (allocated 2%, a steady state's reserved 3%, a
+largest batch above PyTorch's or more than one below, a longest sequence at a length PyTorch
+could not run or more than 10% below) and on nothing else.
 
     python3 tests/test_torch_cuda_compare.py build/vrambench
 """
@@ -32,7 +33,7 @@ CONFIGS = [
      "autocast_bf16": False, "lora": LORA, "quantization": None},
     {"id": "qlora", "model": "llama3-8b", "base": "nf4", "attention": "sdpa",
      "checkpointing": "on", "adapter": "lora-r16", "optimizer": "paged_adamw_8bit", "seq": 2048,
-     "autocast_bf16": True, "lora": LORA,
+     "grad_accum": 4, "autocast_bf16": True, "lora": LORA,
      "quantization": {"quant_type": "nf4", "double_quant": True, "compute_dtype": "bf16"}},
 ]
 
@@ -54,7 +55,8 @@ with tempfile.TemporaryDirectory() as scratch:
         "qlora": ["--model", str(model), "--framework", "hf", "--finetune", "qlora", "--quant",
                   "nf4", "--double-quant", "on", "--optimizer", "paged-adamw-8bit",
                   "--recompute", "full", "--lora-rank", "16", "--lora-alpha", "32", "--seq",
-                  "2048", "--attention", "flash", "--dtype", "bf16", "--device", "sim:h100-80gb"],
+                  "2048", "--attention", "flash", "--dtype", "bf16", "--device", "sim:h100-80gb",
+                  "--grad-accum", "4"],
     }
     # (config, batch, allocated error, reserved error, a training run's steady state): vrambench
     # against the made-up PyTorch. A reserved figure of another protocol (a first step after
@@ -81,10 +83,30 @@ with tempfile.TemporaryDirectory() as scratch:
         {"config": "qlora", "cap_bytes": cap, "largest_batch": largest["qlora"] + 3,
          "reserved_at_largest_bytes": 23 * GiB},
     ]
+    # The longest sequence at batch 1 under a 24 GiB cap, by vrambench's search over seq: lora's
+    # PyTorch failed at that very length (an optimistic answer), qlora's ran it and failed 256
+    # tokens later (the answer held).
+    seq_cap = 24 * GiB
+    longest = {}
+    for c in ("lora", "qlora"):
+        args = list(hand[c])
+        del args[args.index("--seq"):args.index("--seq") + 2]
+        subprocess.run([binary, *args, "--over", "seq", "--vram", f"{seq_cap + CONTEXT}B",
+                        "--quiet", "--format", "json", "--out", scratch, "--name", "seq"],
+                       check=True, capture_output=True)
+        longest[c] = json.loads((pathlib.Path(scratch) / "seq.json").read_text())["rows"][0][
+            "est_max_seq"]
+    assert longest["lora"] > 512 and longest["qlora"] > 512, longest
+    sequences = [
+        {"config": "lora", "cap_bytes": seq_cap, "batch": 1, "longest_seq": longest["lora"] - 256,
+         "first_oom_seq": longest["lora"], "granularity": 256},
+        {"config": "qlora", "cap_bytes": seq_cap, "batch": 1, "longest_seq": longest["qlora"],
+         "first_oom_seq": longest["qlora"] + 256, "granularity": 256},
+    ]
     doc = {"environment": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_total_bytes": 85520809984,
                            "torch": "2.x", "cuda": "13.0"},
            "models": {"llama3-8b": LLAMA}, "configs": CONFIGS, "rows": rows,
-           "bisections": bisections}
+           "bisections": bisections, "longest_seqs": sequences}
     reference = pathlib.Path(scratch) / "reference.json"
     reference.write_text(json.dumps(doc))
     out = pathlib.Path(scratch) / "table.md"
@@ -110,9 +132,16 @@ for config, torch_largest, steps in [("lora", largest["lora"] - 1, "+1"),
              if r.startswith(f"| {config} ") and "40.00 GiB" in r]
     assert found == [[config, "40.00 GiB", str(torch_largest), str(largest[config]), steps,
                       found[0][5]]], found
-# --check: the four figures beyond the tolerances, named, and nothing else: allocated past 2%,
+# The longest sequences: PyTorch's bracket beside vrambench's answer.
+for config, ran, failed in [("lora", longest["lora"] - 256, longest["lora"]),
+                            ("qlora", longest["qlora"], longest["qlora"] + 256)]:
+    found = [[c.strip() for c in r.strip("|").split("|")] for r in table.splitlines()
+             if r.startswith(f"| {config} ") and "24.00 GiB" in r]
+    assert found == [[config, "24.00 GiB", str(ran), str(failed), str(longest[config]),
+                      f"{(longest[config] - ran) / ran:+.1%}"]], found
+# --check: the five figures beyond the tolerances, named, and nothing else: allocated past 2%,
 # a steady state's reserved past 3% (not the other protocol's), a largest batch above PyTorch's
-# by one and one below by three.
+# by one and one below by three, a longest sequence PyTorch could not run.
 assert run.returncode == 1, run.returncode
 outside = [l for l in run.stderr.splitlines() if l.startswith("outside the tolerance")]
 assert outside == ["outside the tolerance: lora B=2 allocated +4.0%",
@@ -120,7 +149,9 @@ assert outside == ["outside the tolerance: lora B=2 allocated +4.0%",
                    f"outside the tolerance: lora largest batch {largest['lora']} above PyTorch's "
                    f"{largest['lora'] - 1}",
                    f"outside the tolerance: qlora largest batch {largest['qlora']} below "
-                   f"PyTorch's {largest['qlora'] + 3}"], outside
-assert "check: 4 figures outside the tolerances" in run.stderr
+                   f"PyTorch's {largest['qlora'] + 3}",
+                   f"outside the tolerance: lora longest sequence {longest['lora']}: PyTorch "
+                   f"failed at {longest['lora']}"], outside
+assert "check: 5 figures outside the tolerances" in run.stderr
 assert "1 equal" not in table and "0 equal, 1 below, 1 above" in table, table
-print("torch_cuda_compare: the moved figures come back as moved, and --check names the four")
+print("torch_cuda_compare: the moved figures come back as moved, and --check names the five")
