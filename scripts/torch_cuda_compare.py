@@ -251,6 +251,10 @@ def gib(n):
     return f"{n / GiB:.2f} GiB"
 
 
+def cap_cell(cap_bytes):
+    return gib(cap_bytes) if cap_bytes else "whole card"
+
+
 def markdown_table(header, rows):
     cells = [header] + rows
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -298,8 +302,7 @@ def report(doc, peaks, batches, source, sequences=()):
                  "PyTorch's.", ""]
         text.append(markdown_table(
             ["config", "cap", "largest batch", "est", "steps", "reserved there"],
-            [[b["config"], gib(b["cap_bytes"]) if b["cap_bytes"] else "whole card",
-              str(b["torch_largest"]), str(b["est_largest"]), f"{b['steps']:+d}",
+            [[b["config"], cap_cell(b["cap_bytes"]), str(b["torch_largest"]), str(b["est_largest"]), f"{b['steps']:+d}",
               gib(b["torch_reserved"]) if b["torch_reserved"] else "-"] for b in batches]))
     if sequences:
         text += ["", "The longest sequence at batch 1: PyTorch's search (doubling, then halving "
@@ -309,8 +312,7 @@ def report(doc, peaks, batches, source, sequences=()):
                  "the length that failed.", ""]
         text.append(markdown_table(
             ["config", "cap", "longest", "failed at", "est", "err"],
-            [[q["config"], gib(q["cap_bytes"]) if q["cap_bytes"] else "whole card",
-              str(q["torch_longest"]), str(q["torch_first_oom"] or "-"), str(q["est_longest"]),
+            [[q["config"], cap_cell(q["cap_bytes"]), str(q["torch_longest"]), str(q["torch_first_oom"] or "-"), str(q["est_longest"]),
               f"{q['error']:+.1%}"] for q in sequences]))
     def summary(key):
         errs = sorted(r[key] for r in peaks)
