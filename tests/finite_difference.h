@@ -4,9 +4,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "config/run_config.h"
+#include "device/cpu_executor.h"
 #include "device/host_runner.h"
 #include "program/program.h"
 
@@ -42,5 +47,30 @@ inline Directional directional_check(HostRunner& run, const Program& p, const st
   d.numeric = (loss[0] - loss[1]) / (2 * h);
   return d;
 }
+
+// One step of `cfg` made small enough for central differences (a vocabulary of 32, 8 tokens, no
+// optimizer, on the CPU executor seeded with `seed`), run once: its program, the runner that ran
+// it (left bound, for directional_check) and each gradient's values by the gradient's name.
+struct GradientStep {
+  GradientStep(RunConfig cfg, std::uint64_t seed)
+      : program(build(std::move(cfg))), exec(make_cpu_executor(seed)), run(program, *exec) {
+    run.step();
+    for (const Tensor& t : program.tensors)
+      if (t.role == Role::grad) grads[t.name.str()] = run.values(t.id);
+  }
+  static Program build(RunConfig cfg) {
+    cfg.model.vocab = 32;
+    cfg.seq = 8;
+    cfg.optimizer = Optimizer::none;
+    cfg.device = parse_device("cpu");
+    validate(cfg);
+    return build_program(cfg, 0);
+  }
+
+  Program program;
+  std::unique_ptr<Executor> exec;
+  HostRunner run;
+  std::map<std::string, std::vector<float>> grads;
+};
 
 }  // namespace vrambench

@@ -1149,8 +1149,7 @@ TEST(Cli, ModelFromConfigJsonIsAModelAndASweepAxis) {
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0][0], "model");
   EXPECT_EQ(rows[1][0], qwen);
-  const auto params = std::find(rows[0].begin(), rows[0].end(), "params") - rows[0].begin();
-  EXPECT_EQ(rows[1][static_cast<std::size_t>(params)], "494032768");
+  EXPECT_EQ(rows[1].at(column(rows[0], "params")), "494032768");
   for (const std::string& args : {"estimate --model " + (dir / "mamba-130m").string(),
                                   "estimate --model " + (dir / "nowhere").string(),
                                   "estimate --preset gpt2 --model " + qwen}) {
@@ -1176,22 +1175,17 @@ TEST(Cli, MixtralConfigJsonSweepsAndCountsItsExperts) {
   ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
   const auto rows = csv_of(dir / "sweep.csv");
   ASSERT_EQ(rows.size(), 6u);  // a header and seq 512, 1024, 2048, 4096, 8192
-  const auto routing = std::find(rows[0].begin(), rows[0].end(), "routing") - rows[0].begin();
-  ASSERT_LT(static_cast<std::size_t>(routing), rows[0].size());
-  for (std::size_t r = 1; r < rows.size(); ++r)
-    EXPECT_EQ(rows[r][static_cast<std::size_t>(routing)], "balanced");
+  const std::size_t routing = column(rows[0], "routing");
+  ASSERT_LT(routing, rows[0].size());
+  for (std::size_t r = 1; r < rows.size(); ++r) EXPECT_EQ(rows[r][routing], "balanced");
   const CommandResult estimate =
       vrambench("estimate --quiet --model " + model + " --batch 1 --seq 512 --out " + dir.string() +
                 " --name estimate");
   ASSERT_EQ(estimate.exit_code, 0) << estimate.err;
   const auto est = csv_of(dir / "estimate.csv");
   ASSERT_EQ(est.size(), 2u);
-  auto column = [&](const std::string& name) {
-    const auto at = std::find(est[0].begin(), est[0].end(), name) - est[0].begin();
-    return est[1].at(static_cast<std::size_t>(at));
-  };
-  EXPECT_EQ(column("params"), "46702792704");
-  EXPECT_EQ(column("active_params"), "12879925248");
+  EXPECT_EQ(est[1].at(column(est[0], "params")), "46702792704");
+  EXPECT_EQ(est[1].at(column(est[0], "active_params")), "12879925248");
   fs::remove_all(dir);
 }
 
@@ -1211,13 +1205,9 @@ TEST(Cli, DpoSweepNamesItsTrainerAndReference) {
       << sweep.out;
   const auto rows = csv_of(dir / "sweep.csv");
   ASSERT_EQ(rows.size(), 5u);  // a header and seq 512, 1024, 2048, 4096
-  auto at = [&](const std::string& name) {
-    return static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), name) -
-                                    rows[0].begin());
-  };
   for (std::size_t r = 1; r < rows.size(); ++r) {
-    EXPECT_EQ(rows[r].at(at("trainer")), "dpo");
-    EXPECT_EQ(rows[r].at(at("reference")), "adapters");
+    EXPECT_EQ(rows[r].at(column(rows[0], "trainer")), "dpo");
+    EXPECT_EQ(rows[r].at(column(rows[0], "reference")), "adapters");
   }
   // Each recipe's estimated peak at batch 1.
   auto peak = [&](const std::string& args, const std::string& name) {
@@ -1225,9 +1215,7 @@ TEST(Cli, DpoSweepNamesItsTrainerAndReference) {
                                       args + " --out " + dir.string() + " --name " + name);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const auto est = csv_of(dir / (name + ".csv"));
-    const auto col = static_cast<std::size_t>(
-        std::find(est[0].begin(), est[0].end(), "est_peak_bytes") - est[0].begin());
-    return std::stoll(est.at(1).at(col));
+    return std::stoll(est.at(1).at(column(est[0], "est_peak_bytes")));
   };
   const long long sft = peak("", "sft"), dpo = peak("--trainer dpo", "dpo");
   const long long lora = peak("--finetune lora", "lora"),

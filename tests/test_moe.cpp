@@ -287,23 +287,13 @@ TEST(MoeGradients, MatchFiniteDifferences) {
       // gradient.
       cfg.model.router_aux_loss = framework == Framework::hf;
       cfg.model.router_aux_coef = 0.5;
-      cfg.model.vocab = 32;
-      cfg.seq = 8;
-      cfg.optimizer = Optimizer::none;
-      cfg.device = parse_device("cpu");
-      validate(cfg);
-      const Program p = build_program(cfg, 0);
-      auto exec = make_cpu_executor(5);
-      HostRunner run(p, *exec);
-      run.step();
-      std::map<std::string, std::vector<float>> grads;
-      for (const Tensor& t : p.tensors)
-        if (t.role == Role::grad) grads[t.name.str()] = run.values(t.id);
+      GradientStep step(cfg, 5);
       const int moe = cfg.model.dense_layers.empty() ? 0 : 1;
       const std::string pre = "layer" + std::to_string(moe) + ".mlp.";
       for (const std::string& name : {pre + "router.w", pre + "experts.gate_up.w",
                                       pre + "experts.down.w", std::string("layer0.attn.qkv.w")}) {
-        const Directional d = directional_check(run, p, name, grads.at(name + ".grad"), 1e-3);
+        const Directional d =
+            directional_check(step.run, step.program, name, step.grads.at(name + ".grad"), 1e-3);
         const double along = d.along, numeric = d.numeric;
         EXPECT_NEAR(along, numeric, 2e-3 + 0.03 * std::fabs(numeric))
             << to_string(framework) << " " << preset << " " << name;

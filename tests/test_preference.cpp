@@ -271,18 +271,8 @@ TEST(PreferenceGradients, MatchFiniteDifferences) {
       for (Finetune finetune : {Finetune::full, Finetune::lora}) {
         RunConfig cfg = preference_config(preset, trainer, finetune);
         cfg.dtype = Precision::fp32;
-        cfg.model.vocab = 32;
-        cfg.seq = 8;
-        cfg.optimizer = Optimizer::none;
-        cfg.device = parse_device("cpu");
-        validate(cfg);
-        const Program p = build_program(cfg, 0);
-        auto exec = make_cpu_executor(7);
-        HostRunner run(p, *exec);
-        run.step();
-        std::map<std::string, std::vector<float>> grads;
-        for (const Tensor& t : p.tensors)
-          if (t.role == Role::grad) grads[t.name.str()] = run.values(t.id);
+        GradientStep step(cfg, 7);
+        const auto& grads = step.grads;
         ASSERT_FALSE(grads.empty());
         // Two gradients of each step: the head's (full) or an adapter's, and a first-layer one.
         std::vector<std::string> names;
@@ -293,7 +283,8 @@ TEST(PreferenceGradients, MatchFiniteDifferences) {
         ASSERT_FALSE(names.empty());
         double largest = 0.0;  // the check compares something: some gradient is not zero
         for (const std::string& name : names) {
-          const Directional d = directional_check(run, p, name, grads.at(name + ".grad"), 1e-3);
+          const Directional d =
+              directional_check(step.run, step.program, name, grads.at(name + ".grad"), 1e-3);
           const double along = d.along, numeric = d.numeric;
           largest = std::max(largest, std::fabs(along));
           EXPECT_NEAR(along, numeric, 1e-4 + 0.03 * std::fabs(numeric))
