@@ -92,19 +92,46 @@ def compare_rows(measured, committed_rows, fields, path):
             print(f"missing from {path}: {row_id(r, fields)}")
             bad += 1
         elif old != r:
-            diffs = [f"{k}: {old.get(k)} -> {r.get(k)}" for k in r if old.get(k) != r.get(k)]
+            keys = list(r) + [k for k in old if k not in r]
+            diffs = [f"{k}: {old.get(k)} -> {r.get(k)}" for k in keys if old.get(k) != r.get(k)]
             print(f"differs: {row_id(r, fields)}: " + "; ".join(diffs))
             bad += 1
     return bad
 
 
-def check(measured, path, doc_now, fields, versions, fail):
-    """--check: the measured rows against the committed file's; True when all match."""
+def check(measured, path, doc_now, fields, versions, fail, ignore=(), also=None):
+    """--check: the measured rows against the committed file's; True when all match. `ignore`:
+    fields not compared (per_sample_bytes depends on which rows ran together); `also`, given the
+    committed document, prints and counts the differences outside the rows."""
     committed = read(path, fail)
     note_versions(committed, doc_now, versions, path)
-    bad = compare_rows(measured, committed["rows"], fields, path)
+    old = [{k: v for k, v in r.items() if k not in ignore} for r in committed["rows"]]
+    new = [{k: v for k, v in r.items() if k not in ignore} for r in measured]
+    bad = compare_rows(new, old, fields, path) + (also(committed) if also else 0)
     print(f"{len(measured) - bad} rows match, {bad} differ", file=sys.stderr)
     return bad == 0
+
+
+def package_version(name):
+    """The installed version of distribution `name`, or None."""
+    import importlib.metadata as md
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def select(rows, args, fields, fail):
+    """The rows --only picks out of `rows` (a one-line failure when none); with --list their ids
+    are printed and None is returned: the script is done."""
+    rows = [r for r in rows if matches(r, args.only, fields)]
+    if not rows:
+        fail(f"--only {args.only!r} matches no row; --list shows the ids")
+    if args.list:
+        for r in rows:
+            print(row_id(r, fields))
+        return None
+    return rows
 
 
 def merge_subset(doc, path, fields, subset):

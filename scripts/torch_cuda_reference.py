@@ -38,6 +38,8 @@ import os
 import sys
 import time
 
+import reference_rows  # pure standard library, beside this script
+
 DEFAULT_OUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                             "tests", "data", "torch_cuda_reference.json"))
 GiB = 1 << 30
@@ -459,9 +461,9 @@ def longest_seq(c, run, cap_gib):
             "reserved_at_longest_bytes": reserved_at_good, "steps": run.steps, "trials": trials}
 
 
-def snapshot_boundary(c, run, bisection, cap_gib, folder):
-    """The bisection's largest batch and the first that failed (or, for a longest-sequence
-    search, the longest sequence and the first that failed, at batch 1), each run once more with
+def snapshot_boundary(c, run, search, cap_gib, folder):
+    """A bisection's largest batch and the first that failed (or, for a longest-sequence search,
+    the longest sequence and the first that failed, at batch 1), each run once more with
     the allocator's history recorded over its last step; each snapshot pickled into `folder` (its
     stack frames dropped), an entry of snapshots.json per case."""
     import pickle
@@ -479,9 +481,9 @@ def snapshot_boundary(c, run, bisection, cap_gib, folder):
             taken.append(torch.cuda.memory._snapshot())
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    over_seq = "longest_seq" in bisection
-    ends = ((bisection["longest_seq"], bisection["first_oom_seq"]) if over_seq
-            else (bisection["largest_batch"], bisection["first_oom_batch"]))
+    over_seq = "longest_seq" in search
+    ends = ((search["longest_seq"], search["first_oom_seq"]) if over_seq
+            else (search["largest_batch"], search["first_oom_batch"]))
     for end in [e for e in ends if e]:
         batch, seq = (1, end) if over_seq else (end, c["seq"])
         start = time.perf_counter()
@@ -514,13 +516,8 @@ def snapshot_boundary(c, run, bisection, cap_gib, folder):
 
 
 def environment(device):
-    import importlib.metadata as md
-    env = {}
-    for package in ["torch", "transformers", "peft", "bitsandbytes", "accelerate"]:
-        try:
-            env[package] = md.version(package)
-        except md.PackageNotFoundError:
-            env[package] = None
+    env = {package: reference_rows.package_version(package)
+           for package in ["torch", "transformers", "peft", "bitsandbytes", "accelerate"]}
     if device.startswith("cuda"):
         p = torch.cuda.get_device_properties(0)
         env.update({"gpu": p.name, "gpu_total_bytes": p.total_memory,

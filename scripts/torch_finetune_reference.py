@@ -15,9 +15,7 @@ Nothing in the build or the tests needs this script or torch: the JSON is commit
 import argparse
 import collections
 import gc
-import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -147,18 +145,15 @@ def grid():
 
 
 def sort_key(row):
-    return tuple(row[f] for f in FIELDS)
+    return reference_rows.sort_key(row, FIELDS)
 
 
 def row_id(row):
-    return " ".join(f"{f}={row[f]}" for f in FIELDS)
+    return reference_rows.row_id(row, FIELDS)
 
 
 def matches(row, pattern):
-    if not pattern:
-        return True
-    fields = [f"{f}={row[f]}" for f in FIELDS]
-    return all(any(re.fullmatch(term, field) for field in fields) for term in pattern.split())
+    return reference_rows.matches(row, pattern, FIELDS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,20 +507,12 @@ def run(rows, jobs):
 # ---------------------------------------------------------------------------------------------
 # The JSON.
 
-def _version(name):
-    import importlib.metadata as md
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-
-
 def document(rows):
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "peft": _version("peft"),
-        "bitsandbytes": _version("bitsandbytes"),
+        "peft": reference_rows.package_version("peft"),
+        "bitsandbytes": reference_rows.package_version("bitsandbytes"),
         "device": "cpu",
         "autocast_device": "cpu",
         "tracker": "TorchDispatchMode following every tensor storage by weak reference, real CPU "
@@ -538,34 +525,6 @@ def document(rows):
                             "where a row says so)"},
         "rows": rows,
     }
-
-
-def check(measured, path, doc_now):
-    try:
-        with open(path) as f:
-            committed = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(f"cannot read {path}: {e}")
-    for k in ["torch", "transformers", "peft", "bitsandbytes"]:
-        if committed.get(k) != doc_now[k]:
-            print(f"note: {k} is {doc_now[k]} here, {committed.get(k)} in {path}; differences may "
-                  f"come from that", file=sys.stderr)
-    by_id = {row_id(r): r for r in committed["rows"]}
-    bad = 0
-    for r in measured:
-        old = by_id.get(row_id(r))
-        if old is None:
-            print(f"missing from {path}: {row_id(r)}")
-            bad += 1
-            continue
-        # per_sample_bytes depends on which rows ran together; compare the measured figures.
-        diffs = [f"{k}: {old.get(k)} -> {r.get(k)}" for k in sorted(set(r) | set(old))
-                 if k != "per_sample_bytes" and old.get(k) != r.get(k)]
-        if diffs:
-            print(f"differs: {row_id(r)}: " + "; ".join(diffs))
-            bad += 1
-    print(f"{len(measured) - bad} rows match, {bad} differ", file=sys.stderr)
-    return bad == 0
 
 
 def main():
@@ -587,12 +546,8 @@ def main():
                     "writes nothing")
     args = ap.parse_args()
 
-    rows = [r for r in grid() if matches(r, args.only)]
-    if not rows:
-        fail(f"--only {args.only!r} matches no row; --list shows the ids")
-    if args.list:
-        for r in rows:
-            print(row_id(r))
+    rows = reference_rows.select(grid(), args, FIELDS, fail)
+    if rows is None:
         return 0
     if args.cross_check:
         cross_check(rows, args.jobs)
@@ -601,7 +556,9 @@ def main():
     measured = run(rows, args.jobs)
     doc = document(measured)
     if args.check:
-        return 0 if check(measured, args.out, doc) else 1
+        return 0 if reference_rows.check(measured, args.out, doc, FIELDS,
+                                         ["torch", "transformers", "peft", "bitsandbytes"], fail,
+                                         ignore=["per_sample_bytes"]) else 1
     reference_rows.merge_subset(doc, args.out, FIELDS, bool(args.only))
     reference_rows.add_per_sample(doc["rows"], FIELDS)
     reference_rows.write(doc, args.out, FIELDS, False, sort_keys=True)

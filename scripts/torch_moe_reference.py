@@ -327,17 +327,15 @@ def document(rows, routing_check):
 
 
 def check(measured, path, doc):
-    committed = reference_rows.read(path, fail)
-    reference_rows.note_versions(committed, doc, ["torch", "transformers", "peft", "bitsandbytes"],
-                                 path)
-    # per_sample_bytes depends on which rows ran together; compare the measured figures.
-    old = [{k: v for k, v in r.items() if k != "per_sample_bytes"} for r in committed["rows"]]
-    bad = reference_rows.compare_rows(measured, old, FIELDS, path)
-    if "routing_check" in doc and doc["routing_check"] != committed.get("routing_check"):
-        print(f"differs: routing_check: {committed.get('routing_check')} -> {doc['routing_check']}")
-        bad += 1
-    print(f"{len(measured) - bad} rows match, {bad} differ", file=sys.stderr)
-    return bad == 0
+    def routing(committed):
+        if "routing_check" in doc and doc["routing_check"] != committed.get("routing_check"):
+            print(f"differs: routing_check: {committed.get('routing_check')} -> "
+                  f"{doc['routing_check']}")
+            return 1
+        return 0
+    return reference_rows.check(measured, path, doc, FIELDS,
+                                ["torch", "transformers", "peft", "bitsandbytes"], fail,
+                                ignore=["per_sample_bytes"], also=routing)
 
 
 def main():
@@ -349,12 +347,8 @@ def main():
     reference_rows.add_arguments(ap, DEFAULT_OUT)
     args = ap.parse_args()
 
-    rows = [r for r in grid() if reference_rows.matches(r, args.only, FIELDS)]
-    if not rows:
-        fail(f"--only {args.only!r} matches no row; --list shows the ids")
-    if args.list:
-        for r in rows:
-            print(row_id(r))
+    rows = reference_rows.select(grid(), args, FIELDS, fail)
+    if rows is None:
         return 0
 
     # the routing diagnostic runs as one more task, beside its row with random routing

@@ -418,12 +418,8 @@ def main():
     reference_rows.add_arguments(ap, DEFAULT_OUT)
     args = ap.parse_args()
 
-    rows = [r for r in grid() if matches(r, args.only)]
-    if not rows:
-        fail(f"--only {args.only!r} matches no row; --list shows the ids")
-    if args.list:
-        for r in rows:
-            print(row_id(r))
+    rows = reference_rows.select(grid(), args, FIELDS, fail)
+    if rows is None:
         return 0
 
     measured, devices = run(rows, args.jobs)

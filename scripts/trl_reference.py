@@ -468,23 +468,15 @@ def add_per_sample(rows):
 # ---------------------------------------------------------------------------------------------
 # The JSON: torch_finetune_reference.py's layout.
 
-def _version(name):
-    import importlib.metadata as md
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-
-
 def document(rows):
     from trl.kernels import chunked_logprob
     from trl.trainer import utils as trl_utils
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "peft": _version("peft"),
-        "trl": _version("trl"),
-        "accelerate": _version("accelerate"),
+        "peft": reference_rows.package_version("peft"),
+        "trl": reference_rows.package_version("trl"),
+        "accelerate": reference_rows.package_version("accelerate"),
         "device": "cpu",
         "tracker": "TorchDispatchMode following every tensor storage by weak reference, real CPU "
                    "tensors (scripts/torch_finetune_reference.py StorageTracker, imported by "
@@ -552,16 +544,6 @@ def document(rows):
     }
 
 
-def check(measured, path, doc):
-    committed = reference_rows.read(path, fail)
-    reference_rows.note_versions(committed, doc, ["torch", "transformers", "peft", "trl"], path)
-    # per_sample_bytes depends on which rows ran together; compare the measured figures.
-    old = [{k: v for k, v in r.items() if k != "per_sample_bytes"} for r in committed["rows"]]
-    bad = reference_rows.compare_rows(measured, old, FIELDS, path)
-    print(f"{len(measured) - bad} rows match, {bad} differ", file=sys.stderr)
-    return bad == 0
-
-
 def main():
     ap = argparse.ArgumentParser(
         description="Measure the peak of live tensor bytes of a TRL DPO / KTO training step (full "
@@ -571,12 +553,8 @@ def main():
     reference_rows.add_arguments(ap, DEFAULT_OUT)
     args = ap.parse_args()
 
-    rows = [r for r in grid() if reference_rows.matches(r, args.only, FIELDS)]
-    if not rows:
-        fail(f"--only {args.only!r} matches no row; --list shows the ids")
-    if args.list:
-        for r in rows:
-            print(row_id(r))
+    rows = reference_rows.select(grid(), args, FIELDS, fail)
+    if rows is None:
         return 0
 
     measured, _ = reference_rows.measure_rows(rows, args.jobs, _worker, _quiet, _line, FIELDS,
@@ -584,7 +562,9 @@ def main():
     _quiet()
     doc = document(measured)
     if args.check:
-        return 0 if check(measured, args.out, doc) else 1
+        return 0 if reference_rows.check(measured, args.out, doc, FIELDS,
+                                         ["torch", "transformers", "peft", "trl"], fail,
+                                         ignore=["per_sample_bytes"]) else 1
     reference_rows.merge_subset(doc, args.out, FIELDS, bool(args.only))
     add_per_sample(doc["rows"])
     reference_rows.write(doc, args.out, FIELDS, False, sort_keys=True)
