@@ -34,18 +34,18 @@ def merge(docs, names):
                 fail(f"{name}: its {key} differs from {names[0]}'s: not one session's "
                      "measurements")
         ids = {c["id"] for c in doc.get("configs", [])}
-        for key in LISTS:
-            # A configuration measured again replaces what an earlier file had of it.
-            field = "id" if key == "configs" else "config"
-            merged[key] = [x for x in merged[key] if x[field] not in ids] + doc.get(key, [])
-        merged["models"].update(doc.get("models", {}))
         # Each file is one process: a row's configuration's place in it (0: the first measured),
         # as torch_cuda_reference.py writes it. The process's own memory outside the allocator
         # grows as it runs more configurations (each kernel loaded on first use stays).
         order = list(dict.fromkeys(r["config"] for r in doc.get("rows", [])))
-        for r in merged["rows"]:
-            if r["config"] in ids and r in doc.get("rows", []):
-                r.setdefault("process_order", order.index(r["config"]))
+        rows = [dict(r, process_order=r.get("process_order", order.index(r["config"])))
+                for r in doc.get("rows", [])]
+        for key in LISTS:
+            # A configuration measured again replaces what an earlier file had of it.
+            field = "id" if key == "configs" else "config"
+            merged[key] = ([x for x in merged[key] if x[field] not in ids] +
+                           (rows if key == "rows" else doc.get(key, [])))
+        merged["models"].update(doc.get("models", {}))
         merged["seconds"] = round(merged["seconds"] + doc.get("seconds", 0.0), 1)
     return merged
 
