@@ -4,12 +4,14 @@
 //   gpt2, B=8, S=1024, bf16, the whole model (forward, loss, backward, AdamW)
 //   one llama2-7b layer (config 1) or llama3-8b layer (config 2), B=2, S=2048, bf16 (forward and
 //   backward of the block)
-// step_over_gemm: the step's time over its GEMMs' (the target: at most 1.5).
+// step_over_gemm: the step's time over its GEMMs' (the target: at most 1.5); <kind>_ms: the ops of
+// one kind alone, for each kind that takes 2% of the step or more.
 // Arg 1: flash attention through cuDNN (1) or the fused kernels (0). Without a GPU, or when cuDNN
 // cannot run the shape, the benchmark says why and skips.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <string>
@@ -107,6 +109,23 @@ void BM_TrainingStep(benchmark::State& state) {
     return;
   }
   const double iterations = static_cast<double>(state.iterations());
+  // Where the rest goes: each op kind's ops alone (three runs, averaged), as <kind>_ms for the
+  // kinds that take 2% of the step or more.
+  try {
+    for (std::size_t k = 0; k < kOpKindCount; ++k) {
+      const auto kind = static_cast<OpKind>(k);
+      if (is_gemm(kind)) continue;
+      const auto of_kind = [kind](const Op& op) { return op.kind == kind; };
+      if (std::none_of(program.ops.begin(), program.ops.end(), of_kind)) continue;
+      double seconds = 0.0;
+      for (int run = 0; run < 3; ++run) seconds += run_ops(*executor, program, data, of_kind) / 3;
+      if (seconds >= 0.02 * step_seconds / iterations)
+        state.counters[std::string(to_string(kind)) + "_ms"] = 1e3 * seconds;
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
   state.counters["gemm_ms"] = 1e3 * gemm_seconds / iterations;
   // The step's time that is not its GEMMs, as a share of the step: what the other kernels cost.
   state.counters["non_gemm_share"] = step_seconds > 0 ? 1.0 - gemm_seconds / step_seconds : 0.0;

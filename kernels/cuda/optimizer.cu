@@ -8,15 +8,24 @@
 
 namespace vrambench::cuda {
 namespace {
-template <typename T, typename S>
+// N: kOptimizerPack where every array starts a pack (packs_aligned), else 1.
+template <int N, typename T, typename S>
 __global__ void adamw_kernel(T* w, const T* grad, S* m, S* v, float* master, AdamWParams p,
                              std::int64_t n) {
-  VB_GRID_STRIDE(i, n) adamw_body(i, w, grad, m, v, master, p);
+  optimizer_thread<N>(
+      static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+      static_cast<std::int64_t>(gridDim.x) * blockDim.x, n,
+      [&](std::int64_t i) { adamw_pack_body<N>(i, w, grad, m, v, master, p); },
+      [&](std::int64_t i) { adamw_body(i, w, grad, m, v, master, p); });
 }
-template <typename T, typename S>
+template <int N, typename T, typename S>
 __global__ void sgd_kernel(T* w, const T* grad, S* momentum, float* master, SgdParams p,
                            std::int64_t n) {
-  VB_GRID_STRIDE(i, n) sgd_body(i, w, grad, momentum, master, p);
+  optimizer_thread<N>(
+      static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+      static_cast<std::int64_t>(gridDim.x) * blockDim.x, n,
+      [&](std::int64_t i) { sgd_pack_body<N>(i, w, grad, momentum, master, p); },
+      [&](std::int64_t i) { sgd_body(i, w, grad, momentum, master, p); });
 }
 
 // Calls f(T{}, S{}) with T the weight's storage type and S the state's: fp32 or T.
@@ -42,9 +51,17 @@ void launch_adamw(DType dtype, DType state_dtype, void* w, const void* grad, voi
   dispatch_weight_and_state(dtype, state_dtype, [&](auto tag, auto state_tag) {
     using T = decltype(tag);
     using S = decltype(state_tag);
-    adamw_kernel<T, S><<<grid_for(n, 256), 256, 0, stream>>>(
-        static_cast<T*>(w), static_cast<const T*>(grad), static_cast<S*>(m), static_cast<S*>(v),
-        master, params, n);
+    auto* tw = static_cast<T*>(w);
+    const auto* tg = static_cast<const T*>(grad);
+    auto *sm = static_cast<S*>(m), *sv = static_cast<S*>(v);
+    if (packs_aligned<kOptimizerPack>(tw, tg, sm, sv, master)) {
+      adamw_kernel<kOptimizerPack, T, S>
+          <<<grid_for(n / kOptimizerPack, 256), 256, 0, stream>>>(tw, tg, sm, sv, master,
+                                                                      params, n);
+    } else {
+      adamw_kernel<1, T, S><<<grid_for(n, 256), 256, 0, stream>>>(tw, tg, sm, sv, master, params,
+                                                                   n);
+    }
   });
   VB_CHECK_LAUNCH("adamw_kernel");
 }
@@ -54,9 +71,16 @@ void launch_sgd(DType dtype, DType state_dtype, void* w, const void* grad, void*
   dispatch_weight_and_state(dtype, state_dtype, [&](auto tag, auto state_tag) {
     using T = decltype(tag);
     using S = decltype(state_tag);
-    sgd_kernel<T, S>
-        <<<grid_for(n, 256), 256, 0, stream>>>(static_cast<T*>(w), static_cast<const T*>(grad),
-                                               static_cast<S*>(momentum), master, params, n);
+    auto* tw = static_cast<T*>(w);
+    const auto* tg = static_cast<const T*>(grad);
+    auto* sm = static_cast<S*>(momentum);
+    if (packs_aligned<kOptimizerPack>(tw, tg, sm, master)) {
+      sgd_kernel<kOptimizerPack, T, S>
+          <<<grid_for(n / kOptimizerPack, 256), 256, 0, stream>>>(tw, tg, sm, master, params,
+                                                                      n);
+    } else {
+      sgd_kernel<1, T, S><<<grid_for(n, 256), 256, 0, stream>>>(tw, tg, sm, master, params, n);
+    }
   });
   VB_CHECK_LAUNCH("sgd_kernel");
 }

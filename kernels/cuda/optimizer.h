@@ -46,6 +46,88 @@ __host__ __device__ inline void sgd_body(std::int64_t i, T* w, const T* grad, S*
   w[i] = from_f32<T>(param);
 }
 
+// The optimizer kernels move N consecutive elements of each array per access (a pack): 16-bit
+// weights and gradients in 8-byte, fp32 state and masters in 16-byte loads and stores, where one
+// element per access left the H200 at 1.9 of its 4.8 TB/s. Each element's update is the scalar
+// body's, on the pack in registers, so the results are the same bits.
+inline constexpr int kOptimizerPack = 4;
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+template <int N, typename T>
+__host__ __device__ inline Pack<T, N> load_pack(const T* p, std::int64_t i) {
+  return *reinterpret_cast<const Pack<T, N>*>(p + i);
+}
+template <int N, typename T>
+__host__ __device__ inline void store_pack(T* p, std::int64_t i, const Pack<T, N>& pack) {
+  *reinterpret_cast<Pack<T, N>*>(p + i) = pack;
+}
+
+// Elements [i, i + N) by adamw_body. The weight is read only without a master (the update starts
+// from the master where there is one).
+template <int N, typename T, typename S>
+__host__ __device__ inline void adamw_pack_body(std::int64_t i, T* w, const T* grad, S* m, S* v,
+                                                float* master, AdamWParams p) {
+  Pack<T, N> wp{};
+  Pack<float, N> mp{};
+  if (master != nullptr) {
+    mp = load_pack<N>(master, i);
+  } else {
+    wp = load_pack<N>(w, i);
+  }
+  const Pack<T, N> gp = load_pack<N>(grad, i);
+  Pack<S, N> m1 = load_pack<N>(m, i), v1 = load_pack<N>(v, i);
+  for (int k = 0; k < N; ++k)
+    adamw_body(k, wp.v, gp.v, m1.v, v1.v, master != nullptr ? mp.v : nullptr, p);
+  store_pack(w, i, wp);
+  store_pack(m, i, m1);
+  store_pack(v, i, v1);
+  if (master != nullptr) store_pack(master, i, mp);
+}
+
+// Elements [i, i + N) by sgd_body.
+template <int N, typename T, typename S>
+__host__ __device__ inline void sgd_pack_body(std::int64_t i, T* w, const T* grad, S* momentum,
+                                              float* master, SgdParams p) {
+  Pack<T, N> wp{};
+  Pack<float, N> mp{};
+  if (master != nullptr) {
+    mp = load_pack<N>(master, i);
+  } else {
+    wp = load_pack<N>(w, i);
+  }
+  const Pack<T, N> gp = load_pack<N>(grad, i);
+  Pack<S, N> b = load_pack<N>(momentum, i);
+  for (int k = 0; k < N; ++k) sgd_body(k, wp.v, gp.v, b.v, master != nullptr ? mp.v : nullptr, p);
+  store_pack(w, i, wp);
+  store_pack(momentum, i, b);
+  if (master != nullptr) store_pack(master, i, mp);
+}
+
+// What thread t of `threads` does in an optimizer kernel over n elements: `pack` (the pack body,
+// called with the first element of each) on packs t, t + threads, ... of N elements, then
+// `element` (the scalar body) on element t of the n % N left over.
+template <int N, typename PackF, typename ElementF>
+__host__ __device__ inline void optimizer_thread(std::int64_t t, std::int64_t threads,
+                                                 std::int64_t n, PackF&& pack,
+                                                 ElementF&& element) {
+  const std::int64_t packs = n / N;
+  for (std::int64_t j = t; j < packs; j += threads) pack(j * N);
+  if (t < n - packs * N) element(packs * N + t);
+}
+
+// Whether every one of `pointers` (null ones aside) starts a pack of N elements of its type: the
+// kernels take packs of kOptimizerPack where they do, single elements where not.
+template <int N, typename... P>
+bool packs_aligned(const P*... pointers) {
+  return ((pointers == nullptr ||
+           reinterpret_cast<std::uintptr_t>(pointers) % (sizeof(P) * N) == 0) &&
+          ...);
+}
+
 // dtype is the weight's (and gradient's) storage; state_dtype that of m and v (momentum): fp32 or
 // dtype, anything else throws; master is fp32.
 void launch_adamw(DType dtype, DType state_dtype, void* w, const void* grad, void* m, void* v,

@@ -1051,6 +1051,90 @@ TYPED_TEST(Bodies, AdamWWithAndWithoutMaster) {
   }
 }
 
+// The optimizer kernels' packed walk (optimizer_thread over packs of kOptimizerPack) on a grid of
+// 3 threads: every element once, the n % 4 left over by the scalar body, and the same bits as the
+// scalar body over each element (with and without a master, state fp32 or in the weight's dtype).
+TYPED_TEST(Bodies, OptimizerPacksGiveTheScalarBits) {
+  using T = TypeParam;
+  constexpr int N = kOptimizerPack;
+  for (const std::int64_t n : {std::int64_t{50}, std::int64_t{3}, std::int64_t{64}}) {
+    const auto wf = random_floats(n, 31);
+    const auto grad = to_storage<T>(random_floats(n, 32));
+    const AdamWParams ap{1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 2};
+    const SgdParams sp{0.1f, 0.9f, 0.01f};
+    for (const bool with_master : {true, false}) {
+      auto w1 = to_storage<T>(wf), w2 = w1;
+      std::vector<float> m1 = random_floats(n, 33, -1.0f, 1.0f), v1 = random_floats(n, 34, 0.0f, 1.0f);
+      std::vector<float> m2 = m1, v2 = v1, master1 = wf, master2 = wf;
+      std::vector<T> hm1 = to_storage<T>(m1), hv1 = to_storage<T>(v1), hm2 = hm1, hv2 = hv1;
+      float* mp1 = with_master ? master1.data() : nullptr;
+      float* mp2 = with_master ? master2.data() : nullptr;
+      over(n, [&](std::int64_t i) {
+        adamw_body(i, w1.data(), grad.data(), m1.data(), v1.data(), mp1, ap);
+      });
+      std::vector<int> visits(static_cast<std::size_t>(n), 0);
+      const std::int64_t threads = 3;
+      for (std::int64_t t = 0; t < threads; ++t)
+        optimizer_thread<N>(
+            t, threads, n,
+            [&](std::int64_t i) {
+              for (int k = 0; k < N; ++k) ++visits[static_cast<std::size_t>(i + k)];
+              adamw_pack_body<N>(i, w2.data(), grad.data(), m2.data(), v2.data(), mp2, ap);
+            },
+            [&](std::int64_t i) {
+              ++visits[static_cast<std::size_t>(i)];
+              adamw_body(i, w2.data(), grad.data(), m2.data(), v2.data(), mp2, ap);
+            });
+      EXPECT_EQ(visits, std::vector<int>(static_cast<std::size_t>(n), 1)) << "n " << n;
+      EXPECT_EQ(to_double(w2), to_double(w1)) << "n " << n;
+      EXPECT_EQ(m2, m1);
+      EXPECT_EQ(v2, v1);
+      EXPECT_EQ(master2, master1);
+      // State in the weight's dtype.
+      auto w3 = to_storage<T>(wf), w4 = w3;
+      over(n, [&](std::int64_t i) {
+        adamw_body(i, w3.data(), grad.data(), hm1.data(), hv1.data(), mp1, ap);
+      });
+      for (std::int64_t t = 0; t < threads; ++t)
+        optimizer_thread<N>(
+            t, threads, n,
+            [&](std::int64_t i) {
+              adamw_pack_body<N>(i, w4.data(), grad.data(), hm2.data(), hv2.data(), mp2, ap);
+            },
+            [&](std::int64_t i) {
+              adamw_body(i, w4.data(), grad.data(), hm2.data(), hv2.data(), mp2, ap);
+            });
+      EXPECT_EQ(to_double(w4), to_double(w3));
+      EXPECT_EQ(to_double(hm2), to_double(hm1));
+      EXPECT_EQ(to_double(hv2), to_double(hv1));
+      // SGD.
+      auto w5 = to_storage<T>(wf), w6 = w5;
+      std::vector<float> b5 = random_floats(n, 35), b6 = b5, master5 = wf, master6 = wf;
+      float* mp5 = with_master ? master5.data() : nullptr;
+      float* mp6 = with_master ? master6.data() : nullptr;
+      over(n, [&](std::int64_t i) { sgd_body(i, w5.data(), grad.data(), b5.data(), mp5, sp); });
+      for (std::int64_t t = 0; t < threads; ++t)
+        optimizer_thread<N>(
+            t, threads, n,
+            [&](std::int64_t i) { sgd_pack_body<N>(i, w6.data(), grad.data(), b6.data(), mp6, sp); },
+            [&](std::int64_t i) { sgd_body(i, w6.data(), grad.data(), b6.data(), mp6, sp); });
+      EXPECT_EQ(to_double(w6), to_double(w5));
+      EXPECT_EQ(b6, b5);
+      EXPECT_EQ(master6, master5);
+    }
+  }
+}
+
+TEST(Bodies, OptimizerPacksNeedEveryArrayAligned) {
+  alignas(16) float f[8] = {};
+  alignas(16) __nv_bfloat16 h[8] = {};
+  EXPECT_TRUE(packs_aligned<4>(f, h, static_cast<const float*>(nullptr)));
+  EXPECT_TRUE(packs_aligned<4>(f + 4, h + 4));
+  EXPECT_FALSE(packs_aligned<4>(f + 1, h)) << "an fp32 pack is 16 bytes";
+  EXPECT_FALSE(packs_aligned<4>(f, h + 2)) << "a bf16 pack is 8 bytes";
+  EXPECT_TRUE(packs_aligned<1>(f + 1, h + 1));
+}
+
 TYPED_TEST(Bodies, SgdMomentum) {
   using T = TypeParam;
   const std::int64_t n = 40;
