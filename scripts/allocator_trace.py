@@ -20,6 +20,10 @@ through another allocator needs, with no addresses:
                                    followed it are checked, not written)
      "segments": [[event index, +bytes or -bytes, A], ...]   PyTorch's cudaMalloc / cudaFree,
                                    each after the event it served (before the request for a +)
+     "sites": [site or null, ...], "oom_site"   where the snapshot names them (torch_cuda_reference
+                                   reduces each request's Python frames to its `site`): where in
+                                   the model's code each served request, and the refused one, was
+                                   made; absent from a snapshot recorded without frames
     A segment's address A is the driver's, less the lowest one of the trace: among free blocks
     of one size PyTorch takes the lowest address, so a replay that is to place every block where
     PyTorch did hands out the same addresses.
@@ -69,18 +73,18 @@ def live_block(state):
 
 def rebuild(snapshot):
     """(segments at the start {addr: size}, allocated blocks at the start {addr: size}, events)
-    with events as (action, addr, size) of the one stream."""
+    with events as (action, addr, size, site) of the one stream."""
     trace = snapshot["device_traces"][0]
     if len({e["stream"] for e in trace}) > 1:
         fail("the trace uses more than one stream; only one is replayed")
     final_segments = {s["address"]: s["total_size"] for s in snapshot["segments"]}
     final_live = {b["address"]: b["size"] for s in snapshot["segments"] for b in s["blocks"]
                   if live_block(b["state"])}
-    events = [(e["action"], e.get("addr", 0), e["size"]) for e in trace
+    events = [(e["action"], e.get("addr", 0), e["size"], e.get("site")) for e in trace
               if e["action"] in ("alloc", "free_requested", "segment_alloc", "segment_free", "oom")]
 
     segments = dict(final_segments)
-    for action, addr, size in reversed(events):
+    for action, addr, size, _ in reversed(events):
         if action == "segment_free":
             segments[addr] = size
         elif action == "segment_alloc":
@@ -89,7 +93,7 @@ def rebuild(snapshot):
     # Blocks live before the recording: freed in it without an allocation in it, or live at its
     # end without one.
     allocated_in_trace, before = set(), {}
-    for action, addr, size in events:
+    for action, addr, size, _ in events:
         if action == "alloc":
             allocated_in_trace.add(addr)
         elif action == "free_requested":
@@ -179,17 +183,17 @@ def convert(snapshot, case, source):
             ids[a] = len(ids)
         initial.append({"address": 0, "size": segments[seg],
                         "blocks": [[a - seg, before[a]] for a in blocks]})
-    base = min(list(segments) + [a for act, a, _ in events if act == "segment_alloc"])
+    base = min(list(segments) + [a for act, a, _, _ in events if act == "segment_alloc"])
     for seg, entry in zip(order, initial):
         entry["address"] = seg - base
     next_id = len(ids)
     segment_index = {seg: k for k, seg in enumerate(order)}  # by address, while it is held
-    placements = []
-    out_events, segment_events, oom_event = [], [], None
+    placements, sites = [], []
+    out_events, segment_events, oom_event, oom_site = [], [], None, None
     reserved = sum(segments.values())
     allocated = sum(before.values())
     initial_reserved, reserved_peak, allocated_peak = reserved, reserved, allocated
-    for action, addr, size in events:
+    for action, addr, size, where in events:
         if oom_event is not None:
             # After the refusal only the frees of the failed step's tensors follow: applied to
             # check the end state, not written (a replay ends at the refusal).
@@ -204,6 +208,7 @@ def convert(snapshot, case, source):
             layout.alloc(addr, size)
             seg = layout.segment_of(addr)
             placements.append([segment_index[seg], addr - seg])
+            sites.append(where)
             ids[addr] = next_id
             next_id += 1
             out_events.append(size)
@@ -228,6 +233,7 @@ def convert(snapshot, case, source):
             segment_events.append([len(out_events), -size, addr - base])
         elif action == "oom":
             oom_event = len(out_events)
+            oom_site = where
             out_events.append(size)
     # The end state is the snapshot's, block for block.
     want_segments = {s["address"]: s["total_size"] for s in snapshot["segments"]}
@@ -238,7 +244,7 @@ def convert(snapshot, case, source):
     if layout.allocated != want_live:
         diff = set(layout.allocated.items()) ^ set(want_live.items())
         fail(f"the blocks after the replay are not the snapshot's ({len(diff)} differ)")
-    return {
+    doc = {
         "config": case["config"], "batch": case["batch"], "seq": case.get("seq"),
         "cap_bytes": case["cap_gib"] * (1 << 30) if case["cap_gib"] else None,
         "fits": case["fits"], "error": case["error"], "source": source,
@@ -250,6 +256,10 @@ def convert(snapshot, case, source):
         "oom_event": oom_event,
         "segments": segment_events,
     }
+    if any(sites) or oom_site:
+        doc["sites"] = sites
+        doc["oom_site"] = oom_site
+    return doc
 
 
 def write(doc, path, meta):

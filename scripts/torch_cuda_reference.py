@@ -461,18 +461,32 @@ def longest_seq(c, run, cap_gib):
             "reserved_at_longest_bytes": reserved_at_good, "steps": run.steps, "trials": trials}
 
 
+def site(frames):
+    """Where in the model's code a request was made, from its Python frames (innermost first):
+    the innermost frame outside torch (transformers', PEFT's, bitsandbytes' line) and, where it
+    differs, the innermost of all (the torch function it called), as 'file:line function'.
+    Empty for requests with no Python frame (autograd's backward runs in C++)."""
+    def fmt(frame):
+        return f"{os.path.basename(frame['filename'])}:{frame['line']} {frame['name']}"
+
+    outside = next((f for f in frames if f"{os.sep}torch{os.sep}" not in f["filename"]), None)
+    names = [fmt(f) for f in (outside, frames[0] if frames else None) if f is not None]
+    return "; ".join(dict.fromkeys(names))
+
+
 def snapshot_boundary(c, run, search, cap_gib, folder):
     """A bisection's largest batch and the first that failed (or, for a longest-sequence search,
     the longest sequence and the first that failed, at batch 1), each run once more with
-    the allocator's history recorded over its last step; each snapshot pickled into `folder` (its
-    stack frames dropped), an entry of snapshots.json per case."""
+    the allocator's history recorded over its last step; each snapshot pickled into `folder` (each
+    request's stack frames reduced to its `site`), an entry of snapshots.json per case."""
     import pickle
     cases = []
     set_cap(run, cap_gib)
 
     def record():
         if not run.smoke:
-            torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc",
+                                                     stacks="python")
 
     taken = []
 
@@ -499,7 +513,9 @@ def snapshot_boundary(c, run, search, cap_gib, folder):
                     block.pop("frames", None)
             for trace in snap["device_traces"]:
                 for event in trace:
-                    event.pop("frames", None)
+                    where = site(event.pop("frames", None) or [])
+                    if where:
+                        event["site"] = where
             with open(os.path.join(folder, name), "wb") as f:
                 pickle.dump(snap, f)
         cases.append({"config": c["id"], "batch": batch, "seq": seq, "cap_gib": cap_gib,

@@ -3,7 +3,7 @@ final segments with the trace undone (a segment released in the step was there, 
 was not; a block freed in the step without its allocation in it was live, and owns the free space
 after it that is too small for a large-pool free block); requests become sizes, frees the ids of
 their blocks, placements the segment and offset PyTorch chose; a snapshot whose trace does not
-lead to its segments is refused.
+lead to its segments is refused; each request's site, where the snapshot names it, is kept.
 
     python3 tests/test_allocator_trace.py
 """
@@ -93,6 +93,20 @@ if t:
     check("reserved", (t["initial_reserved_bytes"], t["reserved_peak_bytes"]),
           (26 * MiB, 46 * MiB))
     check("allocated peak", t["allocated_peak_bytes"], 12 * MiB + 512)
+
+    check("no sites without frames", "sites" in t, False)
+
+# Requests recorded with their sites keep them, in the order of the placements.
+named = snapshot()
+for e in named["device_traces"][0]:
+    if e["action"] in ("alloc", "oom"):
+        e["site"] = f"modeling.py:{e['size'] // MiB} forward"
+named["device_traces"][0][2].pop("site")  # y: made where no Python frame was
+r, t = convert(named)
+check("sites exit", r.returncode, 0)
+if t:
+    check("sites", t["sites"], [None, "modeling.py:2 forward"])
+    check("oom site", t["oom_site"], "modeling.py:30 forward")
 
 # A trace that does not lead to the snapshot's blocks is refused: y is not live at the end.
 bad = snapshot()
