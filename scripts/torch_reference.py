@@ -83,8 +83,9 @@ MODELS = {
 # otherwise): Qwen3's q/k norms; Gemma 2's (1 + w) fp32 norms, scaled embeddings, GeGLU, four
 # norms a block and soft-capping (eager only: transformers' Gemma 2 has no sdpa path); Gemma 3's
 # q/k and four norms; Phi-3's fused qkv_proj and gate_up_proj (its attention's q, k and v are views
-# of one output, its MLP chunks one output into gate and up). Each at S=512, batches 1 and 2, fp32
-# and bf16, with and without checkpointing, AdamW, no dropout.
+# of one output, its MLP chunks one output into gate and up); Gemma 3 with a 256-token window, which
+# S=512 reaches. Each at S=512, batches 1 and 2, fp32 and bf16, with and without checkpointing,
+# AdamW, no dropout.
 _SMALL = {"hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
           "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4, "vocab_size": 32000,
           "max_position_embeddings": 4096}
@@ -94,6 +95,8 @@ FAMILY_MODELS = {
     "gemma3-small": ("Gemma3TextConfig", dict(_SMALL)),
     # pad_token_id: Phi3Config's default (32000) is outside the small vocabulary.
     "phi3-small": ("Phi3Config", dict(_SMALL, tie_word_embeddings=False, pad_token_id=0)),
+    # Gemma 3 with a window shorter than the sequence: sdpa's sliding layers get a mask.
+    "gemma3-window": ("Gemma3TextConfig", dict(_SMALL, sliding_window=256)),
 }
 MODELS.update(FAMILY_MODELS)
 

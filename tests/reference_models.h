@@ -34,7 +34,8 @@ inline ModelConfig llama_small() {
 }
 
 // A reference row's model: gpt2, llama-small, the llama3-8b preset, or one of the small models of
-// the other families (scripts/torch_reference.py MODELS: llama-small's sizes with head_dim 64),
+// the other families (scripts/torch_reference.py MODELS: llama-small's sizes with head_dim 64;
+// gemma3-window: Gemma 3 with a 256-token window, which its S=512 reaches),
 // read from the same fields by the config.json reader.
 inline ModelConfig reference_model(const std::string& name) {
   if (name == "gpt2") return find_preset("gpt2").model;
@@ -43,11 +44,12 @@ inline ModelConfig reference_model(const std::string& name) {
   const std::string shape =
       R"("hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
          "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 4, "vocab_size": 32000)";
-  const std::string type = name == "qwen3-small"    ? R"("qwen3", "tie_word_embeddings": false)"
-                           : name == "gemma2-small" ? R"("gemma2")"
-                           : name == "gemma3-small" ? R"("gemma3_text")"
-                           : name == "phi3-small"   ? R"("phi3", "tie_word_embeddings": false)"
-                                                    : "";
+  const std::string type = name == "qwen3-small"     ? R"("qwen3", "tie_word_embeddings": false)"
+                           : name == "gemma2-small"  ? R"("gemma2")"
+                           : name == "gemma3-small"  ? R"("gemma3_text")"
+                           : name == "gemma3-window" ? R"("gemma3_text", "sliding_window": 256)"
+                           : name == "phi3-small"    ? R"("phi3", "tie_word_embeddings": false)"
+                                                     : "";
   if (type.empty()) throw std::runtime_error("reference row of unknown model " + name);
   return model_from_config_text("{\"model_type\": " + type + ", " + shape + "}", name, "");
 }

@@ -13,6 +13,7 @@
 #include "device/host_runner.h"
 #include "estimate/formula.h"
 #include "model/families.h"
+#include "model/model_file.h"
 #include "program/program.h"
 #include "program_counts.h"
 
@@ -192,6 +193,85 @@ TEST(ModelFamilies, Phi3SdpaKeepsItsOutputBesideTheCopyATrainingOProjReads) {
   EXPECT_THROW(find_tensor(build_program(lora, 0), "layer0.attn.y.copy"), InternalError);
   const Program llama = build_program(config("tiny-llama", Framework::hf, Attention::flash), 0);
   EXPECT_THROW(find_tensor(llama, "layer0.attn.y.copy"), InternalError);
+}
+
+// Gemma 3 with an 8-token window on its first layer (4 heads, 2 key/value heads) at S=16, B=2.
+RunConfig windowed(Attention attention, std::int64_t seq, std::int64_t kv_heads = 2,
+                   Recompute recompute = Recompute::none) {
+  RunConfig cfg = config("tiny-gemma3", Framework::hf, attention);
+  cfg.model = model_from_config_text(
+      R"({"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4,
+          "num_key_value_heads": )" +
+          std::to_string(kv_heads) + R"(, "head_dim": 16, "num_hidden_layers": 2,
+          "intermediate_size": 176, "vocab_size": 256, "sliding_window": 8,
+          "layer_types": ["sliding_attention", "full_attention"]})",
+      "windowed", "");
+  cfg.seq = seq;
+  cfg.recompute = recompute;
+  validate(cfg);
+  return cfg;
+}
+
+bool has_tensor(const Program& p, std::string_view name) {
+  for (const Tensor& t : p.tensors)
+    if (t.name == name) return true;
+  return false;
+}
+
+// transformers hands sdpa a boolean mask for a sliding layer at a sequence of the window or
+// longer; sdpa makes an additive one in q's dtype over the batch ([B, 1, S, S]) and saves it, and
+// grouped key/value heads reach it as copies (repeat_kv), but one head's repeat, a view.
+TEST(ModelFamilies, SdpaSlidingLayersSaveTheMaskTheyAreGiven) {
+  const Program p = build_program(windowed(Attention::flash, 16), 0);
+  const int bias = find_tensor(p, "layer0.attn.mask_bias");
+  EXPECT_EQ(p.tensor(bias).shape, (Shape{2, 1, 16, 16}));
+  EXPECT_EQ(p.tensor(bias).dtype, DType::bf16);
+  EXPECT_EQ(p.tensor(bias).role, Role::activation);
+  EXPECT_TRUE(holds(op_named(p, "layer0.attn.flash"), bias));
+  EXPECT_TRUE(holds(op_named(p, "layer0.attn.flash.bwd"), bias));
+  const int mask = find_tensor(p, "attn.sliding_mask");
+  EXPECT_EQ(p.tensor(mask).bytes, 16 * 16);  // bool, expanded over the batch
+  EXPECT_TRUE(holds(op_named(p, "layer0.attn.flash"), mask));
+  EXPECT_EQ(p.tensor(find_tensor(p, "layer0.attn.kv_repeat")).shape, (Shape{2, 2, 16, 2 * 16}));
+  // The full-attention layer runs causal, without a mask or copies.
+  EXPECT_FALSE(has_tensor(p, "layer1.attn.mask_bias") || has_tensor(p, "layer1.attn.kv_repeat"));
+  EXPECT_FALSE(holds(op_named(p, "layer1.attn.flash"), mask));
+  // Below the window no layer gets a mask; with one key/value head the repeat is a view.
+  const Program shorter = build_program(windowed(Attention::flash, 4), 0);
+  EXPECT_FALSE(has_tensor(shorter, "attn.sliding_mask") ||
+               has_tensor(shorter, "layer0.attn.mask_bias"));
+  const Program mqa = build_program(windowed(Attention::flash, 16, 1), 0);
+  EXPECT_TRUE(has_tensor(mqa, "layer0.attn.mask_bias"));
+  EXPECT_FALSE(has_tensor(mqa, "layer0.attn.kv_repeat"));
+  // Checkpointed, the recompute saves the bias for the backward; the forward's goes with it.
+  const Program ckpt = build_program(windowed(Attention::flash, 16, 2, Recompute::full), 0);
+  EXPECT_EQ(ckpt.tensor(find_tensor(ckpt, "layer0.attn.mask_bias")).role, Role::transient);
+  EXPECT_TRUE(holds(op_named(ckpt, "layer0.attn.flash.bwd"),
+                    find_tensor(ckpt, "layer0.attn.mask_bias.recompute")));
+}
+
+// Eager attention: a model with a mask per kind of layer (Gemma) makes both, each [B, 1, S, S] in
+// the model's dtype, and holds both through the forward; a recompute keeps the one its layer
+// reads.
+TEST(ModelFamilies, EagerGemmaMakesAMaskPerKindOfLayer) {
+  const Program p = build_program(windowed(Attention::eager, 4), 0);
+  const int full = find_tensor(p, "attn.causal_mask");
+  const int sliding = find_tensor(p, "attn.sliding_causal_mask");
+  EXPECT_EQ(p.tensor(sliding).shape, p.tensor(full).shape);
+  for (const char* layer : {"layer0.attn.scores", "layer1.attn.scores"}) {
+    EXPECT_TRUE(holds(op_named(p, layer), full)) << layer;
+    EXPECT_TRUE(holds(op_named(p, layer), sliding)) << layer;
+  }
+  const Program ckpt = build_program(windowed(Attention::eager, 4, 2, Recompute::full), 0);
+  const Op& sliding_again = op_named(ckpt, "layer0.attn.scores.recompute");
+  const Op& full_again = op_named(ckpt, "layer1.attn.scores.recompute");
+  EXPECT_TRUE(holds(sliding_again, find_tensor(ckpt, "attn.sliding_causal_mask")));
+  EXPECT_FALSE(holds(sliding_again, find_tensor(ckpt, "attn.causal_mask")));
+  EXPECT_TRUE(holds(full_again, find_tensor(ckpt, "attn.causal_mask")));
+  EXPECT_FALSE(holds(full_again, find_tensor(ckpt, "attn.sliding_causal_mask")));
+  // Llama makes one.
+  const Program llama = build_program(config("tiny-llama", Framework::hf, Attention::eager), 0);
+  EXPECT_FALSE(has_tensor(llama, "attn.sliding_causal_mask"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "config/run_config.h"
 #include "core/error.h"
@@ -286,6 +287,64 @@ TEST(ModelFile, FamiliesSetWhatTheirBlocksDo) {
   const ModelConfig gemma3 = find_preset("gemma3-1b").model;
   EXPECT_TRUE(gemma3.qk_norm && gemma3.sandwich_norms && gemma3.offset_norms);
   EXPECT_EQ(gemma3.attn_softcap + gemma3.final_softcap, 0.0);
+}
+
+// Sliding windows as each config class sets them up: the window and its layers from the config,
+// or the class's defaults where it leaves them out.
+TEST(ModelFile, SlidingWindowsAsTheConfigClassesSetThemUp) {
+  const auto read = [](const std::string& type_and_fields, std::int64_t layers = 4) {
+    return model_from_config_text(
+        "{\"model_type\": " + type_and_fields +
+            ", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+            "\"vocab_size\": 16, \"num_hidden_layers\": " +
+            std::to_string(layers) + "}",
+        "m", "");
+  };
+  using Layers = std::vector<std::int64_t>;
+  // Gemma 3: all but every sliding_window_pattern-th (6) layer; the presets carry the published
+  // windows (512 for 1B, 1024 for the others).
+  const ModelConfig gemma3 = find_preset("gemma3-1b").model;
+  EXPECT_EQ(gemma3.sliding_window, 512);
+  EXPECT_EQ(gemma3.sliding_layers.size(), 22u);
+  EXPECT_FALSE(sliding_layer(gemma3, 5));
+  EXPECT_TRUE(sliding_layer(gemma3, 6));
+  EXPECT_TRUE(gemma3.mask_per_layer_kind);
+  EXPECT_EQ(find_preset("gemma3-27b").model.sliding_window, 1024);
+  EXPECT_EQ(read(R"("gemma3_text", "sliding_window_pattern": 2)").sliding_layers, (Layers{0, 2}));
+  // Gemma 2: every other layer from the first, 4096 tokens by default.
+  const ModelConfig gemma2 = read(R"("gemma2")");
+  EXPECT_EQ(gemma2.sliding_window, 4096);
+  EXPECT_EQ(gemma2.sliding_layers, (Layers{0, 2}));
+  // Mistral: MistralConfig's 4096 on every layer where the config leaves it out; v0.3's null.
+  const ModelConfig mistral = read(R"("mistral")");
+  EXPECT_EQ(mistral.sliding_window, 4096);
+  EXPECT_EQ(mistral.sliding_layers, (Layers{0, 1, 2, 3}));
+  EXPECT_FALSE(mistral.mask_per_layer_kind);
+  EXPECT_EQ(find_preset("mistral-7b").model.sliding_window, 0);
+  // Phi-3 and Mixtral: none unless given; every layer when given.
+  EXPECT_EQ(read(R"("phi3")").sliding_window, 0);
+  EXPECT_EQ(read(R"("phi3", "sliding_window": 2047)").sliding_layers, (Layers{0, 1, 2, 3}));
+  // Qwen2 and Qwen3: only with use_sliding_window, on the layers from max_window_layers on.
+  EXPECT_EQ(read(R"("qwen2", "sliding_window": 4096)").sliding_window, 0);
+  const ModelConfig qwen =
+      read(R"("qwen2", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 3)");
+  EXPECT_EQ(qwen.sliding_window, 64);
+  EXPECT_EQ(qwen.sliding_layers, (Layers{3}));
+  // layer_types, where the config lists the kinds, names the layers; Llama has no window.
+  EXPECT_EQ(read(R"("gemma3_text", "layer_types": ["full_attention", "sliding_attention"])", 2)
+                .sliding_layers,
+            (Layers{1}));
+  EXPECT_EQ(read(R"("llama", "sliding_window": 128)").sliding_window, 0);
+  try {
+    read(R"("gemma2", "layer_types": ["sliding_attention"])");
+    ADD_FAILURE() << "a layer_types of another length was taken";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("'layer_types'"), std::string::npos) << e.what();
+  }
+  // The mask: a sliding layer at a sequence of the window or longer.
+  EXPECT_FALSE(sliding_mask_at(gemma3, 0, 511));
+  EXPECT_TRUE(sliding_mask_at(gemma3, 0, 512));
+  EXPECT_FALSE(sliding_mask_at(gemma3, 5, 4096));
 }
 
 }  // namespace

@@ -91,6 +91,36 @@ void read_experts(const ConfigReader& r, std::string_view type, ModelConfig& m) 
   }
 }
 
+// Sliding-window attention as each config class sets it up: the window (sliding_window; null: none)
+// with the class's default where the config leaves it out (4096 for Gemma 2 and 3 and Mistral,
+// none for Phi-3 and Mixtral; Qwen2 and Qwen3 only with use_sliding_window, default false), and
+// its layers: layer_types' "sliding_attention" where the config lists the kinds, else the class's
+// pattern (Gemma 2 every other layer from the first, Gemma 3 all but every
+// sliding_window_pattern-th (6), Qwen the layers from max_window_layers (28) on, the others every
+// layer). Llama, the first Gemma and OLMoE have none.
+void read_sliding_window(const ConfigReader& r, std::string_view type, ModelConfig& m) {
+  const bool gemma2 = type == "gemma2", gemma3 = type == "gemma3_text";
+  const bool qwen = type == "qwen2" || type == "qwen3" || type == "qwen3_moe";
+  std::int64_t fallback = 0;
+  if (gemma2 || gemma3 || type == "mistral" || (qwen && r.flag("use_sliding_window", false)))
+    fallback = 4096;
+  else if (type != "phi3" && type != "mixtral")
+    return;
+  m.sliding_window = r.has("sliding_window") ? r.optional("sliding_window", 0) : fallback;
+  if (m.sliding_window == 0) return;
+  m.mask_per_layer_kind = gemma2 || gemma3 || qwen;
+  if (auto listed = r.layers_of_kind("layer_types", m.layers, "sliding_attention")) {
+    m.sliding_layers = std::move(*listed);
+    return;
+  }
+  const std::int64_t pattern = gemma3 ? r.optional("sliding_window_pattern", 6) : 0;
+  const std::int64_t first = qwen ? r.optional("max_window_layers", 28) : 0;
+  for (std::int64_t l = 0; l < m.layers; ++l)
+    if ((gemma2 && l % 2 == 0) || (gemma3 && (l + 1) % pattern != 0) || (qwen && l >= first) ||
+        (!gemma2 && !gemma3 && !qwen))
+      m.sliding_layers.push_back(l);
+}
+
 // The llama-style families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GemmaConfig,
 // Gemma2Config, Gemma3TextConfig, Phi3Config. Their common fields: hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (the heads when
@@ -136,6 +166,7 @@ ModelConfig llama_model(const ConfigReader& r, std::string_view type) {
   // dropouts on both branches.
   m.fused_linears = m.resid_dropout = type == "phi3";
   if (type == "mixtral" || type == "qwen3_moe" || type == "olmoe") read_experts(r, type, m);
+  read_sliding_window(r, type, m);
   if (type == "gemma2") {
     m.attn_softcap = r.positive_or_null("attn_logit_softcapping", 50.0);
     m.final_softcap = r.positive_or_null("final_logit_softcapping", 30.0);
@@ -253,11 +284,12 @@ constexpr std::array<PresetConfig, 49> kPresetConfigs{{
     {"mistral-7b", "Mistral 7B v0.3 (GQA, 8 KV heads)",
      R"({"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32,
          "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
-         "vocab_size": 32768})"},
+         "vocab_size": 32768, "sliding_window": null})"},
     {"mistral-nemo-12b", "Mistral Nemo 12B (GQA, head_dim 128, 131k vocabulary)",
      R"({"model_type": "mistral", "hidden_size": 5120, "num_attention_heads": 32,
          "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 40,
-         "intermediate_size": 14336, "vocab_size": 131072})"},
+         "intermediate_size": 14336, "vocab_size": 131072,
+         "sliding_window": null})"},
     {"qwen2.5-0.5b", "Qwen2.5 0.5B (GQA, q/k/v biases, tied embeddings)",
      R"({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14,
          "num_key_value_heads": 2, "num_hidden_layers": 24, "intermediate_size": 4864,
@@ -340,19 +372,23 @@ constexpr std::array<PresetConfig, 49> kPresetConfigs{{
      R"({"model_type": "gemma3_text", "hidden_size": 1152, "num_attention_heads": 4,
          "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 26,
          "intermediate_size": 6912, "vocab_size": 262144, "attn_logit_softcapping": null,
-         "final_logit_softcapping": null})"},
+         "final_logit_softcapping": null, "sliding_window": 512,
+         "sliding_window_pattern": 6})"},
     {"gemma3-4b", "Gemma 3 4B, text (GQA, q/k norms, four norms a block)",
      R"({"model_type": "gemma3_text", "hidden_size": 2560, "num_hidden_layers": 34,
          "intermediate_size": 10240, "num_attention_heads": 8, "num_key_value_heads": 4,
-         "vocab_size": 262208})"},
+         "vocab_size": 262208, "sliding_window": 1024,
+         "sliding_window_pattern": 6})"},
     {"gemma3-12b", "Gemma 3 12B, text (GQA, q/k norms, four norms a block)",
      R"({"model_type": "gemma3_text", "hidden_size": 3840, "num_attention_heads": 16,
          "num_key_value_heads": 8, "num_hidden_layers": 48, "intermediate_size": 15360,
-         "vocab_size": 262208})"},
+         "vocab_size": 262208, "sliding_window": 1024,
+         "sliding_window_pattern": 6})"},
     {"gemma3-27b", "Gemma 3 27B, text (GQA, head_dim 128, q/k norms, four norms a block)",
      R"({"model_type": "gemma3_text", "hidden_size": 5376, "num_attention_heads": 32,
          "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 62,
-         "intermediate_size": 21504, "vocab_size": 262208})"},
+         "intermediate_size": 21504, "vocab_size": 262208,
+         "sliding_window": 1024, "sliding_window_pattern": 6})"},
     {"mixtral-8x7b", "Mixtral 8x7B (8 experts, top-2; 12.9B active)",
      R"({"model_type": "mixtral", "hidden_size": 4096, "num_attention_heads": 32,
          "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
@@ -375,7 +411,8 @@ constexpr std::array<PresetConfig, 49> kPresetConfigs{{
     {"phi3.5-mini", "Phi-3.5 mini 3.8B (fused qkv and gate_up projections)",
      R"({"model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
          "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 8192,
-         "vocab_size": 32064, "tie_word_embeddings": false})"},
+         "vocab_size": 32064, "tie_word_embeddings": false,
+         "sliding_window": 262144})"},
     {"phi4", "Phi-4 14B (GQA, 10 KV heads, fused qkv and gate_up projections)",
      R"({"model_type": "phi3", "hidden_size": 5120, "num_attention_heads": 40,
          "num_key_value_heads": 10, "num_hidden_layers": 40, "intermediate_size": 17920,

@@ -70,6 +70,15 @@ struct ModelConfig {
   // loss times router_aux_loss_coef.
   bool router_aux_loss = false;
   double router_aux_coef = 0.0;
+  // Sliding-window attention (Gemma 2 and 3, Phi-3 mini 4k, Mistral v0.1, Qwen2 and Qwen3 with
+  // use_sliding_window): the window in tokens (0: none) and the layers that use it (layer_types'
+  // "sliding_attention"). At a sequence of the window or longer, transformers hands sdpa a
+  // boolean mask for those layers, which sdpa turns into an additive one per layer and saves.
+  std::int64_t sliding_window = 0;
+  std::vector<std::int64_t> sliding_layers;
+  // Gemma 2 and 3, Qwen2 and Qwen3: the model makes a mask per kind of layer (full and sliding)
+  // whether or not a layer of each kind is there; the others make the one their window says.
+  bool mask_per_layer_kind = false;
   // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
   std::string source;
   // Its transformers model_type ("llama", "qwen3", "gpt2"), "" for a shape given by hand.
@@ -101,6 +110,17 @@ inline bool is_moe(const ModelConfig& m) {
 inline bool moe_layer(const ModelConfig& m, std::int64_t layer) {
   return is_moe(m) && (layer + 1) % m.sparse_step == 0 &&
          std::find(m.dense_layers.begin(), m.dense_layers.end(), layer) == m.dense_layers.end();
+}
+// Whether layer `layer` attends within a sliding window.
+inline bool sliding_layer(const ModelConfig& m, std::int64_t layer) {
+  return m.sliding_window > 0 && std::find(m.sliding_layers.begin(), m.sliding_layers.end(),
+                                           layer) != m.sliding_layers.end();
+}
+// Whether layer `layer`'s sdpa attention gets a mask at sequence `seq`: a sliding-window layer
+// at a sequence of the window or longer (transformers' _ignore_causal_mask_sdpa; shorter ones run
+// causal without a mask).
+inline bool sliding_mask_at(const ModelConfig& m, std::int64_t layer, std::int64_t seq) {
+  return seq >= m.sliding_window && sliding_layer(m, layer);
 }
 // Token-expert pairs a step of `tokens` tokens routes: tokens x top-k, the rows of every dispatch
 // tensor.

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -104,6 +105,21 @@ std::vector<std::int64_t> ConfigReader::index_list(std::string_view field,
   if (!it->is_array() || out.size() != it->size())
     fail(fmt::format("field '{}' is {}, not a list of layer indices below {}", field, it->dump(),
                      below));
+  return out;
+}
+
+std::optional<std::vector<std::int64_t>> ConfigReader::layers_of_kind(std::string_view field,
+                                                                      std::int64_t layers,
+                                                                      std::string_view kind) const {
+  const auto it = config_.find(std::string(field));
+  if (it == config_.end() || it->is_null()) return std::nullopt;
+  const bool strings = it->is_array() && std::all_of(it->begin(), it->end(),
+                                                     [](const Json& v) { return v.is_string(); });
+  if (!strings || static_cast<std::int64_t>(it->size()) != layers)
+    fail(fmt::format("field '{}' is {}, not a list of {} layer kinds", field, it->dump(), layers));
+  std::vector<std::int64_t> out;
+  for (std::size_t l = 0; l < it->size(); ++l)
+    if ((*it)[l].get<std::string>() == kind) out.push_back(static_cast<std::int64_t>(l));
   return out;
 }
 

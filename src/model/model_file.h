@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,11 @@ class ConfigReader {
   double non_negative(std::string_view field, double fallback) const;
   // A list of whole numbers in [0, below) (mlp_only_layers), empty where it is left out or null.
   std::vector<std::int64_t> index_list(std::string_view field, std::int64_t below) const;
+  // The layers a list of `layers` layer kinds (layer_types) marks `kind`; nullopt where the config
+  // leaves the list out or null.
+  std::optional<std::vector<std::int64_t>> layers_of_kind(std::string_view field,
+                                                          std::int64_t layers,
+                                                          std::string_view kind) const;
   // A string field, `fallback` where it is left out or null.
   std::string text(std::string_view field, std::string_view fallback) const;
   bool flag(std::string_view field, bool fallback) const;

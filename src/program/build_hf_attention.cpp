@@ -131,11 +131,13 @@ void HfBuilder::attention_fwd(const Name& pre, int l, int qkv, const Pass& pass,
     // Llama: the cache's copies of k and v live through the forward; attention reads its
     // operand's q (rotated), k and v. Eager attention repeats grouped-query heads to A
     // (repeat_kv), each copy saved by its product: the heads beyond the first K are held, the
-    // first K are the operand's. The fused kernel keeps the K heads as they are.
+    // first K are the operand's. The fused kernel keeps the K heads as they are (enable_gqa),
+    // but where the layer gets a mask, which sdpa takes with grouped heads only as copies: then
+    // the copies are its operands, except with one key/value head, whose repeat is a view.
     if (cache)
       fwd_held.push_back(tensor(suffixed(pass, pre + "attn.kv_cache"), {2, B_, S_, K_ * D_},
                                 cache_dtype, Role::transient));
-    if (A_ > K_ && eager_) {
+    if (A_ > K_ && (eager_ || (K_ > 1 && sliding_mask_at(cfg_.model, l, S_)))) {
       const int rep =
           tensor(suffixed(pass, pre + "attn.kv_repeat"), {2, B_, S_, (A_ - K_) * D_}, cdt_, role);
       b.attn_held.push_back(rep);
@@ -146,6 +148,16 @@ void HfBuilder::attention_fwd(const Name& pre, int l, int qkv, const Pass& pass,
   if (eager_) {
     eager_attention_fwd(pre, l, qkv, pass, fwd_held, b);
     return;
+  }
+  // A sliding-window layer's mask: sdpa makes an additive one of the boolean, in q's dtype, over
+  // the batch the boolean is expanded to ([B, 1, S, S]: zeros_like of an expanded tensor is
+  // dense), which the fused kernel saves for its backward.
+  if (sliding_mask_at(cfg_.model, l, S_)) {
+    const int bias =
+        tensor(suffixed(pass, pre + "attn.mask_bias"), {B_, 1, S_, S_}, dtype_of(qkv), role);
+    b.attn_held.push_back(bias);
+    fwd_held.push_back(bias);
+    fwd_held.push_back(sliding_mask_);
   }
   b.lse = tensor(suffixed(pass, pre + "attn.lse"), {B_, A_, S_}, DType::f32, role);
   const int scratch = tensor(suffixed(pass, pre + "attn.flash.scratch"),
@@ -174,7 +186,11 @@ void HfBuilder::eager_attention_fwd(const Name& pre, int l, int qkv, const Pass&
   scores.held = fwd_held;
   scores.held.push_back(
       tensor(suffixed(pass, pre + "attn.scores.unscaled"), bass(), cdt_, Role::transient));
-  scores.held.push_back(mask_);
+  // The layer's mask. A model with a mask per kind of layer holds both through the forward; a
+  // recompute keeps only those its layers read.
+  const bool sliding = sliding_mask_ >= 0 && sliding_layer(cfg_.model, l);
+  scores.held.push_back(sliding ? sliding_mask_ : mask_);
+  if (sliding_mask_ >= 0 && !pass.recompute) scores.held.push_back(sliding ? mask_ : sliding_mask_);
   int softmax_in = b.scores;
   if (cap > 0.0) {
     // Gemma 2: scores / cap (a temporary), tanh (its output saved: the capped tensor stands for

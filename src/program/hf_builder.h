@@ -250,6 +250,7 @@ class HfBuilder : private HfLinears {
   bool resid_dropout_ = false;  // dropout on both branches' outputs (gpt2, Phi-3)
   float loss_scale_ = 1.0f;
   int mask_ = -1, cos_sin_ = -1, logits_ = -1, log_probs_ = -1;
+  int sliding_mask_ = -1;  // sdpa's boolean sliding-window mask, where a layer gets one
   // The load-balancing loss: each MoE layer's softmax of its router logits, kept for the loss's
   // backward, the statistics over the layers, and each layer's gradient of its logits, waiting
   // for its backward (-1 where a layer has none).
