@@ -20,7 +20,9 @@ The configurations come in two groups (--group): `core`, the first reference's, 
 each model family vrambench reads (Qwen3, Mistral, Gemma 2 and 3, Phi-3) and each recipe (full
 fine-tuning under autocast, gradient accumulation) with the longest-sequence searches. A run of
 several configurations is one process, whose memory outside the allocator grows as it loads
-kernels: each row records its configuration's place in it (process_order).
+kernels: each row records its configuration's place in it (process_order). Inside the allocator
+each run starts as in a fresh process: the cache emptied and cuBLAS's workspaces dropped
+(release), so that only the model's weights are placed when its first step begins.
 
 Models are built from their configs with random weights on the GPU (no download); a QLoRA base is
 built with bitsandbytes' Linear4bit (NF4, double quantisation, bf16 compute) in place of the
@@ -308,8 +310,18 @@ def cuda_figures():
 
 
 def release():
+    """Before each run: what the last one left goes, the cache is emptied, and cuBLAS's
+    workspaces (one per handle and stream, made through the caching allocator at a thread's first
+    GEMM and kept by the handle pool, which empty_cache() leaves) are dropped, so that every run
+    makes its own at its first GEMM as a fresh process does. Kept, the first run's workspace would
+    pin whatever segment it landed in for all later ones, a segment that depends on what the
+    process ran before: one reason the boundary moved between processes."""
     gc.collect()
     if torch.cuda.is_available():
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            torch.cuda.synchronize()
+            clear()
         torch.cuda.empty_cache()
 
 
