@@ -345,6 +345,8 @@ TEST(ModelFile, SlidingWindowsAsTheConfigClassesSetThemUp) {
   EXPECT_FALSE(sliding_mask_at(gemma3, 0, 511));
   EXPECT_TRUE(sliding_mask_at(gemma3, 0, 512));
   EXPECT_FALSE(sliding_mask_at(gemma3, 5, 4096));
+  // Gemma 2's fused attention is flash-attention 2, which takes the window in the kernel.
+  EXPECT_FALSE(sliding_mask_at(gemma2, 0, 8192));
 }
 
 }  // namespace

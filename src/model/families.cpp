@@ -162,6 +162,7 @@ ModelConfig llama_model(const ConfigReader& r, std::string_view type) {
     m.gelu_mlp = true;
   }
   if (type == "gemma2" || type == "gemma3_text") m.sandwich_norms = true;
+  m.fused_attention_is_fa2 = type == "gemma2";
   // Phi-3 (and Phi-4, whose configs say phi3): qkv_proj and gate_up_proj, and resid_pdrop's
   // dropouts on both branches.
   m.fused_linears = m.resid_dropout = type == "phi3";

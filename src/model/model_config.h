@@ -79,6 +79,9 @@ struct ModelConfig {
   // Gemma 2 and 3, Qwen2 and Qwen3: the model makes a mask per kind of layer (full and sliding)
   // whether or not a layer of each kind is there; the others make the one their window says.
   bool mask_per_layer_kind = false;
+  // Gemma 2: transformers has no sdpa path for it (sdpa does not soft-cap), so its fused
+  // attention is flash-attention 2, which takes the window inside the kernel: no mask.
+  bool fused_attention_is_fa2 = false;
   // The config.json the model was read from (--model), "" for a preset or a shape given by hand.
   std::string source;
   // Its transformers model_type ("llama", "qwen3", "gpt2"), "" for a shape given by hand.
@@ -116,11 +119,11 @@ inline bool sliding_layer(const ModelConfig& m, std::int64_t layer) {
   return m.sliding_window > 0 && std::find(m.sliding_layers.begin(), m.sliding_layers.end(),
                                            layer) != m.sliding_layers.end();
 }
-// Whether layer `layer`'s sdpa attention gets a mask at sequence `seq`: a sliding-window layer
-// at a sequence of the window or longer (transformers' _ignore_causal_mask_sdpa; shorter ones run
-// causal without a mask).
+// Whether layer `layer`'s fused attention (sdpa) gets a mask at sequence `seq`: a sliding-window
+// layer at a sequence of the window or longer (transformers' _ignore_causal_mask_sdpa; shorter
+// ones run causal without a mask), but under flash-attention 2.
 inline bool sliding_mask_at(const ModelConfig& m, std::int64_t layer, std::int64_t seq) {
-  return seq >= m.sliding_window && sliding_layer(m, layer);
+  return !m.fused_attention_is_fa2 && seq >= m.sliding_window && sliding_layer(m, layer);
 }
 // Token-expert pairs a step of `tokens` tokens routes: tokens x top-k, the rows of every dispatch
 // tensor.
