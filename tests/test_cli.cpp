@@ -936,6 +936,32 @@ TEST(Cli, PlanKeepsTheEffectiveBatchAskedFor) {
   }
 }
 
+// The attention the snippet asks transformers for is the one planned: sdpa, flash-attention 2 for
+// Gemma 2 (no sdpa path), with a note where sdpa's sliding-window masks were counted.
+TEST(Cli, PlanAsksForTheAttentionItPlanned) {
+  const auto hf = [](const std::string& args) {
+    const CommandResult r = vrambench("plan " + args + " --device sim:h100-80gb --emit hf");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  const std::string llama = hf("--preset llama3.2-1b --seq 2048");
+  EXPECT_NE(llama.find("attn_implementation=\"sdpa\",  # flash-attention memory"),
+            std::string::npos)
+      << llama;
+  const std::string gemma3 = hf("--preset gemma3-1b --finetune lora --seq 2048");
+  EXPECT_NE(gemma3.find("attn_implementation=\"sdpa\",  # planned with sdpa's sliding-window"),
+            std::string::npos)
+      << gemma3;
+  const std::string short_gemma3 = hf("--preset gemma3-1b --finetune lora --seq 256");
+  EXPECT_NE(short_gemma3.find("# flash-attention memory"), std::string::npos) << short_gemma3;
+  const std::string gemma2 = hf("--preset gemma2-2b --finetune lora --attention flash --seq 1024");
+  EXPECT_NE(gemma2.find("attn_implementation=\"flash_attention_2\",\n"), std::string::npos)
+      << gemma2;
+  const CommandResult axolotl = vrambench(
+      "plan --preset gemma3-1b --finetune lora --seq 2048 --device sim:h100-80gb --emit axolotl");
+  EXPECT_NE(axolotl.out.find("flash-attention 2 keeps less"), std::string::npos) << axolotl.out;
+}
+
 // A preference trainer's plan prints TRL's config with the settings modelled: DPOConfig with the
 // batch of pairs and max_length, precompute_ref_log_probs where precomputed, the copy's ref_model;
 // axolotl's rl key.

@@ -172,6 +172,29 @@ std::string quoted_list(const std::vector<std::string>& names) {
 }
 
 // The dtype the model is loaded in: autocast keeps fp32 weights.
+// What transformers is asked for: sdpa for fused attention, but flash-attention 2 where the model
+// has no sdpa path (Gemma 2); eager.
+std::string_view attn_implementation(const RunConfig& cfg) {
+  if (cfg.attention != Attention::flash) return "eager";
+  return cfg.model.fused_attention_is_fa2 ? "flash_attention_2" : "sdpa";
+}
+
+// Whether a layer of cfg's model gets sdpa's sliding-window mask at cfg's sequence.
+bool sliding_masks(const RunConfig& cfg) {
+  for (std::int64_t l = 0; l < cfg.model.layers; ++l)
+    if (sliding_mask_at(cfg.model, l, cfg.seq)) return true;
+  return false;
+}
+
+// The comment beside sdpa: flash-attention 2 keeps the same, but for sdpa's sliding-window masks,
+// which it does not make (the plan counts them: on its side).
+std::string_view fused_attention_note(const RunConfig& cfg) {
+  if (attn_implementation(cfg) != "sdpa") return "";
+  return sliding_masks(cfg)
+             ? "  # planned with sdpa's sliding-window masks; \"flash_attention_2\" keeps less"
+             : "  # flash-attention memory; \"flash_attention_2\" keeps the same";
+}
+
 std::string torch_dtype(Precision p) {
   switch (p) {
     case Precision::bf16:
@@ -399,11 +422,8 @@ std::string plan_hf_snippet(const Plan& plan) {
   }
   out += "model_kwargs = dict(\n";
   out += fmt::format("    torch_dtype={},\n", torch_dtype(cfg.dtype));
-  out += fmt::format("    attn_implementation=\"{}\",{}\n",
-                     cfg.attention == Attention::flash ? "sdpa" : "eager",
-                     cfg.attention == Attention::flash
-                         ? "  # flash-attention memory; \"flash_attention_2\" keeps the same"
-                         : "");
+  out += fmt::format("    attn_implementation=\"{}\",{}\n", attn_implementation(cfg),
+                     fused_attention_note(cfg));
   if (quantised) out += "    quantization_config=bnb_config,\n";
   out += ")\n";
   // The model as the step was modelled: loaded, prepared for k-bit training (fp32 embeddings,
@@ -484,6 +504,8 @@ std::string plan_axolotl_yaml(const Plan& plan) {
   if (!hf_autocast(cfg) && cfg.dtype == Precision::fp16) out += "float16: true\n";
   out += fmt::format("tf32: {}\n", yaml_bool(cfg.dtype == Precision::tf32));
   out += fmt::format("flash_attention: {}\n", yaml_bool(cfg.attention == Attention::flash));
+  if (cfg.attention == Attention::flash && sliding_masks(cfg))
+    out += "# planned with sdpa's sliding-window masks; flash-attention 2 keeps less\n";
   if (is_finetune(cfg)) {
     out +=
         fmt::format("adapter: {}\n", q == QuantKind::nf4 || q == QuantKind::fp4 ? "qlora" : "lora");
