@@ -66,45 +66,51 @@ __host__ __device__ inline void store_pack(T* p, std::int64_t i, const Pack<T, N
   *reinterpret_cast<Pack<T, N>*>(p + i) = pack;
 }
 
-// Elements [i, i + N) by adamw_body. The weight is read only without a master (the update starts
-// from the master where there is one).
+// A pack of weights under update: the master's values where there is one (the weight is then
+// only written), else the weight's; stored back to both.
+template <int N, typename T>
+struct WeightPack {
+  Pack<T, N> w{};
+  Pack<float, N> master{};
+  bool has_master = false;
+  __host__ __device__ WeightPack(const T* weights, const float* masters, std::int64_t i)
+      : has_master(masters != nullptr) {
+    if (has_master) {
+      master = load_pack<N>(masters, i);
+    } else {
+      w = load_pack<N>(weights, i);
+    }
+  }
+  __host__ __device__ float* masters() { return has_master ? master.v : nullptr; }
+  __host__ __device__ void store(T* weights, float* masters, std::int64_t i) const {
+    store_pack(weights, i, w);
+    if (has_master) store_pack(masters, i, master);
+  }
+};
+
+// Elements [i, i + N) by adamw_body.
 template <int N, typename T, typename S>
 __host__ __device__ inline void adamw_pack_body(std::int64_t i, T* w, const T* grad, S* m, S* v,
                                                 float* master, AdamWParams p) {
-  Pack<T, N> wp{};
-  Pack<float, N> mp{};
-  if (master != nullptr) {
-    mp = load_pack<N>(master, i);
-  } else {
-    wp = load_pack<N>(w, i);
-  }
+  WeightPack<N, T> wp(w, master, i);
   const Pack<T, N> gp = load_pack<N>(grad, i);
   Pack<S, N> m1 = load_pack<N>(m, i), v1 = load_pack<N>(v, i);
-  for (int k = 0; k < N; ++k)
-    adamw_body(k, wp.v, gp.v, m1.v, v1.v, master != nullptr ? mp.v : nullptr, p);
-  store_pack(w, i, wp);
+  for (int k = 0; k < N; ++k) adamw_body(k, wp.w.v, gp.v, m1.v, v1.v, wp.masters(), p);
+  wp.store(w, master, i);
   store_pack(m, i, m1);
   store_pack(v, i, v1);
-  if (master != nullptr) store_pack(master, i, mp);
 }
 
 // Elements [i, i + N) by sgd_body.
 template <int N, typename T, typename S>
 __host__ __device__ inline void sgd_pack_body(std::int64_t i, T* w, const T* grad, S* momentum,
                                               float* master, SgdParams p) {
-  Pack<T, N> wp{};
-  Pack<float, N> mp{};
-  if (master != nullptr) {
-    mp = load_pack<N>(master, i);
-  } else {
-    wp = load_pack<N>(w, i);
-  }
+  WeightPack<N, T> wp(w, master, i);
   const Pack<T, N> gp = load_pack<N>(grad, i);
   Pack<S, N> b = load_pack<N>(momentum, i);
-  for (int k = 0; k < N; ++k) sgd_body(k, wp.v, gp.v, b.v, master != nullptr ? mp.v : nullptr, p);
-  store_pack(w, i, wp);
+  for (int k = 0; k < N; ++k) sgd_body(k, wp.w.v, gp.v, b.v, wp.masters(), p);
+  wp.store(w, master, i);
   store_pack(momentum, i, b);
-  if (master != nullptr) store_pack(master, i, mp);
 }
 
 // What thread t of `threads` does in an optimizer kernel over n elements: `pack` (the pack body,

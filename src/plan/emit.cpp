@@ -171,7 +171,6 @@ std::string quoted_list(const std::vector<std::string>& names) {
   return out + "]";
 }
 
-// The dtype the model is loaded in: autocast keeps fp32 weights.
 // What transformers is asked for: sdpa for fused attention, but flash-attention 2 where the model
 // has no sdpa path (Gemma 2); eager.
 std::string_view attn_implementation(const RunConfig& cfg) {
@@ -195,6 +194,7 @@ std::string_view fused_attention_note(const RunConfig& cfg) {
              : "  # flash-attention memory; \"flash_attention_2\" keeps the same";
 }
 
+// The dtype the model is loaded in: autocast keeps fp32 weights.
 std::string torch_dtype(Precision p) {
   switch (p) {
     case Precision::bf16:
