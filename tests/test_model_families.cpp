@@ -11,6 +11,7 @@
 #include "config/run_config.h"
 #include "core/error.h"
 #include "device/host_runner.h"
+#include "estimate/estimate.h"
 #include "estimate/formula.h"
 #include "model/families.h"
 #include "model/model_file.h"
@@ -243,6 +244,20 @@ TEST(ModelFamilies, SdpaSlidingLayersSaveTheMaskTheyAreGiven) {
   const Program mqa = build_program(windowed(Attention::flash, 16, 1), 0);
   EXPECT_TRUE(has_tensor(mqa, "layer0.attn.mask_bias"));
   EXPECT_FALSE(has_tensor(mqa, "layer0.attn.kv_repeat"));
+  EXPECT_EQ(p.tensor(bias).component, MemoryComponent::attention_masks);
+  EXPECT_EQ(p.tensor(mask).component, MemoryComponent::attention_masks);
+  // The estimate files them under their own component: Gemma 3 1B at S 2048 keeps its 22 sliding
+  // layers' [1, S, S] bf16 masks per sequence to the loss's backward, its peak.
+  RunConfig gemma3 = config("gemma3-1b", Framework::hf, Attention::flash);
+  gemma3.finetune = Finetune::lora;
+  gemma3.seq = 2048;
+  gemma3.batch = 1;
+  validate(gemma3);
+  const DeviceOverhead overhead{512 * MiB, 32 * MiB, 0, false, false};
+  const Breakdown b = analyze(gemma3, overhead);
+  EXPECT_EQ(b.component(MemoryComponent::attention_masks, 2) -
+                b.component(MemoryComponent::attention_masks, 1),
+            22 * 2048 * 2048 * 2);
   // Checkpointed, the recompute saves the bias for the backward; the forward's goes with it.
   const Program ckpt = build_program(windowed(Attention::flash, 16, 2, Recompute::full), 0);
   EXPECT_EQ(ckpt.tensor(find_tensor(ckpt, "layer0.attn.mask_bias")).role, Role::transient);

@@ -35,6 +35,7 @@ NLOHMANN_JSON_SERIALIZE_ENUM(
                          {MemoryComponent::scope_inputs, "scope_inputs"},
                          {MemoryComponent::logits_and_loss, "logits_and_loss"},
                          {MemoryComponent::embedding_dropout_mask, "embedding_dropout_mask"},
+                         {MemoryComponent::attention_masks, "attention_masks"},
                          {MemoryComponent::reference_forward, "reference_forward"},
                          {MemoryComponent::allocator_fragmentation, "allocator_fragmentation"},
                      })

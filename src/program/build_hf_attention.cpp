@@ -153,8 +153,8 @@ void HfBuilder::attention_fwd(const Name& pre, int l, int qkv, const Pass& pass,
   // the batch the boolean is expanded to ([B, 1, S, S]: zeros_like of an expanded tensor is
   // dense), which the fused kernel saves for its backward.
   if (sliding_mask_at(cfg_.model, l, S_)) {
-    const int bias =
-        tensor(suffixed(pass, pre + "attn.mask_bias"), {B_, 1, S_, S_}, dtype_of(qkv), role);
+    const int bias = tensor(suffixed(pass, pre + "attn.mask_bias"), {B_, 1, S_, S_}, dtype_of(qkv),
+                            role, MemoryComponent::attention_masks);
     b.attn_held.push_back(bias);
     fwd_held.push_back(bias);
     fwd_held.push_back(sliding_mask_);

@@ -66,17 +66,21 @@ void HfBuilder::build_model() {
   // FakeTensorMode transformers cannot read the padding mask and makes one), llama's rotary cos
   // and sin ([S, D] each, in the residual stream's dtype). They live while a layer may still
   // run: through the forward, and with checkpointing through the last recompute.
-  if (eager_) mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient);
+  if (eager_)
+    mask_ = tensor("attn.causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient,
+                   MemoryComponent::attention_masks);
   // The sliding-window layers' mask: eager's second one where the model makes a mask per kind of
   // layer (its sliding layers read it; the others keep the one above, which stands for the
   // sliding one where every layer slides); sdpa's boolean one ([1, 1, S, S], expanded over the
   // batch) where a layer gets a mask at this sequence.
   if (eager_ && m.mask_per_layer_kind) {
-    sliding_mask_ = tensor("attn.sliding_causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient);
+    sliding_mask_ = tensor("attn.sliding_causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient,
+                           MemoryComponent::attention_masks);
   } else if (!eager_) {
     for (std::int64_t l = 0; l < m.layers && sliding_mask_ < 0; ++l)
       if (sliding_mask_at(m, l, S_))
-        sliding_mask_ = tensor("attn.sliding_mask", {1, 1, S_, S_}, DType::u8, Role::transient);
+        sliding_mask_ = tensor("attn.sliding_mask", {1, 1, S_, S_}, DType::u8, Role::transient,
+                               MemoryComponent::attention_masks);
   }
   if (!gpt_) cos_sin_ = tensor("rope.cos_sin", {2, S_, D_}, wdt_, Role::activation);
 

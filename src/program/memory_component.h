@@ -39,6 +39,7 @@ enum class MemoryComponent : std::uint8_t {
   scope_inputs,  // the activation entering a layer, mlp or attention scope and its gradient
   logits_and_loss,
   embedding_dropout_mask,
+  attention_masks,          // hf: eager attention's causal masks, sdpa's sliding-window masks
   reference_forward,        // what the reference and KL forwards make under no_grad
   allocator_fragmentation,  // caching allocator: what it reserves beyond the tensors (a replay)
 };
