@@ -51,10 +51,11 @@ class ConfigReader {
 
 // The model of a config.json's text: `name` labels it, `source` is where it came from (kept in
 // ModelConfig::source). Reads hidden size, intermediate size, layers, heads, key/value heads,
-// head_dim where given, vocabulary, tie_word_embeddings, attention_bias and mlp_bias, and for gpt2
-// its own names (n_embd, n_head, n_layer, n_inner, n_positions). Throws UsageError in one line
-// naming `source` and the problem: text that is not a JSON object, a model_type that is not
-// supported (the supported ones listed; a multimodal or mixture-of-experts config says so), a
+// head_dim where given, vocabulary, tie_word_embeddings, attention_bias and mlp_bias, the sliding
+// window and its layers (sliding_window, layer_types), what each family adds (model/families.h),
+// and for gpt2 its own names (n_embd, n_head, n_layer, n_inner, n_positions). Throws UsageError in
+// one line naming `source` and the problem: text that is not a JSON object, a model_type that is
+// not supported (the supported ones listed; a multimodal or mixture-of-experts config says so), a
 // field that is missing or not a positive whole number.
 ModelConfig model_from_config_text(std::string_view text, std::string name, std::string source);
 
