@@ -315,7 +315,7 @@ def release():
     GEMM and kept by the handle pool, which empty_cache() leaves) are dropped, so that every run
     makes its own at its first GEMM as a fresh process does. Kept, the first run's workspace would
     pin whatever segment it landed in for all later ones, a segment that depends on what the
-    process ran before: one reason the boundary moved between processes."""
+    process ran before, likely one reason the boundary moved between processes."""
     gc.collect()
     if torch.cuda.is_available():
         clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
