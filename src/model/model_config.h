@@ -125,6 +125,11 @@ inline bool sliding_layer(const ModelConfig& m, std::int64_t layer) {
 inline bool sliding_mask_at(const ModelConfig& m, std::int64_t layer, std::int64_t seq) {
   return !m.fused_attention_is_fa2 && seq >= m.sliding_window && sliding_layer(m, layer);
 }
+// Whether any layer's sdpa attention gets one at sequence `seq`.
+inline bool sliding_masks_at(const ModelConfig& m, std::int64_t seq) {
+  return std::any_of(m.sliding_layers.begin(), m.sliding_layers.end(),
+                     [&](std::int64_t layer) { return sliding_mask_at(m, layer, seq); });
+}
 // Token-expert pairs a step of `tokens` tokens routes: tokens x top-k, the rows of every dispatch
 // tensor.
 inline std::int64_t routed_rows(const ModelConfig& m, std::int64_t tokens) {

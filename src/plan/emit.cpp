@@ -178,18 +178,11 @@ std::string_view attn_implementation(const RunConfig& cfg) {
   return cfg.model.fused_attention_is_fa2 ? "flash_attention_2" : "sdpa";
 }
 
-// Whether a layer of cfg's model gets sdpa's sliding-window mask at cfg's sequence.
-bool sliding_masks(const RunConfig& cfg) {
-  for (std::int64_t l = 0; l < cfg.model.layers; ++l)
-    if (sliding_mask_at(cfg.model, l, cfg.seq)) return true;
-  return false;
-}
-
 // The comment beside sdpa: flash-attention 2 keeps the same, but for sdpa's sliding-window masks,
 // which it does not make (the plan counts them: on its side).
 std::string_view fused_attention_note(const RunConfig& cfg) {
   if (attn_implementation(cfg) != "sdpa") return "";
-  return sliding_masks(cfg)
+  return sliding_masks_at(cfg.model, cfg.seq)
              ? "  # planned with sdpa's sliding-window masks; \"flash_attention_2\" keeps less"
              : "  # flash-attention memory; \"flash_attention_2\" keeps the same";
 }
@@ -504,7 +497,7 @@ std::string plan_axolotl_yaml(const Plan& plan) {
   if (!hf_autocast(cfg) && cfg.dtype == Precision::fp16) out += "float16: true\n";
   out += fmt::format("tf32: {}\n", yaml_bool(cfg.dtype == Precision::tf32));
   out += fmt::format("flash_attention: {}\n", yaml_bool(cfg.attention == Attention::flash));
-  if (cfg.attention == Attention::flash && sliding_masks(cfg))
+  if (cfg.attention == Attention::flash && sliding_masks_at(cfg.model, cfg.seq))
     out += "# planned with sdpa's sliding-window masks; flash-attention 2 keeps less\n";
   if (is_finetune(cfg)) {
     out +=

@@ -76,11 +76,9 @@ void HfBuilder::build_model() {
   if (eager_ && m.mask_per_layer_kind) {
     sliding_mask_ = tensor("attn.sliding_causal_mask", {B_, 1, S_, S_}, wdt_, Role::transient,
                            MemoryComponent::attention_masks);
-  } else if (!eager_) {
-    for (std::int64_t l = 0; l < m.layers && sliding_mask_ < 0; ++l)
-      if (sliding_mask_at(m, l, S_))
-        sliding_mask_ = tensor("attn.sliding_mask", {1, 1, S_, S_}, DType::u8, Role::transient,
-                               MemoryComponent::attention_masks);
+  } else if (!eager_ && sliding_masks_at(m, S_)) {
+    sliding_mask_ = tensor("attn.sliding_mask", {1, 1, S_, S_}, DType::u8, Role::transient,
+                           MemoryComponent::attention_masks);
   }
   if (!gpt_) cos_sin_ = tensor("rope.cos_sin", {2, S_, D_}, wdt_, Role::activation);
 
